@@ -1,0 +1,259 @@
+//! Moving one chunk between the client and the storage nodes: encode and upload its shards in
+//! parallel; fetch, verify and (when needed) rebuild it from any `k` valid shards.
+//!
+//! Verification is end to end: the writer computes each shard's block checksums before the
+//! bytes leave the client and records the checksum of each shard's table in the chunk record.
+//! A reader accepts a shard's blocks only if the table the node returns matches the record and
+//! every block matches the table.
+
+use crate::{rpc_error, Client, NodeHandle, Result};
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::sync::Arc;
+use std::time::Instant;
+use wire::{
+    ChunkId, ChunkRecord, EcScheme, ErrorCode, NodeId, Placement, PlacementMap, RpcError, ShardInfo, ShardKey, StorageOp,
+    StorageReply, WireError, SHARD_BLOCK_BYTES,
+};
+
+/// Why one shard could not be used, for error messages.
+struct ShardFailure {
+    index: usize,
+    node: Option<NodeId>,
+    reason: String,
+}
+
+impl Client {
+    /// Encodes `data` (one chunk's bytes) and stores its shards on the nodes of `placement`,
+    /// all in parallel. Succeeds when at least `k` shards are durable (missing ones are
+    /// recorded in the returned record so the chunk shows as degraded); otherwise fails
+    /// naming every node that refused.
+    pub(crate) async fn upload_chunk(
+        &self,
+        index: u64,
+        id: ChunkId,
+        placement: Placement,
+        map: &PlacementMap,
+        ec: EcScheme,
+        data: Bytes,
+    ) -> Result<ChunkRecord> {
+        let len = data.len() as u32;
+        let shards = erasure::encode(ec, &data);
+        let shard_len = ec.shard_len(len);
+        let mut table_crcs = Vec::with_capacity(shards.len());
+        let mut sends = FuturesUnordered::new();
+        for (i, shard) in shards.into_iter().enumerate() {
+            let block_crcs = erasure::block_crcs(&shard);
+            table_crcs.push(erasure::table_crc(&block_crcs));
+            let info = ShardInfo { key: ShardKey { chunk: id, index: i as u8 }, ec, len: shard_len, block_crcs };
+            let node_id = map.node_for(placement.pg, i);
+            let client = self.clone();
+            sends.push(async move {
+                let result = async {
+                    let node_id = node_id.ok_or_else(|| {
+                        WireError::new(ErrorCode::Internal, format!("placement group {} has no node for shard {i}", placement.pg))
+                    })?;
+                    let node = client.node(node_id).await?;
+                    let op = StorageOp::PutShard { info };
+                    let outcome = node.peer.call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout).await;
+                    match outcome {
+                        Ok(_) => {
+                            *node.failed_at.lock() = None;
+                            Ok(())
+                        }
+                        Err(e) => {
+                            if e.is_unreachable() {
+                                *node.failed_at.lock() = Some(Instant::now());
+                            }
+                            Err(WireError::new(rpc_error(e.clone()).code, format!("node {node_id} ({}): {e}", node.peer.addr())))
+                        }
+                    }
+                }
+                .await;
+                (i, result)
+            });
+        }
+        let mut missing = 0u64;
+        let mut failures: Vec<WireError> = Vec::new();
+        while let Some((i, result)) = sends.next().await {
+            if let Err(e) = result {
+                missing |= 1 << i;
+                failures.push(e);
+            }
+        }
+        let written = ec.width() - missing.count_ones() as usize;
+        if written < usize::from(ec.k) {
+            let code = if failures.iter().any(|f| f.code == ErrorCode::NoSpace) { ErrorCode::NoSpace } else { ErrorCode::Unavailable };
+            let reasons: Vec<String> = failures.iter().map(|f| f.message.clone()).collect();
+            return Err(WireError::new(
+                code,
+                format!(
+                    "cannot store chunk {index} ({id:016x}): only {written} of {} shards written, {} needed: {}",
+                    ec.width(),
+                    ec.k,
+                    reasons.join("; ")
+                ),
+            ));
+        }
+        if missing != 0 {
+            tracing::warn!("chunk {id:016x} written degraded: {}", failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; "));
+        }
+        Ok(ChunkRecord { index, id, len, ec, shard_len, placement, table_crcs, missing })
+    }
+
+    /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
+    /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
+    /// starting at the block-aligned offset, and that offset.
+    async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+        let fail = |node: Option<NodeId>, reason: String| ShardFailure { index, node, reason };
+        if rec.missing & (1 << index) != 0 {
+            return Err(fail(None, "never written (node was down at write time)".into()));
+        }
+        let node_id = map.node_for(rec.placement.pg, index).ok_or_else(|| fail(None, "no node in placement".into()))?;
+        let node: Arc<NodeHandle> = self.node(node_id).await.map_err(|e| fail(Some(node_id), e.message))?;
+        if node.recently_failed(self.inner.options.node_retry_after) {
+            return Err(fail(Some(node_id), format!("node {node_id} ({}) unreachable", node.peer.addr())));
+        }
+        let key = ShardKey { chunk: rec.id, index: index as u8 };
+        let op = StorageOp::GetShard { key, offset, len };
+        let (reply, data) = match node.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await {
+            Ok(r) => r,
+            Err(e) => {
+                if e.is_unreachable() {
+                    *node.failed_at.lock() = Some(Instant::now());
+                }
+                let reason = match &e {
+                    RpcError::Remote(w) => format!("node {node_id} ({}): {}", node.peer.addr(), w.message),
+                    other => other.to_string(),
+                };
+                return Err(fail(Some(node_id), reason));
+            }
+        };
+        *node.failed_at.lock() = None;
+        let (info, start) = match reply {
+            StorageReply::Shard { info, offset } => (info, offset),
+            other => return Err(fail(Some(node_id), format!("unexpected reply {other:?}"))),
+        };
+        // End-to-end verification: the table must be the writer's, each block must match it.
+        let corrupt = |what: String| fail(Some(node_id), format!("{key} on node {node_id} failed verification: {what}"));
+        if info.key != key || info.len != rec.shard_len {
+            return Err(corrupt(format!("header says {} of {} bytes", info.key, info.len)));
+        }
+        if erasure::table_crc(&info.block_crcs) != rec.table_crcs.get(index).copied().unwrap_or(0) {
+            return Err(corrupt("block checksum table does not match the metadata".into()));
+        }
+        if info.block_crcs.len() != erasure::block_count(rec.shard_len) as usize || start % SHARD_BLOCK_BYTES != 0 {
+            return Err(corrupt("block table or offset malformed".into()));
+        }
+        let want_end = if len == 0 { rec.shard_len } else { (offset + len).min(rec.shard_len) };
+        let expected_end = want_end.div_ceil(SHARD_BLOCK_BYTES).saturating_mul(SHARD_BLOCK_BYTES).min(rec.shard_len);
+        if start > offset || start as usize + data.len() != expected_end as usize {
+            return Err(corrupt(format!("returned {} bytes at {start}, expected up to {expected_end}", data.len())));
+        }
+        let first_block = (start / SHARD_BLOCK_BYTES) as usize;
+        for (i, block) in data.chunks(SHARD_BLOCK_BYTES as usize).enumerate() {
+            if crc32c::crc32c(block) != info.block_crcs[first_block + i] {
+                return Err(corrupt(format!("block {} checksum mismatch", first_block + i)));
+            }
+        }
+        Ok((data, start))
+    }
+
+    /// Reads a whole chunk: the `k` data shards in parallel, then parity shards for any that
+    /// failed, and rebuilds. `what` names the file for error messages.
+    pub(crate) async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+        let map = self.map(rec.placement.map_version).await?;
+        let k = usize::from(rec.ec.k);
+        let width = rec.ec.width();
+        let mut shards: Vec<Option<Bytes>> = vec![None; width];
+        let mut failures: Vec<ShardFailure> = Vec::new();
+        let mut next = 0usize;
+        let mut pending = FuturesUnordered::new();
+        let mut ok = 0usize;
+        // Start with the data shards (no decoding needed), then add parity one failure at a time.
+        while ok < k {
+            while ok + pending.len() < k && next < width {
+                let i = next;
+                next += 1;
+                let map = map.clone();
+                let this = self.clone();
+                let rec = rec.clone();
+                pending.push(async move { (i, this.fetch_shard(&rec, &map, i, 0, 0).await) });
+            }
+            match pending.next().await {
+                Some((i, Ok((data, _)))) => {
+                    shards[i] = Some(data);
+                    ok += 1;
+                }
+                Some((_, Err(f))) => failures.push(f),
+                None => break,
+            }
+        }
+        if ok < k {
+            return Err(unavailable(rec, what, ok, failures));
+        }
+        if !failures.is_empty() {
+            tracing::debug!("chunk {:016x} of {what}: rebuilt around {} failed shards", rec.id, failures.len());
+        }
+        erasure::decode(rec.ec, rec.len, &shards).map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
+    }
+
+    /// Reads bytes `offset .. offset + len` of a chunk, fetching only the data shard blocks that
+    /// hold them; falls back to a whole-chunk read (with rebuild) if any shard fails.
+    pub(crate) async fn read_chunk_range(&self, rec: &ChunkRecord, offset: u32, len: u32, what: &str) -> Result<Bytes> {
+        let end = (offset + len).min(rec.len);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let map = self.map(rec.placement.map_version).await?;
+        let shard_len = rec.shard_len;
+        let first = (offset / shard_len) as usize;
+        let last = ((end - 1) / shard_len) as usize;
+        let mut parts = Vec::new();
+        for i in first..=last {
+            let s_start = if i == first { offset - i as u32 * shard_len } else { 0 };
+            let s_end = if i == last { end - i as u32 * shard_len } else { shard_len };
+            parts.push((i, s_start, s_end));
+        }
+        let fetches = parts.iter().map(|&(i, s, e)| {
+            let map = map.clone();
+            async move { (i, s, e, self.fetch_shard(rec, &map, i, s, e - s).await) }
+        });
+        let results = futures::future::join_all(fetches).await;
+        let mut out = bytes::BytesMut::with_capacity((end - offset) as usize);
+        for (_, s, e, r) in results {
+            match r {
+                Ok((data, start)) => out.extend_from_slice(&data[(s - start) as usize..(e - start) as usize]),
+                Err(_) => {
+                    let whole = self.read_chunk(rec, what).await?;
+                    return Ok(whole.slice(offset as usize..end as usize));
+                }
+            }
+        }
+        Ok(out.freeze())
+    }
+}
+
+fn unavailable(rec: &ChunkRecord, what: &str, ok: usize, failures: Vec<ShardFailure>) -> WireError {
+    let mut nodes: Vec<String> = failures
+        .iter()
+        .map(|f| match f.node {
+            Some(n) => format!("shard {} (node {n}): {}", f.index, f.reason),
+            None => format!("shard {}: {}", f.index, f.reason),
+        })
+        .collect();
+    nodes.sort();
+    let corrupt = failures.iter().any(|f| f.reason.contains("failed verification"));
+    WireError::new(
+        if corrupt && failures.iter().all(|f| f.reason.contains("failed verification")) { ErrorCode::Corrupt } else { ErrorCode::Unavailable },
+        format!(
+            "{what}: chunk {} (id {:016x}, {}) is unavailable: {ok} of {} shards readable, {} needed; {}",
+            rec.index,
+            rec.id,
+            rec.ec,
+            rec.ec.width(),
+            rec.ec.k,
+            nodes.join("; ")
+        ),
+    )
+}

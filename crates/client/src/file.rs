@@ -1,0 +1,436 @@
+//! An open file: buffered, chunk-at-a-time writes with copy-on-write commits, and reads with
+//! sequential read-ahead.
+//!
+//! Writes collect into whole-chunk buffers. A chunk is uploaded when its buffer fills (or on
+//! flush), under a fresh chunk id; the metadata only learns of it at commit (flush, fsync,
+//! close, or every few chunks), when the new record replaces the old one atomically. A reader
+//! therefore sees either the old chunk or the new one, never a mix.
+//!
+//! Consistency is close-to-open: chunk records are fetched once per open (and after this
+//! handle's own commits), like NFS.
+
+use crate::{Client, Result};
+use bytes::{Bytes, BytesMut};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use tokio::task::JoinHandle;
+use wire::{Attr, ChunkId, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, Placement, SetAttr, Timestamp, WireError};
+
+/// Chunk records fetched per metadata call.
+const RECORDS_PER_FETCH: u64 = 64;
+/// Chunk ids reserved per metadata call when writing.
+const ALLOC_BATCH: u32 = 8;
+/// Uploaded-but-uncommitted chunks after which the writer commits to the metadata.
+const COMMIT_EVERY_CHUNKS: usize = 16;
+/// Fully read chunks kept for re-reads and read-ahead.
+const CACHED_CHUNKS_MAX: usize = 16;
+
+/// An open file. Not shared between tasks: wrap it in a mutex to share.
+pub struct FileHandle {
+    client: Client,
+    ino: Ino,
+    attr: Attr,
+    /// Size including this handle's uncommitted writes.
+    size: u64,
+    /// Chunk records known to this handle (None = known absent, i.e. a hole).
+    records: HashMap<u64, Option<ChunkRecord>>,
+    /// Chunks being written: index -> bytes from the chunk's start (len = valid bytes).
+    dirty: BTreeMap<u64, BytesMut>,
+    /// Chunk uploads in flight, in order.
+    uploads: VecDeque<(u64, JoinHandle<Result<ChunkRecord>>)>,
+    /// Uploaded chunks waiting for the metadata commit.
+    uploaded: Vec<ChunkRecord>,
+    /// Size to publish at the next commit when it shrank or must be exact.
+    size_dirty: bool,
+    /// Chunk ids reserved for writing.
+    alloc: VecDeque<(ChunkId, Placement)>,
+    /// Content of chunks uploaded (or uploading) but not yet committed: reads must see them
+    /// even though the handle's records still name the old chunks.
+    written: HashMap<u64, Bytes>,
+    /// Whole chunks read recently.
+    cache: VecDeque<(u64, Bytes)>,
+    /// Read-ahead fetches in flight.
+    prefetch: HashMap<u64, JoinHandle<Result<Bytes>>>,
+    /// End offset of the last read (sequential detection).
+    last_read_end: u64,
+    /// Current read-ahead window in chunks.
+    window: usize,
+    /// First error of a background upload, reported at the next flush.
+    deferred_error: Option<WireError>,
+}
+
+impl FileHandle {
+    pub(crate) async fn open(client: Client, ino: Ino) -> Result<FileHandle> {
+        let attr = client.getattr(ino).await?;
+        if attr.kind != wire::FileKind::File {
+            return Err(WireError::new(ErrorCode::Invalid, format!("inode {ino} is not a regular file")));
+        }
+        Ok(FileHandle {
+            client,
+            ino,
+            size: attr.size,
+            attr,
+            records: HashMap::new(),
+            dirty: BTreeMap::new(),
+            uploads: VecDeque::new(),
+            uploaded: Vec::new(),
+            size_dirty: false,
+            alloc: VecDeque::new(),
+            written: HashMap::new(),
+            cache: VecDeque::new(),
+            prefetch: HashMap::new(),
+            last_read_end: u64::MAX,
+            window: 1,
+            deferred_error: None,
+        })
+    }
+
+    /// The inode number.
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    /// The file size as this handle sees it (including its own unflushed writes).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The attributes fetched at open or at the last commit.
+    pub fn attr(&self) -> &Attr {
+        &self.attr
+    }
+
+    fn chunk_bytes(&self) -> u64 {
+        u64::from(self.attr.chunk_bytes)
+    }
+
+    fn what(&self) -> String {
+        format!("inode {}", self.ino)
+    }
+
+    /// The record of chunk `index`, fetching a batch of records from the metadata if unknown.
+    async fn record(&mut self, index: u64) -> Result<Option<ChunkRecord>> {
+        if let Some(r) = self.records.get(&index) {
+            return Ok(r.clone());
+        }
+        let reply = self.client.meta(MetaOp::GetChunks { ino: self.ino, first: index, count: RECORDS_PER_FETCH }).await?;
+        let MetaReply::Chunks { chunks, .. } = reply else {
+            return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
+        };
+        for i in index..index + RECORDS_PER_FETCH {
+            self.records.entry(i).or_insert(None);
+        }
+        for c in chunks {
+            self.records.insert(c.index, Some(c));
+        }
+        Ok(self.records.get(&index).cloned().flatten())
+    }
+
+    fn cached(&self, index: u64) -> Option<Bytes> {
+        self.cache.iter().find(|(i, _)| *i == index).map(|(_, b)| b.clone())
+    }
+
+    fn remember(&mut self, index: u64, data: Bytes) {
+        self.cache.retain(|(i, _)| *i != index);
+        self.cache.push_back((index, data));
+        while self.cache.len() > CACHED_CHUNKS_MAX {
+            self.cache.pop_front();
+        }
+    }
+
+    /// The whole content of chunk `index` as stored (holes are empty), using the cache and
+    /// read-ahead results.
+    async fn chunk_data(&mut self, index: u64) -> Result<Bytes> {
+        if let Some(b) = self.written.get(&index) {
+            return Ok(b.clone());
+        }
+        if let Some(b) = self.cached(index) {
+            return Ok(b);
+        }
+        if let Some(task) = self.prefetch.remove(&index) {
+            let data = task.await.map_err(|e| WireError::new(ErrorCode::Internal, format!("read-ahead task failed: {e}")))??;
+            self.remember(index, data.clone());
+            return Ok(data);
+        }
+        let data = match self.record(index).await? {
+            Some(rec) => self.client.read_chunk(&rec, &self.what()).await?,
+            None => Bytes::new(),
+        };
+        self.remember(index, data.clone());
+        Ok(data)
+    }
+
+    /// Starts fetching the chunks after `index` in the background.
+    async fn read_ahead(&mut self, index: u64) -> Result<()> {
+        let last_chunk = self.size.div_ceil(self.chunk_bytes());
+        for ahead in index + 1..=(index + self.window as u64).min(last_chunk.saturating_sub(1)) {
+            if self.prefetch.contains_key(&ahead)
+                || self.cached(ahead).is_some()
+                || self.dirty.contains_key(&ahead)
+                || self.written.contains_key(&ahead)
+            {
+                continue;
+            }
+            if let Some(rec) = self.record(ahead).await? {
+                let client = self.client.clone();
+                let what = self.what();
+                self.prefetch.insert(ahead, tokio::spawn(async move { client.read_chunk(&rec, &what).await }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
+    pub async fn read_at(&mut self, offset: u64, len: usize) -> Result<Bytes> {
+        if let Some(e) = self.deferred_error.clone() {
+            return Err(e);
+        }
+        let end = offset.saturating_add(len as u64).min(self.size);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let cb = self.chunk_bytes();
+        let sequential = offset == self.last_read_end;
+        self.last_read_end = end;
+        if sequential {
+            self.window = (self.window * 2).min(self.client.inner.options.readahead_chunks_max.max(1));
+        } else {
+            self.window = 1;
+        }
+        let mut pieces: Vec<Bytes> = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let index = pos / cb;
+            let in_chunk = (pos % cb) as usize;
+            let take = ((cb - in_chunk as u64).min(end - pos)) as usize;
+            let piece: Bytes = if let Some(buf) = self.dirty.get(&index) {
+                slice_padded(&Bytes::copy_from_slice(&buf[in_chunk.min(buf.len())..(in_chunk + take).min(buf.len())]), 0, take)
+            } else if let Some(b) = self.written.get(&index) {
+                slice_padded(b, in_chunk, take)
+            } else if let Some((_, b)) = self.cache.iter().find(|(i, _)| *i == index) {
+                slice_padded(b, in_chunk, take)
+            } else if !sequential && take < cb as usize / 4 && !self.prefetch.contains_key(&index) {
+                // Small random read: fetch only the blocks that hold it.
+                match self.record(index).await? {
+                    Some(rec) => {
+                        let data = self.client.read_chunk_range(&rec, in_chunk as u32, take as u32, &self.what()).await?;
+                        slice_padded(&data, 0, take)
+                    }
+                    None => Bytes::from(vec![0u8; take]),
+                }
+            } else {
+                let data = self.chunk_data(index).await?;
+                slice_padded(&data, in_chunk, take)
+            };
+            pieces.push(piece);
+            pos += take as u64;
+            if sequential || take as u64 == cb {
+                self.read_ahead(index).await?;
+            }
+        }
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().expect("one piece"));
+        }
+        let mut out = BytesMut::with_capacity((end - offset) as usize);
+        for p in pieces {
+            out.extend_from_slice(&p);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Writes `data` at `offset`, extending the file as needed. Data is durable only after
+    /// [`FileHandle::flush`] / [`FileHandle::close`].
+    pub async fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        if let Some(e) = self.deferred_error.clone() {
+            return Err(e);
+        }
+        let cb = self.chunk_bytes();
+        let mut pos = offset;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let index = pos / cb;
+            let in_chunk = (pos % cb) as usize;
+            let take = ((cb as usize) - in_chunk).min(rest.len());
+            if !self.dirty.contains_key(&index) {
+                // Copy-on-write: a partial overwrite starts from the chunk's current content.
+                let covers_all = in_chunk == 0 && take == cb as usize;
+                let base = if covers_all { Bytes::new() } else { self.existing_content(index).await? };
+                let mut buf = BytesMut::with_capacity(cb as usize);
+                buf.extend_from_slice(&base);
+                self.dirty.insert(index, buf);
+                self.cache.retain(|(i, _)| *i != index);
+                self.written.remove(&index);
+                if let Some(t) = self.prefetch.remove(&index) {
+                    t.abort();
+                }
+            }
+            let buf = self.dirty.get_mut(&index).expect("inserted above");
+            if buf.len() < in_chunk + take {
+                buf.resize(in_chunk + take, 0);
+            }
+            buf[in_chunk..in_chunk + take].copy_from_slice(&rest[..take]);
+            let full = buf.len() == cb as usize && in_chunk + take == cb as usize;
+            pos += take as u64;
+            rest = &rest[take..];
+            if pos > self.size {
+                self.size = pos;
+            }
+            if full {
+                self.start_upload(index).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The chunk's current bytes within the file size (empty for a hole or past the end).
+    async fn existing_content(&mut self, index: u64) -> Result<Bytes> {
+        let cb = self.chunk_bytes();
+        if index * cb >= self.size {
+            return Ok(Bytes::new());
+        }
+        let data = self.chunk_data(index).await?;
+        // Bytes past the file size (a truncated chunk) must read as zeros after an extension.
+        let valid = (self.size - index * cb).min(cb) as usize;
+        Ok(data.slice(..data.len().min(valid)))
+    }
+
+    async fn next_chunk_id(&mut self) -> Result<(ChunkId, Placement)> {
+        if self.alloc.is_empty() {
+            let reply = self.client.meta(MetaOp::AllocChunks { ino: self.ino, count: ALLOC_BATCH }).await?;
+            let MetaReply::Alloc { chunks, map } = reply else {
+                return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to AllocChunks: {reply:?}")));
+            };
+            self.client.remember_map(map);
+            self.alloc.extend(chunks);
+        }
+        self.alloc.pop_front().ok_or_else(|| WireError::new(ErrorCode::Internal, "metadata service allocated no chunk ids"))
+    }
+
+    /// Uploads dirty chunk `index` in the background, waiting first if too many are in flight.
+    async fn start_upload(&mut self, index: u64) -> Result<()> {
+        let Some(buf) = self.dirty.remove(&index) else { return Ok(()) };
+        while self.uploads.len() >= self.client.inner.options.write_chunks_inflight_max.max(1) {
+            self.reap_one().await;
+        }
+        let (id, placement) = self.next_chunk_id().await?;
+        let map = self.client.map(placement.map_version).await?;
+        let client = self.client.clone();
+        let ec = self.attr.ec;
+        let data = buf.freeze();
+        self.written.insert(index, data.clone());
+        self.uploads
+            .push_back((index, tokio::spawn(async move { client.upload_chunk(index, id, placement, &map, ec, data).await })));
+        if self.uploaded.len() >= COMMIT_EVERY_CHUNKS {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn reap_one(&mut self) {
+        if let Some((_, task)) = self.uploads.pop_front() {
+            match task.await {
+                Ok(Ok(rec)) => self.uploaded.push(rec),
+                Ok(Err(e)) => {
+                    self.deferred_error.get_or_insert(e);
+                }
+                Err(e) => {
+                    self.deferred_error.get_or_insert(WireError::new(ErrorCode::Internal, format!("upload task failed: {e}")));
+                }
+            }
+        }
+    }
+
+    /// Publishes uploaded chunks and the size to the metadata service.
+    async fn commit(&mut self) -> Result<()> {
+        if self.uploaded.is_empty() && !self.size_dirty {
+            return Ok(());
+        }
+        let chunks = std::mem::take(&mut self.uploaded);
+        let reply = self
+            .client
+            .meta(MetaOp::CommitChunks {
+                ino: self.ino,
+                chunks: chunks.clone(),
+                size: self.size,
+                set_size: self.size_dirty,
+                mtime: Timestamp::now(),
+            })
+            .await?;
+        if let MetaReply::Attr(a) = reply {
+            self.attr = a;
+        }
+        for c in chunks {
+            // The cache keeps serving the content; the record now names the new chunk.
+            if let Some(data) = self.written.remove(&c.index) {
+                self.remember(c.index, data);
+            }
+            self.records.insert(c.index, Some(c));
+        }
+        self.size_dirty = false;
+        Ok(())
+    }
+
+    /// Uploads every buffered chunk and commits them: afterwards the data is durable and
+    /// visible to every client that opens the file.
+    pub async fn flush(&mut self) -> Result<()> {
+        let dirty: Vec<u64> = self.dirty.keys().copied().collect();
+        for index in dirty {
+            self.start_upload(index).await?;
+        }
+        while !self.uploads.is_empty() {
+            self.reap_one().await;
+        }
+        if let Some(e) = self.deferred_error.take() {
+            // Keep going: commit what succeeded so nothing acknowledged earlier is lost.
+            let _ = self.commit().await;
+            return Err(e);
+        }
+        self.commit().await
+    }
+
+    /// Same as [`FileHandle::flush`]: shards are written durably before they are acknowledged.
+    pub async fn fsync(&mut self) -> Result<()> {
+        self.flush().await
+    }
+
+    /// Changes the file size; bytes past a shrunk end are gone, an extension reads as zeros.
+    pub async fn truncate(&mut self, size: u64) -> Result<()> {
+        self.flush().await?;
+        self.attr = self.client.setattr(self.ino, SetAttr { size: Some(size), ..Default::default() }).await?;
+        self.size = size;
+        self.records.clear();
+        self.cache.clear();
+        for (_, t) in self.prefetch.drain() {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the file.
+    pub async fn close(mut self) -> Result<()> {
+        for (_, t) in self.prefetch.drain() {
+            t.abort();
+        }
+        self.flush().await
+    }
+}
+
+impl Drop for FileHandle {
+    fn drop(&mut self) {
+        for (_, t) in self.prefetch.drain() {
+            t.abort();
+        }
+    }
+}
+
+/// `take` bytes of `data` from `start`, zero-filled past its end (holes and short chunks).
+fn slice_padded(data: &Bytes, start: usize, take: usize) -> Bytes {
+    if start + take <= data.len() {
+        return data.slice(start..start + take);
+    }
+    let mut out = vec![0u8; take];
+    if start < data.len() {
+        let n = data.len() - start;
+        out[..n].copy_from_slice(&data[start..]);
+    }
+    Bytes::from(out)
+}

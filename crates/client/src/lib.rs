@@ -1,0 +1,456 @@
+//! Trove's client library: the API boundary every front end (CLI, FUSE mount, S3 and NFS
+//! gateways, benchmarks) uses.
+//!
+//! It owns two things:
+//! - namespace calls to the metadata service, each with a request id so that a call retried
+//!   after a lost connection is applied once ([`Client`]);
+//! - file I/O ([`FileHandle`]): files are cut into chunks, each chunk erasure-coded into shards
+//!   that go to distinct storage nodes in parallel; reads fetch shards from all involved nodes
+//!   at once, verify every block against checksums recorded in the metadata, and rebuild from
+//!   parity when nodes are down or data fails its checksum.
+//!
+//! Architecture invariant: the client never returns bytes that failed verification. When too
+//! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
+
+mod chunkio;
+mod file;
+
+pub use file::FileHandle;
+pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
+
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeId, Peer, PlacementMap, RpcError, Service};
+
+/// Errors returned by the client: a stable code and a message naming what failed.
+pub type Error = WireError;
+/// Result of client operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Tunables of a client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long a metadata call keeps retrying while the service is unreachable.
+    pub meta_deadline: Duration,
+    /// Timeout of one storage request.
+    pub storage_timeout: Duration,
+    /// Most chunks read ahead of a sequential reader.
+    pub readahead_chunks_max: usize,
+    /// Most chunks a writer has uploading at once (back-pressure).
+    pub write_chunks_inflight_max: usize,
+    /// After a node fails to answer, how long reads route around it before trying it again.
+    pub node_retry_after: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            meta_deadline: Duration::from_secs(30),
+            storage_timeout: Duration::from_secs(20),
+            readahead_chunks_max: 8,
+            write_chunks_inflight_max: 6,
+            node_retry_after: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A connection to one Trove cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) options: ClientOptions,
+    meta: Peer,
+    client_id: u64,
+    next_seq: AtomicU64,
+    nodes: RwLock<HashMap<NodeId, Arc<NodeHandle>>>,
+    maps: RwLock<HashMap<u32, Arc<PlacementMap>>>,
+    last_node_refresh: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// A storage node as the client sees it: how to reach it and whether it failed lately.
+pub(crate) struct NodeHandle {
+    pub(crate) peer: Peer,
+    /// When the node last failed to answer; reads avoid it for `node_retry_after`.
+    pub(crate) failed_at: parking_lot::Mutex<Option<Instant>>,
+}
+
+impl NodeHandle {
+    pub(crate) fn recently_failed(&self, retry_after: Duration) -> bool {
+        matches!(*self.failed_at.lock(), Some(t) if t.elapsed() < retry_after)
+    }
+}
+
+/// Converts a transport error into the client's error, keeping remote codes.
+pub(crate) fn rpc_error(e: RpcError) -> Error {
+    match e {
+        RpcError::Remote(w) => w,
+        RpcError::Version { .. } => WireError::new(ErrorCode::VersionMismatch, e.to_string()),
+        RpcError::Protocol { .. } => WireError::new(ErrorCode::Internal, e.to_string()),
+        other => WireError::new(ErrorCode::Unavailable, other.to_string()),
+    }
+}
+
+fn unexpected(reply: &MetaReply) -> Error {
+    WireError::new(ErrorCode::Internal, format!("unexpected reply from the metadata service: {reply:?}"))
+}
+
+impl Client {
+    /// Connects to the metadata service at `meta_addr` ("host:port").
+    pub async fn connect(meta_addr: &str) -> Result<Client> {
+        Self::connect_with(meta_addr, ClientOptions::default()).await
+    }
+
+    /// Connects with explicit options.
+    pub async fn connect_with(meta_addr: &str, options: ClientOptions) -> Result<Client> {
+        let meta = Peer::new(meta_addr, Service::Meta);
+        meta.connection().await.map_err(rpc_error)?;
+        let client = Client {
+            inner: Arc::new(Inner {
+                options,
+                meta,
+                client_id: rand::random::<u64>() | 1,
+                next_seq: AtomicU64::new(1),
+                nodes: RwLock::new(HashMap::new()),
+                maps: RwLock::new(HashMap::new()),
+                last_node_refresh: parking_lot::Mutex::new(None),
+            }),
+        };
+        client.refresh_nodes().await?;
+        Ok(client)
+    }
+
+    /// The client's options.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    /// Sends one metadata operation. Mutations get a request id, so retrying after a lost
+    /// connection cannot apply them twice; the call is retried until `meta_deadline`.
+    pub async fn meta(&self, op: MetaOp) -> Result<MetaReply> {
+        let request_id = if is_mutation(&op) {
+            (u128::from(self.inner.client_id) << 64) | u128::from(self.inner.next_seq.fetch_add(1, Ordering::Relaxed))
+        } else {
+            0
+        };
+        let call = MetaCall { request_id, op };
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(20);
+        loop {
+            match self.inner.meta.call::<MetaCall, MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(30)).await {
+                Ok((reply, _)) => return Ok(reply),
+                Err(e) if e.is_unreachable() && started.elapsed() < self.inner.options.meta_deadline => {
+                    tracing::debug!("metadata call failed, retrying: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                }
+                Err(RpcError::Remote(w)) if w.code == ErrorCode::Conflict && started.elapsed() < self.inner.options.meta_deadline => {
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(rpc_error(e)),
+            }
+        }
+    }
+
+    async fn meta_attr(&self, op: MetaOp) -> Result<Attr> {
+        match self.meta(op).await? {
+            MetaReply::Attr(a) => Ok(a),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn meta_ok(&self, op: MetaOp) -> Result<()> {
+        match self.meta(op).await? {
+            MetaReply::Ok | MetaReply::Attr(_) => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Resolves a slash-separated path ("/a/b", "a/b" and "" = root).
+    pub async fn resolve(&self, path: &str) -> Result<Attr> {
+        self.meta_attr(MetaOp::Resolve { path: path.to_string() }).await
+    }
+
+    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Attr> {
+        self.meta_attr(MetaOp::Lookup { parent, name: name.to_string() }).await
+    }
+
+    pub async fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.meta_attr(MetaOp::GetAttr { ino }).await
+    }
+
+    pub async fn setattr(&self, ino: Ino, set: SetAttr) -> Result<Attr> {
+        self.meta_attr(MetaOp::SetAttr { ino, set }).await
+    }
+
+    /// Creates a regular file (or, with `exclusive == false`, returns the existing one).
+    pub async fn create(&self, parent: Ino, name: &str, mode: u32, exclusive: bool) -> Result<Attr> {
+        let (uid, gid) = ids();
+        self.meta_attr(MetaOp::Create { parent, name: name.to_string(), mode, uid, gid, exclusive }).await
+    }
+
+    pub async fn mkdir(&self, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
+        let (uid, gid) = ids();
+        self.meta_attr(MetaOp::Mkdir { parent, name: name.to_string(), mode, uid, gid }).await
+    }
+
+    pub async fn symlink(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
+        let (uid, gid) = ids();
+        self.meta_attr(MetaOp::Symlink { parent, name: name.to_string(), target: target.to_string(), uid, gid }).await
+    }
+
+    pub async fn readlink(&self, ino: Ino) -> Result<String> {
+        match self.meta(MetaOp::ReadLink { ino }).await? {
+            MetaReply::Target(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn link(&self, ino: Ino, new_parent: Ino, new_name: &str) -> Result<Attr> {
+        self.meta_attr(MetaOp::Link { ino, new_parent, new_name: new_name.to_string() }).await
+    }
+
+    pub async fn unlink(&self, parent: Ino, name: &str) -> Result<()> {
+        self.meta_ok(MetaOp::Unlink { parent, name: name.to_string() }).await
+    }
+
+    pub async fn rmdir(&self, parent: Ino, name: &str) -> Result<()> {
+        self.meta_ok(MetaOp::Rmdir { parent, name: name.to_string() }).await
+    }
+
+    pub async fn rename(&self, parent: Ino, name: &str, new_parent: Ino, new_name: &str) -> Result<()> {
+        self.meta_ok(MetaOp::Rename {
+            parent,
+            name: name.to_string(),
+            new_parent,
+            new_name: new_name.to_string(),
+            mode: wire::RenameMode::Replace,
+        })
+        .await
+    }
+
+    /// One page of a directory listing: entries after `after`, and whether more follow.
+    pub async fn readdir_page(&self, ino: Ino, after: &str, limit: u32) -> Result<(Vec<DirEntry>, bool)> {
+        match self.meta(MetaOp::ReadDir { ino, after: after.to_string(), limit }).await? {
+            MetaReply::Entries { entries, more } => Ok((entries, more)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The whole directory listing, fetched page by page.
+    pub async fn readdir(&self, ino: Ino) -> Result<Vec<DirEntry>> {
+        let mut all = Vec::new();
+        let mut after = String::new();
+        loop {
+            let (page, more) = self.readdir_page(ino, &after, 1024).await?;
+            if let Some(last) = page.last() {
+                after = last.name.clone();
+            }
+            let empty = page.is_empty();
+            all.extend(page);
+            if !more || empty {
+                return Ok(all);
+            }
+        }
+    }
+
+    pub async fn statfs(&self) -> Result<StatFs> {
+        match self.meta(MetaOp::StatFs).await? {
+            MetaReply::StatFs(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Cluster status; `scan_chunks` also counts degraded chunks (walks every chunk record).
+    pub async fn status(&self, scan_chunks: bool) -> Result<ClusterStatus> {
+        match self.meta(MetaOp::Status { scan_chunks }).await? {
+            MetaReply::Status(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sets the erasure scheme and chunk size new files under directory `ino` inherit.
+    pub async fn set_layout(&self, ino: Ino, ec: EcScheme, chunk_bytes: u32) -> Result<()> {
+        self.meta_ok(MetaOp::SetLayout { ino, ec, chunk_bytes }).await
+    }
+
+    pub async fn setxattr(&self, ino: Ino, name: &str, value: &[u8], mode: wire::XattrMode) -> Result<()> {
+        self.meta_ok(MetaOp::SetXattr { ino, name: name.to_string(), value: value.to_vec(), mode }).await
+    }
+
+    pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>> {
+        match self.meta(MetaOp::GetXattr { ino, name: name.to_string() }).await? {
+            MetaReply::Value(v) => Ok(v),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn listxattr(&self, ino: Ino) -> Result<Vec<String>> {
+        match self.meta(MetaOp::ListXattr { ino }).await? {
+            MetaReply::Names(v) => Ok(v),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn removexattr(&self, ino: Ino, name: &str) -> Result<()> {
+        self.meta_ok(MetaOp::RemoveXattr { ino, name: name.to_string() }).await
+    }
+
+    /// Splits a path into its parent directory's inode and the final name.
+    pub async fn parent_of<'p>(&self, path: &'p str) -> Result<(Ino, &'p str)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = match trimmed.rfind('/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => ("", trimmed),
+        };
+        if name.is_empty() {
+            return Err(WireError::new(ErrorCode::Invalid, format!("path {path:?} names no file")));
+        }
+        let parent = self.resolve(dir).await?;
+        if parent.kind != FileKind::Dir {
+            return Err(WireError::new(ErrorCode::NotDir, format!("{dir:?} is not a directory")));
+        }
+        Ok((parent.ino, name))
+    }
+
+    /// Creates a directory and any missing parents; existing directories are fine.
+    pub async fn mkdir_p(&self, path: &str) -> Result<Attr> {
+        let mut cur = self.getattr(ROOT_INO).await?;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            cur = match self.lookup(cur.ino, part).await {
+                Ok(a) => a,
+                Err(e) if e.code == ErrorCode::NotFound => match self.mkdir(cur.ino, part, 0o755).await {
+                    Ok(a) => a,
+                    Err(e) if e.code == ErrorCode::Exists => self.lookup(cur.ino, part).await?,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            };
+            if cur.kind != FileKind::Dir {
+                return Err(WireError::new(ErrorCode::NotDir, format!("{part:?} in {path:?} is not a directory")));
+            }
+        }
+        Ok(cur)
+    }
+
+    /// Opens a file by inode for reading and writing.
+    pub async fn open(&self, ino: Ino) -> Result<FileHandle> {
+        FileHandle::open(self.clone(), ino).await
+    }
+
+    /// Creates (or truncates) the file at `path` and returns a handle to write it.
+    pub async fn create_path(&self, path: &str, mode: u32) -> Result<FileHandle> {
+        let (parent, name) = self.parent_of(path).await?;
+        let attr = self.create(parent, name, mode, false).await?;
+        if attr.kind != FileKind::File {
+            return Err(WireError::new(ErrorCode::IsDir, format!("{path:?} is not a regular file")));
+        }
+        let mut handle = self.open(attr.ino).await?;
+        if attr.size != 0 {
+            handle.truncate(0).await?;
+        }
+        Ok(handle)
+    }
+
+    /// Opens the existing file at `path`.
+    pub async fn open_path(&self, path: &str) -> Result<FileHandle> {
+        let attr = self.resolve(path).await?;
+        match attr.kind {
+            FileKind::File => self.open(attr.ino).await,
+            FileKind::Dir => Err(WireError::new(ErrorCode::IsDir, format!("{path:?} is a directory"))),
+            _ => Err(WireError::new(ErrorCode::Invalid, format!("{path:?} is not a regular file"))),
+        }
+    }
+
+    /// Reads a whole file into memory.
+    pub async fn read_file(&self, path: &str) -> Result<bytes::Bytes> {
+        let mut h = self.open_path(path).await?;
+        let size = h.size();
+        h.read_at(0, size as usize).await
+    }
+
+    /// Writes a whole file (creating or replacing its contents) and makes it durable.
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {
+        let mut h = self.create_path(path, 0o644).await?;
+        h.write_at(0, data).await?;
+        h.close().await
+    }
+
+    /// Reloads the storage node list from the metadata service.
+    pub async fn refresh_nodes(&self) -> Result<()> {
+        let status = self.status(false).await?;
+        let mut nodes = self.inner.nodes.write();
+        for n in status.nodes {
+            let stale = nodes.get(&n.id).map(|h| h.peer.addr() != n.addr).unwrap_or(true);
+            if stale {
+                nodes.insert(
+                    n.id,
+                    Arc::new(NodeHandle {
+                        peer: Peer::new(n.addr.clone(), Service::Storage),
+                        failed_at: parking_lot::Mutex::new(None),
+                    }),
+                );
+            }
+        }
+        *self.inner.last_node_refresh.lock() = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The handle of a storage node, refreshing the node list once if it is unknown.
+    pub(crate) async fn node(&self, id: NodeId) -> Result<Arc<NodeHandle>> {
+        if let Some(h) = self.inner.nodes.read().get(&id) {
+            return Ok(h.clone());
+        }
+        self.refresh_nodes().await?;
+        self.inner
+            .nodes
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("storage node {id} is not known to the cluster")))
+    }
+
+    /// A placement map version (cached forever: versions are immutable).
+    pub(crate) async fn map(&self, version: u32) -> Result<Arc<PlacementMap>> {
+        if let Some(m) = self.inner.maps.read().get(&version) {
+            return Ok(m.clone());
+        }
+        let map = match self.meta(MetaOp::GetMap { version }).await? {
+            MetaReply::Map(m) => Arc::new(m),
+            other => return Err(unexpected(&other)),
+        };
+        self.inner.maps.write().insert(version, map.clone());
+        Ok(map)
+    }
+
+    pub(crate) fn remember_map(&self, map: PlacementMap) {
+        self.inner.maps.write().entry(map.version).or_insert_with(|| Arc::new(map));
+    }
+}
+
+fn is_mutation(op: &MetaOp) -> bool {
+    !matches!(
+        op,
+        MetaOp::Lookup { .. }
+            | MetaOp::Resolve { .. }
+            | MetaOp::GetAttr { .. }
+            | MetaOp::ReadLink { .. }
+            | MetaOp::ReadDir { .. }
+            | MetaOp::GetXattr { .. }
+            | MetaOp::ListXattr { .. }
+            | MetaOp::StatFs
+            | MetaOp::GetChunks { .. }
+            | MetaOp::GetMap { .. }
+            | MetaOp::Status { .. }
+    )
+}
+
+/// The uid and gid new files get when created through the library directly.
+fn ids() -> (u32, u32) {
+    (0, 0)
+}

@@ -1,0 +1,361 @@
+//! One optimistic transaction of the redb engine: snapshot reads overlaid with buffered writes,
+//! the read set those reads leave behind, and commit-time validation against it.
+//!
+//! Serializability argument: a transaction commits only if, under the writer lock (so against
+//! the latest committed state, which cannot move meanwhile), every read it made would return
+//! exactly what it returned. It then behaves as if it had run entirely at its commit point, so
+//! the commit order is a serial order. What is checked:
+//! - point reads from the snapshot: the key's value (or absence), kept as a [`Digest`];
+//! - scans: the committed pairs (keys and value digests) of the part of the range the result
+//!   depended on: the whole `[start, end)` when the scan returned fewer pairs than its limit,
+//!   `[start, last returned key]` when it stopped at the limit (keys past the last one returned
+//!   cannot change the result). Keys the transaction had itself written before scanning are left
+//!   out: the result shows the buffered write whatever is committed under it.
+//!
+//! Reads of keys the transaction wrote earlier come from the buffer and depend on nothing. When
+//! no commit happened since the snapshot (the engine's commit sequence is unchanged), the
+//! snapshot *is* the latest state and validation is skipped.
+
+use crate::{Shared, TABLE};
+use async_trait::async_trait;
+use kv::{check_key, check_value, KeyValue, KvError, KvTxn};
+use redb::{Durability, ReadOnlyTable, ReadableDatabase, ReadableTable};
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::ops::Bound;
+use std::sync::Arc;
+
+type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// Values up to this size are kept verbatim in the read set; larger ones as a keyed hash.
+const DIGEST_INLINE_BYTES_MAX: usize = 64;
+
+/// What a read observed of one value, compared at validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Digest {
+    Inline(Vec<u8>),
+    /// Length and two 64-bit SipHash values under the engine's random keys.
+    Hashed {
+        len: usize,
+        hash: [u64; 2],
+    },
+}
+
+impl Digest {
+    fn of(shared: &Shared, value: &[u8]) -> Digest {
+        if value.len() <= DIGEST_INLINE_BYTES_MAX {
+            Digest::Inline(value.to_vec())
+        } else {
+            let [first, second] = &shared.digest_keys;
+            Digest::Hashed {
+                len: value.len(),
+                hash: [first.hash_one(value), second.hash_one(value)],
+            }
+        }
+    }
+}
+
+/// A scan's dependency on committed data.
+struct ScanRead {
+    start: Vec<u8>,
+    /// `Excluded(end)` when the scan saw its whole range, `Included(last key)` when it stopped at
+    /// its limit.
+    end: Bound<Vec<u8>>,
+    /// Committed pairs in the range that the result showed, in key order.
+    seen: Vec<(Vec<u8>, Digest)>,
+    /// Keys in the range that the transaction had written before the scan (ascending): their
+    /// committed state did not influence the result.
+    masked: Vec<Vec<u8>>,
+}
+
+pub(crate) struct RedbTxn {
+    shared: Arc<Shared>,
+    /// The snapshot; `None` once commit released it.
+    snapshot: Option<Table>,
+    /// The engine's commit sequence number when the snapshot was taken (or a smaller one).
+    snapshot_seq: u64,
+    /// Buffered writes: `None` deletes.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Point reads served by the snapshot, with what they saw.
+    point_reads: BTreeMap<Vec<u8>, Option<Digest>>,
+    scans: Vec<ScanRead>,
+}
+
+impl RedbTxn {
+    pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self, KvError> {
+        // Read the sequence number first: the snapshot then includes at least that many commits.
+        let snapshot_seq = shared.commit_seq();
+        let read = shared
+            .db
+            .begin_read()
+            .map_err(|err| shared.error("begin a read transaction", err))?;
+        // The table keeps the read transaction (and so the snapshot) alive by itself.
+        let table = read
+            .open_table(TABLE)
+            .map_err(|err| shared.error("open the key-value table", err))?;
+        Ok(RedbTxn {
+            shared,
+            snapshot: Some(table),
+            snapshot_seq,
+            writes: BTreeMap::new(),
+            point_reads: BTreeMap::new(),
+            scans: Vec::new(),
+        })
+    }
+
+    fn snapshot(&self) -> Result<&Table, KvError> {
+        // Unreachable through the trait (commit consumes the transaction); kept as an error
+        // rather than a panic.
+        self.snapshot.as_ref().ok_or_else(|| {
+            KvError::Unavailable("redb transaction used after its snapshot was released".into())
+        })
+    }
+
+    /// Validates under the writer lock against `table` (the latest committed state), then
+    /// applies the buffered writes. Returns `Conflict` when a read would now differ.
+    fn validate_and_apply(
+        &self,
+        table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    ) -> Result<(), KvError> {
+        let shared = &self.shared;
+        if shared.commit_seq() != self.snapshot_seq && !self.reads_unchanged(table)? {
+            return Err(KvError::Conflict);
+        }
+        for (key, value) in &self.writes {
+            match value {
+                Some(value) => {
+                    table
+                        .insert(key.as_slice(), value.as_slice())
+                        .map_err(|err| shared.error("write a pair", err))?;
+                }
+                None => {
+                    table
+                        .remove(key.as_slice())
+                        .map_err(|err| shared.error("delete a key", err))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every read of the read set returns the same against `table`.
+    fn reads_unchanged(
+        &self,
+        table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    ) -> Result<bool, KvError> {
+        let shared = &self.shared;
+        for (key, seen) in &self.point_reads {
+            let now = table
+                .get(key.as_slice())
+                .map_err(|err| shared.error("re-read a key", err))?;
+            if now.map(|guard| Digest::of(shared, guard.value())) != *seen {
+                return Ok(false);
+            }
+        }
+        for scan in &self.scans {
+            let bounds = (
+                Bound::Included(scan.start.as_slice()),
+                as_ref_bound(&scan.end),
+            );
+            let range = table
+                .range::<&[u8]>(bounds)
+                .map_err(|err| shared.error("re-run a scan", err))?;
+            let mut seen = scan.seen.iter();
+            for entry in range {
+                let (key, value) = entry.map_err(|err| shared.error("re-run a scan", err))?;
+                let key = key.value();
+                if scan
+                    .masked
+                    .binary_search_by(|masked| masked.as_slice().cmp(key))
+                    .is_ok()
+                {
+                    continue;
+                }
+                match seen.next() {
+                    Some((seen_key, seen_digest))
+                        if seen_key.as_slice() == key
+                            && *seen_digest == Digest::of(shared, value.value()) => {}
+                    _ => return Ok(false),
+                }
+            }
+            if seen.next().is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The blocking part of commit: runs under the writer lock, in `spawn_blocking`.
+    ///
+    /// The commit is redb's default one-phase, checksummed, fsynced commit. redb's quick-repair
+    /// mode is left off: it would make reopening after a crash instant, but it rewrites the
+    /// allocator state of the whole file on every commit, a cost growing with the database.
+    fn commit_blocking(&self) -> Result<(), KvError> {
+        let shared = &self.shared;
+        let mut write = shared
+            .db
+            .begin_write()
+            .map_err(|err| shared.error("begin a write transaction", err))?;
+        write
+            .set_durability(Durability::Immediate)
+            .map_err(|err| shared.error("request a durable commit", err))?;
+        let applied = match write.open_table(TABLE) {
+            Ok(mut table) => self.validate_and_apply(&mut table),
+            Err(err) => Err(shared.error("open the key-value table for writing", err)),
+        };
+        if let Err(err) = applied {
+            // Nothing was committed; an abort failure changes nothing for the caller.
+            let _ = write.abort();
+            return Err(err);
+        }
+        let committed = write.commit();
+        // Published even if the commit failed: its outcome is unknown, so later committers
+        // must validate.
+        shared.publish_commit();
+        committed.map_err(|err| match shared.error("commit", err) {
+            KvError::Unavailable(message) | KvError::Corrupt(message) => {
+                KvError::MaybeCommitted(message)
+            }
+            other => other,
+        })
+    }
+}
+
+fn as_ref_bound(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match bound {
+        Bound::Included(key) => Bound::Included(key.as_slice()),
+        Bound::Excluded(key) => Bound::Excluded(key.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+#[async_trait]
+impl KvTxn for RedbTxn {
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        if let Some(buffered) = self.writes.get(key) {
+            return Ok(buffered.clone());
+        }
+        let value = self
+            .snapshot()?
+            .get(key)
+            .map_err(|err| self.shared.error("read a key", err))?
+            .map(|guard| guard.value().to_vec());
+        if !self.point_reads.contains_key(key) {
+            let digest = value
+                .as_deref()
+                .map(|value| Digest::of(&self.shared, value));
+            self.point_reads.insert(key.to_vec(), digest);
+        }
+        Ok(value)
+    }
+
+    async fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), KvError> {
+        check_key(key)?;
+        check_value(value)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
+        check_key(key)?;
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    async fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, KvError> {
+        if limit == 0 || start >= end {
+            return Ok(Vec::new());
+        }
+        let shared = &self.shared;
+        let bounds = (Bound::Included(start), Bound::Excluded(end));
+        let mut committed = self
+            .snapshot()?
+            .range::<&[u8]>(bounds)
+            .map_err(|err| shared.error("scan", err))?;
+        let mut next_committed = || -> Result<Option<KeyValue>, KvError> {
+            match committed.next() {
+                None => Ok(None),
+                Some(Ok((key, value))) => Ok(Some((key.value().to_vec(), value.value().to_vec()))),
+                Some(Err(err)) => Err(shared.error("scan", err)),
+            }
+        };
+        let mut buffered = self.writes.range::<[u8], _>(bounds).peekable();
+
+        let mut result: Vec<KeyValue> = Vec::new();
+        let mut seen = Vec::new();
+        let mut masked = Vec::new();
+        let mut committed_head = next_committed()?;
+        let complete = loop {
+            if result.len() >= limit {
+                break false;
+            }
+            let buffered_first = match (&committed_head, buffered.peek()) {
+                (None, None) => break true,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((committed_key, _)), Some((buffered_key, _))) => {
+                    buffered_key.as_slice() <= committed_key.as_slice()
+                }
+            };
+            if buffered_first {
+                let Some((key, value)) = buffered.next() else {
+                    break true;
+                };
+                if committed_head
+                    .as_ref()
+                    .is_some_and(|(committed_key, _)| committed_key == key)
+                {
+                    committed_head = next_committed()?;
+                }
+                masked.push(key.clone());
+                if let Some(value) = value {
+                    result.push((key.clone(), value.clone()));
+                }
+            } else {
+                let Some((key, value)) = committed_head.take() else {
+                    break true;
+                };
+                seen.push((key.clone(), Digest::of(shared, &value)));
+                result.push((key, value));
+                committed_head = next_committed()?;
+            }
+        };
+        let end = match (complete, result.last()) {
+            (false, Some((last, _))) => Bound::Included(last.clone()),
+            _ => Bound::Excluded(end.to_vec()),
+        };
+        self.scans.push(ScanRead {
+            start: start.to_vec(),
+            end,
+            seen,
+            masked,
+        });
+        Ok(result)
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), KvError> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        // Validation reads the latest state, not the snapshot: let redb free its pages.
+        self.snapshot = None;
+        let writer = Arc::clone(&self.shared.writer).lock_owned().await;
+        // The task owns the writer lock: if this future is dropped, the commit still completes
+        // (its outcome is then unknown to the caller) before the next one starts.
+        let task = tokio::task::spawn_blocking(move || {
+            let _writer = writer;
+            self.commit_blocking()
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(err) => Err(KvError::MaybeCommitted(format!(
+                "redb commit task failed: {err}"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Trove's wire protocol: the types every process shares, the messages of the metadata and
+//! storage services, the frame format, and the RPC transport that carries them.
+//!
+//! This is the only crate the services share. It knows nothing about how services store
+//! anything: no disk, no key-value engine, no erasure coding.
+
+pub mod error;
+pub mod frame;
+pub mod msg;
+pub mod rpc;
+pub mod types;
+
+pub use error::{ErrorCode, WireError};
+pub use msg::*;
+pub use rpc::{Connection, Handler, Peer, RpcError};
+pub use types::*;
+
+/// The protocol version this build speaks (highest).
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this build still speaks.
+pub const PROTOCOL_VERSION_MIN: u16 = 1;

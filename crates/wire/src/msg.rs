@@ -1,0 +1,166 @@
+//! Request and response messages of the metadata and storage services.
+//!
+//! Each message travels as the postcard-encoded body of a frame; bulk data (shard bytes) travels
+//! beside it as the frame's raw data section so it is never re-encoded.
+
+use crate::error::WireError;
+use crate::types::*;
+use serde::{Deserialize, Serialize};
+
+/// Which service a connection talks to; sent in the handshake so a client that dialled the
+/// wrong port gets a clear error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Service {
+    Meta,
+    Storage,
+}
+
+/// The first frame on every connection, in both directions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 4],
+    pub version_min: u16,
+    pub version_max: u16,
+    pub service: Service,
+    /// The cluster's identity; empty in a client's hello. A server answers with its own so a
+    /// client never mixes two clusters.
+    pub cluster: String,
+}
+
+/// A call to the metadata service. Mutations carry a request id; the service records the
+/// answer under it in the same transaction, so a retried request returns the first answer
+/// instead of being applied twice. `request_id == 0` means "not idempotent-tracked"
+/// (read-only operations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaCall {
+    pub request_id: u128,
+    pub op: MetaOp,
+}
+
+/// How `Rename` treats an existing destination.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenameMode {
+    /// Replace the destination (POSIX rename).
+    #[default]
+    Replace,
+    /// Fail with `Exists` if the destination exists (RENAME_NOREPLACE).
+    NoReplace,
+    /// Swap source and destination atomically (RENAME_EXCHANGE).
+    Exchange,
+}
+
+/// How `SetXattr` treats an existing attribute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrMode {
+    #[default]
+    Upsert,
+    /// XATTR_CREATE: fail if it exists.
+    Create,
+    /// XATTR_REPLACE: fail if it does not exist.
+    Replace,
+}
+
+/// Metadata operations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaOp {
+    Lookup { parent: Ino, name: String },
+    /// Resolves a slash-separated path from the root, following no symlinks.
+    Resolve { path: String },
+    GetAttr { ino: Ino },
+    SetAttr { ino: Ino, set: SetAttr },
+    /// Creates a regular file. With `exclusive == false` an existing file is returned instead.
+    Create { parent: Ino, name: String, mode: u32, uid: u32, gid: u32, exclusive: bool },
+    Mkdir { parent: Ino, name: String, mode: u32, uid: u32, gid: u32 },
+    Mknod { parent: Ino, name: String, kind: FileKind, mode: u32, rdev: u32, uid: u32, gid: u32 },
+    Symlink { parent: Ino, name: String, target: String, uid: u32, gid: u32 },
+    ReadLink { ino: Ino },
+    Link { ino: Ino, new_parent: Ino, new_name: String },
+    Unlink { parent: Ino, name: String },
+    Rmdir { parent: Ino, name: String },
+    Rename { parent: Ino, name: String, new_parent: Ino, new_name: String, mode: RenameMode },
+    /// Lists entries with names strictly after `after` (empty: from the start), at most `limit`.
+    ReadDir { ino: Ino, after: String, limit: u32 },
+    SetXattr { ino: Ino, name: String, value: Vec<u8>, mode: XattrMode },
+    GetXattr { ino: Ino, name: String },
+    ListXattr { ino: Ino },
+    RemoveXattr { ino: Ino, name: String },
+    StatFs,
+    /// Sets the erasure scheme and chunk size that new files under a directory inherit.
+    SetLayout { ino: Ino, ec: EcScheme, chunk_bytes: u32 },
+    /// Returns the records of chunks `first .. first + count` that exist, and the file's
+    /// attributes.
+    GetChunks { ino: Ino, first: u64, count: u64 },
+    /// Reserves `count` fresh chunk ids and their placements for writing chunks of `ino`.
+    AllocChunks { ino: Ino, count: u32 },
+    /// Publishes written chunks (copy-on-write: replaced chunks are queued for deletion) and
+    /// sets the file size to at least `size` (exactly `size` if `set_size`).
+    CommitChunks { ino: Ino, chunks: Vec<ChunkRecord>, size: u64, set_size: bool, mtime: Timestamp },
+    /// Returns a placement map version.
+    GetMap { version: u32 },
+    /// Storage node registration: returns its node id (stable across restarts by uuid).
+    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo> },
+    Heartbeat { node: NodeId, drives: Vec<DriveInfo> },
+    /// Cluster status; `scan_chunks` also counts degraded chunks (walks all chunk records).
+    Status { scan_chunks: bool },
+}
+
+/// Answers of the metadata service, one variant per kind of result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaReply {
+    Ok,
+    Attr(Attr),
+    Entries { entries: Vec<DirEntry>, more: bool },
+    Target(String),
+    Value(Vec<u8>),
+    Names(Vec<String>),
+    StatFs(StatFs),
+    Chunks { attr: Attr, chunks: Vec<ChunkRecord> },
+    Alloc { chunks: Vec<(ChunkId, Placement)>, map: PlacementMap },
+    Map(PlacementMap),
+    Node { id: NodeId, map_version: u32 },
+    Heartbeat { map_version: u32 },
+    Status(ClusterStatus),
+}
+
+/// What the metadata service sends back for a [`MetaCall`].
+pub type MetaResult = Result<MetaReply, WireError>;
+
+/// Shard header fields sent with `PutShard` and returned with `GetShard`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub key: ShardKey,
+    pub ec: EcScheme,
+    /// Length of the shard's data in bytes.
+    pub len: u32,
+    /// crc32c of each [`SHARD_BLOCK_BYTES`] block of the shard data.
+    pub block_crcs: Vec<u32>,
+}
+
+/// Storage service operations. Shard data travels in the frame's data section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StorageOp {
+    /// Stores a shard durably (data section: the shard bytes). Overwriting an existing shard
+    /// with different content is refused: chunks are copy-on-write.
+    PutShard { info: ShardInfo },
+    /// Reads `len` bytes at `offset` of a shard; returns whole blocks covering that range
+    /// (the reply says where they start) so the client can verify them.
+    GetShard { key: ShardKey, offset: u32, len: u32 },
+    DeleteShards { keys: Vec<ShardKey> },
+    /// Lists shard keys greater than `after`, at most `limit`.
+    ListShards { after: Option<ShardKey>, limit: u32 },
+    Stat,
+}
+
+/// Answers of the storage service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StorageReply {
+    Ok,
+    /// Data section: the shard bytes from `offset` (block-aligned) on.
+    Shard { info: ShardInfo, offset: u32 },
+    Deleted { count: u32 },
+    Keys(Vec<ShardKey>),
+    Stat { node: NodeId, drives: Vec<DriveInfo> },
+}
+
+/// What the storage service sends back for a [`StorageOp`].
+pub type StorageResult = Result<StorageReply, WireError>;

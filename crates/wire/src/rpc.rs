@@ -1,0 +1,418 @@
+//! The RPC transport: many requests in flight on one TCP connection, matched by request id.
+//!
+//! A connection starts with a hello exchange (service, protocol version range, cluster name).
+//! Afterwards the client sends request frames and the server answers each with a response frame
+//! carrying the same id, in any order. Response bodies are `Result<Reply, WireError>` encoded
+//! with postcard, so every remote failure arrives as a stable [`crate::ErrorCode`].
+
+use crate::error::WireError;
+use crate::frame::{self, Frame, FrameKind};
+use crate::msg::{Hello, Service};
+use crate::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Requests one connection may have in flight at a server before it stops reading more.
+pub const INFLIGHT_PER_CONNECTION_MAX: usize = 512;
+/// How long connecting and the hello exchange may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of a remote call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RpcError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("connection to {addr} lost: {reason}")]
+    Closed { addr: String, reason: String },
+    #[error("protocol error with {addr}: {reason}")]
+    Protocol { addr: String, reason: String },
+    #[error("{addr} speaks Trove protocol versions {min}..={max}; this build speaks {PROTOCOL_VERSION_MIN}..={PROTOCOL_VERSION}")]
+    Version { addr: String, min: u16, max: u16 },
+    #[error("{addr} did not answer within {timeout_ms} ms")]
+    Timeout { addr: String, timeout_ms: u64 },
+    #[error("{0}")]
+    Remote(WireError),
+}
+
+impl RpcError {
+    /// Whether the call failed because the peer could not be reached (as opposed to the peer
+    /// answering with an error).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, RpcError::Connect { .. } | RpcError::Closed { .. } | RpcError::Timeout { .. })
+    }
+}
+
+type Pending = Mutex<Option<HashMap<u64, oneshot::Sender<Result<Frame, RpcError>>>>>;
+
+struct OutFrame {
+    head_and_body: Vec<u8>,
+    data: Bytes,
+}
+
+struct ConnInner {
+    addr: String,
+    tx: mpsc::Sender<OutFrame>,
+    /// `None` once the connection is dead: new calls fail at once.
+    pending: Pending,
+    next_id: AtomicU64,
+    dead: AtomicBool,
+    version: u16,
+}
+
+/// A client connection to one service. Cheap to clone; all clones share the socket.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<ConnInner>,
+}
+
+fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
+    // Encoding into a Vec only fails for types postcard cannot represent, which is a bug.
+    postcard::to_allocvec(value).expect("message types are postcard-encodable")
+}
+
+fn hello(service: Service, cluster: &str) -> Hello {
+    Hello {
+        magic: *b"TROV",
+        version_min: PROTOCOL_VERSION_MIN,
+        version_max: PROTOCOL_VERSION,
+        service,
+        cluster: cluster.to_string(),
+    }
+}
+
+impl Connection {
+    /// Connects to `addr`, checks it is the expected service and speaks a compatible version.
+    /// Returns the server's hello (which names its cluster).
+    pub async fn connect(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
+        let fut = Self::connect_inner(addr, service);
+        match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(RpcError::Connect { addr: addr.into(), reason: "timed out".into() }),
+        }
+    }
+
+    async fn connect_inner(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
+        let connect_err = |reason: String| RpcError::Connect { addr: addr.into(), reason };
+        let stream = TcpStream::connect(addr).await.map_err(|e| connect_err(e.to_string()))?;
+        stream.set_nodelay(true).ok();
+        let (mut rd, wr) = stream.into_split();
+        let mut wr = BufWriter::with_capacity(256 << 10, wr);
+        let ours = hello(service, "");
+        let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
+        wr.write_all(&bytes).await.map_err(|e| connect_err(e.to_string()))?;
+        wr.flush().await.map_err(|e| connect_err(e.to_string()))?;
+        let frame = match frame::read_frame(&mut rd).await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(connect_err("closed during handshake".into())),
+            Err(e) => return Err(RpcError::Protocol { addr: addr.into(), reason: e.to_string() }),
+        };
+        if frame.header.kind != FrameKind::Hello {
+            return Err(RpcError::Protocol { addr: addr.into(), reason: "expected a hello frame".into() });
+        }
+        let theirs: Hello = postcard::from_bytes(&frame.body)
+            .map_err(|e| RpcError::Protocol { addr: addr.into(), reason: format!("bad hello: {e}") })?;
+        if theirs.service != service {
+            return Err(RpcError::Protocol {
+                addr: addr.into(),
+                reason: format!("expected the {service:?} service, found {:?}", theirs.service),
+            });
+        }
+        let version = PROTOCOL_VERSION.min(theirs.version_max);
+        if version < theirs.version_min || version < PROTOCOL_VERSION_MIN {
+            return Err(RpcError::Version { addr: addr.into(), min: theirs.version_min, max: theirs.version_max });
+        }
+        let (tx, rx) = mpsc::channel::<OutFrame>(1024);
+        let inner = Arc::new(ConnInner {
+            addr: addr.to_string(),
+            tx,
+            pending: Mutex::new(Some(HashMap::new())),
+            next_id: AtomicU64::new(1),
+            dead: AtomicBool::new(false),
+            version,
+        });
+        tokio::spawn(write_loop(wr, rx, Arc::downgrade(&inner)));
+        let reader_inner = inner.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                match frame::read_frame(&mut rd).await {
+                    Ok(Some(f)) => {
+                        let waiter = reader_inner.pending.lock().as_mut().and_then(|p| p.remove(&f.header.request_id));
+                        if let Some(w) = waiter {
+                            let _ = w.send(Ok(f));
+                        }
+                    }
+                    Ok(None) => break "closed by peer".to_string(),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            reader_inner.fail_all(&reason);
+        });
+        Ok((Connection { inner }, theirs))
+    }
+
+    /// The address this connection was made to.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// Whether the connection has failed; a dead connection fails every call.
+    pub fn is_dead(&self) -> bool {
+        self.inner.dead.load(Ordering::Acquire)
+    }
+
+    /// Sends a request with an optional data section and waits for the reply.
+    pub async fn call<Req, Resp>(&self, req: &Req, data: Bytes, timeout: Duration) -> Result<(Resp, Bytes), RpcError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let inner = &self.inner;
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = encode_body(req);
+        if data.len() > frame::DATA_BYTES_MAX as usize {
+            return Err(RpcError::Remote(WireError::new(
+                crate::ErrorCode::TooLarge,
+                format!("request data of {} bytes exceeds the limit of {}", data.len(), frame::DATA_BYTES_MAX),
+            )));
+        }
+        let head_and_body = frame::encode(inner.version, FrameKind::Request, id, &body, data.len());
+        let (wtx, wrx) = oneshot::channel();
+        {
+            let mut pending = inner.pending.lock();
+            match pending.as_mut() {
+                Some(p) => p.insert(id, wtx),
+                None => return Err(RpcError::Closed { addr: inner.addr.clone(), reason: "connection failed earlier".into() }),
+            };
+        }
+        let closed = || RpcError::Closed { addr: inner.addr.clone(), reason: "connection closed".into() };
+        if inner.tx.send(OutFrame { head_and_body, data }).await.is_err() {
+            inner.forget(id);
+            return Err(closed());
+        }
+        let frame = match tokio::time::timeout(timeout, wrx).await {
+            Ok(Ok(Ok(f))) => f,
+            Ok(Ok(Err(e))) => return Err(e),
+            Ok(Err(_)) => return Err(closed()),
+            Err(_) => {
+                inner.forget(id);
+                return Err(RpcError::Timeout { addr: inner.addr.clone(), timeout_ms: timeout.as_millis() as u64 });
+            }
+        };
+        let result: Result<Resp, WireError> = postcard::from_bytes(&frame.body).map_err(|e| RpcError::Protocol {
+            addr: inner.addr.clone(),
+            reason: format!("undecodable reply: {e}"),
+        })?;
+        match result {
+            Ok(resp) => Ok((resp, frame.data)),
+            Err(e) => Err(RpcError::Remote(e)),
+        }
+    }
+}
+
+impl ConnInner {
+    fn fail_all(&self, reason: &str) {
+        self.dead.store(true, Ordering::Release);
+        let waiters = self.pending.lock().take();
+        for (_, w) in waiters.into_iter().flatten() {
+            let _ = w.send(Err(RpcError::Closed { addr: self.addr.clone(), reason: reason.to_string() }));
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Some(p) = self.pending.lock().as_mut() {
+            p.remove(&id);
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    mut rx: mpsc::Receiver<OutFrame>,
+    owner: std::sync::Weak<ConnInner>,
+) {
+    let result: std::io::Result<()> = async {
+        while let Some(out) = rx.recv().await {
+            write_out(&mut wr, out).await?;
+            while let Ok(out) = rx.try_recv() {
+                write_out(&mut wr, out).await?;
+            }
+            wr.flush().await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let (Err(e), Some(inner)) = (result, owner.upgrade()) {
+        inner.fail_all(&e.to_string());
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(wr: &mut BufWriter<W>, out: OutFrame) -> std::io::Result<()> {
+    wr.write_all(&out.head_and_body).await?;
+    if !out.data.is_empty() {
+        wr.write_all(&out.data).await?;
+    }
+    Ok(())
+}
+
+/// A lazily (re)connecting handle to one peer: connects on first use and after the connection
+/// dies. It does not retry calls itself: whether a call may be retried is the caller's choice.
+pub struct Peer {
+    addr: String,
+    service: Service,
+    conn: tokio::sync::Mutex<Option<Connection>>,
+}
+
+impl Peer {
+    pub fn new(addr: impl Into<String>, service: Service) -> Peer {
+        Peer { addr: addr.into(), service, conn: tokio::sync::Mutex::new(None) }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Returns a live connection, connecting if needed.
+    pub async fn connection(&self) -> Result<Connection, RpcError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if !c.is_dead() {
+                return Ok(c.clone());
+            }
+        }
+        let (c, _) = Connection::connect(&self.addr, self.service).await?;
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Calls the peer over its (re)established connection.
+    pub async fn call<Req, Resp>(&self, req: &Req, data: Bytes, timeout: Duration) -> Result<(Resp, Bytes), RpcError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let conn = self.connection().await?;
+        conn.call(req, data, timeout).await
+    }
+}
+
+/// A service that answers requests. The transport decodes requests and encodes replies.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    type Req: DeserializeOwned + Send + 'static;
+    type Reply: Serialize + Send + 'static;
+
+    /// Answers one request. `data` is the request's data section; the returned bytes become
+    /// the reply's data section.
+    async fn handle(&self, req: Self::Req, data: Bytes) -> (Result<Self::Reply, WireError>, Bytes);
+}
+
+/// Serves `handler` on every connection accepted from `listener`, forever.
+pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: Service, cluster: String) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let handler = handler.clone();
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(stream, handler, service, &cluster).await {
+                tracing::debug!("connection from {peer} ended: {e}");
+            }
+        });
+    }
+}
+
+async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, service: Service, cluster: &str) -> Result<(), String> {
+    stream.set_nodelay(true).ok();
+    let (mut rd, wr) = stream.into_split();
+    let mut wr = BufWriter::with_capacity(256 << 10, wr);
+    let first = match frame::read_frame(&mut rd).await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    if first.header.kind != FrameKind::Hello {
+        return Err("first frame is not a hello".into());
+    }
+    let theirs: Hello = postcard::from_bytes(&first.body).map_err(|e| format!("bad hello: {e}"))?;
+    // Always answer with our hello so the peer can explain a mismatch to its user.
+    let ours = hello(service, cluster);
+    let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
+    wr.write_all(&bytes).await.map_err(|e| e.to_string())?;
+    wr.flush().await.map_err(|e| e.to_string())?;
+    let version = PROTOCOL_VERSION.min(theirs.version_max);
+    if version < theirs.version_min || theirs.service != service {
+        return Err(format!(
+            "refused peer: wants {:?} versions {}..={}",
+            theirs.service, theirs.version_min, theirs.version_max
+        ));
+    }
+    let (tx, rx) = mpsc::channel::<OutFrame>(1024);
+    let writer = tokio::spawn(async move {
+        let mut rx = rx;
+        let r: std::io::Result<()> = async {
+            while let Some(out) = rx.recv().await {
+                write_out(&mut wr, out).await?;
+                while let Ok(out) = rx.try_recv() {
+                    write_out(&mut wr, out).await?;
+                }
+                wr.flush().await?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = wr.shutdown().await;
+        r
+    });
+    let limit = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
+    let result = loop {
+        let frame = match frame::read_frame(&mut rd).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e.to_string()),
+        };
+        if frame.header.kind != FrameKind::Request {
+            break Err(format!("unexpected {:?} frame", frame.header.kind));
+        }
+        let permit = match limit.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => break Ok(()),
+        };
+        let handler = handler.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let id = frame.header.request_id;
+            let (result, data) = match postcard::from_bytes::<H::Req>(&frame.body) {
+                Ok(req) => handler.handle(req, frame.data).await,
+                Err(e) => (
+                    Err(WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}"))),
+                    Bytes::new(),
+                ),
+            };
+            let body = encode_body(&result);
+            let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
+            let _ = tx.send(OutFrame { head_and_body, data }).await;
+            drop(permit);
+        });
+    };
+    drop(tx);
+    let _ = writer.await;
+    result
+}

@@ -1,0 +1,298 @@
+//! Domain types shared by every Trove process: identifiers, attributes, layouts, placement.
+//!
+//! These types cross the network (encoded with postcard inside frames) and are stored in the
+//! metadata engine, so changing a field is a format change: add new fields only at the end of a
+//! struct and bump [`crate::PROTOCOL_VERSION`].
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An inode number. [`ROOT_INO`] is the root directory.
+pub type Ino = u64;
+/// The root directory's inode number (as in FUSE).
+pub const ROOT_INO: Ino = 1;
+/// A storage node's identifier, assigned by the metadata service at first registration.
+pub type NodeId = u32;
+/// A chunk's identifier. Every write of a chunk gets a fresh id (copy-on-write), so a shard's
+/// content never changes once written.
+pub type ChunkId = u64;
+
+/// Longest file name component, as in Linux.
+pub const NAME_BYTES_MAX: usize = 255;
+/// Longest symlink target.
+pub const SYMLINK_BYTES_MAX: usize = 4095;
+/// Largest extended attribute value.
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Default chunk size: a file is cut into chunks of this many bytes.
+pub const CHUNK_BYTES_DEFAULT: u32 = 4 << 20;
+/// Shards are checksummed in blocks of this many bytes so ranged reads can be verified.
+pub const SHARD_BLOCK_BYTES: u32 = 64 << 10;
+/// Most shards a chunk can have (data + parity).
+pub const SHARDS_MAX: usize = 32;
+
+/// An erasure-coding scheme: `k` data shards plus `m` parity shards. `k = 1` is replication
+/// with `m` extra copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EcScheme {
+    pub k: u8,
+    pub m: u8,
+}
+
+impl EcScheme {
+    /// The default scheme: 4 data + 2 parity.
+    pub const DEFAULT: EcScheme = EcScheme { k: 4, m: 2 };
+
+    /// Total shards per chunk.
+    pub fn width(self) -> usize {
+        usize::from(self.k) + usize::from(self.m)
+    }
+
+    /// Checks the scheme is one Trove supports.
+    pub fn validate(self) -> Result<(), String> {
+        if self.k == 0 {
+            return Err("erasure coding needs at least 1 data shard".into());
+        }
+        if self.width() > SHARDS_MAX {
+            return Err(format!("{self} has {} shards; at most {SHARDS_MAX} are supported", self.width()));
+        }
+        Ok(())
+    }
+
+    /// The size of each shard for a chunk holding `len` bytes: `len / k` rounded up to an even
+    /// number of bytes (the Reed-Solomon codec works on 2-byte symbols), at least 2.
+    pub fn shard_len(self, len: u32) -> u32 {
+        let per = len.div_ceil(u32::from(self.k)).max(2);
+        per + (per & 1)
+    }
+}
+
+impl fmt::Display for EcScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}+{}", self.k, self.m)
+    }
+}
+
+impl std::str::FromStr for EcScheme {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, m) = s.split_once('+').ok_or_else(|| format!("erasure scheme {s:?} is not of the form K+M (e.g. 4+2)"))?;
+        let k: u8 = k.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {k:?} is not a number"))?;
+        let m: u8 = m.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {m:?} is not a number"))?;
+        let ec = EcScheme { k, m };
+        ec.validate()?;
+        Ok(ec)
+    }
+}
+
+/// What an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// A point in time: seconds and nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    /// The current wall-clock time.
+    pub fn now() -> Timestamp {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    }
+}
+
+/// The attributes of an inode, as `stat` shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits (07777), without the file type bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub rdev: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+    /// Bumped by every change to the file's data; clients use it for close-to-open cache
+    /// validation.
+    pub data_version: u64,
+    /// The erasure scheme of the file's chunks; for a directory, the scheme new files inherit.
+    pub ec: EcScheme,
+    /// Chunk size in bytes of the file (for a directory: inherited by new files).
+    pub chunk_bytes: u32,
+}
+
+impl Attr {
+    /// Bytes the file occupies on storage, rounded like `st_blocks` wants (512-byte units).
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(512)
+    }
+}
+
+/// Which attributes a `SetAttr` changes. `None` leaves the attribute as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncates or extends the file.
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+    pub ctime: Option<Timestamp>,
+}
+
+/// One directory entry as returned by `ReadDir` (with the child's attributes, like READDIRPLUS).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub attr: Attr,
+}
+
+/// File system capacity as `statfs` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatFs {
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub inodes_used: u64,
+    pub block_bytes: u32,
+    pub name_bytes_max: u32,
+}
+
+/// Where a chunk's shards live: shard `i` is on `pg_nodes[i]` of placement group `pg` in map
+/// version `map_version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub map_version: u32,
+    pub pg: u32,
+}
+
+/// The metadata record of one chunk of a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRecord {
+    /// Position of the chunk in the file: bytes `index * chunk_bytes ..`.
+    pub index: u64,
+    pub id: ChunkId,
+    /// Valid bytes in this chunk; bytes past `len` (up to the file size) read as zeros.
+    pub len: u32,
+    pub ec: EcScheme,
+    /// Bytes per shard.
+    pub shard_len: u32,
+    pub placement: Placement,
+    /// For each shard, the crc32c of its block checksum table: ties every stored block to what
+    /// the writer computed (end-to-end).
+    pub table_crcs: Vec<u32>,
+    /// Bit `i` set: shard `i` was not written (its node was down); the chunk is degraded.
+    pub missing: u64,
+}
+
+/// The key of a shard on a storage node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ShardKey {
+    pub chunk: ChunkId,
+    pub index: u8,
+}
+
+impl fmt::Display for ShardKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chunk {:016x} shard {}", self.chunk, self.index)
+    }
+}
+
+/// The lifecycle state of a storage node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Heartbeating and serving.
+    Up,
+    /// Missed heartbeats; its shards are unavailable.
+    Down,
+    /// Data is being moved off it; it still serves reads.
+    Draining,
+    /// Removed from placement.
+    Out,
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeState::Up => "up",
+            NodeState::Down => "down",
+            NodeState::Draining => "draining",
+            NodeState::Out => "out",
+        })
+    }
+}
+
+/// Capacity and health of one drive of a storage node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveInfo {
+    pub path: String,
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub shards: u64,
+    /// Empty when healthy; otherwise what is wrong (e.g. "read-only file system").
+    pub error: String,
+}
+
+/// A storage node as the cluster manager knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    /// Random identity kept on the node's first drive, so a restarted node gets its id back.
+    pub uuid: u128,
+    /// Address clients connect to ("127.0.0.1:7101").
+    pub addr: String,
+    pub state: NodeState,
+    pub drives: Vec<DriveInfo>,
+    /// Milliseconds since the last heartbeat (as seen by the metadata service answering).
+    pub heartbeat_age_ms: u64,
+}
+
+/// A version of the placement map: for each placement group, the ordered list of nodes holding
+/// shard 0, 1, 2, ... of the chunks in that group. Versions are immutable once published.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementMap {
+    pub version: u32,
+    /// `pgs[pg]` lists every node of the map in the group's order; a chunk of width `w` uses
+    /// the first `w`.
+    pub pgs: Vec<Vec<NodeId>>,
+}
+
+impl PlacementMap {
+    /// The node holding shard `index` of a chunk in placement group `pg`.
+    pub fn node_for(&self, pg: u32, index: usize) -> Option<NodeId> {
+        self.pgs.get(pg as usize)?.get(index).copied()
+    }
+}
+
+/// Cluster-wide status for `trove status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub nodes: Vec<NodeInfo>,
+    pub map_version: u32,
+    pub default_ec: EcScheme,
+    pub chunk_bytes: u32,
+    pub files: u64,
+    pub chunks: u64,
+    /// Chunks with at least one shard missing or on a node that is not up.
+    pub chunks_degraded: u64,
+    /// Chunks with more than `m` shards unavailable: unreadable until nodes return.
+    pub chunks_unavailable: u64,
+    /// Schemes in use and how many chunks each has.
+    pub ec_schemes: Vec<(EcScheme, u64)>,
+    pub engine: String,
+}
