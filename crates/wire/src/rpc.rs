@@ -142,12 +142,16 @@ impl Connection {
             version,
         });
         tokio::spawn(write_loop(wr, rx, Arc::downgrade(&inner)));
-        let reader_inner = inner.clone();
+        // The reader holds only a weak reference: when the last `Connection` clone is dropped,
+        // the inner state goes, the writer's channel closes, the socket is shut down and the
+        // reader then sees the end of the stream.
+        let reader_inner = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let reason = loop {
                 match frame::read_frame(&mut rd).await {
                     Ok(Some(f)) => {
-                        let waiter = reader_inner.pending.lock().as_mut().and_then(|p| p.remove(&f.header.request_id));
+                        let Some(inner) = reader_inner.upgrade() else { return };
+                        let waiter = inner.pending.lock().as_mut().and_then(|p| p.remove(&f.header.request_id));
                         if let Some(w) = waiter {
                             let _ = w.send(Ok(f));
                         }
@@ -156,7 +160,9 @@ impl Connection {
                     Err(e) => break e.to_string(),
                 }
             };
-            reader_inner.fail_all(&reason);
+            if let Some(inner) = reader_inner.upgrade() {
+                inner.fail_all(&reason);
+            }
         });
         Ok((Connection { inner }, theirs))
     }

@@ -1,0 +1,317 @@
+//! The storage service: answers `StorageOp` requests from the shard store, and keeps the node
+//! a member of the cluster (registration and heartbeats to the metadata service).
+//!
+//! The store's file I/O blocks, so every request runs it on tokio's blocking pool, bounded by a
+//! semaphore so a burst of requests queues here instead of starting hundreds of threads that
+//! all fight over the same disks. Shard bytes move as `Bytes` from the request frame to the
+//! file and from the file into the reply frame without further copies.
+
+use crate::store::ShardStore;
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use wire::{
+    werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
+    Service, StorageOp, StorageReply, WireError,
+};
+
+/// Blocking store operations allowed at once per drive; more wait for a permit. Enough to keep
+/// an NVMe queue busy, few enough not to thrash a spinning disk with seeks.
+pub const BLOCKING_OPS_PER_DRIVE_MAX: usize = 16;
+/// How long one call to the metadata service may take before it counts as failed.
+pub const META_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// First and longest wait between registration attempts (doubling, with jitter).
+const REGISTER_BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Answers storage requests for one node. Shared by every connection.
+pub struct StorageService {
+    /// `None` after [`StorageService::shutdown`]: connections may outlive the server (a client
+    /// that never hangs up), and must not keep the drives open and locked.
+    store: RwLock<Option<Arc<ShardStore>>>,
+    /// The node id the metadata service assigned; 0 until registered.
+    node: AtomicU32,
+    blocking: Semaphore,
+    permits: u32,
+}
+
+impl StorageService {
+    pub fn new(store: Arc<ShardStore>) -> StorageService {
+        let permits = BLOCKING_OPS_PER_DRIVE_MAX * store.drive_paths().len().max(1);
+        let permits = u32::try_from(permits).unwrap_or(u32::MAX >> 3);
+        StorageService {
+            store: RwLock::new(Some(store)),
+            node: AtomicU32::new(0),
+            blocking: Semaphore::new(permits as usize),
+            permits,
+        }
+    }
+
+    /// The store, unless the service has shut down.
+    pub fn store(&self) -> Option<Arc<ShardStore>> {
+        self.store.read().clone()
+    }
+
+    fn live_store(&self) -> Result<Arc<ShardStore>, WireError> {
+        self.store()
+            .ok_or_else(|| werr!(Unavailable, "the storage service is shutting down"))
+    }
+
+    /// Stops answering: waits for running operations to finish, then releases the store (and
+    /// with it the drive locks, once no one else holds it). Later requests get `Unavailable`.
+    pub async fn shutdown(&self) {
+        if let Ok(all) = self.blocking.acquire_many(self.permits).await {
+            self.blocking.close();
+            drop(all);
+        }
+        self.store.write().take();
+    }
+
+    /// The node id reported in `Stat` (0 until the node has registered).
+    pub fn node_id(&self) -> NodeId {
+        self.node.load(Ordering::Relaxed)
+    }
+
+    pub fn set_node_id(&self, id: NodeId) {
+        self.node.store(id, Ordering::Relaxed);
+    }
+
+    /// Runs a blocking store operation on the blocking pool.
+    async fn run_blocking<T, F>(&self, f: F) -> Result<T, WireError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
+    {
+        let _permit = self
+            .blocking
+            .acquire()
+            .await
+            .map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
+        let store = self.live_store()?;
+        match tokio::task::spawn_blocking(move || f(&store)).await {
+            Ok(r) => r,
+            Err(e) => Err(werr!(Internal, "storage operation failed: {e}")),
+        }
+    }
+
+    /// Capacity and health of the drives, for `Stat`, registration and heartbeats.
+    pub async fn drive_info(&self) -> Vec<DriveInfo> {
+        self.run_blocking(|s| Ok(s.stat()))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Handler for StorageService {
+    type Req = StorageOp;
+    type Reply = StorageReply;
+
+    async fn handle(
+        &self,
+        req: StorageOp,
+        data: Bytes,
+    ) -> (Result<StorageReply, WireError>, Bytes) {
+        match req {
+            StorageOp::PutShard { info } => {
+                let r = self.run_blocking(move |s| s.put(&info, &data)).await;
+                (r.map(|()| StorageReply::Ok), Bytes::new())
+            }
+            StorageOp::GetShard { key, offset, len } => {
+                match self.run_blocking(move |s| s.get(key, offset, len)).await {
+                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            StorageOp::DeleteShards { keys } => {
+                let r = self.run_blocking(move |s| s.delete(&keys)).await;
+                (r.map(|count| StorageReply::Deleted { count }), Bytes::new())
+            }
+            StorageOp::ListShards { after, limit } => {
+                // An in-memory index walk: cheap enough to answer inline.
+                (
+                    self.live_store()
+                        .map(|s| StorageReply::Keys(s.list(after, limit))),
+                    Bytes::new(),
+                )
+            }
+            StorageOp::Stat => {
+                let drives = self.drive_info().await;
+                (
+                    Ok(StorageReply::Stat {
+                        node: self.node_id(),
+                        drives,
+                    }),
+                    Bytes::new(),
+                )
+            }
+        }
+    }
+}
+
+/// Serves the storage protocol on `listener` until the task is dropped. This is what `run`
+/// uses; tests call it directly to run a node in-process without a metadata service.
+pub async fn serve_on(listener: TcpListener, service: Arc<StorageService>, cluster: String) {
+    wire::rpc::serve(listener, service, Service::Storage, cluster).await
+}
+
+/// A random id for an idempotent metadata call (0 means "untracked", so never 0).
+fn request_id() -> u128 {
+    loop {
+        let id: u128 = rand::random();
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// A lazily (re)connecting link to the metadata service, like `wire::Peer`, that also checks
+/// the cluster name in the service's hello: a node registering with another cluster's metadata
+/// service would be handed that cluster's shards. (`Peer` does not expose the hello.) A link
+/// to the wrong cluster is kept, not redialled, so a misconfigured node does not pile up
+/// connections while it retries.
+struct MetaLink {
+    addr: String,
+    cluster: String,
+    /// The live connection and the cluster its server named.
+    conn: Option<(Connection, String)>,
+}
+
+impl MetaLink {
+    fn new(addr: String, cluster: String) -> MetaLink {
+        MetaLink {
+            addr,
+            cluster,
+            conn: None,
+        }
+    }
+
+    async fn call(&mut self, call: &MetaCall) -> Result<MetaReply, RpcError> {
+        let (conn, theirs) = match &self.conn {
+            Some((c, theirs)) if !c.is_dead() => (c.clone(), theirs.clone()),
+            _ => {
+                let (c, hello) = Connection::connect(&self.addr, Service::Meta).await?;
+                self.conn = Some((c.clone(), hello.cluster.clone()));
+                (c, hello.cluster)
+            }
+        };
+        if !theirs.is_empty() && theirs != self.cluster {
+            return Err(RpcError::Protocol {
+                addr: self.addr.clone(),
+                reason: format!(
+                    "the metadata service belongs to cluster {theirs:?}; this node is configured for {:?}",
+                    self.cluster
+                ),
+            });
+        }
+        conn.call::<MetaCall, MetaReply>(call, Bytes::new(), META_CALL_TIMEOUT)
+            .await
+            .map(|(r, _)| r)
+    }
+}
+
+/// Registers with the metadata service, retrying with backoff until it answers with a node id.
+async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, addr: &str) -> NodeId {
+    // One id for every retry of this registration: if an earlier attempt was applied but its
+    // answer lost, the service returns that answer instead of applying it again.
+    let id = request_id();
+    let mut backoff = REGISTER_BACKOFF_FIRST;
+    let mut attempts = 0u32;
+    let mut last_warn: Option<std::time::Instant> = None;
+    loop {
+        attempts += 1;
+        let drives = service.drive_info().await;
+        let call = MetaCall {
+            request_id: id,
+            op: MetaOp::RegisterNode {
+                uuid,
+                addr: addr.to_string(),
+                drives,
+            },
+        };
+        let error = match link.call(&call).await {
+            Ok(MetaReply::Node { id, map_version }) => {
+                tracing::info!(
+                    "registered with {} as node {id} (placement map version {map_version})",
+                    link.addr
+                );
+                return id;
+            }
+            Ok(other) => format!("unexpected answer {other:?}"),
+            Err(e) => e.to_string(),
+        };
+        // Loud at first, then once a minute: a node started before its metadata service is
+        // normal and should not flood the log.
+        if attempts <= 3 || last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_warn = Some(std::time::Instant::now());
+            tracing::warn!(
+                "cannot register with the metadata service at {} (attempt {attempts}): {error}",
+                link.addr
+            );
+        }
+        let jitter =
+            Duration::from_millis(rand::random::<u64>() % (backoff.as_millis() as u64 / 2 + 1));
+        tokio::time::sleep(backoff + jitter).await;
+        backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
+    }
+}
+
+/// What the membership loop needs to know about this node.
+pub(crate) struct Membership {
+    pub meta: String,
+    pub cluster: String,
+    pub uuid: u128,
+    pub addr: String,
+    pub heartbeat: Duration,
+}
+
+/// Registers, then heartbeats forever; re-registers when the metadata service no longer knows
+/// the node. Keeps going while the metadata service is unreachable.
+pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
+    let mut link = MetaLink::new(m.meta.clone(), m.cluster.clone());
+    loop {
+        let node = register(&mut link, &service, m.uuid, &m.addr).await;
+        service.set_node_id(node);
+        let mut ticker = tokio::time::interval(m.heartbeat);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing_since: Option<std::time::Instant> = None;
+        loop {
+            ticker.tick().await;
+            let drives = service.drive_info().await;
+            // Heartbeats are idempotent and frequent, so they are not tracked (request id 0).
+            let call = MetaCall {
+                request_id: 0,
+                op: MetaOp::Heartbeat { node, drives },
+            };
+            match link.call(&call).await {
+                Ok(MetaReply::Heartbeat { .. }) => {
+                    if let Some(t) = failing_since.take() {
+                        tracing::info!(
+                            "metadata service at {} answers heartbeats again after {:?}",
+                            m.meta,
+                            t.elapsed()
+                        );
+                    }
+                }
+                Ok(other) => {
+                    tracing::warn!("unexpected heartbeat answer from {}: {other:?}", m.meta)
+                }
+                Err(RpcError::Remote(e)) if e.code == ErrorCode::NotMember => {
+                    tracing::warn!("metadata service says node {node} is not a member ({e}); registering again");
+                    break;
+                }
+                Err(e) => {
+                    if failing_since.is_none() {
+                        tracing::warn!("heartbeat to {} failed: {e}; will keep trying", m.meta);
+                        failing_since = Some(std::time::Instant::now());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,873 @@
+//! The shard store: owns the drive directories of one storage node and the shard files on them.
+//!
+//! It is the only code that touches shard files, so crash safety, checksums and space
+//! accounting are decided here and nowhere else. The file format is defined in
+//! [`crate::format`] (byte table there and in `FORMAT.md`).
+//!
+//! Layout: `<drive>/shards/<2 hex digits of a hash of the key>/<chunk id, 16 hex>.<index>`.
+//! The hash spreads sequential chunk ids over 256 directories so no directory grows huge.
+//! A new shard goes to a drive chosen by the same hash over the healthy drives.
+//!
+//! Durability: a put writes a temp file (`.tmp.*`) in the final directory, fdatasyncs it,
+//! renames it into place and fsyncs the directory before answering, so a crash leaves either
+//! the complete shard or nothing under the final name. Leftover temp files are removed when the
+//! store opens. Reads check every header field and block checksum, so a torn, truncated or
+//! bit-rotted file is reported as corrupt, never served.
+//!
+//! In memory the store keeps an ordered index of every shard and the drive holding it (built by
+//! scanning every drive at open). It serves `ListShards` in key order without walking
+//! directories, gives the per-drive shard counts for `Stat`, and finds a shard wherever it
+//! lives: after a drive is added, the hash points some existing keys at the new drive, but the
+//! index still knows they are on the old one. Cost: about 30 bytes of memory per shard.
+//!
+//! Every method here does blocking file I/O; async callers run them in `spawn_blocking`
+//! (see [`crate::service`]).
+
+use crate::format::{self, FormatError, ShardHeader, FIXED_HEADER_BYTES};
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use rustix::io::Errno;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::ops::Bound;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
+
+/// Prefix of temp files; anything starting with it is garbage from an interrupted put.
+pub const TMP_PREFIX: &str = ".tmp.";
+/// Most keys one `list` call returns, whatever the caller asks (bounds the reply size).
+pub const LIST_KEYS_MAX: u32 = 10_000;
+/// Number of hash directories under `<drive>/shards` (named `00` .. `ff`).
+const HASH_DIRS: usize = 256;
+/// Number of per-key lock stripes serialising puts and deletes of the same key.
+const STRIPES: usize = 256;
+
+/// What the store needs to open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Drive directories (created if missing). Order matters only for placement hashing.
+    pub drives: Vec<PathBuf>,
+    /// Puts that would leave less than this many bytes free on a drive are refused with
+    /// `NoSpace`. 0 leaves the limit to the file system (a full disk still answers `NoSpace`).
+    pub reserve_bytes: u64,
+}
+
+/// Why the store could not open: always names the drive.
+#[derive(Debug, thiserror::Error)]
+#[error("drive {}: {reason}", drive.display())]
+pub struct OpenError {
+    pub drive: PathBuf,
+    pub reason: String,
+}
+
+struct Drive {
+    root: PathBuf,
+    shards_dir: PathBuf,
+    /// Shard files on this drive (kept in memory; rebuilt by the scan at open).
+    shards: AtomicU64,
+    /// Empty while healthy; otherwise why the drive is considered failing. Sticky until the
+    /// process restarts: a drive that returned EIO or went read-only is not trusted with new
+    /// shards again without an operator looking at it.
+    error: Mutex<String>,
+    /// Holds an exclusive `flock` on `<drive>/lock` for as long as the store is open, so two
+    /// storage processes never share a drive.
+    _lock: File,
+}
+
+/// The shards of one storage node, spread over its drives.
+pub struct ShardStore {
+    drives: Vec<Drive>,
+    reserve_bytes: u64,
+    /// Every shard and the index of the drive holding it.
+    index: RwLock<BTreeMap<ShardKey, u16>>,
+    /// Puts and deletes of one key hold its stripe, so "check what exists, then write" is atomic
+    /// per key (two racing puts with different content cannot both succeed).
+    stripes: Vec<Mutex<()>>,
+}
+
+/// A stable 64-bit mix of a key (splitmix64 finaliser). Chunk ids are sequential, so the bits
+/// must be mixed before they choose a drive or a directory. Changing this only moves where new
+/// shards go; existing ones are found through the index.
+fn key_hash(key: ShardKey) -> u64 {
+    let mut z = key.chunk ^ (u64::from(key.index) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn file_name(key: ShardKey) -> String {
+    format!("{:016x}.{}", key.chunk, key.index)
+}
+
+/// Parses `<16 hex>.<index>`; anything else is not a shard file.
+fn parse_file_name(name: &str) -> Option<ShardKey> {
+    let (chunk, index) = name.split_once('.')?;
+    if chunk.len() != 16 || !chunk.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    if index.is_empty() || index.len() > 3 || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(ShardKey {
+        chunk: u64::from_str_radix(chunk, 16).ok()?,
+        index: index.parse().ok()?,
+    })
+}
+
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        Errno::from_io_error(e),
+        Some(Errno::NOSPC) | Some(Errno::DQUOT)
+    )
+}
+
+/// Errors that mean the drive itself is failing (as opposed to a missing file or a full disk).
+fn is_drive_failure(e: &io::Error) -> bool {
+    matches!(Errno::from_io_error(e), Some(Errno::IO) | Some(Errno::ROFS))
+}
+
+/// fsync a directory so a rename or unlink in it survives a power loss.
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn corrupt(key: ShardKey, path: &Path, e: &FormatError) -> WireError {
+    werr!(
+        Corrupt,
+        "{key}: shard file {} is corrupt: {e}",
+        path.display()
+    )
+}
+
+/// Outcome of looking at a shard that already exists when a put for its key arrives.
+enum Existing {
+    /// Same header and intact data: the put is a retry.
+    Same,
+    /// Different content: chunks are copy-on-write, refuse.
+    Different(String),
+    /// Unreadable or corrupt: the put repairs it.
+    Damaged(String),
+    /// The index pointed at a file that is gone.
+    Missing,
+}
+
+enum WriteFail {
+    NoSpace(String),
+    Io(String),
+}
+
+impl Drive {
+    fn dir_of(&self, key: ShardKey) -> PathBuf {
+        self.shards_dir.join(format!("{:02x}", key_hash(key) >> 56))
+    }
+
+    fn path_of(&self, key: ShardKey) -> PathBuf {
+        self.dir_of(key).join(file_name(key))
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.error.lock().is_empty()
+    }
+
+    /// Records that the drive is failing if `e` says so; returns the error for chaining.
+    fn note_error(&self, e: &io::Error, what: &str) {
+        if is_drive_failure(e) {
+            let mut err = self.error.lock();
+            if err.is_empty() {
+                tracing::error!(
+                    "drive {} is failing ({what}: {e}); no new shards will be placed on it",
+                    self.root.display()
+                );
+                *err = format!("{what}: {e}");
+            }
+        }
+    }
+
+    /// Free bytes as an unprivileged writer sees them, and the file system's size.
+    fn space(&self) -> io::Result<(u64, u64)> {
+        let st = rustix::fs::statvfs(&self.root)?;
+        Ok((
+            st.f_bavail.saturating_mul(st.f_frsize),
+            st.f_blocks.saturating_mul(st.f_frsize),
+        ))
+    }
+
+    /// Creates, locks, probes and scans one drive. Returns the drive and the shards found on it.
+    fn open(root: &Path) -> Result<(Drive, Vec<ShardKey>), OpenError> {
+        let fail = |what: &str, e: io::Error| OpenError {
+            drive: root.to_path_buf(),
+            reason: format!("{what}: {e}"),
+        };
+        fs::create_dir_all(root).map_err(|e| fail("cannot create the drive directory", e))?;
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(root.join("lock"))
+            .map_err(|e| fail("cannot create the lock file", e))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |e| {
+                if e == Errno::WOULDBLOCK {
+                    OpenError {
+                        drive: root.to_path_buf(),
+                        reason: "in use by another storage process (lock file is held)".into(),
+                    }
+                } else {
+                    fail("cannot lock", e.into())
+                }
+            },
+        )?;
+        // Prove the drive takes writes now rather than failing the first client put.
+        let probe = root.join(".probe");
+        (|| -> io::Result<()> {
+            let mut f = File::create(&probe)?;
+            f.write_all(b"trove write probe\n")?;
+            f.sync_data()?;
+            fs::remove_file(&probe)
+        })()
+        .map_err(|e| fail("cannot write", e))?;
+
+        let shards_dir = root.join("shards");
+        let mut created = false;
+        if !shards_dir.is_dir() {
+            fs::create_dir(&shards_dir).map_err(|e| fail("cannot create shards/", e))?;
+            fsync_dir(root).map_err(|e| fail("cannot sync", e))?;
+        }
+        for h in 0..HASH_DIRS {
+            let dir = shards_dir.join(format!("{h:02x}"));
+            if !dir.is_dir() {
+                fs::create_dir(&dir)
+                    .map_err(|e| fail(&format!("cannot create {}", dir.display()), e))?;
+                created = true;
+            }
+        }
+        if created {
+            fsync_dir(&shards_dir).map_err(|e| fail("cannot sync shards/", e))?;
+        }
+
+        let mut keys = Vec::new();
+        let mut removed = 0u64;
+        for h in 0..HASH_DIRS {
+            let dir = shards_dir.join(format!("{h:02x}"));
+            let mut removed_here = false;
+            let entries = fs::read_dir(&dir)
+                .map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
+            for entry in entries {
+                let entry =
+                    entry.map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else {
+                    tracing::warn!(
+                        "ignoring unexpected file {} (not a shard)",
+                        entry.path().display()
+                    );
+                    continue;
+                };
+                if name.starts_with(TMP_PREFIX) {
+                    fs::remove_file(entry.path())
+                        .map_err(|e| fail(&format!("cannot remove temp file {name}"), e))?;
+                    removed_here = true;
+                    removed += 1;
+                } else if let Some(key) = parse_file_name(name) {
+                    keys.push(key);
+                } else {
+                    tracing::warn!(
+                        "ignoring unexpected file {} (not a shard)",
+                        entry.path().display()
+                    );
+                }
+            }
+            if removed_here {
+                fsync_dir(&dir).map_err(|e| fail("cannot sync", e))?;
+            }
+        }
+        if removed > 0 {
+            tracing::info!(
+                "drive {}: removed {removed} temp files left by interrupted writes",
+                root.display()
+            );
+        }
+        let drive = Drive {
+            root: root.to_path_buf(),
+            shards_dir,
+            shards: AtomicU64::new(keys.len() as u64),
+            error: Mutex::new(String::new()),
+            _lock: lock,
+        };
+        Ok((drive, keys))
+    }
+}
+
+impl ShardStore {
+    /// Opens (creating if needed) every drive: takes its lock, checks it is writable, removes
+    /// temp files of interrupted puts and indexes the shards on it. Blocking.
+    pub fn open(config: &StoreConfig) -> Result<ShardStore, OpenError> {
+        let Some(first) = config.drives.first() else {
+            return Err(OpenError {
+                drive: PathBuf::new(),
+                reason: "no drives configured".into(),
+            });
+        };
+        if config.drives.len() > usize::from(u16::MAX) {
+            return Err(OpenError {
+                drive: first.clone(),
+                reason: "too many drives".into(),
+            });
+        }
+        let mut drives: Vec<Drive> = Vec::with_capacity(config.drives.len());
+        let mut index = BTreeMap::new();
+        for path in &config.drives {
+            let (drive, keys) = Drive::open(path)?;
+            let d = drives.len() as u16;
+            for key in keys {
+                if let Some(&other) = index.get(&key) {
+                    // Only possible if files were copied between drives by hand; the first
+                    // copy is served and the other left alone for an operator to inspect.
+                    tracing::warn!(
+                        "{key} is on both {} and {}; using the first",
+                        drives[usize::from(other)].root.display(),
+                        drive.root.display()
+                    );
+                    drive.shards.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                }
+                index.insert(key, d);
+            }
+            drives.push(drive);
+        }
+        tracing::info!(
+            "shard store open: {} shards on {} drives",
+            index.len(),
+            drives.len()
+        );
+        Ok(ShardStore {
+            drives,
+            reserve_bytes: config.reserve_bytes,
+            index: RwLock::new(index),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// The drive directories, in configuration order.
+    pub fn drive_paths(&self) -> Vec<PathBuf> {
+        self.drives.iter().map(|d| d.root.clone()).collect()
+    }
+
+    /// Number of shards stored.
+    pub fn shard_count(&self) -> usize {
+        self.index.read().len()
+    }
+
+    /// Where the file of `key` is, if the store holds it (for diagnostics and tests).
+    pub fn shard_path(&self, key: ShardKey) -> Option<PathBuf> {
+        let d = *self.index.read().get(&key)?;
+        Some(self.drives[usize::from(d)].path_of(key))
+    }
+
+    fn stripe(&self, key: ShardKey) -> &Mutex<()> {
+        &self.stripes[(key_hash(key) % STRIPES as u64) as usize]
+    }
+
+    /// Drives to try for a new shard: the hashed choice among healthy drives first, then the
+    /// other healthy drives (used when the first is full).
+    fn placement(&self, key: ShardKey) -> Vec<usize> {
+        let healthy: Vec<usize> = (0..self.drives.len())
+            .filter(|&d| self.drives[d].is_healthy())
+            .collect();
+        if healthy.is_empty() {
+            return healthy;
+        }
+        let start = (key_hash(key) % healthy.len() as u64) as usize;
+        healthy[start..]
+            .iter()
+            .chain(&healthy[..start])
+            .copied()
+            .collect()
+    }
+
+    /// Stores a shard durably. `data` must match `info` (length and every block crc); a shard
+    /// that already exists with the same header is accepted again (a retry), with a different
+    /// one refused with `Exists`. Blocking.
+    pub fn put(&self, info: &ShardInfo, data: &[u8]) -> Result<(), WireError> {
+        let key = info.key;
+        format::check_info(info).map_err(|e| werr!(Invalid, "put {key}: {e}"))?;
+        if data.len() != info.len as usize {
+            return Err(werr!(
+                Invalid,
+                "put {key}: {} data bytes sent, the header says {}",
+                data.len(),
+                info.len
+            ));
+        }
+        // The network and the client's memory are not trusted: a damaged shard stored now
+        // would only be found when it is needed to reconstruct.
+        format::verify_blocks(data, 0, &info.block_crcs)
+            .map_err(|e| werr!(Corrupt, "put {key}: received data is damaged: {e}"))?;
+
+        let _stripe = self.stripe(key).lock();
+        let existing = self.index.read().get(&key).copied();
+        let mut replacing = false;
+        let candidates = match existing {
+            Some(d) => match self.check_existing(usize::from(d), info)? {
+                Existing::Same => return Ok(()),
+                Existing::Different(why) => {
+                    return Err(werr!(Exists, "{key} already exists with different content ({why}); shards are never overwritten"));
+                }
+                Existing::Damaged(why) => {
+                    // Replace it where it is, so the rename swaps the bad file out atomically.
+                    tracing::warn!("{key}: replacing damaged shard file: {why}");
+                    replacing = true;
+                    vec![usize::from(d)]
+                }
+                Existing::Missing => {
+                    tracing::warn!("{key}: shard file vanished; writing it again");
+                    self.forget(key, usize::from(d));
+                    self.placement(key)
+                }
+            },
+            None => self.placement(key),
+        };
+        if candidates.is_empty() {
+            return Err(werr!(
+                Io,
+                "put {key}: no healthy drive ({})",
+                self.drive_errors()
+            ));
+        }
+
+        let header = format::encode_header(info);
+        let file_bytes = header.len() as u64 + data.len() as u64;
+        let mut no_space = Vec::new();
+        let mut io_errors = Vec::new();
+        for d in candidates {
+            let drive = &self.drives[d];
+            if self.reserve_bytes > 0 {
+                match drive.space() {
+                    Ok((free, total)) if free < file_bytes.saturating_add(self.reserve_bytes) => {
+                        no_space.push(format!(
+                            "drive {} has {free} of {total} bytes free; {file_bytes} more would leave less than the reserve of {} bytes",
+                            drive.root.display(),
+                            self.reserve_bytes
+                        ));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        drive.note_error(&e, "statvfs");
+                        io_errors.push(format!("cannot statvfs {}: {e}", drive.root.display()));
+                        continue;
+                    }
+                }
+            }
+            match self.write_file(drive, key, &header, data) {
+                Ok(()) => {
+                    self.index.write().insert(key, d as u16);
+                    if !replacing {
+                        drive.shards.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // The directory sync happens after the index update: the file is in place
+                    // either way, and a failed sync is reported so the client writes elsewhere.
+                    let dir = drive.dir_of(key);
+                    return fsync_dir(&dir).map_err(|e| {
+                        drive.note_error(&e, "fsync");
+                        werr!(
+                            Io,
+                            "put {key}: cannot sync directory {}: {e}",
+                            dir.display()
+                        )
+                    });
+                }
+                Err(WriteFail::NoSpace(msg)) => no_space.push(msg),
+                Err(WriteFail::Io(msg)) => io_errors.push(msg),
+            }
+        }
+        if io_errors.is_empty() {
+            Err(werr!(
+                NoSpace,
+                "put {key} ({file_bytes} bytes): {}",
+                no_space.join("; ")
+            ))
+        } else {
+            io_errors.extend(no_space);
+            Err(werr!(Io, "put {key}: {}", io_errors.join("; ")))
+        }
+    }
+
+    /// Writes `header` + `data` to a temp file next to the final path, syncs it and renames it
+    /// into place. On failure the temp file is removed and nothing else is touched.
+    fn write_file(
+        &self,
+        drive: &Drive,
+        key: ShardKey,
+        header: &[u8],
+        data: &[u8],
+    ) -> Result<(), WriteFail> {
+        let dir = drive.dir_of(key);
+        let path = dir.join(file_name(key));
+        let tmp = dir.join(format!(
+            "{TMP_PREFIX}{}.{:016x}",
+            file_name(key),
+            rand::random::<u64>()
+        ));
+        let result = (|| -> io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(header)?;
+            f.write_all(data)?;
+            f.sync_data()?;
+            drop(f);
+            fs::rename(&tmp, &path)
+        })();
+        let Err(e) = result else { return Ok(()) };
+        if let Err(rm) = fs::remove_file(&tmp) {
+            if rm.kind() != io::ErrorKind::NotFound {
+                tracing::warn!("cannot remove temp file {}: {rm}", tmp.display());
+            }
+        }
+        if is_no_space(&e) {
+            let (free, total) = drive.space().unwrap_or((0, 0));
+            return Err(WriteFail::NoSpace(format!(
+                "drive {} is full ({e}; {free} of {total} bytes free, {} needed)",
+                drive.root.display(),
+                header.len() + data.len()
+            )));
+        }
+        drive.note_error(&e, "write");
+        Err(WriteFail::Io(format!(
+            "cannot write {}: {e}",
+            path.display()
+        )))
+    }
+
+    /// Compares the stored shard of `info.key` on drive `d` with `info`.
+    fn check_existing(&self, d: usize, info: &ShardInfo) -> Result<Existing, WireError> {
+        let drive = &self.drives[d];
+        let path = drive.path_of(info.key);
+        let (file, header, table) = match self.open_shard(drive, info.key, &path) {
+            Ok(x) => x,
+            Err(Opened::NotFound) => return Ok(Existing::Missing),
+            Err(Opened::Corrupt(e)) => return Ok(Existing::Damaged(e.to_string())),
+            Err(Opened::Misplaced(other)) => {
+                return Ok(Existing::Damaged(format!("the file holds {other}")))
+            }
+            Err(Opened::Io(e)) => return Err(e),
+        };
+        if header.ec != info.ec || header.len != info.len || table != info.block_crcs {
+            return Ok(Existing::Different(format!(
+                "stored: {} bytes {} table crc {:08x}; sent: {} bytes {} table crc {:08x}",
+                header.len,
+                header.ec,
+                header.table_crc,
+                info.len,
+                info.ec,
+                format::table_crc(&info.block_crcs)
+            )));
+        }
+        // Same header: make sure the stored data is intact too, so a retried put also repairs
+        // a shard that rotted (rare, and the read is what a scrub would do anyway).
+        match read_range(&file, &header, 0, header.len) {
+            Ok(data) => match format::verify_blocks(&data, 0, &table) {
+                Ok(()) => Ok(Existing::Same),
+                Err(e) => Ok(Existing::Damaged(e.to_string())),
+            },
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Ok(Existing::Damaged("truncated".into()))
+            }
+            Err(e) => {
+                drive.note_error(&e, "read");
+                Err(werr!(Io, "cannot read {}: {e}", path.display()))
+            }
+        }
+    }
+
+    /// Opens a shard file and validates its header and block table.
+    fn open_shard(
+        &self,
+        drive: &Drive,
+        key: ShardKey,
+        path: &Path,
+    ) -> Result<(File, ShardHeader, Vec<u32>), Opened> {
+        let io_err = |e: io::Error| {
+            drive.note_error(&e, "read");
+            Opened::Io(werr!(Io, "{key}: cannot read {}: {e}", path.display()))
+        };
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Opened::NotFound),
+            Err(e) => return Err(io_err(e)),
+        };
+        let file_len = file.metadata().map_err(io_err)?.len();
+        let mut fixed = [0u8; FIXED_HEADER_BYTES];
+        let got = read_up_to(&file, &mut fixed, 0).map_err(io_err)?;
+        let header = ShardHeader::decode(&fixed[..got]).map_err(Opened::Corrupt)?;
+        if header.key != key {
+            return Err(Opened::Misplaced(header.key));
+        }
+        if file_len != header.file_bytes() {
+            return Err(Opened::Corrupt(FormatError::Length {
+                expected: header.file_bytes(),
+                have: file_len,
+            }));
+        }
+        // Bounded by the validated header: at most 4 KiB for the largest shard.
+        let mut table_buf = vec![0u8; header.table_bytes()];
+        let got = read_up_to(&file, &mut table_buf, FIXED_HEADER_BYTES as u64).map_err(io_err)?;
+        let table = header
+            .decode_table(&table_buf[..got])
+            .map_err(Opened::Corrupt)?;
+        Ok((file, header, table))
+    }
+
+    /// Reads the blocks of `key` covering `len` bytes at `offset` (`len` 0 or past the end: to
+    /// the end of the shard), verifying each. Returns the shard's info with its full block crc
+    /// table, the offset of the first returned byte (block-aligned) and the bytes. Blocking.
+    pub fn get(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+    ) -> Result<(ShardInfo, u32, Bytes), WireError> {
+        let not_found = || werr!(NotFound, "{key} is not stored on this node");
+        let d = self.index.read().get(&key).copied().ok_or_else(not_found)?;
+        let drive = &self.drives[usize::from(d)];
+        let path = drive.path_of(key);
+        let (file, header, table) = match self.open_shard(drive, key, &path) {
+            Ok(x) => x,
+            Err(Opened::NotFound) => return Err(not_found()),
+            Err(Opened::Corrupt(e)) => {
+                let err = corrupt(key, &path, &e);
+                tracing::warn!("{err}");
+                return Err(err);
+            }
+            Err(Opened::Misplaced(other)) => {
+                let err = werr!(
+                    Corrupt,
+                    "{key}: shard file {} is corrupt: it holds {other}",
+                    path.display()
+                );
+                tracing::warn!("{err}");
+                return Err(err);
+            }
+            Err(Opened::Io(e)) => return Err(e),
+        };
+        if offset > header.len {
+            return Err(werr!(
+                Invalid,
+                "{key}: offset {offset} is past the end of the shard ({} bytes)",
+                header.len
+            ));
+        }
+        let end = if len == 0 {
+            header.len
+        } else {
+            offset.saturating_add(len).min(header.len)
+        };
+        let block = format::BLOCK_BYTES;
+        let first = offset / block;
+        let start = first * block;
+        let stop = (end.div_ceil(block) * block).min(header.len).max(start);
+        let data = match read_range(&file, &header, start, stop - start) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                // The length was checked at open; the file shrank while being read.
+                return Err(werr!(
+                    Corrupt,
+                    "{key}: shard file {} is shorter than its header says",
+                    path.display()
+                ));
+            }
+            Err(e) => {
+                drive.note_error(&e, "read");
+                return Err(werr!(Io, "{key}: cannot read {}: {e}", path.display()));
+            }
+        };
+        if let Err(e) = format::verify_blocks(&data, first, &table) {
+            let err = corrupt(key, &path, &e);
+            tracing::warn!("{err}");
+            return Err(err);
+        }
+        Ok((header.info(table), start, Bytes::from(data)))
+    }
+
+    fn forget(&self, key: ShardKey, d: usize) {
+        if self.index.write().remove(&key).is_some() {
+            self.drives[d].shards.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Deletes shards; keys that are not stored are ignored (deletes are retried and replayed).
+    /// Returns how many were removed. Blocking.
+    pub fn delete(&self, keys: &[ShardKey]) -> Result<u32, WireError> {
+        let mut removed = 0u32;
+        let mut dirs: BTreeSet<(usize, PathBuf)> = BTreeSet::new();
+        let mut result = Ok(());
+        for &key in keys {
+            let _stripe = self.stripe(key).lock();
+            let Some(d) = self.index.read().get(&key).copied() else {
+                continue;
+            };
+            let d = usize::from(d);
+            let drive = &self.drives[d];
+            let path = drive.path_of(key);
+            match fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    drive.note_error(&e, "unlink");
+                    result = Err(werr!(
+                        Io,
+                        "delete {key}: cannot remove {}: {e}",
+                        path.display()
+                    ));
+                    break;
+                }
+            }
+            self.forget(key, d);
+            dirs.insert((d, drive.dir_of(key)));
+        }
+        // A delete that a power loss undoes only leaks space until the next garbage sweep, but
+        // syncing once per directory is cheap enough to make it durable anyway.
+        for (d, dir) in dirs {
+            if let Err(e) = fsync_dir(&dir) {
+                self.drives[d].note_error(&e, "fsync");
+                result = result.and(Err(werr!(Io, "delete: cannot sync {}: {e}", dir.display())));
+            }
+        }
+        result.map(|()| removed)
+    }
+
+    /// Keys strictly after `after`, in order, at most `limit` (capped at [`LIST_KEYS_MAX`]).
+    pub fn list(&self, after: Option<ShardKey>, limit: u32) -> Vec<ShardKey> {
+        let limit = limit.min(LIST_KEYS_MAX) as usize;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.index
+            .read()
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Capacity, shard count and health of every drive. Blocking (statvfs).
+    pub fn stat(&self) -> Vec<DriveInfo> {
+        self.drives
+            .iter()
+            .map(|drive| {
+                let mut error = drive.error.lock().clone();
+                let (bytes_free, bytes_total) = match drive.space() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        if error.is_empty() {
+                            error = format!("statvfs: {e}");
+                        }
+                        (0, 0)
+                    }
+                };
+                DriveInfo {
+                    path: drive.root.display().to_string(),
+                    bytes_total,
+                    bytes_free,
+                    shards: drive.shards.load(Ordering::Relaxed),
+                    error,
+                }
+            })
+            .collect()
+    }
+
+    fn drive_errors(&self) -> String {
+        self.drives
+            .iter()
+            .map(|d| format!("{}: {}", d.root.display(), d.error.lock()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Why a shard file could not be opened and validated.
+enum Opened {
+    NotFound,
+    Corrupt(FormatError),
+    Io(WireError),
+    /// A valid header for another key: a file was renamed or copied by hand.
+    Misplaced(ShardKey),
+}
+
+/// Reads into `buf` at `pos` until it is full or the file ends; returns the bytes read.
+fn read_up_to(file: &File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], pos + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads `len` data bytes starting at data offset `start` into a fresh buffer. Reading through
+/// `read_to_end` into reserved capacity avoids zero-filling a buffer that is overwritten anyway.
+fn read_range(file: &File, header: &ShardHeader, start: u32, len: u32) -> io::Result<Vec<u8>> {
+    let mut f = file;
+    f.seek(SeekFrom::Start(header.data_offset() + u64::from(start)))?;
+    let mut data = Vec::with_capacity(len as usize);
+    f.take(u64::from(len)).read_to_end(&mut data)?;
+    if data.len() != len as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "shard file is shorter than its header says",
+        ));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_roundtrip() {
+        for key in [
+            ShardKey { chunk: 0, index: 0 },
+            ShardKey {
+                chunk: u64::MAX,
+                index: 255,
+            },
+            ShardKey {
+                chunk: 0xabc,
+                index: 17,
+            },
+        ] {
+            assert_eq!(parse_file_name(&file_name(key)), Some(key));
+        }
+        for bad in [
+            "",
+            ".",
+            "0000000000000000",
+            "0000000000000000.",
+            "000000000000000.1",
+            "000000000000000g.1",
+            "0000000000000000.256",
+            "0000000000000000.1x",
+        ] {
+            assert_eq!(parse_file_name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sequential_chunks_spread_over_directories_and_drives() {
+        let mut dirs = std::collections::HashSet::new();
+        let mut per_drive = [0u32; 3];
+        for chunk in 0..3000u64 {
+            let h = key_hash(ShardKey { chunk, index: 0 });
+            dirs.insert(h >> 56);
+            per_drive[(h % 3) as usize] += 1;
+        }
+        assert_eq!(dirs.len(), 256);
+        assert!(per_drive.iter().all(|&n| n > 800), "{per_drive:?}");
+    }
+}
