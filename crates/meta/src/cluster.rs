@@ -1,0 +1,625 @@
+//! The cluster manager: storage node membership and liveness, the versioned placement map, chunk
+//! allocation, capacity, and cluster status.
+//!
+//! Durable state (node records, uuid index, placement map versions) lives in the key-value
+//! engine like everything else, so any metadata server sharing the engine sees the same cluster.
+//! Liveness is deliberately kept in memory only: a heartbeat every second per node must not cost
+//! a transaction, and "when did I last hear from it" is a per-observer fact anyway.
+//!
+//! Placement: a chunk id hashes to a placement group (PG); a published map lists, for each PG,
+//! the nodes holding shard 0, 1, 2, ... of its chunks. Maps are computed, not configured:
+//! [`compute_map`] is a pure function of the PG count and the member node ids, using rendezvous
+//! (highest-random-weight) hashing *per shard slot*. Hashing each slot separately, rather than
+//! ordering a PG's nodes once by one score, keeps shard positions stable when a node joins: the
+//! new node takes over the slots it wins and the other nodes keep theirs, whereas with one
+//! ordering every node after the newcomer's position would shift to the next shard index, and
+//! a later rebalance would move all of those shards instead of one.
+
+use crate::keys::{self, NodeRec};
+use crate::namespace;
+use crate::store::{self, abort, fail, get, transact, IdPool, TxResult};
+use kv::{KvEngine, KvTxn};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::{
+    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeId, NodeInfo, NodeState,
+    Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
+};
+
+/// Most chunk ids one `AllocChunks` reserves.
+pub const ALLOC_CHUNKS_MAX: u32 = 1024;
+/// Most placement groups a map may have.
+pub const PG_COUNT_MAX: u32 = 1 << 16;
+/// Longest node address accepted at registration.
+pub const NODE_ADDR_BYTES_MAX: usize = 256;
+/// Most drives a node may report.
+pub const NODE_DRIVES_MAX: usize = 256;
+/// Block size reported by `StatFs`.
+pub const STATFS_BLOCK_BYTES: u32 = 4096;
+
+/// What the cluster manager knows only in memory about a node.
+struct Liveness {
+    last_seen: Instant,
+    /// Drives from the latest heartbeat.
+    drives: Vec<DriveInfo>,
+}
+
+/// Settings of the cluster manager.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub default_ec: EcScheme,
+    pub chunk_bytes: u32,
+    pub pg_count: u32,
+    pub down_after: Duration,
+    pub id_batch: u64,
+}
+
+/// The cluster manager's in-memory state; everything durable is in the engine.
+pub struct Cluster {
+    options: ClusterOptions,
+    /// Nodes never heard from by this server count as heard at its start, so a restarted
+    /// metadata server does not declare every node down before their next heartbeat.
+    started: Instant,
+    live: Mutex<HashMap<NodeId, Liveness>>,
+    maps: MapCache,
+    chunk_ids: IdPool,
+}
+
+impl Cluster {
+    pub fn new(options: ClusterOptions) -> Cluster {
+        let chunk_ids = IdPool::new(keys::counter::CHUNK, 1, options.id_batch);
+        Cluster {
+            options,
+            started: Instant::now(),
+            live: Mutex::new(HashMap::new()),
+            maps: MapCache::default(),
+            chunk_ids,
+        }
+    }
+
+    /// A node's state as seen now, and milliseconds since it was last heard from.
+    pub fn node_state(&self, rec: &NodeRec) -> (NodeState, u64) {
+        let last_seen = self
+            .live
+            .lock()
+            .get(&rec.id)
+            .map_or(self.started, |l| l.last_seen);
+        let age = last_seen.elapsed();
+        let state = match rec.state {
+            NodeState::Up | NodeState::Down if age > self.options.down_after => NodeState::Down,
+            NodeState::Up | NodeState::Down => NodeState::Up,
+            other => other,
+        };
+        (state, u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Whether a node can serve its shards now (up, or draining but still serving).
+    pub fn serves(&self, rec: &NodeRec) -> bool {
+        matches!(self.node_state(rec).0, NodeState::Up | NodeState::Draining)
+    }
+
+    /// Drives of a node: from its latest heartbeat to this server, else from registration.
+    fn drives(&self, rec: &NodeRec) -> Vec<DriveInfo> {
+        self.live
+            .lock()
+            .get(&rec.id)
+            .map_or_else(|| rec.drives.clone(), |l| l.drives.clone())
+    }
+
+    fn saw(&self, id: NodeId, drives: Vec<DriveInfo>) {
+        self.live.lock().insert(
+            id,
+            Liveness {
+                last_seen: Instant::now(),
+                drives,
+            },
+        );
+    }
+
+    /// Every node record.
+    pub async fn nodes(&self, engine: &dyn KvEngine) -> Result<Vec<NodeRec>, WireError> {
+        transact(engine, |txn| Box::pin(async move { read_nodes(txn).await })).await
+    }
+
+    /// Registers a storage node by uuid: a known uuid gets its id back (its address and drives
+    /// are updated); a new one gets the next id, and a new placement map including it is
+    /// published in the same transaction.
+    pub async fn register(
+        &self,
+        engine: &dyn KvEngine,
+        uuid: u128,
+        addr: String,
+        drives: Vec<DriveInfo>,
+    ) -> Result<MetaReply, WireError> {
+        if uuid == 0 {
+            return Err(wire::werr!(Invalid, "node uuid 0 is not valid"));
+        }
+        if addr.is_empty() || addr.len() > NODE_ADDR_BYTES_MAX {
+            return Err(wire::werr!(
+                Invalid,
+                "node address {addr:?} is empty or longer than {NODE_ADDR_BYTES_MAX} bytes"
+            ));
+        }
+        check_drives(&drives)?;
+        let pg_count = self.options.pg_count;
+        let (addr_in, drives_in) = (Arc::new(addr), Arc::new(drives));
+        let (id, map_version, new_map) = transact(engine, {
+            let (addr, drives) = (addr_in.clone(), drives_in.clone());
+            move |txn| {
+                let (addr, drives) = (addr.clone(), drives.clone());
+                Box::pin(async move {
+                    let uuid_key = keys::node_uuid(uuid);
+                    let map_key = keys::counter(keys::counter::MAP);
+                    if let Some(value) = txn.get(&uuid_key).await? {
+                        let id = node_id(
+                            &uuid_key,
+                            keys::decode_u64(&uuid_key, &value).map_err(abort)?,
+                        )?;
+                        let node_key = keys::node(id);
+                        let Some(mut rec) = get::<NodeRec>(txn, &node_key).await? else {
+                            fail!(
+                                Internal,
+                                "node uuid {uuid:032x} maps to id {id}, which has no record"
+                            );
+                        };
+                        if rec.addr != *addr || rec.drives != *drives {
+                            rec.addr = addr.to_string();
+                            rec.drives = drives.to_vec();
+                            store::put(txn, &node_key, &rec).await?;
+                        }
+                        let version = store::get_u64(txn, &map_key, 0).await?;
+                        return Ok((id, version, None));
+                    }
+                    let counter_key = keys::counter(keys::counter::NODE);
+                    let id = node_id(&counter_key, store::get_u64(txn, &counter_key, 1).await?)?;
+                    txn.put(&counter_key, &keys::encode_u64(u64::from(id) + 1))
+                        .await?;
+                    let rec = NodeRec {
+                        id,
+                        uuid,
+                        addr: addr.to_string(),
+                        state: NodeState::Up,
+                        drives: drives.to_vec(),
+                        registered: Timestamp::now(),
+                    };
+                    store::put(txn, &keys::node(id), &rec).await?;
+                    txn.put(&uuid_key, &keys::encode_u64(u64::from(id))).await?;
+                    // The member set changed: publish the next map version.
+                    let members: Vec<NodeId> = read_nodes(txn)
+                        .await?
+                        .iter()
+                        .filter(|n| n.state != NodeState::Out)
+                        .map(|n| n.id)
+                        .collect();
+                    let version = store::get_u64(txn, &map_key, 0).await? + 1;
+                    let Ok(version) = u32::try_from(version) else {
+                        fail!(Internal, "placement map versions are exhausted");
+                    };
+                    let map = compute_map(version, pg_count, &members);
+                    store::put(txn, &keys::map(version), &map).await?;
+                    txn.put(&map_key, &keys::encode_u64(u64::from(version)))
+                        .await?;
+                    Ok((id, u64::from(version), Some(map)))
+                })
+            }
+        })
+        .await?;
+        if let Some(map) = new_map {
+            tracing::info!(
+                "node {id} ({}) joined; placement map version {map_version} published",
+                addr_in
+            );
+            self.maps.insert(map);
+        }
+        self.saw(id, drives_in.to_vec());
+        Ok(MetaReply::Node {
+            id,
+            map_version: map_version as u32,
+        })
+    }
+
+    /// Records a heartbeat; `NotMember` for a node that is not registered (or was removed).
+    pub async fn heartbeat(
+        &self,
+        engine: &dyn KvEngine,
+        node: NodeId,
+        drives: Vec<DriveInfo>,
+    ) -> Result<MetaReply, WireError> {
+        check_drives(&drives)?;
+        let map_version = transact(engine, move |txn| {
+            Box::pin(async move {
+                match get::<NodeRec>(txn, &keys::node(node)).await? {
+                    Some(rec) if rec.state != NodeState::Out => {}
+                    _ => fail!(
+                        NotMember,
+                        "node {node} is not a member of this cluster; register it again"
+                    ),
+                }
+                store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await
+            })
+        })
+        .await?;
+        self.saw(node, drives);
+        Ok(MetaReply::Heartbeat {
+            map_version: map_version as u32,
+        })
+    }
+
+    /// A placement map by version; 0 means the newest.
+    pub async fn map(
+        &self,
+        engine: &dyn KvEngine,
+        version: u32,
+    ) -> Result<Arc<PlacementMap>, WireError> {
+        if version != 0 {
+            if let Some(map) = self.maps.get(version) {
+                return Ok(map);
+            }
+        }
+        let map = transact(engine, |txn| {
+            let maps = self.maps.clone();
+            Box::pin(async move {
+                let version = match version {
+                    0 => store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32,
+                    v => v,
+                };
+                maps.get_in(txn, version).await
+            })
+        })
+        .await?;
+        map.ok_or_else(|| wire::werr!(NotFound, "no placement map version {version}"))
+    }
+
+    /// Reserves `count` chunk ids for file `ino` and picks each one's placement group: the PG
+    /// the id hashes to, or the next one whose first `k + m` nodes are all up, so that writes
+    /// are not degraded while a healthy group exists.
+    pub async fn alloc_chunks(
+        &self,
+        engine: &dyn KvEngine,
+        ino: Ino,
+        count: u32,
+    ) -> Result<MetaReply, WireError> {
+        if count > ALLOC_CHUNKS_MAX {
+            return Err(wire::werr!(
+                TooLarge,
+                "{count} chunks in one allocation exceed the limit of {ALLOC_CHUNKS_MAX}"
+            ));
+        }
+        let (ec, map, nodes) = transact(engine, |txn| {
+            let maps = self.maps.clone();
+            Box::pin(async move {
+                let rec = namespace::load_file(txn, ino).await?;
+                let version =
+                    store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32;
+                let map = maps.get_in(txn, version).await?;
+                Ok((rec.attr.ec, map, read_nodes(txn).await?))
+            })
+        })
+        .await?;
+        let width = ec.width();
+        let members = map.as_ref().and_then(|m| m.pgs.first()).map_or(0, Vec::len);
+        let Some(map) = map.filter(|_| members >= width) else {
+            return Err(wire::werr!(
+                Unavailable,
+                "erasure scheme {ec} needs {width} storage nodes; the cluster has {members}"
+            ));
+        };
+        let up: HashSet<NodeId> = nodes
+            .iter()
+            .filter(|n| self.node_state(n).0 == NodeState::Up)
+            .map(|n| n.id)
+            .collect();
+        let healthy: Vec<bool> = map
+            .pgs
+            .iter()
+            .map(|pg| pg.iter().take(width).all(|n| up.contains(n)))
+            .collect();
+        let ids = self.chunk_ids.take(engine, u64::from(count)).await?;
+        let pg_count = map.pgs.len() as u32;
+        let chunks = ids
+            .into_iter()
+            .map(|id| {
+                let start = pg_for_chunk(id, pg_count);
+                let pg = (0..pg_count)
+                    .map(|step| (start + step) % pg_count)
+                    .find(|&pg| healthy[pg as usize])
+                    .unwrap_or(start);
+                (
+                    id,
+                    Placement {
+                        map_version: map.version,
+                        pg,
+                    },
+                )
+            })
+            .collect();
+        Ok(MetaReply::Alloc {
+            chunks,
+            map: (*map).clone(),
+        })
+    }
+
+    /// Capacity from the nodes' drives, scaled to what the default scheme can store.
+    pub async fn statfs(&self, engine: &dyn KvEngine) -> Result<MetaReply, WireError> {
+        let (nodes, stats) = transact(engine, |txn| {
+            Box::pin(async move { Ok((read_nodes(txn).await?, store::read_stats(txn).await?)) })
+        })
+        .await?;
+        let (mut total, mut free) = (0u128, 0u128);
+        for node in nodes.iter().filter(|n| n.state != NodeState::Out) {
+            for drive in self.drives(node) {
+                total += u128::from(drive.bytes_total);
+                free += u128::from(drive.bytes_free);
+            }
+        }
+        let ec = self.options.default_ec;
+        let usable = |raw: u128| (raw * u128::from(ec.k) / ec.width() as u128) as u64;
+        Ok(MetaReply::StatFs(StatFs {
+            bytes_total: usable(total),
+            bytes_free: usable(free),
+            inodes_used: stats.inodes,
+            block_bytes: STATFS_BLOCK_BYTES,
+            name_bytes_max: NAME_BYTES_MAX as u32,
+        }))
+    }
+
+    /// Cluster status; with `scan_chunks`, walks every chunk record to count degraded and
+    /// unavailable chunks. The walk reads one page per transaction (a single transaction over
+    /// millions of records would grow too old on distributed engines), so its counts are a
+    /// sum over slightly different moments.
+    pub async fn status(
+        &self,
+        engine: &dyn KvEngine,
+        scan_chunks: bool,
+    ) -> Result<MetaReply, WireError> {
+        let (nodes, stats, map_version) = transact(engine, |txn| {
+            Box::pin(async move {
+                let nodes = read_nodes(txn).await?;
+                let stats = store::read_stats(txn).await?;
+                let version = store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await?;
+                Ok((nodes, stats, version as u32))
+            })
+        })
+        .await?;
+        let infos: Vec<NodeInfo> = nodes
+            .iter()
+            .map(|rec| {
+                let (state, heartbeat_age_ms) = self.node_state(rec);
+                NodeInfo {
+                    id: rec.id,
+                    uuid: rec.uuid,
+                    addr: rec.addr.clone(),
+                    state,
+                    drives: self.drives(rec),
+                    heartbeat_age_ms,
+                }
+            })
+            .collect();
+        let mut status = ClusterStatus {
+            nodes: infos,
+            map_version,
+            default_ec: self.options.default_ec,
+            chunk_bytes: self.options.chunk_bytes,
+            files: stats.files,
+            chunks: stats.chunks,
+            chunks_degraded: 0,
+            chunks_unavailable: 0,
+            ec_schemes: Vec::new(),
+            engine: engine.describe(),
+        };
+        if scan_chunks {
+            let serving: HashSet<NodeId> = nodes
+                .iter()
+                .filter(|n| self.serves(n))
+                .map(|n| n.id)
+                .collect();
+            self.scan_chunk_health(engine, &serving, &mut status)
+                .await?;
+        }
+        Ok(MetaReply::Status(status))
+    }
+
+    async fn scan_chunk_health(
+        &self,
+        engine: &dyn KvEngine,
+        serving: &HashSet<NodeId>,
+        status: &mut ClusterStatus,
+    ) -> Result<(), WireError> {
+        let prefix = [keys::prefix::CHUNK];
+        let end = kv::prefix_end(&prefix);
+        let mut from = prefix.to_vec();
+        let mut schemes: HashMap<EcScheme, u64> = HashMap::new();
+        let mut chunks = 0u64;
+        loop {
+            let page = {
+                let (from, end) = (from.clone(), end.clone());
+                transact(engine, move |txn| {
+                    let (from, end) = (from.clone(), end.clone());
+                    Box::pin(async move {
+                        Ok(txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?)
+                    })
+                })
+                .await?
+            };
+            for (key, value) in &page {
+                let chunk: wire::ChunkRecord = keys::decode(key, value)?;
+                chunks += 1;
+                *schemes.entry(chunk.ec).or_default() += 1;
+                let map = self.map(engine, chunk.placement.map_version).await.ok();
+                let unavailable = (0..chunk.ec.width())
+                    .filter(|&i| {
+                        let missing = i < 64 && chunk.missing & (1 << i) != 0;
+                        let node = map.as_ref().and_then(|m| m.node_for(chunk.placement.pg, i));
+                        missing || !node.is_some_and(|n| serving.contains(&n))
+                    })
+                    .count();
+                if unavailable > 0 {
+                    status.chunks_degraded += 1;
+                }
+                if unavailable > usize::from(chunk.ec.m) {
+                    status.chunks_unavailable += 1;
+                }
+            }
+            match page.last() {
+                Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
+                    from = store::after(last)
+                }
+                _ => break,
+            }
+        }
+        // The walk is an exact count; prefer it over the statistics counters.
+        status.chunks = chunks;
+        let mut schemes: Vec<(EcScheme, u64)> = schemes.into_iter().collect();
+        schemes.sort_by_key(|(ec, _)| (ec.k, ec.m));
+        status.ec_schemes = schemes;
+        Ok(())
+    }
+}
+
+/// Published placement maps by version. Maps are immutable once published, so a cached
+/// version never goes stale. Shared (`Arc`) so transaction bodies can hold it.
+#[derive(Clone, Default)]
+struct MapCache(Arc<Mutex<HashMap<u32, Arc<PlacementMap>>>>);
+
+impl MapCache {
+    fn get(&self, version: u32) -> Option<Arc<PlacementMap>> {
+        self.0.lock().get(&version).cloned()
+    }
+
+    fn insert(&self, map: PlacementMap) -> Arc<PlacementMap> {
+        let map = Arc::new(map);
+        self.0.lock().insert(map.version, map.clone());
+        map
+    }
+
+    /// Reads a map version inside a transaction, through the cache; `None` for version 0 or an
+    /// unknown version.
+    async fn get_in(
+        &self,
+        txn: &mut dyn KvTxn,
+        version: u32,
+    ) -> TxResult<Option<Arc<PlacementMap>>> {
+        if version == 0 {
+            return Ok(None);
+        }
+        if let Some(map) = self.get(version) {
+            return Ok(Some(map));
+        }
+        // What a transaction reads was committed, and published maps never change: caching
+        // it is right even if this transaction is retried or aborted.
+        Ok(get::<PlacementMap>(txn, &keys::map(version))
+            .await?
+            .map(|map| self.insert(map)))
+    }
+}
+
+fn check_drives(drives: &[DriveInfo]) -> Result<(), WireError> {
+    if drives.len() > NODE_DRIVES_MAX {
+        return Err(wire::werr!(
+            TooLarge,
+            "{} drives exceed the limit of {NODE_DRIVES_MAX} per node",
+            drives.len()
+        ));
+    }
+    Ok(())
+}
+
+fn node_id(key: &[u8], value: u64) -> TxResult<NodeId> {
+    match NodeId::try_from(value) {
+        Ok(id) => Ok(id),
+        Err(_) => fail!(
+            Internal,
+            "key {} holds node id {value}, out of range",
+            keys::describe(key)
+        ),
+    }
+}
+
+/// Reads every node record.
+async fn read_nodes(txn: &mut dyn KvTxn) -> TxResult<Vec<NodeRec>> {
+    let prefix = [keys::prefix::NODE];
+    let pairs = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
+    pairs
+        .iter()
+        .map(|(key, value)| keys::decode(key, value).map_err(abort))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement.
+
+/// A 64-bit finalizer (SplitMix64): fixed here, not `std`'s hasher, because placement must be
+/// identical on every machine and every Rust version forever.
+fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The rendezvous score of `node` for shard slot `slot` of placement group `pg`.
+fn slot_score(pg: u32, slot: u32, node: NodeId) -> u64 {
+    mix64(mix64((u64::from(pg) << 32) | u64::from(slot)) ^ u64::from(node))
+}
+
+/// The placement group a chunk id starts from.
+pub fn pg_for_chunk(id: ChunkId, pg_count: u32) -> u32 {
+    (mix64(id ^ 0x5047_5047_5047_5047) % u64::from(pg_count.max(1))) as u32
+}
+
+/// Computes a placement map: for each PG, slot 0 goes to the member with the highest score for
+/// (pg, slot 0), slot 1 to the highest-scoring remaining member for (pg, slot 1), and so on for
+/// the first [`SHARDS_MAX`] slots; members beyond those (spares for rebuild) follow in order of
+/// one more score. Deterministic, never repeats a node within a PG, spreads slots evenly, and
+/// when a node joins, only the slots it wins (and rarely a slot right after) change.
+pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> PlacementMap {
+    let mut nodes: Vec<NodeId> = members.to_vec();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let pgs = (0..pg_count)
+        .map(|pg| {
+            let mut remaining = nodes.clone();
+            let mut order = Vec::with_capacity(nodes.len());
+            for slot in 0..SHARDS_MAX.min(nodes.len()) as u32 {
+                let best = (0..remaining.len())
+                    .max_by_key(|&i| (slot_score(pg, slot, remaining[i]), remaining[i]));
+                if let Some(best) = best {
+                    order.push(remaining.swap_remove(best));
+                }
+            }
+            remaining.sort_by_key(|&n| std::cmp::Reverse((slot_score(pg, u32::MAX, n), n)));
+            order.extend(remaining);
+            order
+        })
+        .collect();
+    PlacementMap { version, pgs }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_maps_are_complete() {
+        let map = compute_map(1, 4, &[3, 1, 2]);
+        for pg in &map.pgs {
+            let mut sorted = pg.clone();
+            sorted.sort();
+            assert_eq!(sorted, vec![1, 2, 3]);
+        }
+        assert!(compute_map(1, 2, &[]).pgs.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn many_members_list_spares_after_the_slots() {
+        let members: Vec<NodeId> = (1..=40).collect();
+        let map = compute_map(1, 8, &members);
+        for pg in &map.pgs {
+            assert_eq!(pg.len(), 40);
+            let unique: HashSet<_> = pg.iter().collect();
+            assert_eq!(unique.len(), 40);
+        }
+    }
+}

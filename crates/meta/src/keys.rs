@@ -1,0 +1,404 @@
+//! The key schema of the metadata service and the encoding of every value it stores.
+//!
+//! This file is the single place that knows how keys are spelled, so that the table in
+//! `KEYS.md` can be checked against one file. Keys are a one-byte prefix naming the record kind
+//! followed by big-endian integers (so that a scan returns records in numeric order) and, for
+//! directory entries and extended attributes, the raw name bytes last (so that a scan of one
+//! directory returns its entries in byte order of their names).
+//!
+//! Every value starts with a format version byte ([`FORMAT_V1`]) followed by the postcard
+//! encoding of a record type defined here (or raw bytes for xattr values, big-endian integers
+//! for counters). A future format bumps the byte and decodes both, so stored data can be
+//! migrated lazily or by a sweep; a value with an unknown version is reported, never guessed.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use wire::{
+    Attr, ChunkRecord, DriveInfo, FileKind, Ino, MetaReply, NodeId, NodeState, Timestamp, WireError,
+};
+
+/// The only value format written today.
+pub const FORMAT_V1: u8 = 1;
+/// The schema version stored under [`SCHEMA`]; bumped when keys change meaning.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Record kinds, as the first key byte.
+pub mod prefix {
+    /// `V`: the schema version of the whole key space (one key).
+    pub const SCHEMA: u8 = b'V';
+    /// `I` + ino: an inode.
+    pub const INODE: u8 = b'I';
+    /// `D` + parent ino + name: a directory entry.
+    pub const DENTRY: u8 = b'D';
+    /// `X` + ino + name: an extended attribute.
+    pub const XATTR: u8 = b'X';
+    /// `C` + ino + chunk index: a chunk record.
+    pub const CHUNK: u8 = b'C';
+    /// `K` + counter name: an id counter.
+    pub const COUNTER: u8 = b'K';
+    /// `S` + statistic + shard: one shard of a usage statistic.
+    pub const STAT: u8 = b'S';
+    /// `R` + request id: the stored reply of an applied mutation.
+    pub const REQUEST: u8 = b'R';
+    /// `E` + expiry ms + request id: when a stored reply may be removed.
+    pub const REQUEST_EXPIRY: u8 = b'E';
+    /// `N` + node id: a storage node.
+    pub const NODE: u8 = b'N';
+    /// `U` + node uuid: the node id a uuid registered as.
+    pub const NODE_UUID: u8 = b'U';
+    /// `P` + map version: a published placement map.
+    pub const MAP: u8 = b'P';
+    /// `G` + chunk id: a chunk whose shards must be deleted.
+    pub const GC: u8 = b'G';
+}
+
+/// Names of the id counters under [`prefix::COUNTER`].
+pub mod counter {
+    /// The next inode number not yet handed to any metadata server.
+    pub const INO: &[u8] = b"ino";
+    /// The next chunk id not yet handed to any metadata server.
+    pub const CHUNK: &[u8] = b"chunk";
+    /// The next storage node id.
+    pub const NODE: &[u8] = b"node";
+    /// The version of the newest published placement map (0: none yet).
+    pub const MAP: &[u8] = b"map";
+}
+
+/// Usage statistics kept as sharded counters under [`prefix::STAT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stat {
+    /// Inodes of any kind.
+    Inodes = 1,
+    /// Regular files.
+    Files = 2,
+    /// Chunk records.
+    Chunks = 3,
+}
+
+/// Each statistic is split over this many keys so that concurrent transactions touching
+/// unrelated inodes rarely update the same key (which would make them conflict).
+pub const STAT_SHARDS: u64 = 64;
+
+fn with_prefix(prefix: u8, capacity: usize) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + capacity);
+    key.push(prefix);
+    key
+}
+
+/// The key of the schema version.
+pub fn schema() -> Vec<u8> {
+    vec![prefix::SCHEMA]
+}
+
+pub fn inode(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::INODE, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+/// The prefix of every entry of directory `parent`.
+pub fn dentry_prefix(parent: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::DENTRY, 8);
+    key.extend_from_slice(&parent.to_be_bytes());
+    key
+}
+
+pub fn dentry(parent: Ino, name: &str) -> Vec<u8> {
+    let mut key = dentry_prefix(parent);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+/// The directory entry name a dentry key carries, if the key is one of `parent`'s.
+pub fn dentry_name(parent: Ino, key: &[u8]) -> Option<&str> {
+    let rest = key.strip_prefix(dentry_prefix(parent).as_slice())?;
+    std::str::from_utf8(rest).ok()
+}
+
+pub fn xattr_prefix(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::XATTR, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+pub fn xattr(ino: Ino, name: &str) -> Vec<u8> {
+    let mut key = xattr_prefix(ino);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+pub fn chunk_prefix(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::CHUNK, 16);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+pub fn chunk(ino: Ino, index: u64) -> Vec<u8> {
+    let mut key = chunk_prefix(ino);
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// Splits a chunk key into inode and chunk index.
+pub fn parse_chunk(key: &[u8]) -> Option<(Ino, u64)> {
+    if key.len() != 17 || key[0] != prefix::CHUNK {
+        return None;
+    }
+    let ino = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let index = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    Some((ino, index))
+}
+
+pub fn counter(name: &[u8]) -> Vec<u8> {
+    let mut key = with_prefix(prefix::COUNTER, name.len());
+    key.extend_from_slice(name);
+    key
+}
+
+pub fn stat(stat: Stat, shard: u8) -> Vec<u8> {
+    vec![prefix::STAT, stat as u8, shard]
+}
+
+pub fn request(request_id: u128) -> Vec<u8> {
+    let mut key = with_prefix(prefix::REQUEST, 16);
+    key.extend_from_slice(&request_id.to_be_bytes());
+    key
+}
+
+pub fn request_expiry(expires_ms: u64, request_id: u128) -> Vec<u8> {
+    let mut key = with_prefix(prefix::REQUEST_EXPIRY, 24);
+    key.extend_from_slice(&expires_ms.to_be_bytes());
+    key.extend_from_slice(&request_id.to_be_bytes());
+    key
+}
+
+/// Splits an expiry key into expiry time and request id.
+pub fn parse_request_expiry(key: &[u8]) -> Option<(u64, u128)> {
+    if key.len() != 25 || key[0] != prefix::REQUEST_EXPIRY {
+        return None;
+    }
+    let expires_ms = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let request_id = u128::from_be_bytes(key[9..25].try_into().ok()?);
+    Some((expires_ms, request_id))
+}
+
+pub fn node(id: NodeId) -> Vec<u8> {
+    let mut key = with_prefix(prefix::NODE, 4);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+pub fn node_uuid(uuid: u128) -> Vec<u8> {
+    let mut key = with_prefix(prefix::NODE_UUID, 16);
+    key.extend_from_slice(&uuid.to_be_bytes());
+    key
+}
+
+pub fn map(version: u32) -> Vec<u8> {
+    let mut key = with_prefix(prefix::MAP, 4);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+pub fn gc(chunk: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::GC, 8);
+    key.extend_from_slice(&chunk.to_be_bytes());
+    key
+}
+
+/// A key as humans read it in error messages: the prefix letter, then the rest in hex, with
+/// names shown as text.
+pub fn describe(key: &[u8]) -> String {
+    let Some((&first, rest)) = key.split_first() else {
+        return "<empty key>".into();
+    };
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    match first {
+        prefix::DENTRY | prefix::XATTR if rest.len() >= 8 => {
+            format!(
+                "{}/{}/{:?}",
+                first as char,
+                hex(&rest[..8]),
+                String::from_utf8_lossy(&rest[8..])
+            )
+        }
+        prefix::COUNTER => format!("K/{}", String::from_utf8_lossy(rest)),
+        _ if first.is_ascii_graphic() => format!("{}/{}", first as char, hex(rest)),
+        _ => hex(key),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values.
+
+/// An inode: its attributes, and what only some kinds need.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeRec {
+    pub attr: Attr,
+    /// For a directory, the directory containing it (the root's is itself): lets rename refuse
+    /// to move a directory under itself, and resolves "..". 0 for other kinds, which may have
+    /// several parents (hard links).
+    pub parent: Ino,
+    /// For a symlink, its target; empty otherwise.
+    pub target: String,
+}
+
+/// A directory entry: the child and its kind (so listing names needs no inode reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DentryRec {
+    pub ino: Ino,
+    pub kind: FileKind,
+}
+
+/// The reply of an applied mutation, kept so a retried request gets it again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRec {
+    pub expires_ms: u64,
+    pub reply: MetaReply,
+}
+
+/// A storage node's durable record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRec {
+    pub id: NodeId,
+    pub uuid: u128,
+    pub addr: String,
+    /// The administrative state: `Up` means "in service"; whether it is reachable is known
+    /// only from heartbeats, kept in memory.
+    pub state: NodeState,
+    /// Drives as of registration; heartbeats update the in-memory copy only.
+    pub drives: Vec<DriveInfo>,
+    pub registered: Timestamp,
+}
+
+/// A chunk whose shards are to be deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRec {
+    /// The file the chunk belonged to, and (in `chunk.index`) where: GC checks that this slot no
+    /// longer references the chunk before deleting anything.
+    pub ino: Ino,
+    pub chunk: ChunkRecord,
+    /// Wall-clock time of queueing; GC waits a grace period so readers holding the old chunk
+    /// list can finish.
+    pub queued_ms: u64,
+    /// Bit `i` set: the node of shard `i` confirmed the deletion (or has nothing to delete).
+    pub done: u64,
+}
+
+/// Encodes a record as [`FORMAT_V1`] followed by its postcard encoding.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Encoding into a Vec fails only for types postcard cannot represent: a bug, not input.
+    postcard::to_extend(value, vec![FORMAT_V1]).expect("metadata records are postcard-encodable")
+}
+
+fn internal(key: &[u8], what: impl std::fmt::Display) -> WireError {
+    wire::werr!(Internal, "metadata value of key {}: {what}", describe(key))
+}
+
+/// Decodes a value written by [`encode`], naming the key in the error.
+pub fn decode<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, WireError> {
+    match value.split_first() {
+        Some((&FORMAT_V1, body)) => {
+            postcard::from_bytes(body).map_err(|e| internal(key, format!("undecodable: {e}")))
+        }
+        Some((&version, _)) => Err(internal(key, format!("unknown format version {version}"))),
+        None => Err(internal(key, "empty")),
+    }
+}
+
+/// Encodes raw bytes (xattr values) behind the version byte.
+pub fn encode_bytes(bytes: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(1 + bytes.len());
+    value.push(FORMAT_V1);
+    value.extend_from_slice(bytes);
+    value
+}
+
+pub fn decode_bytes(key: &[u8], value: &[u8]) -> Result<Vec<u8>, WireError> {
+    match value.split_first() {
+        Some((&FORMAT_V1, body)) => Ok(body.to_vec()),
+        Some((&version, _)) => Err(internal(key, format!("unknown format version {version}"))),
+        None => Err(internal(key, "empty")),
+    }
+}
+
+/// Encodes a counter (`u64`) big-endian behind the version byte.
+pub fn encode_u64(n: u64) -> Vec<u8> {
+    let mut value = vec![FORMAT_V1];
+    value.extend_from_slice(&n.to_be_bytes());
+    value
+}
+
+pub fn decode_u64(key: &[u8], value: &[u8]) -> Result<u64, WireError> {
+    match value.split_first() {
+        Some((&FORMAT_V1, body)) => {
+            let bytes: [u8; 8] = body
+                .try_into()
+                .map_err(|_| internal(key, format!("{} bytes, expected 8", body.len())))?;
+            Ok(u64::from_be_bytes(bytes))
+        }
+        Some((&version, _)) => Err(internal(key, format!("unknown format version {version}"))),
+        None => Err(internal(key, "empty")),
+    }
+}
+
+/// Encodes a statistics shard. Shards are signed so that their sum stays right even if an
+/// inode's creation and deletion ever counted through different shards.
+pub fn encode_i64(n: i64) -> Vec<u8> {
+    let mut value = vec![FORMAT_V1];
+    value.extend_from_slice(&n.to_be_bytes());
+    value
+}
+
+pub fn decode_i64(key: &[u8], value: &[u8]) -> Result<i64, WireError> {
+    decode_u64(key, value).map(|n| n as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_numerically() {
+        assert!(inode(255) < inode(256));
+        assert!(chunk(7, 1) < chunk(7, 1 << 40));
+        assert!(chunk(7, u64::MAX) < chunk(8, 0));
+        assert!(dentry(3, "a") < dentry(3, "b"));
+        assert!(dentry(3, "zzz") < dentry(4, ""));
+        assert!(request_expiry(10, u128::MAX) < request_expiry(11, 0));
+    }
+
+    #[test]
+    fn parse_round_trips() {
+        assert_eq!(parse_chunk(&chunk(9, 42)), Some((9, 42)));
+        assert_eq!(parse_request_expiry(&request_expiry(5, 77)), Some((5, 77)));
+        assert_eq!(dentry_name(3, &dentry(3, "hello")), Some("hello"));
+        assert_eq!(dentry_name(4, &dentry(3, "hello")), None);
+    }
+
+    #[test]
+    fn decode_rejects_unknown_versions_and_garbage() {
+        let rec = DentryRec {
+            ino: 5,
+            kind: FileKind::File,
+        };
+        let bytes = encode(&rec);
+        assert_eq!(decode::<DentryRec>(b"k", &bytes).ok(), Some(rec));
+        let mut future = bytes.clone();
+        future[0] = 2;
+        let err = decode::<DentryRec>(&inode(5), &future)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(
+            err.contains("unknown format version 2") && err.contains("I/"),
+            "{err}"
+        );
+        assert!(decode::<DentryRec>(b"k", &[]).is_err());
+        assert!(decode::<InodeRec>(b"k", &[FORMAT_V1, 0xff, 0xff]).is_err());
+        assert!(decode_u64(b"k", &[FORMAT_V1, 1, 2]).is_err());
+        assert_eq!(decode_u64(b"k", &encode_u64(1234)).ok(), Some(1234));
+        assert_eq!(decode_i64(b"k", &encode_i64(-3)).ok(), Some(-3));
+    }
+}

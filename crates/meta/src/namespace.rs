@@ -1,0 +1,1308 @@
+//! The namespace: inodes, directory entries, symlinks, hard links, extended attributes, file
+//! layouts and chunk records, and the idempotency of their mutations.
+//!
+//! Every operation here runs inside one key-value transaction handed in by the caller, so it
+//! sees a serializable snapshot and commits all of its writes or none. Operations never keep
+//! state between calls: anything they need (a fresh inode number, the time) arrives in [`Ctx`],
+//! prepared outside the transaction so that a retried transaction body has no side effects.
+//!
+//! Permission checks are deliberately absent: they belong to the front ends, which know the
+//! caller's credentials. Validation of names, kinds and invariants (a directory's `nlink`, its
+//! parent pointer, chunk records within the file size) is here.
+
+use crate::keys::{self, DentryRec, GcRec, InodeRec, RequestRec, Stat};
+use crate::store::{self, abort, fail, get, put, transact, TxResult};
+use kv::{KvEngine, KvTxn};
+use wire::{
+    Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, RenameMode, SetAttr,
+    Timestamp, WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX,
+    XATTR_VALUE_BYTES_MAX,
+};
+
+/// Most entries one `ReadDir` returns, whatever the caller asks for.
+pub const READDIR_ENTRIES_MAX: u32 = 1024;
+/// Most chunk records one `GetChunks` returns or one `CommitChunks` publishes.
+pub const CHUNKS_PER_CALL_MAX: u64 = 1024;
+/// Longest path `Resolve` accepts, as Linux's PATH_MAX.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest extended attribute name, as Linux's XATTR_NAME_MAX.
+pub const XATTR_NAME_BYTES_MAX: usize = 255;
+/// Smallest chunk size a layout may ask for: one checksum block.
+pub const CHUNK_BYTES_MIN: u32 = wire::SHARD_BLOCK_BYTES;
+/// Largest chunk size a layout may ask for.
+pub const CHUNK_BYTES_MAX: u32 = 64 << 20;
+/// Deepest directory nesting walked when checking that a rename does not create a cycle; a
+/// longer walk means the parent pointers are damaged.
+const DEPTH_MAX: usize = 1 << 16;
+
+/// What an operation needs from outside its transaction.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// The time stamped on changed inodes.
+    pub now: Timestamp,
+    /// Wall-clock milliseconds, for idempotency expiry and GC grace.
+    pub now_ms: u64,
+    /// A fresh inode number for operations that create one.
+    pub new_ino: Option<Ino>,
+    /// How long the reply of a mutation is kept for retries.
+    pub request_ttl_ms: u64,
+}
+
+impl Ctx {
+    fn new_ino(&self) -> TxResult<Ino> {
+        match self.new_ino {
+            Some(ino) => Ok(ino),
+            None => fail!(Internal, "no inode number was reserved for this operation"),
+        }
+    }
+}
+
+/// Whether `op` changes the namespace, so that its reply is recorded under its request id.
+pub fn is_mutation(op: &MetaOp) -> bool {
+    matches!(
+        op,
+        MetaOp::SetAttr { .. }
+            | MetaOp::Create { .. }
+            | MetaOp::Mkdir { .. }
+            | MetaOp::Mknod { .. }
+            | MetaOp::Symlink { .. }
+            | MetaOp::Link { .. }
+            | MetaOp::Unlink { .. }
+            | MetaOp::Rmdir { .. }
+            | MetaOp::Rename { .. }
+            | MetaOp::SetXattr { .. }
+            | MetaOp::RemoveXattr { .. }
+            | MetaOp::SetLayout { .. }
+            | MetaOp::CommitChunks { .. }
+    )
+}
+
+/// Whether `op` may create an inode (and so needs [`Ctx::new_ino`]).
+pub fn needs_ino(op: &MetaOp) -> bool {
+    matches!(
+        op,
+        MetaOp::Create { .. }
+            | MetaOp::Mkdir { .. }
+            | MetaOp::Mknod { .. }
+            | MetaOp::Symlink { .. }
+    )
+}
+
+/// Whether `op` is answered by this module (the rest are the cluster manager's).
+pub fn is_namespace_op(op: &MetaOp) -> bool {
+    !matches!(
+        op,
+        MetaOp::StatFs
+            | MetaOp::AllocChunks { .. }
+            | MetaOp::GetMap { .. }
+            | MetaOp::RegisterNode { .. }
+            | MetaOp::Heartbeat { .. }
+            | MetaOp::Status { .. }
+    )
+}
+
+/// Checks a directory entry name.
+pub fn check_name(name: &str) -> Result<(), WireError> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(wire::werr!(Invalid, "{name:?} is not a valid file name"));
+    }
+    if name.contains('/') || name.contains('\0') {
+        return Err(wire::werr!(
+            Invalid,
+            "file name {name:?} contains '/' or NUL"
+        ));
+    }
+    if name.len() > NAME_BYTES_MAX {
+        return Err(wire::werr!(
+            NameTooLong,
+            "file name of {} bytes exceeds the limit of {NAME_BYTES_MAX}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an erasure scheme and chunk size for use as a layout.
+pub fn check_layout(ec: EcScheme, chunk_bytes: u32) -> Result<(), WireError> {
+    ec.validate().map_err(|e| wire::werr!(Invalid, "{e}"))?;
+    if !(CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX).contains(&chunk_bytes)
+        || !chunk_bytes.is_multiple_of(4096)
+    {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk size {chunk_bytes} must be a multiple of 4096 between {CHUNK_BYTES_MIN} and {CHUNK_BYTES_MAX} bytes"
+        ));
+    }
+    Ok(())
+}
+
+fn check_xattr_name(name: &str) -> Result<(), WireError> {
+    if name.is_empty() || name.contains('\0') {
+        return Err(wire::werr!(
+            Invalid,
+            "{name:?} is not a valid extended attribute name"
+        ));
+    }
+    if name.len() > XATTR_NAME_BYTES_MAX {
+        return Err(wire::werr!(
+            NameTooLong,
+            "extended attribute name of {} bytes exceeds the limit of {XATTR_NAME_BYTES_MAX}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the root directory and records the schema version, unless already done. Safe to run
+/// concurrently from several metadata servers (the transaction makes one of them win).
+pub async fn ensure_root(
+    engine: &dyn KvEngine,
+    ec: EcScheme,
+    chunk_bytes: u32,
+) -> Result<(), WireError> {
+    transact(engine, move |txn| {
+        Box::pin(async move {
+            let schema_key = keys::schema();
+            match txn.get(&schema_key).await? {
+                Some(value) => {
+                    let version = keys::decode_u64(&schema_key, &value).map_err(abort)?;
+                    if version > u64::from(keys::SCHEMA_VERSION) {
+                        fail!(
+                            Internal,
+                            "the metadata was written by a newer Trove (schema {version}; this build knows {})",
+                            keys::SCHEMA_VERSION
+                        );
+                    }
+                }
+                None => txn.put(&schema_key, &keys::encode_u64(u64::from(keys::SCHEMA_VERSION))).await?,
+            }
+            if txn.get(&keys::inode(ROOT_INO)).await?.is_some() {
+                return Ok(());
+            }
+            let now = Timestamp::now();
+            let attr = Attr {
+                ino: ROOT_INO,
+                kind: FileKind::Dir,
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                nlink: 2,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                data_version: 0,
+                ec,
+                chunk_bytes,
+            };
+            put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new() }).await?;
+            store::stat_add(txn, Stat::Inodes, ROOT_INO, 1).await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Applies one call: returns the recorded reply if this request was applied before, otherwise
+/// applies the operation and (for tracked mutations) records its reply in the same transaction.
+///
+/// Only successful replies are recorded: a failed operation wrote nothing, so running it again
+/// is the same as running it for the first time.
+pub async fn apply_call(
+    txn: &mut dyn KvTxn,
+    request_id: u128,
+    op: &MetaOp,
+    ctx: &Ctx,
+) -> TxResult<MetaReply> {
+    let tracked = request_id != 0 && is_mutation(op);
+    let request_key = keys::request(request_id);
+    if tracked {
+        if let Some(done) = get::<RequestRec>(txn, &request_key).await? {
+            return Ok(done.reply);
+        }
+    }
+    let reply = apply(txn, op, ctx).await?;
+    if tracked {
+        let expires_ms = ctx.now_ms.saturating_add(ctx.request_ttl_ms);
+        put(
+            txn,
+            &request_key,
+            &RequestRec {
+                expires_ms,
+                reply: reply.clone(),
+            },
+        )
+        .await?;
+        txn.put(
+            &keys::request_expiry(expires_ms, request_id),
+            &[keys::FORMAT_V1],
+        )
+        .await?;
+    }
+    Ok(reply)
+}
+
+/// Removes recorded replies that expired before `now_ms`; returns how many. Each page is its own
+/// transaction so the sweep never holds a large one.
+pub async fn sweep_requests(engine: &dyn KvEngine, now_ms: u64) -> Result<u64, WireError> {
+    let mut removed = 0u64;
+    loop {
+        let count = transact(engine, move |txn| {
+            Box::pin(async move {
+                let start = [keys::prefix::REQUEST_EXPIRY];
+                let end = keys::request_expiry(now_ms, 0);
+                let page = txn.scan(&start, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
+                for (key, _) in &page {
+                    txn.delete(key).await?;
+                    let Some((expires_ms, request_id)) = keys::parse_request_expiry(key) else {
+                        continue;
+                    };
+                    // A request id whose record expired may have been applied again since, with
+                    // a later expiry: delete the reply only if it is the one this entry is for.
+                    let request_key = keys::request(request_id);
+                    if let Some(rec) = get::<RequestRec>(txn, &request_key).await? {
+                        if rec.expires_ms == expires_ms {
+                            txn.delete(&request_key).await?;
+                        }
+                    }
+                }
+                Ok(page.len())
+            })
+        })
+        .await?;
+        removed += count as u64;
+        if count < store::SCAN_PAGE_ENTRIES_MAX {
+            return Ok(removed);
+        }
+    }
+}
+
+/// Applies a namespace operation inside `txn`.
+pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<MetaReply> {
+    match op {
+        MetaOp::Lookup { parent, name } => lookup(txn, *parent, name).await,
+        MetaOp::Resolve { path } => resolve(txn, path).await,
+        MetaOp::GetAttr { ino } => Ok(MetaReply::Attr(load(txn, *ino).await?.attr)),
+        MetaOp::SetAttr { ino, set } => set_attr(txn, ctx, *ino, set).await,
+        MetaOp::Create {
+            parent,
+            name,
+            mode,
+            uid,
+            gid,
+            exclusive,
+        } => create(txn, ctx, *parent, name, *mode, *uid, *gid, *exclusive).await,
+        MetaOp::Mkdir {
+            parent,
+            name,
+            mode,
+            uid,
+            gid,
+        } => {
+            let new = NewInode {
+                kind: FileKind::Dir,
+                mode: *mode,
+                uid: *uid,
+                gid: *gid,
+                rdev: 0,
+                target: String::new(),
+            };
+            make(txn, ctx, *parent, name, new).await
+        }
+        MetaOp::Mknod {
+            parent,
+            name,
+            kind,
+            mode,
+            rdev,
+            uid,
+            gid,
+        } => {
+            if matches!(kind, FileKind::Dir | FileKind::Symlink) {
+                fail!(
+                    Invalid,
+                    "mknod cannot create a {kind:?}; use mkdir or symlink"
+                );
+            }
+            let new = NewInode {
+                kind: *kind,
+                mode: *mode,
+                uid: *uid,
+                gid: *gid,
+                rdev: *rdev,
+                target: String::new(),
+            };
+            make(txn, ctx, *parent, name, new).await
+        }
+        MetaOp::Symlink {
+            parent,
+            name,
+            target,
+            uid,
+            gid,
+        } => {
+            if target.is_empty() || target.contains('\0') {
+                fail!(
+                    Invalid,
+                    "symlink target {target:?} is empty or contains NUL"
+                );
+            }
+            if target.len() > SYMLINK_BYTES_MAX {
+                fail!(
+                    NameTooLong,
+                    "symlink target of {} bytes exceeds the limit of {SYMLINK_BYTES_MAX}",
+                    target.len()
+                );
+            }
+            let new = NewInode {
+                kind: FileKind::Symlink,
+                mode: 0o777,
+                uid: *uid,
+                gid: *gid,
+                rdev: 0,
+                target: target.clone(),
+            };
+            make(txn, ctx, *parent, name, new).await
+        }
+        MetaOp::ReadLink { ino } => {
+            let rec = load(txn, *ino).await?;
+            if rec.attr.kind != FileKind::Symlink {
+                fail!(
+                    Invalid,
+                    "inode {ino} is a {:?}, not a symlink",
+                    rec.attr.kind
+                );
+            }
+            Ok(MetaReply::Target(rec.target))
+        }
+        MetaOp::Link {
+            ino,
+            new_parent,
+            new_name,
+        } => link(txn, ctx, *ino, *new_parent, new_name).await,
+        MetaOp::Unlink { parent, name } => unlink(txn, ctx, *parent, name).await,
+        MetaOp::Rmdir { parent, name } => rmdir(txn, ctx, *parent, name).await,
+        MetaOp::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            mode,
+        } => rename(txn, ctx, *parent, name, *new_parent, new_name, *mode).await,
+        MetaOp::ReadDir { ino, after, limit } => read_dir(txn, *ino, after, *limit).await,
+        MetaOp::SetXattr {
+            ino,
+            name,
+            value,
+            mode,
+        } => set_xattr(txn, ctx, *ino, name, value, *mode).await,
+        MetaOp::GetXattr { ino, name } => {
+            check_xattr_name(name).map_err(abort)?;
+            load(txn, *ino).await?;
+            let key = keys::xattr(*ino, name);
+            match txn.get(&key).await? {
+                Some(value) => Ok(MetaReply::Value(
+                    keys::decode_bytes(&key, &value).map_err(abort)?,
+                )),
+                None => fail!(NoAttr, "inode {ino} has no extended attribute {name:?}"),
+            }
+        }
+        MetaOp::ListXattr { ino } => {
+            load(txn, *ino).await?;
+            let prefix = keys::xattr_prefix(*ino);
+            let pairs = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
+            let names = pairs
+                .iter()
+                .map(|(key, _)| String::from_utf8_lossy(&key[prefix.len()..]).into_owned())
+                .collect();
+            Ok(MetaReply::Names(names))
+        }
+        MetaOp::RemoveXattr { ino, name } => {
+            check_xattr_name(name).map_err(abort)?;
+            let mut rec = load(txn, *ino).await?;
+            let key = keys::xattr(*ino, name);
+            if txn.get(&key).await?.is_none() {
+                fail!(NoAttr, "inode {ino} has no extended attribute {name:?}");
+            }
+            txn.delete(&key).await?;
+            rec.attr.ctime = ctx.now;
+            store_inode(txn, &rec).await?;
+            Ok(MetaReply::Ok)
+        }
+        MetaOp::SetLayout {
+            ino,
+            ec,
+            chunk_bytes,
+        } => set_layout(txn, ctx, *ino, *ec, *chunk_bytes).await,
+        MetaOp::GetChunks { ino, first, count } => get_chunks(txn, *ino, *first, *count).await,
+        MetaOp::CommitChunks {
+            ino,
+            chunks,
+            size,
+            set_size,
+            mtime,
+        } => commit_chunks(txn, ctx, *ino, chunks, *size, *set_size, *mtime).await,
+        MetaOp::StatFs
+        | MetaOp::AllocChunks { .. }
+        | MetaOp::GetMap { .. }
+        | MetaOp::RegisterNode { .. }
+        | MetaOp::Heartbeat { .. }
+        | MetaOp::Status { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Record helpers.
+
+/// Reads an inode; `NotFound` if it does not exist.
+pub async fn load(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
+    match get::<InodeRec>(txn, &keys::inode(ino)).await? {
+        Some(rec) => Ok(rec),
+        None => fail!(NotFound, "no inode {ino}"),
+    }
+}
+
+/// Reads a directory inode; `NotDir` if it is something else.
+async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
+    let rec = load(txn, ino).await?;
+    if rec.attr.kind != FileKind::Dir {
+        fail!(
+            NotDir,
+            "inode {ino} is a {:?}, not a directory",
+            rec.attr.kind
+        );
+    }
+    Ok(rec)
+}
+
+async fn store_inode(txn: &mut dyn KvTxn, rec: &InodeRec) -> TxResult<()> {
+    put(txn, &keys::inode(rec.attr.ino), rec).await
+}
+
+async fn get_dentry(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<Option<DentryRec>> {
+    get(txn, &keys::dentry(parent, name)).await
+}
+
+/// Reads the inode a directory entry points to; a missing one means damaged metadata.
+async fn load_child(
+    txn: &mut dyn KvTxn,
+    parent: Ino,
+    name: &str,
+    entry: DentryRec,
+) -> TxResult<InodeRec> {
+    match get::<InodeRec>(txn, &keys::inode(entry.ino)).await? {
+        Some(rec) => Ok(rec),
+        None => fail!(
+            Internal,
+            "entry {name:?} of directory {parent} points to missing inode {}",
+            entry.ino
+        ),
+    }
+}
+
+/// Adds `delta` to a directory's link count and stamps its mtime and ctime (its entries changed).
+async fn touch_dir(
+    txn: &mut dyn KvTxn,
+    ino: Ino,
+    nlink_delta: i64,
+    now: Timestamp,
+) -> TxResult<()> {
+    let mut rec = load(txn, ino).await?;
+    let nlink = i64::from(rec.attr.nlink) + nlink_delta;
+    let Ok(nlink) = u32::try_from(nlink) else {
+        fail!(
+            TooLarge,
+            "directory {ino} would have a link count of {nlink}"
+        );
+    };
+    rec.attr.nlink = nlink;
+    rec.attr.mtime = now;
+    rec.attr.ctime = now;
+    store_inode(txn, &rec).await
+}
+
+/// Queues a chunk no longer referenced for deletion of its shards.
+async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<()> {
+    let key = keys::gc(chunk.id);
+    put(
+        txn,
+        &key,
+        &GcRec {
+            ino,
+            chunk,
+            queued_ms: ctx.now_ms,
+            done: 0,
+        },
+    )
+    .await
+}
+
+/// Removes the chunk records of `ino` from index `first` on, queueing them for GC; returns how
+/// many there were.
+async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64) -> TxResult<u64> {
+    let end = kv::prefix_end(&keys::chunk_prefix(ino));
+    let mut from = keys::chunk(ino, first);
+    let mut removed = 0u64;
+    loop {
+        let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
+        for (key, value) in &page {
+            let chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
+            txn.delete(key).await?;
+            queue_gc(txn, ctx, ino, chunk).await?;
+            removed += 1;
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
+                from = store::after(last)
+            }
+            _ => break,
+        }
+    }
+    store::stat_add(txn, Stat::Chunks, ino, -(removed as i64)).await?;
+    Ok(removed)
+}
+
+/// Deletes an inode with its extended attributes and chunk records (queued for GC).
+async fn delete_inode(txn: &mut dyn KvTxn, ctx: &Ctx, rec: &InodeRec) -> TxResult<()> {
+    let ino = rec.attr.ino;
+    let prefix = keys::xattr_prefix(ino);
+    for (key, _) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+        txn.delete(&key).await?;
+    }
+    if rec.attr.kind == FileKind::File {
+        remove_chunks_from(txn, ctx, ino, 0).await?;
+        store::stat_add(txn, Stat::Files, ino, -1).await?;
+    }
+    txn.delete(&keys::inode(ino)).await?;
+    store::stat_add(txn, Stat::Inodes, ino, -1).await
+}
+
+/// Drops one link of a non-directory inode, deleting it with the last link.
+async fn drop_link(txn: &mut dyn KvTxn, ctx: &Ctx, mut rec: InodeRec) -> TxResult<()> {
+    if rec.attr.nlink <= 1 {
+        return delete_inode(txn, ctx, &rec).await;
+    }
+    rec.attr.nlink -= 1;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await
+}
+
+/// Whether directory `ino` has at least one entry. Scans with limit 1, so a concurrent create
+/// in it conflicts with this transaction.
+async fn dir_has_entries(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<bool> {
+    let prefix = keys::dentry_prefix(ino);
+    Ok(!txn
+        .scan(&prefix, &kv::prefix_end(&prefix), 1)
+        .await?
+        .is_empty())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations.
+
+async fn lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    load_dir(txn, parent).await?;
+    let Some(entry) = get_dentry(txn, parent, name).await? else {
+        fail!(NotFound, "no entry {name:?} in directory {parent}");
+    };
+    Ok(MetaReply::Attr(
+        load_child(txn, parent, name, entry).await?.attr,
+    ))
+}
+
+async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
+    if path.len() > PATH_BYTES_MAX {
+        fail!(
+            NameTooLong,
+            "path of {} bytes exceeds the limit of {PATH_BYTES_MAX}",
+            path.len()
+        );
+    }
+    let mut current = load(txn, ROOT_INO).await?;
+    for component in path.split('/') {
+        match component {
+            "" | "." => continue,
+            ".." => {
+                // The root's parent pointer is itself, so ".." at the root stays there.
+                let parent = current.parent;
+                current = load(txn, parent).await?;
+                continue;
+            }
+            _ => {}
+        }
+        if current.attr.kind != FileKind::Dir {
+            fail!(
+                NotDir,
+                "{path:?}: a component before {component:?} is a {:?}, not a directory",
+                current.attr.kind
+            );
+        }
+        check_name(component).map_err(abort)?;
+        let dir = current.attr.ino;
+        let Some(entry) = get_dentry(txn, dir, component).await? else {
+            fail!(NotFound, "{path:?}: no entry {component:?}");
+        };
+        current = load_child(txn, dir, component, entry).await?;
+    }
+    Ok(MetaReply::Attr(current.attr))
+}
+
+async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> TxResult<MetaReply> {
+    let mut rec = load(txn, ino).await?;
+    if let Some(size) = set.size {
+        match rec.attr.kind {
+            FileKind::File => {}
+            FileKind::Dir => fail!(IsDir, "inode {ino} is a directory; its size cannot be set"),
+            kind => fail!(
+                Invalid,
+                "inode {ino} is a {kind:?}; only regular files have a settable size"
+            ),
+        }
+        if size != rec.attr.size {
+            if size < rec.attr.size {
+                truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, size).await?;
+            }
+            rec.attr.size = size;
+            rec.attr.data_version += 1;
+            rec.attr.mtime = ctx.now;
+        }
+    }
+    let attr = &mut rec.attr;
+    if let Some(mode) = set.mode {
+        attr.mode = mode & 0o7777;
+    }
+    if let Some(uid) = set.uid {
+        attr.uid = uid;
+    }
+    if let Some(gid) = set.gid {
+        attr.gid = gid;
+    }
+    if let Some(atime) = set.atime {
+        attr.atime = atime;
+    }
+    if let Some(mtime) = set.mtime {
+        attr.mtime = mtime;
+    }
+    attr.ctime = set.ctime.unwrap_or(ctx.now);
+    store_inode(txn, &rec).await?;
+    Ok(MetaReply::Attr(rec.attr))
+}
+
+/// Shrinks the chunk records of a file to `size` bytes: records wholly past it are removed and
+/// queued for GC; the record of the last, partial chunk has its `len` clamped, so that bytes
+/// past the new end read as zeros if the file is extended later (the shard data still holds the
+/// old bytes; readers honour `len`).
+async fn truncate_chunks(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    chunk_bytes: u32,
+    size: u64,
+) -> TxResult<()> {
+    let chunk_bytes = u64::from(chunk_bytes.max(1));
+    let partial = size % chunk_bytes;
+    if partial != 0 {
+        let key = keys::chunk(ino, size / chunk_bytes);
+        if let Some(mut chunk) = get::<ChunkRecord>(txn, &key).await? {
+            if u64::from(chunk.len) > partial {
+                chunk.len = partial as u32;
+                put(txn, &key, &chunk).await?;
+            }
+        }
+    }
+    remove_chunks_from(txn, ctx, ino, size.div_ceil(chunk_bytes)).await?;
+    Ok(())
+}
+
+/// What `make` creates.
+struct NewInode {
+    kind: FileKind,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    target: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn create(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    parent: Ino,
+    name: &str,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    exclusive: bool,
+) -> TxResult<MetaReply> {
+    if !exclusive {
+        check_name(name).map_err(abort)?;
+        load_dir(txn, parent).await?;
+        if let Some(entry) = get_dentry(txn, parent, name).await? {
+            let existing = load_child(txn, parent, name, entry).await?;
+            if existing.attr.kind == FileKind::Dir {
+                fail!(IsDir, "{name:?} in directory {parent} is a directory");
+            }
+            return Ok(MetaReply::Attr(existing.attr));
+        }
+    }
+    let new = NewInode {
+        kind: FileKind::File,
+        mode,
+        uid,
+        gid,
+        rdev: 0,
+        target: String::new(),
+    };
+    make(txn, ctx, parent, name, new).await
+}
+
+/// Creates an inode of any kind under `parent`; `Exists` if the name is taken.
+async fn make(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    parent: Ino,
+    name: &str,
+    new: NewInode,
+) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    let dir = load_dir(txn, parent).await?;
+    let entry_key = keys::dentry(parent, name);
+    if txn.get(&entry_key).await?.is_some() {
+        fail!(Exists, "{name:?} already exists in directory {parent}");
+    }
+    let ino = ctx.new_ino()?;
+    let is_dir = new.kind == FileKind::Dir;
+    let now = ctx.now;
+    let attr = Attr {
+        ino,
+        kind: new.kind,
+        mode: new.mode & 0o7777,
+        uid: new.uid,
+        gid: new.gid,
+        size: if new.kind == FileKind::Symlink {
+            new.target.len() as u64
+        } else {
+            0
+        },
+        nlink: if is_dir { 2 } else { 1 },
+        rdev: new.rdev,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        data_version: 0,
+        // New files and directories inherit the layout of the directory they are created in.
+        ec: dir.attr.ec,
+        chunk_bytes: dir.attr.chunk_bytes,
+    };
+    let rec = InodeRec {
+        attr,
+        parent: if is_dir { parent } else { 0 },
+        target: new.target,
+    };
+    store_inode(txn, &rec).await?;
+    put(
+        txn,
+        &entry_key,
+        &DentryRec {
+            ino,
+            kind: new.kind,
+        },
+    )
+    .await?;
+    touch_dir(txn, parent, i64::from(is_dir), now).await?;
+    store::stat_add(txn, Stat::Inodes, ino, 1).await?;
+    if new.kind == FileKind::File {
+        store::stat_add(txn, Stat::Files, ino, 1).await?;
+    }
+    Ok(MetaReply::Attr(rec.attr))
+}
+
+async fn link(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    new_parent: Ino,
+    new_name: &str,
+) -> TxResult<MetaReply> {
+    check_name(new_name).map_err(abort)?;
+    let mut rec = load(txn, ino).await?;
+    if rec.attr.kind == FileKind::Dir {
+        fail!(
+            IsDir,
+            "inode {ino} is a directory; directories cannot be hard-linked"
+        );
+    }
+    load_dir(txn, new_parent).await?;
+    let entry_key = keys::dentry(new_parent, new_name);
+    if txn.get(&entry_key).await?.is_some() {
+        fail!(
+            Exists,
+            "{new_name:?} already exists in directory {new_parent}"
+        );
+    }
+    let Some(nlink) = rec.attr.nlink.checked_add(1) else {
+        fail!(TooLarge, "inode {ino} has too many links");
+    };
+    rec.attr.nlink = nlink;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await?;
+    put(
+        txn,
+        &entry_key,
+        &DentryRec {
+            ino,
+            kind: rec.attr.kind,
+        },
+    )
+    .await?;
+    touch_dir(txn, new_parent, 0, ctx.now).await?;
+    Ok(MetaReply::Attr(rec.attr))
+}
+
+async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    load_dir(txn, parent).await?;
+    let Some(entry) = get_dentry(txn, parent, name).await? else {
+        fail!(NotFound, "no entry {name:?} in directory {parent}");
+    };
+    let child = load_child(txn, parent, name, entry).await?;
+    if child.attr.kind == FileKind::Dir {
+        fail!(
+            IsDir,
+            "{name:?} in directory {parent} is a directory; use rmdir"
+        );
+    }
+    txn.delete(&keys::dentry(parent, name)).await?;
+    drop_link(txn, ctx, child).await?;
+    touch_dir(txn, parent, 0, ctx.now).await?;
+    Ok(MetaReply::Ok)
+}
+
+async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    load_dir(txn, parent).await?;
+    let Some(entry) = get_dentry(txn, parent, name).await? else {
+        fail!(NotFound, "no entry {name:?} in directory {parent}");
+    };
+    let child = load_child(txn, parent, name, entry).await?;
+    if child.attr.kind != FileKind::Dir {
+        fail!(
+            NotDir,
+            "{name:?} in directory {parent} is a {:?}, not a directory",
+            child.attr.kind
+        );
+    }
+    if dir_has_entries(txn, child.attr.ino).await? {
+        fail!(NotEmpty, "directory {name:?} is not empty");
+    }
+    txn.delete(&keys::dentry(parent, name)).await?;
+    delete_inode(txn, ctx, &child).await?;
+    touch_dir(txn, parent, -1, ctx.now).await?;
+    Ok(MetaReply::Ok)
+}
+
+/// Fails with `Invalid` if directory `start` is `dir` or lies under it: moving `dir` into
+/// `start` would then cut it from the tree. Walks parent pointers, which the transaction reads,
+/// so a concurrent rename changing them conflicts instead of racing into a cycle.
+async fn check_not_under(txn: &mut dyn KvTxn, start: Ino, dir: Ino) -> TxResult<()> {
+    let mut current = start;
+    for _ in 0..DEPTH_MAX {
+        if current == dir {
+            fail!(
+                Invalid,
+                "cannot move directory {dir} under itself (into {start})"
+            );
+        }
+        if current == ROOT_INO {
+            return Ok(());
+        }
+        current = load(txn, current).await?.parent;
+    }
+    fail!(
+        Internal,
+        "walking up from directory {start} did not reach the root after {DEPTH_MAX} steps"
+    )
+}
+
+async fn rename(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    parent: Ino,
+    name: &str,
+    new_parent: Ino,
+    new_name: &str,
+    mode: RenameMode,
+) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    check_name(new_name).map_err(abort)?;
+    load_dir(txn, parent).await?;
+    load_dir(txn, new_parent).await?;
+    let Some(src) = get_dentry(txn, parent, name).await? else {
+        fail!(NotFound, "no entry {name:?} in directory {parent}");
+    };
+    let dst = get_dentry(txn, new_parent, new_name).await?;
+    match (mode, dst) {
+        (RenameMode::NoReplace, Some(_)) => fail!(
+            Exists,
+            "{new_name:?} already exists in directory {new_parent}"
+        ),
+        (RenameMode::Exchange, None) => fail!(
+            NotFound,
+            "no entry {new_name:?} in directory {new_parent} to exchange with"
+        ),
+        _ => {}
+    }
+    // Renaming a name onto itself, or onto another link of the same inode, changes nothing
+    // (POSIX says so for the second case too).
+    if dst.is_some_and(|d| d.ino == src.ino) {
+        return Ok(MetaReply::Ok);
+    }
+    let src_rec = load_child(txn, parent, name, src).await?;
+    let src_is_dir = src_rec.attr.kind == FileKind::Dir;
+    let dst_rec = match dst {
+        Some(entry) => Some(load_child(txn, new_parent, new_name, entry).await?),
+        None => None,
+    };
+    let dst_is_dir = dst_rec
+        .as_ref()
+        .is_some_and(|r| r.attr.kind == FileKind::Dir);
+
+    if src_is_dir && parent != new_parent {
+        check_not_under(txn, new_parent, src.ino).await?;
+    }
+    let (parent_delta, new_parent_delta);
+    if mode == RenameMode::Exchange {
+        let Some(dst_rec) = dst_rec else {
+            fail!(Internal, "exchange destination vanished");
+        };
+        if dst_is_dir && parent != new_parent {
+            check_not_under(txn, parent, dst_rec.attr.ino).await?;
+        }
+        put(
+            txn,
+            &keys::dentry(parent, name),
+            &DentryRec {
+                ino: dst_rec.attr.ino,
+                kind: dst_rec.attr.kind,
+            },
+        )
+        .await?;
+        put(txn, &keys::dentry(new_parent, new_name), &src).await?;
+        move_inode(txn, ctx, src_rec, new_parent).await?;
+        move_inode(txn, ctx, dst_rec, parent).await?;
+        parent_delta = i64::from(dst_is_dir) - i64::from(src_is_dir);
+        new_parent_delta = i64::from(src_is_dir) - i64::from(dst_is_dir);
+    } else {
+        if let Some(dst_rec) = dst_rec {
+            match (src_is_dir, dst_is_dir) {
+                (true, false) => fail!(
+                    NotDir,
+                    "cannot replace non-directory {new_name:?} with a directory"
+                ),
+                (false, true) => fail!(
+                    IsDir,
+                    "cannot replace directory {new_name:?} with a non-directory"
+                ),
+                (true, true) => {
+                    if dir_has_entries(txn, dst_rec.attr.ino).await? {
+                        fail!(NotEmpty, "directory {new_name:?} is not empty");
+                    }
+                    delete_inode(txn, ctx, &dst_rec).await?;
+                }
+                (false, false) => drop_link(txn, ctx, dst_rec).await?,
+            }
+        }
+        txn.delete(&keys::dentry(parent, name)).await?;
+        put(txn, &keys::dentry(new_parent, new_name), &src).await?;
+        move_inode(txn, ctx, src_rec, new_parent).await?;
+        parent_delta = -i64::from(src_is_dir);
+        new_parent_delta = i64::from(src_is_dir) - i64::from(dst_is_dir);
+    }
+    // A directory's nlink counts its subdirectories' ".." entries.
+    if parent == new_parent {
+        touch_dir(txn, parent, parent_delta + new_parent_delta, ctx.now).await?;
+    } else {
+        touch_dir(txn, parent, parent_delta, ctx.now).await?;
+        touch_dir(txn, new_parent, new_parent_delta, ctx.now).await?;
+    }
+    Ok(MetaReply::Ok)
+}
+
+/// Records that an inode now lives in `new_parent`: a directory's parent pointer follows it;
+/// every inode's ctime changes.
+async fn move_inode(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    mut rec: InodeRec,
+    new_parent: Ino,
+) -> TxResult<()> {
+    if rec.attr.kind == FileKind::Dir {
+        rec.parent = new_parent;
+    }
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await
+}
+
+async fn read_dir(txn: &mut dyn KvTxn, ino: Ino, after: &str, limit: u32) -> TxResult<MetaReply> {
+    if after.len() > NAME_BYTES_MAX {
+        fail!(
+            NameTooLong,
+            "readdir position of {} bytes exceeds the name limit of {NAME_BYTES_MAX}",
+            after.len()
+        );
+    }
+    load_dir(txn, ino).await?;
+    let limit = if limit == 0 {
+        READDIR_ENTRIES_MAX
+    } else {
+        limit.min(READDIR_ENTRIES_MAX)
+    } as usize;
+    let prefix = keys::dentry_prefix(ino);
+    // Names never contain NUL, so `after` + NUL is the first key strictly after `after`.
+    let start = if after.is_empty() {
+        prefix.clone()
+    } else {
+        store::after(&keys::dentry(ino, after))
+    };
+    // One entry more than asked says whether there are more.
+    let mut page = txn
+        .scan(&start, &kv::prefix_end(&prefix), limit + 1)
+        .await?;
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let mut entries = Vec::with_capacity(page.len());
+    for (key, value) in page {
+        let Some(name) = keys::dentry_name(ino, &key) else {
+            fail!(
+                Internal,
+                "directory entry key {} is not valid UTF-8",
+                keys::describe(&key)
+            );
+        };
+        let name = name.to_string();
+        let entry: DentryRec = keys::decode(&key, &value).map_err(abort)?;
+        let attr = load_child(txn, ino, &name, entry).await?.attr;
+        entries.push(DirEntry { name, attr });
+    }
+    Ok(MetaReply::Entries { entries, more })
+}
+
+async fn set_xattr(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    name: &str,
+    value: &[u8],
+    mode: XattrMode,
+) -> TxResult<MetaReply> {
+    check_xattr_name(name).map_err(abort)?;
+    if value.len() > XATTR_VALUE_BYTES_MAX {
+        fail!(
+            TooLarge,
+            "extended attribute value of {} bytes exceeds the limit of {XATTR_VALUE_BYTES_MAX}",
+            value.len()
+        );
+    }
+    let mut rec = load(txn, ino).await?;
+    let key = keys::xattr(ino, name);
+    let exists = txn.get(&key).await?.is_some();
+    match mode {
+        XattrMode::Create if exists => fail!(
+            Exists,
+            "inode {ino} already has extended attribute {name:?}"
+        ),
+        XattrMode::Replace if !exists => {
+            fail!(NoAttr, "inode {ino} has no extended attribute {name:?}")
+        }
+        _ => {}
+    }
+    txn.put(&key, &keys::encode_bytes(value)).await?;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await?;
+    Ok(MetaReply::Ok)
+}
+
+async fn set_layout(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    ec: EcScheme,
+    chunk_bytes: u32,
+) -> TxResult<MetaReply> {
+    check_layout(ec, chunk_bytes).map_err(abort)?;
+    let mut rec = load(txn, ino).await?;
+    match rec.attr.kind {
+        FileKind::Dir => {}
+        FileKind::File => {
+            // Chunk records carry their own scheme, but the chunk size decides where each byte
+            // lives: it can change only while the file has no data.
+            let prefix = keys::chunk_prefix(ino);
+            if rec.attr.size != 0
+                || !txn
+                    .scan(&prefix, &kv::prefix_end(&prefix), 1)
+                    .await?
+                    .is_empty()
+            {
+                fail!(
+                    Invalid,
+                    "file {ino} already has data; its layout can no longer change"
+                );
+            }
+        }
+        kind => fail!(
+            Invalid,
+            "inode {ino} is a {kind:?}; only files and directories have a layout"
+        ),
+    }
+    rec.attr.ec = ec;
+    rec.attr.chunk_bytes = chunk_bytes;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await?;
+    Ok(MetaReply::Attr(rec.attr))
+}
+
+/// Reads a regular file's inode; `IsDir` / `Invalid` for other kinds.
+pub async fn load_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
+    let rec = load(txn, ino).await?;
+    match rec.attr.kind {
+        FileKind::File => Ok(rec),
+        FileKind::Dir => fail!(IsDir, "inode {ino} is a directory"),
+        kind => fail!(Invalid, "inode {ino} is a {kind:?}, not a regular file"),
+    }
+}
+
+async fn get_chunks(txn: &mut dyn KvTxn, ino: Ino, first: u64, count: u64) -> TxResult<MetaReply> {
+    let rec = load_file(txn, ino).await?;
+    let count = count.min(CHUNKS_PER_CALL_MAX) as usize;
+    let mut chunks = Vec::new();
+    if count > 0 {
+        let end = match first.checked_add(count as u64) {
+            Some(end) => keys::chunk(ino, end),
+            None => kv::prefix_end(&keys::chunk_prefix(ino)),
+        };
+        for (key, value) in txn.scan(&keys::chunk(ino, first), &end, count).await? {
+            chunks.push(keys::decode::<ChunkRecord>(&key, &value).map_err(abort)?);
+        }
+    }
+    Ok(MetaReply::Chunks {
+        attr: rec.attr,
+        chunks,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn commit_chunks(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    chunks: &[ChunkRecord],
+    size: u64,
+    set_size: bool,
+    mtime: Timestamp,
+) -> TxResult<MetaReply> {
+    if chunks.len() as u64 > CHUNKS_PER_CALL_MAX {
+        fail!(
+            TooLarge,
+            "{} chunks in one commit exceed the limit of {CHUNKS_PER_CALL_MAX}",
+            chunks.len()
+        );
+    }
+    let mut rec = load_file(txn, ino).await?;
+    let old_size = rec.attr.size;
+    let new_size = if set_size { size } else { old_size.max(size) };
+    let chunk_bytes = u64::from(rec.attr.chunk_bytes);
+    let mut indices = std::collections::HashSet::with_capacity(chunks.len());
+    for chunk in chunks {
+        let index = chunk.index;
+        if !indices.insert(index) {
+            fail!(Invalid, "chunk index {index} appears twice in one commit");
+        }
+        if chunk.id == 0 {
+            fail!(Invalid, "chunk index {index}: chunk id 0 is not a valid id");
+        }
+        if chunk.ec != rec.attr.ec {
+            fail!(
+                Invalid,
+                "chunk index {index} is coded {} but file {ino} uses {}",
+                chunk.ec,
+                rec.attr.ec
+            );
+        }
+        let width = chunk.ec.width();
+        if chunk.table_crcs.len() != width {
+            fail!(
+                Invalid,
+                "chunk index {index} has {} shard checksums for {width} shards",
+                chunk.table_crcs.len()
+            );
+        }
+        if width < 64 && chunk.missing >> width != 0 {
+            fail!(
+                Invalid,
+                "chunk index {index} marks shards beyond its width {width} missing"
+            );
+        }
+        let missing = chunk.missing.count_ones();
+        if missing > u32::from(chunk.ec.m) {
+            fail!(
+                Invalid,
+                "chunk index {index} lacks {missing} shards; with {} at most {} may be missing",
+                chunk.ec,
+                chunk.ec.m
+            );
+        }
+        if chunk.len == 0 || u64::from(chunk.len) > chunk_bytes {
+            fail!(
+                Invalid,
+                "chunk index {index} holds {} bytes; chunks hold 1 to {chunk_bytes}",
+                chunk.len
+            );
+        }
+        // Every chunk record lies within the file size (an invariant truncation relies on).
+        let end = index
+            .checked_mul(chunk_bytes)
+            .and_then(|start| start.checked_add(u64::from(chunk.len)));
+        if end.is_none_or(|end| end > new_size) {
+            fail!(
+                Invalid,
+                "chunk index {index} ends past the file size {new_size}"
+            );
+        }
+        // A chunk id queued for deletion must never be referenced again (a late retry of an
+        // old commit would otherwise point at shards GC is deleting).
+        if txn.get(&keys::gc(chunk.id)).await?.is_some() {
+            fail!(
+                Invalid,
+                "chunk {:016x} was replaced or deleted earlier; write the data again",
+                chunk.id
+            );
+        }
+    }
+    if new_size < old_size {
+        truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, new_size).await?;
+    }
+    let mut added = 0i64;
+    for chunk in chunks {
+        let key = keys::chunk(ino, chunk.index);
+        match get::<ChunkRecord>(txn, &key).await? {
+            // Copy-on-write: the replaced version's shards go to GC, unless this is the same
+            // chunk committed again (a retry), which must stay referenced.
+            Some(old) if old.id != chunk.id => queue_gc(txn, ctx, ino, old).await?,
+            Some(_) => {}
+            None => added += 1,
+        }
+        put(txn, &key, chunk).await?;
+    }
+    store::stat_add(txn, Stat::Chunks, ino, added).await?;
+    rec.attr.size = new_size;
+    rec.attr.data_version += 1;
+    rec.attr.mtime = mtime;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await?;
+    Ok(MetaReply::Attr(rec.attr))
+}

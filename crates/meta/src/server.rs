@@ -1,0 +1,244 @@
+//! Running the metadata service as a server: its configuration file, opening the engine,
+//! serving the network protocol, and the background tasks (GC passes and the sweep of expired
+//! idempotency records).
+//!
+//! The configuration names the engine as a tagged table (`engine = { redb = "/path" }`) so
+//! that a PostgreSQL engine can be added as another variant without changing existing files.
+
+use crate::{MetaOptions, MetaService};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use wire::{EcScheme, Service};
+
+/// Pause between sweeps of expired idempotency records.
+pub const REQUEST_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which key-value engine holds the metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum EngineConfig {
+    /// The embedded engine: one redb file on this machine.
+    Redb(PathBuf),
+}
+
+/// The metadata server's configuration file (TOML):
+///
+/// ```toml
+/// listen = "0.0.0.0:7100"
+/// cluster = "trove"
+/// engine = { redb = "/var/lib/trove/meta.redb" }
+/// default_ec = "4+2"
+/// chunk_bytes = 4194304
+/// pg_count = 256
+/// down_after_ms = 4000
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetaConfig {
+    /// Address to listen on.
+    pub listen: String,
+    pub engine: EngineConfig,
+    /// The cluster's name, checked in every connection's hello.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// Erasure scheme of the root directory when created, as "K+M".
+    #[serde(default = "default_ec", with = "ec_text")]
+    pub default_ec: EcScheme,
+    #[serde(default = "default_chunk_bytes")]
+    pub chunk_bytes: u32,
+    #[serde(default = "default_pg_count")]
+    pub pg_count: u32,
+    #[serde(default = "default_down_after_ms")]
+    pub down_after_ms: u64,
+    #[serde(default = "default_gc_grace_ms")]
+    pub gc_grace_ms: u64,
+}
+
+fn default_cluster() -> String {
+    "trove".into()
+}
+fn default_ec() -> EcScheme {
+    MetaOptions::default().default_ec
+}
+fn default_chunk_bytes() -> u32 {
+    MetaOptions::default().chunk_bytes
+}
+fn default_pg_count() -> u32 {
+    MetaOptions::default().pg_count
+}
+fn default_down_after_ms() -> u64 {
+    MetaOptions::default().down_after_ms
+}
+fn default_gc_grace_ms() -> u64 {
+    MetaOptions::default().gc_grace_ms
+}
+
+/// Erasure schemes in configuration files are written as "4+2".
+mod ec_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use wire::EcScheme;
+
+    pub fn serialize<S: Serializer>(ec: &EcScheme, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(ec)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EcScheme, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl MetaConfig {
+    /// Parses a configuration file's text.
+    pub fn from_toml(text: &str) -> anyhow::Result<MetaConfig> {
+        toml::from_str(text).context("invalid metadata service configuration")
+    }
+
+    /// The service options this configuration asks for.
+    pub fn options(&self) -> MetaOptions {
+        MetaOptions {
+            default_ec: self.default_ec,
+            chunk_bytes: self.chunk_bytes,
+            pg_count: self.pg_count,
+            down_after_ms: self.down_after_ms,
+            gc_grace_ms: self.gc_grace_ms,
+            ..MetaOptions::default()
+        }
+    }
+}
+
+/// Opens the engine, then serves the metadata service until the process ends.
+pub async fn run(config: MetaConfig) -> anyhow::Result<()> {
+    let options = config.options();
+    options.validate()?;
+    let engine: Arc<dyn kv::KvEngine> = match &config.engine {
+        EngineConfig::Redb(path) => {
+            let path = path.clone();
+            // Opening may repair the file after a crash, which walks all of it: keep it off
+            // the async workers.
+            let engine =
+                tokio::task::spawn_blocking(move || kv_redb::RedbEngine::open(path)).await??;
+            Arc::new(engine)
+        }
+    };
+    tracing::info!("metadata engine: {}", engine.describe());
+    let service = MetaService::new(engine, options).await?;
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    tracing::info!(
+        "metadata service of cluster {:?} listening on {}",
+        config.cluster,
+        config.listen
+    );
+    serve(listener, service, config.cluster).await;
+    Ok(())
+}
+
+/// Serves `service` on `listener` forever, with its background tasks running alongside (they
+/// stop when this future is dropped).
+pub async fn serve(listener: TcpListener, service: Arc<MetaService>, cluster: String) {
+    let _background = service.spawn_background();
+    wire::rpc::serve(listener, service, Service::Meta, cluster).await;
+}
+
+/// The background tasks of a service; dropping this stops them.
+pub struct Background {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl MetaService {
+    /// Starts the GC and idempotency-sweep loops. They hold the service weakly, so they also
+    /// end once the service is dropped.
+    pub fn spawn_background(self: &Arc<Self>) -> Background {
+        let gc_interval = Duration::from_millis(self.options.gc_interval_ms.max(1));
+        let gc = tokio::spawn(every(
+            Arc::downgrade(self),
+            gc_interval,
+            |service| async move {
+                match service.gc_once().await {
+                    Ok(report) if report.chunks_deleted > 0 || report.chunks_referenced > 0 => {
+                        tracing::debug!("gc: {report:?}")
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!("gc pass failed: {err}"),
+                }
+            },
+        ));
+        let sweep = tokio::spawn(every(
+            Arc::downgrade(self),
+            REQUEST_SWEEP_INTERVAL,
+            |service| async move {
+                if let Err(err) = service.sweep_requests_once().await {
+                    tracing::warn!("sweep of idempotency records failed: {err}");
+                }
+            },
+        ));
+        Background {
+            tasks: vec![gc, sweep],
+        }
+    }
+}
+
+/// Runs `work` every `interval` while the service exists.
+async fn every<F, Fut>(service: Weak<MetaService>, interval: Duration, work: F)
+where
+    F: Fn(Arc<MetaService>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        work(service).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_parses_with_defaults() {
+        let config = MetaConfig::from_toml(
+            "listen = \"127.0.0.1:7100\"\nengine = { redb = \"/tmp/m.redb\" }\n",
+        );
+        let config = config.unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(config.engine, EngineConfig::Redb("/tmp/m.redb".into()));
+        assert_eq!(config.options(), MetaOptions::default());
+        assert_eq!(config.cluster, "trove");
+    }
+
+    #[test]
+    fn config_round_trips_and_rejects_unknowns() {
+        let text = "listen = \"0.0.0.0:7100\"\ncluster = \"lab\"\ndefault_ec = \"8+3\"\npg_count = 512\n[engine]\nredb = \"/x\"\n";
+        let config = MetaConfig::from_toml(text).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(config.default_ec, EcScheme { k: 8, m: 3 });
+        assert_eq!(config.pg_count, 512);
+        let again = toml::to_string(&config).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(MetaConfig::from_toml(&again).ok(), Some(config));
+        assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { postgres = \"u\" }\n").is_err());
+        assert!(
+            MetaConfig::from_toml("listen = \"x\"\nengine = { redb = \"/x\" }\nbogus = 1\n")
+                .is_err()
+        );
+        assert!(MetaConfig::from_toml(
+            "listen = \"x\"\nengine = { redb = \"/x\" }\ndefault_ec = \"4-2\"\n"
+        )
+        .is_err());
+    }
+}
