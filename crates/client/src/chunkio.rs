@@ -195,7 +195,12 @@ impl Client {
         if !failures.is_empty() {
             tracing::debug!("chunk {:016x} of {what}: rebuilt around {} failed shards", rec.id, failures.len());
         }
-        erasure::decode(rec.ec, rec.len, &shards).map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
+        // A truncation clamps a record's `len` but leaves its shards as written: decode them at
+        // their stored size, then keep the record's valid bytes.
+        let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k));
+        let data = erasure::decode(rec.ec, stored_len.max(rec.len), &shards)
+            .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))?;
+        Ok(data.slice(..(rec.len as usize).min(data.len())))
     }
 
     /// Reads bytes `offset .. offset + len` of a chunk, fetching only the data shard blocks that

@@ -61,6 +61,13 @@ pub struct FileHandle {
 impl FileHandle {
     pub(crate) async fn open(client: Client, ino: Ino) -> Result<FileHandle> {
         let attr = client.getattr(ino).await?;
+        FileHandle::with_attr(client, attr)
+    }
+
+    /// A handle on the file whose fresh attributes the caller already has (from a create or a
+    /// getattr), saving the metadata round trip of [`FileHandle::open`].
+    pub(crate) fn with_attr(client: Client, attr: Attr) -> Result<FileHandle> {
+        let ino = attr.ino;
         if attr.kind != wire::FileKind::File {
             return Err(WireError::new(ErrorCode::Invalid, format!("inode {ino} is not a regular file")));
         }

@@ -14,6 +14,7 @@
 
 mod chunkio;
 mod file;
+mod posix;
 
 pub use file::FileHandle;
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};

@@ -1,0 +1,443 @@
+//! fio-like bandwidth, IOPS and latency (`trove bench io`), and the `tf-like` preset that
+//! reproduces the Isilon paper's fio job: per emulated GPU, 30 files read sequentially in 1 MiB
+//! requests at 83 IOPS, reporting how many GPUs the storage serves while keeping that rate.
+//!
+//! Each job has `queue_depth` workers, each a stream of requests with its own file handles (a
+//! client file handle serves one request at a time, like a descriptor used by one thread).
+//! Sequential streams each own whole files, so every handle sees a sequential stream and the
+//! client's read-ahead works as it would for an application; random workers pick any file of
+//! their job and any aligned offset. Runs are time based: operations completing during the ramp
+//! are not counted.
+
+use crate::stats::Histogram;
+use crate::target::{drop_caches, Reader, Target, Writer};
+use anyhow::{anyhow, bail, Result};
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes per write while laying out files.
+pub const LAYOUT_WRITE_BYTES: usize = 4 << 20;
+/// Most jobs and most workers per job.
+pub const JOBS_MAX: usize = 4096;
+pub const QUEUE_DEPTH_MAX: usize = 1024;
+/// The Isilon paper's fio job: per GPU 30 files, 1 MiB requests, 83 IOPS, iodepth 32.
+pub const TF_LIKE_FILES_PER_GPU: usize = 30;
+pub const TF_LIKE_BLOCK_BYTES: usize = 1 << 20;
+pub const TF_LIKE_RATE_IOPS: f64 = 83.0;
+pub const TF_LIKE_QUEUE_DEPTH: usize = 32;
+/// A GPU is served while its job reaches this fraction of the target rate.
+pub const TF_LIKE_KEEP_FRACTION: f64 = 0.95;
+
+/// Access pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    SeqRead,
+    SeqWrite,
+    RandRead,
+    RandWrite,
+}
+
+impl Pattern {
+    pub fn parse(s: &str) -> Result<Pattern> {
+        Ok(match s {
+            "read" | "seqread" => Pattern::SeqRead,
+            "write" | "seqwrite" => Pattern::SeqWrite,
+            "randread" => Pattern::RandRead,
+            "randwrite" => Pattern::RandWrite,
+            other => bail!("unknown pattern {other:?} (read, write, randread, randwrite)"),
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::SeqRead => "read",
+            Pattern::SeqWrite => "write",
+            Pattern::RandRead => "randread",
+            Pattern::RandWrite => "randwrite",
+        }
+    }
+    fn is_read(self) -> bool {
+        matches!(self, Pattern::SeqRead | Pattern::RandRead)
+    }
+    fn is_seq(self) -> bool {
+        matches!(self, Pattern::SeqRead | Pattern::SeqWrite)
+    }
+}
+
+/// One io run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IoConfig {
+    pub pattern: Pattern,
+    pub block_bytes: usize,
+    pub jobs: usize,
+    pub queue_depth: usize,
+    pub files_per_job: usize,
+    pub file_bytes: u64,
+    pub runtime: Duration,
+    pub ramp: Duration,
+    /// fio's `rate_iops`, per job.
+    pub rate_iops_per_job: Option<f64>,
+    /// Sync after every N writes (0: only when the run ends). fio's `fsync=N`.
+    pub fsync_every: u64,
+    /// Directory inside the target for the data files.
+    pub dir: String,
+    pub drop_caches: bool,
+    pub seed: u64,
+}
+
+/// What one io run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IoResult {
+    pub target: String,
+    pub pattern: String,
+    pub block_bytes: usize,
+    pub jobs: usize,
+    pub queue_depth: usize,
+    pub files_per_job: usize,
+    pub rate_iops_per_job: Option<f64>,
+    pub runtime_s: f64,
+    pub ops: u64,
+    pub bytes: u64,
+    pub iops: f64,
+    pub bytes_per_s: f64,
+    pub lat_mean_us: f64,
+    pub lat_p50_us: f64,
+    pub lat_p99_us: f64,
+    pub lat_p999_us: f64,
+    pub lat_max_us: f64,
+    /// IOPS each job reached (for rate-limited runs: who kept the rate).
+    pub job_iops: Vec<f64>,
+    pub caches_dropped: bool,
+    pub caches_note: String,
+}
+
+fn job_file(dir: &str, job: usize, file: usize) -> String {
+    format!("{dir}/job{job:04}/f{file:03}")
+}
+
+/// Creates the files of jobs `0..jobs` that are missing or have the wrong size.
+pub async fn layout(target: Arc<dyn Target>, cfg: &IoConfig, jobs: usize, show: bool) -> Result<()> {
+    let mut todo = Vec::new();
+    for j in 0..jobs {
+        target.mkdir_all(&format!("{}/job{j:04}", cfg.dir)).await?;
+        for f in 0..cfg.files_per_job {
+            let path = job_file(&cfg.dir, j, f);
+            if target.size_of(&path).await? != Some(cfg.file_bytes) {
+                todo.push(path);
+            }
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let bar = progress(show, todo.len() as u64 * cfg.file_bytes, "laying out files", true);
+    let mut block = vec![0u8; LAYOUT_WRITE_BYTES];
+    crate::train::fill_random(cfg.seed, &mut block);
+    let block = Bytes::from(block);
+    let todo = Arc::new(todo);
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (target, todo, next, block, bar, size) = (target.clone(), todo.clone(), next.clone(), block.clone(), bar.clone(), cfg.file_bytes);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(path) = todo.get(i) else { return Ok::<_, anyhow::Error>(()) };
+                let mut w = target.create(path).await?;
+                let mut off = 0u64;
+                while off < size {
+                    let n = (size - off).min(block.len() as u64) as usize;
+                    w.write_at(off, block.slice(..n)).await?;
+                    off += n as u64;
+                    bar.inc(n as u64);
+                }
+                w.close().await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| anyhow!("layout task failed: {e}"))??;
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn progress(show: bool, len: u64, what: &str, bytes: bool) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    let t = if bytes { "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}" } else { "{msg} [{bar:30}] {elapsed}/{len}s" };
+    b.set_style(ProgressStyle::with_template(t).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    b.set_message(what.to_string());
+    b
+}
+
+/// Counters of one job, shared by its workers.
+#[derive(Default)]
+struct JobCounters {
+    ops: AtomicU64,
+    bytes: AtomicU64,
+    tickets: AtomicU64,
+}
+
+/// A worker's open files.
+enum Handle {
+    R(Box<dyn Reader>),
+    W(Box<dyn Writer>),
+}
+
+/// Runs one io configuration with `cfg.jobs` jobs; the files must be laid out (reads) or are
+/// created (writes).
+pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<IoResult> {
+    if cfg.jobs == 0 || cfg.jobs > JOBS_MAX || cfg.queue_depth == 0 || cfg.queue_depth > QUEUE_DEPTH_MAX {
+        bail!("jobs must be 1..={JOBS_MAX} and queue depth 1..={QUEUE_DEPTH_MAX}");
+    }
+    if cfg.block_bytes == 0 || cfg.file_bytes < cfg.block_bytes as u64 || cfg.files_per_job == 0 {
+        bail!("each file must hold at least one block");
+    }
+    if cfg.pattern.is_read() || cfg.pattern == Pattern::RandWrite {
+        layout(target.clone(), cfg, cfg.jobs, show).await?;
+    } else {
+        for j in 0..cfg.jobs {
+            target.mkdir_all(&format!("{}/job{j:04}", cfg.dir)).await?;
+        }
+    }
+    let (caches_dropped, caches_note) = if !cfg.drop_caches {
+        (false, "page cache NOT dropped (disabled)".to_string())
+    } else {
+        match drop_caches() {
+            Ok(()) => (true, "page cache dropped before the run".to_string()),
+            Err(why) => (false, format!("page cache NOT dropped: {why}")),
+        }
+    };
+    let start = Instant::now();
+    let ramp_end = start + cfg.ramp;
+    let end = ramp_end + cfg.runtime;
+    let blocks_per_file = cfg.file_bytes / cfg.block_bytes as u64;
+    // Sequential streams own whole files, so at most one stream per file.
+    let streams = if cfg.pattern.is_seq() { cfg.queue_depth.min(cfg.files_per_job) } else { cfg.queue_depth };
+    let bar = progress(show, (cfg.ramp + cfg.runtime).as_secs(), &format!("{} {} jobs", cfg.pattern.name(), cfg.jobs), false);
+    let ticker = {
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                bar.set_position(start.elapsed().as_secs());
+            }
+        })
+    };
+    let block = {
+        let mut b = vec![0u8; cfg.block_bytes];
+        crate::train::fill_random(cfg.seed ^ 0x5eed, &mut b);
+        Bytes::from(b)
+    };
+    let mut tasks = Vec::new();
+    let mut counters = Vec::new();
+    for j in 0..cfg.jobs {
+        let jc = Arc::new(JobCounters::default());
+        counters.push(jc.clone());
+        for s in 0..streams {
+            let (target, cfg, jc, block) = (target.clone(), cfg.clone(), jc.clone(), block.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ ((j as u64) << 32) ^ s as u64);
+                let mut hist = Histogram::default();
+                let mut handles: HashMap<usize, Handle> = HashMap::new();
+                // Sequential position: (index into this stream's files, block within the file).
+                let my_files: Vec<usize> = (s..cfg.files_per_job).step_by(streams).collect();
+                let (mut fi, mut bi) = (0usize, 0u64);
+                let mut writes = 0u64;
+                let rate_start = ramp_end.min(Instant::now());
+                loop {
+                    if let Some(rate) = cfg.rate_iops_per_job {
+                        let k = jc.tickets.fetch_add(1, Ordering::Relaxed);
+                        let at = start + Duration::from_secs_f64(k as f64 / rate.max(1e-6));
+                        if at >= end {
+                            break;
+                        }
+                        tokio::time::sleep_until(at.max(rate_start).into()).await;
+                    }
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let (file, blk) = if cfg.pattern.is_seq() {
+                        let f = my_files[fi];
+                        let b = bi;
+                        bi += 1;
+                        if bi >= blocks_per_file {
+                            bi = 0;
+                            fi = (fi + 1) % my_files.len();
+                        }
+                        (f, b)
+                    } else {
+                        (rng.gen_range(0..cfg.files_per_job), rng.gen_range(0..blocks_per_file))
+                    };
+                    let offset = blk * cfg.block_bytes as u64;
+                    let path = job_file(&cfg.dir, j, file);
+                    if !handles.contains_key(&file) {
+                        let h = if cfg.pattern.is_read() {
+                            Handle::R(target.open(&path).await?)
+                        } else if cfg.pattern == Pattern::RandWrite {
+                            Handle::W(target.open_write(&path).await?)
+                        } else {
+                            Handle::W(target.create(&path).await?)
+                        };
+                        handles.insert(file, h);
+                    }
+                    let t0 = Instant::now();
+                    let n = match handles.get_mut(&file) {
+                        Some(Handle::R(r)) => r.read_at(offset, cfg.block_bytes).await?.len(),
+                        Some(Handle::W(w)) => {
+                            w.write_at(offset, block.clone()).await?;
+                            writes += 1;
+                            if cfg.fsync_every > 0 && writes % cfg.fsync_every == 0 {
+                                w.sync().await?;
+                            }
+                            cfg.block_bytes
+                        }
+                        None => bail!("internal: no handle for {path}"),
+                    };
+                    let done = Instant::now();
+                    if done >= ramp_end && done <= end {
+                        hist.record(done - t0);
+                        jc.ops.fetch_add(1, Ordering::Relaxed);
+                        jc.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+                for (_, h) in handles {
+                    if let Handle::W(w) = h {
+                        w.close().await?;
+                    }
+                }
+                Ok::<_, anyhow::Error>(hist)
+            }));
+        }
+    }
+    let mut hist = Histogram::default();
+    for t in tasks {
+        hist.merge(&t.await.map_err(|e| anyhow!("io worker failed: {e}"))??);
+    }
+    ticker.abort();
+    bar.finish_and_clear();
+    let secs = cfg.runtime.as_secs_f64();
+    let ops: u64 = counters.iter().map(|c| c.ops.load(Ordering::Relaxed)).sum();
+    let bytes: u64 = counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum();
+    Ok(IoResult {
+        target: target.describe(),
+        pattern: cfg.pattern.name().to_string(),
+        block_bytes: cfg.block_bytes,
+        jobs: cfg.jobs,
+        queue_depth: streams,
+        files_per_job: cfg.files_per_job,
+        rate_iops_per_job: cfg.rate_iops_per_job,
+        runtime_s: secs,
+        ops,
+        bytes,
+        iops: ops as f64 / secs,
+        bytes_per_s: bytes as f64 / secs,
+        lat_mean_us: hist.mean_us(),
+        lat_p50_us: hist.percentile_us(0.50),
+        lat_p99_us: hist.percentile_us(0.99),
+        lat_p999_us: hist.percentile_us(0.999),
+        lat_max_us: hist.max_us(),
+        job_iops: counters.iter().map(|c| c.ops.load(Ordering::Relaxed) as f64 / secs).collect(),
+        caches_dropped,
+        caches_note,
+    })
+}
+
+/// How many GPUs the `tf-like` job serves.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TfLikeReport {
+    pub target: String,
+    pub rate_iops_per_gpu: f64,
+    pub keep_fraction: f64,
+    /// Every trial: GPUs, whether every GPU kept the rate, and the run.
+    pub trials: Vec<(usize, bool, IoResult)>,
+    pub gpus_served: Option<usize>,
+    pub capped: bool,
+}
+
+/// Runs the Isilon paper's fio job with growing numbers of GPUs until one no longer gets its
+/// 83 IOPS; every GPU must reach `TF_LIKE_KEEP_FRACTION` of the rate.
+pub async fn tf_like(target: Arc<dyn Target>, base: &IoConfig, gpus_max: usize, show: bool) -> Result<TfLikeReport> {
+    let cfg = IoConfig {
+        pattern: Pattern::SeqRead,
+        block_bytes: TF_LIKE_BLOCK_BYTES,
+        queue_depth: TF_LIKE_QUEUE_DEPTH,
+        files_per_job: TF_LIKE_FILES_PER_GPU,
+        rate_iops_per_job: Some(base.rate_iops_per_job.unwrap_or(TF_LIKE_RATE_IOPS)),
+        ..base.clone()
+    };
+    let rate = cfg.rate_iops_per_job.unwrap_or(TF_LIKE_RATE_IOPS);
+    let trials = std::sync::Mutex::new(Vec::new());
+    let outcome = crate::sweep::find_max(1, gpus_max.max(1), |n| {
+        let (target, trials) = (target.clone(), &trials);
+        let cfg = IoConfig { jobs: n, ..cfg.clone() };
+        async move {
+            let r = run(target, &cfg, show).await?;
+            let kept = r.job_iops.iter().all(|&i| i >= rate * TF_LIKE_KEEP_FRACTION);
+            if show {
+                let worst = r.job_iops.iter().cloned().fold(f64::MAX, f64::min);
+                eprintln!("  {n:>4} GPUs: {:.0} MB/s, slowest GPU {worst:.1} IOPS: {}", r.bytes_per_s / 1e6, if kept { "kept" } else { "MISSED" });
+            }
+            trials.lock().map_err(|_| anyhow!("lock poisoned"))?.push((n, kept, r));
+            Ok(kept)
+        }
+    })
+    .await?;
+    Ok(TfLikeReport {
+        target: target.describe(),
+        rate_iops_per_gpu: rate,
+        keep_fraction: TF_LIKE_KEEP_FRACTION,
+        trials: trials.into_inner().map_err(|_| anyhow!("lock poisoned"))?,
+        gpus_served: outcome.best,
+        capped: outcome.capped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse() {
+        assert_eq!(Pattern::parse("read").expect("p"), Pattern::SeqRead);
+        assert_eq!(Pattern::parse("randwrite").expect("p"), Pattern::RandWrite);
+        assert!(Pattern::parse("trim").is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rate_limited_sequential_reads_on_a_directory() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let target: Arc<dyn Target> = Arc::new(crate::DirTarget::new(dir.path(), false).expect("target"));
+        let cfg = IoConfig {
+            pattern: Pattern::SeqRead,
+            block_bytes: 64 << 10,
+            jobs: 2,
+            queue_depth: 4,
+            files_per_job: 4,
+            file_bytes: 1 << 20,
+            runtime: Duration::from_millis(1000),
+            ramp: Duration::from_millis(100),
+            rate_iops_per_job: Some(100.0),
+            fsync_every: 0,
+            dir: "io".into(),
+            drop_caches: false,
+            seed: 1,
+        };
+        let r = run(target, &cfg, false).await.expect("run");
+        assert_eq!(r.job_iops.len(), 2);
+        for iops in &r.job_iops {
+            assert!((80.0..=120.0).contains(iops), "rate limit not kept: {iops}");
+        }
+        assert_eq!(r.bytes, r.ops * (64 << 10));
+        assert!(r.lat_p50_us <= r.lat_p99_us && r.lat_p99_us <= r.lat_p999_us);
+    }
+}

@@ -1,0 +1,223 @@
+//! mdtest-like metadata rates (`trove bench meta`): tasks create, stat and remove directories,
+//! then create (optionally writing a few bytes), stat, read and remove files, each in its own
+//! directory (`--unique`, mdtest -u) or all in one shared directory; every phase is timed from a
+//! barrier to the last task's end, and each iteration's rate is summarised as max/min/mean/stddev
+//! ops/s as mdtest prints them.
+//!
+//! With several ranks (mpirun/srun), every rank runs its tasks and phases start together; a
+//! phase's rate is all ranks' operations over the span from the earliest start to the latest end
+//! (wall clocks, so hosts should be time-synchronised).
+
+use crate::stats::Summary;
+use crate::target::Target;
+use crate::world::World;
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Most tasks per process, and items per task.
+pub const TASKS_MAX: usize = 4096;
+pub const ITEMS_MAX: usize = 10_000_000;
+
+/// The phases, in the order they run.
+pub const PHASES: [&str; 7] = ["dir create", "dir stat", "dir remove", "file create", "file stat", "file read", "file remove"];
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MetaConfig {
+    /// Tasks in this process (mdtest's ranks within one client).
+    pub tasks: usize,
+    /// Items (files, directories) per task.
+    pub items: usize,
+    pub iterations: usize,
+    /// Each task in its own directory (mdtest -u); otherwise one shared directory.
+    pub unique_dir: bool,
+    /// Bytes written into each file at create and read back (mdtest -w/-e).
+    pub file_bytes: usize,
+    pub dir: String,
+}
+
+/// One phase of one iteration on one rank.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct PhaseTiming {
+    pub start_unix_s: f64,
+    pub end_unix_s: f64,
+    pub ops: u64,
+}
+
+/// Rates of one phase over the iterations.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PhaseResult {
+    pub phase: String,
+    /// Ops/s of each iteration.
+    pub rates: Vec<f64>,
+    pub summary: Summary,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MetaReport {
+    pub target: String,
+    pub ranks: usize,
+    pub tasks_per_rank: usize,
+    pub items_per_task: usize,
+    pub iterations: usize,
+    pub unique_dir: bool,
+    pub file_bytes: usize,
+    pub phases: Vec<PhaseResult>,
+}
+
+fn now_s() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// Merges per-rank timings of one phase and iteration into a rate.
+pub fn merged_rate(parts: &[PhaseTiming]) -> f64 {
+    let start = parts.iter().map(|p| p.start_unix_s).fold(f64::MAX, f64::min);
+    let end = parts.iter().map(|p| p.end_unix_s).fold(f64::MIN, f64::max);
+    let ops: u64 = parts.iter().map(|p| p.ops).sum();
+    if parts.is_empty() || end <= start {
+        return 0.0;
+    }
+    ops as f64 / (end - start)
+}
+
+fn task_dir(cfg: &MetaConfig, iter: usize, rank: usize, task: usize) -> String {
+    if cfg.unique_dir {
+        format!("{}/iter{iter}/rank{rank}.task{task}", cfg.dir)
+    } else {
+        format!("{}/iter{iter}/shared", cfg.dir)
+    }
+}
+
+/// Runs every phase on every iteration.
+pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -> Result<MetaReport> {
+    if cfg.tasks == 0 || cfg.tasks > TASKS_MAX || cfg.items == 0 || cfg.items > ITEMS_MAX || cfg.iterations == 0 {
+        anyhow::bail!("need 1..={TASKS_MAX} tasks, 1..={ITEMS_MAX} items and at least one iteration");
+    }
+    // timings[iteration][phase] for this rank.
+    let mut timings: Vec<Vec<PhaseTiming>> = Vec::new();
+    let payload = Bytes::from(vec![0x5au8; cfg.file_bytes]);
+    for iter in 0..cfg.iterations {
+        if world.rank == 0 {
+            target.remove_all(&format!("{}/iter{iter}", cfg.dir)).await?;
+            target.mkdir_all(&format!("{}/iter{iter}", cfg.dir)).await?;
+            if !cfg.unique_dir {
+                target.mkdir_all(&format!("{}/iter{iter}/shared", cfg.dir)).await?;
+            }
+        }
+        world.barrier().await?;
+        if cfg.unique_dir {
+            for t in 0..cfg.tasks {
+                target.mkdir_all(&task_dir(cfg, iter, world.rank, t)).await?;
+            }
+        }
+        let mut per_phase = Vec::new();
+        for (p, _) in PHASES.iter().enumerate() {
+            world.barrier().await?;
+            let start = now_s();
+            let mut tasks = Vec::new();
+            for t in 0..cfg.tasks {
+                let (target, dir, payload, rank) = (target.clone(), task_dir(cfg, iter, world.rank, t), payload.clone(), world.rank);
+                let items = cfg.items;
+                tasks.push(tokio::spawn(async move {
+                    for k in 0..items {
+                        let d = format!("{dir}/dir.{rank}.{t}.{k}");
+                        let f = format!("{dir}/file.{rank}.{t}.{k}");
+                        match p {
+                            0 => target.mkdir(&d).await?,
+                            1 => {
+                                target.size_of(&d).await?.ok_or_else(|| anyhow!("{d} vanished"))?;
+                            }
+                            2 => target.remove_dir(&d).await?,
+                            3 => {
+                                let mut w = target.create(&f).await?;
+                                if !payload.is_empty() {
+                                    w.write_at(0, payload.clone()).await?;
+                                }
+                                w.close().await?;
+                            }
+                            4 => {
+                                target.size_of(&f).await?.ok_or_else(|| anyhow!("{f} vanished"))?;
+                            }
+                            5 => {
+                                let mut r = target.open(&f).await?;
+                                if !payload.is_empty() {
+                                    let got = r.read_at(0, payload.len()).await?;
+                                    if got.len() != payload.len() {
+                                        anyhow::bail!("{f}: read {} of {} bytes", got.len(), payload.len());
+                                    }
+                                }
+                            }
+                            _ => target.remove_file(&f).await?,
+                        }
+                    }
+                    Ok::<_, anyhow::Error>(())
+                }));
+            }
+            for t in tasks {
+                t.await.map_err(|e| anyhow!("metadata task failed: {e}"))??;
+            }
+            per_phase.push(PhaseTiming { start_unix_s: start, end_unix_s: now_s(), ops: (cfg.tasks * cfg.items) as u64 });
+        }
+        timings.push(per_phase);
+    }
+    world.barrier().await?;
+    if world.rank == 0 {
+        target.remove_all(&cfg.dir).await?;
+    }
+    let all = world.all_gather(&serde_json::to_value(&timings)?).await?;
+    let all: Vec<Vec<Vec<PhaseTiming>>> =
+        all.into_iter().map(serde_json::from_value).collect::<std::result::Result<_, _>>().map_err(|e| anyhow!("malformed rank timings: {e}"))?;
+    let mut phases = Vec::new();
+    for (p, name) in PHASES.iter().enumerate() {
+        let rates: Vec<f64> = (0..cfg.iterations)
+            .map(|i| {
+                let parts: Vec<PhaseTiming> = all.iter().filter_map(|r| r.get(i).and_then(|it| it.get(p)).copied()).collect();
+                merged_rate(&parts)
+            })
+            .collect();
+        phases.push(PhaseResult { phase: name.to_string(), summary: Summary::of(&rates), rates });
+    }
+    Ok(MetaReport {
+        target: target.describe(),
+        ranks: world.size,
+        tasks_per_rank: cfg.tasks,
+        items_per_task: cfg.items,
+        iterations: cfg.iterations,
+        unique_dir: cfg.unique_dir,
+        file_bytes: cfg.file_bytes,
+        phases,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_merge_over_the_whole_span() {
+        let parts = [
+            PhaseTiming { start_unix_s: 10.0, end_unix_s: 12.0, ops: 100 },
+            PhaseTiming { start_unix_s: 10.5, end_unix_s: 14.0, ops: 100 },
+        ];
+        assert_eq!(merged_rate(&parts), 50.0);
+        assert_eq!(merged_rate(&[]), 0.0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_phase_runs_on_a_directory() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let target: Arc<dyn Target> = Arc::new(crate::DirTarget::new(dir.path(), false).expect("target"));
+        for unique_dir in [true, false] {
+            let cfg = MetaConfig { tasks: 3, items: 20, iterations: 2, unique_dir, file_bytes: 100, dir: "md".into() };
+            let r = run(target.clone(), &cfg, Arc::new(World::single())).await.expect("run");
+            assert_eq!(r.phases.len(), PHASES.len());
+            for p in &r.phases {
+                assert_eq!(p.rates.len(), 2);
+                assert!(p.summary.min > 0.0, "{}: {:?}", p.phase, p.rates);
+            }
+        }
+        assert!(!dir.path().join("md").exists(), "cleaned up");
+    }
+}

@@ -1,0 +1,80 @@
+//! Multi-rank coordination (all-gather, barrier, results merged through the results directory)
+//! with several ranks in one process, and a whole training sweep through the library on a
+//! local directory.
+
+use bench::target::Target;
+use bench::world::World;
+use std::sync::Arc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_gather_through_the_coordinator_and_results_dir() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let size = 3;
+    let mut tasks = Vec::new();
+    for rank in 0..size {
+        let d = dir.path().to_path_buf();
+        tasks.push(tokio::spawn(async move {
+            let w = World::join_as(rank, size, "test", Some(&d), Some("127.0.0.1:0")).await.expect("join");
+            let all = w.all_gather(&serde_json::json!(rank * 10)).await.expect("gather");
+            assert_eq!(all, vec![serde_json::json!(0), serde_json::json!(10), serde_json::json!(20)]);
+            w.barrier().await.expect("barrier");
+            let merged = w.gather_results("t", &serde_json::json!({ "rank": rank })).await.expect("results");
+            (rank, merged)
+        }));
+    }
+    for t in tasks {
+        let (rank, merged) = t.await.expect("task");
+        if rank == 0 {
+            let all = merged.expect("rank 0 merges");
+            assert_eq!(all.len(), size);
+            for (r, v) in all.iter().enumerate() {
+                assert_eq!(v["rank"], r);
+            }
+        } else {
+            assert!(merged.is_none());
+        }
+    }
+    assert!(dir.path().join("t-rank-2.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cosmoflow_sweep_on_a_directory() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let target: Arc<dyn Target> = Arc::new(bench::DirTarget::new(dir.path(), false).expect("target"));
+    let mut spec = bench::train::workload("cosmoflow", "h100").expect("spec");
+    // Small samples keep the test fast; the emulation is the same.
+    spec.record_bytes = 200_000;
+    spec.record_stdev_bytes = 10_000;
+    let cfg = bench::train::TrainConfig {
+        spec,
+        data_dir: "data".into(),
+        files: Some(40),
+        dataset_bytes: None,
+        epochs: 2,
+        read_threads: 2,
+        prefetch_batches: 2,
+        transfer_bytes: 1 << 20,
+        inference: false,
+        seed: 1,
+        gen_jobs: 2,
+        regenerate: false,
+        min_steps: 5,
+        drop_caches: false,
+    };
+    let world = Arc::new(World::single());
+    let r = bench::train::train(target.clone(), &cfg, 1, Some(4), world.clone(), false).await.expect("train");
+    assert!(r.generated);
+    assert!(!r.runs.is_empty());
+    let best = r.sweep_best.expect("a local directory feeds at least one emulated accelerator");
+    assert!((1..=4).contains(&best));
+    for run in &r.runs {
+        assert!(run.au > 0.0 && run.au <= 1.0 + 1e-9, "AU {}", run.au);
+        assert_eq!(run.epochs.len(), 2);
+        assert_eq!(run.steps_per_epoch, 40 / run.accelerators as u64);
+        assert!(run.overall_samples_per_s > 0.0);
+    }
+    // A second run finds the dataset and does not regenerate it.
+    let again = bench::train::train(target, &cfg, 2, None, world, false).await.expect("train");
+    assert!(!again.generated);
+    assert_eq!(again.runs[0].accelerators, 2);
+}

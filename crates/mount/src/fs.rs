@@ -1,0 +1,987 @@
+//! The FUSE file system: each kernel request becomes client calls on a tokio task.
+//!
+//! fuser's threads only read requests and hand them over: every operation is spawned on the
+//! runtime with its reply, so a slow metadata call or a chunk fetch never stops the other
+//! requests (many reads of a read-ahead window, lookups of a `ls -l`) from being in flight.
+//! Requests on one open file meet at that file's mutex, in the order they acquire it; the
+//! kernel never has two overlapping writes of one file in flight, so that order is safe.
+//!
+//! POSIX details decided here rather than in the metadata service, which deliberately knows
+//! nothing about callers: owners of new inodes (the caller's uid/gid, a setgid directory's gid),
+//! permission checks (delegated to the kernel through `default_permissions`), unlink of open
+//! files, and which extended attribute namespaces exist.
+
+use crate::attr::{self, file_attr, name_str, XattrAnswer};
+use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
+use crate::open::{CacheVersions, OpenInode, OpenTable};
+use crate::{MountOptions, REQUEST_BYTES_MAX};
+use client::Client;
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle as Fh, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+use tokio::runtime::Handle;
+use wire::{Attr, ErrorCode, FileKind, Ino, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
+
+/// Inode generation: Trove never reuses inode numbers, so it is always 0.
+const GENERATION: Generation = Generation(0);
+/// The hidden directory (under the root) holding files unlinked while open in some mount.
+pub const ORPHAN_DIR_NAME: &str = ".trove-orphans";
+/// Directory modes remembered for setgid inheritance; beyond it the memory is dropped.
+const DIR_MODES_MAX: usize = 1 << 16;
+/// Inodes reported free by statfs: Trove has no inode table to run out of.
+const STATFS_FREE_INODES: u64 = 1 << 32;
+/// Extended attributes answered locally as absent: the kernel asks for `security.capability`
+/// before every write (to drop file capabilities), which would otherwise cost a metadata round
+/// trip per write(2). File capabilities are not supported.
+const XATTR_NAMES_ABSENT: &[&str] = &["security.capability"];
+
+/// Converts a client error into the errno of the system call, logging the unexpected ones once
+/// here, where they are handled.
+fn fail(e: WireError) -> Errno {
+    match e.code {
+        ErrorCode::NotFound
+        | ErrorCode::Exists
+        | ErrorCode::NotEmpty
+        | ErrorCode::NotDir
+        | ErrorCode::IsDir
+        | ErrorCode::NoAttr
+        | ErrorCode::NameTooLong
+        | ErrorCode::Invalid
+        | ErrorCode::PermissionDenied => tracing::debug!("{e}"),
+        _ => tracing::warn!("{e}"),
+    }
+    attr::errno(&e)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Replies that can carry an error.
+trait Fail {
+    fn fail(self, e: Errno);
+}
+
+macro_rules! impl_fail {
+    ($($t:ty),*) => { $(impl Fail for $t { fn fail(self, e: Errno) { self.error(e) } })* };
+}
+impl_fail!(ReplyEntry, ReplyAttr, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite, ReplyStatfs, ReplyCreate, ReplyXattr);
+
+/// The state shared by every request of a mount.
+pub(crate) struct Shared {
+    client: Client,
+    options: MountOptions,
+    notifier: Arc<OnceLock<Notifier>>,
+    open: OpenTable,
+    versions: CacheVersions,
+    dirs: Mutex<HashMap<u64, (Ino, Arc<tokio::sync::Mutex<DirListing>>)>>,
+    next_dir_fh: AtomicU64,
+    /// Mode and gid of directories seen lately, for setgid inheritance without a round trip.
+    dir_modes: Mutex<HashMap<Ino, (u32, u32)>>,
+    orphan_dir: tokio::sync::OnceCell<Ino>,
+    /// Distinguishes this mount's orphans from other mounts'.
+    mount_id: u64,
+}
+
+/// The file system handed to fuser.
+pub(crate) struct TroveFs {
+    shared: Arc<Shared>,
+    runtime: Handle,
+}
+
+impl TroveFs {
+    pub(crate) fn new(client: Client, runtime: Handle, options: MountOptions) -> TroveFs {
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let mount_id = (u64::from(std::process::id()) << 32) ^ now.as_nanos() as u64;
+        TroveFs {
+            shared: Arc::new(Shared {
+                client,
+                options,
+                notifier: Arc::new(OnceLock::new()),
+                open: OpenTable::default(),
+                versions: CacheVersions::default(),
+                dirs: Mutex::new(HashMap::new()),
+                next_dir_fh: AtomicU64::new(1 << 62),
+                dir_modes: Mutex::new(HashMap::new()),
+                orphan_dir: tokio::sync::OnceCell::new(),
+                mount_id,
+            }),
+            runtime,
+        }
+    }
+
+    /// Where the session's notifier goes once the session exists (it is needed to invalidate
+    /// the kernel's cached attributes at open).
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.shared.notifier.clone()
+    }
+
+    /// Runs `work` on the runtime and answers the kernel with `done` or the error.
+    fn spawn<R, T, F>(&self, reply: R, work: impl FnOnce(Arc<Shared>) -> F, done: impl FnOnce(R, T) + Send + 'static)
+    where
+        R: Fail + Send + 'static,
+        T: Send + 'static,
+        F: Future<Output = Result<T, Errno>> + Send + 'static,
+    {
+        let fut = work(self.shared.clone());
+        self.runtime.spawn(async move {
+            match fut.await {
+                Ok(v) => done(reply, v),
+                Err(e) => reply.fail(e),
+            }
+        });
+    }
+}
+
+impl Shared {
+    fn attr_ttl(&self) -> Duration {
+        self.options.attr_timeout
+    }
+
+    /// The kernel's view of `a`: local size and mtime while this mount has unflushed writes,
+    /// nlink 0 for a file unlinked while open. Also remembers directory modes.
+    fn kernel_attr(&self, mut a: Attr) -> FileAttr {
+        if a.kind == FileKind::Dir {
+            let mut m = lock(&self.dir_modes);
+            if m.len() >= DIR_MODES_MAX && !m.contains_key(&a.ino) {
+                m.clear();
+            }
+            m.insert(a.ino, (a.mode, a.gid));
+        } else if let Some(open) = self.open.inode(a.ino) {
+            if let Some((size, mtime)) = open.local_overlay() {
+                a.size = size;
+                a.mtime = mtime;
+            }
+            if open.orphan().is_some() {
+                a.nlink = 0;
+            }
+        }
+        file_attr(&a)
+    }
+
+    /// The gid and mode a new inode under `parent` gets: the caller's gid, or the directory's
+    /// when it is setgid (new directories then inherit the setgid bit too).
+    async fn new_owner(&self, parent: Ino, gid: u32, mode: u32, is_dir: bool) -> Result<(u32, u32), Errno> {
+        let known = lock(&self.dir_modes).get(&parent).copied();
+        let (parent_mode, parent_gid) = match known {
+            Some(m) => m,
+            None => {
+                let a = self.client.getattr(parent).await.map_err(fail)?;
+                (a.mode, a.gid)
+            }
+        };
+        if parent_mode & libc::S_ISGID != 0 {
+            Ok((parent_gid, if is_dir { mode | libc::S_ISGID } else { mode }))
+        } else {
+            Ok((gid, mode))
+        }
+    }
+
+    /// The hidden directory for files unlinked while open, created on first use.
+    async fn orphan_dir(&self) -> Result<Ino, Errno> {
+        self.orphan_dir
+            .get_or_try_init(|| async {
+                match self.client.lookup(ROOT_INO, ORPHAN_DIR_NAME).await {
+                    Ok(a) => Ok(a.ino),
+                    Err(e) if e.code == ErrorCode::NotFound => match self.client.mkdir_as(ROOT_INO, ORPHAN_DIR_NAME, 0o700, 0, 0).await {
+                        Ok(a) => Ok(a.ino),
+                        Err(e) if e.code == ErrorCode::Exists => self.client.lookup(ROOT_INO, ORPHAN_DIR_NAME).await.map(|a| a.ino).map_err(fail),
+                        Err(e) => Err(fail(e)),
+                    },
+                    Err(e) => Err(fail(e)),
+                }
+            })
+            .await
+            .copied()
+    }
+
+    /// If `parent/name` is the last link of a file open in this mount, moves it to the orphan
+    /// directory (so its data stays readable through the open handles) and returns true; the
+    /// last close deletes it. Otherwise changes nothing and returns false.
+    async fn orphan_if_open(&self, parent: Ino, name: &str) -> Result<bool, Errno> {
+        if self.open.no_inodes() {
+            return Ok(false);
+        }
+        let target = match self.client.lookup(parent, name).await {
+            Ok(a) => a,
+            Err(e) if e.code == ErrorCode::NotFound => return Ok(false),
+            Err(e) => return Err(fail(e)),
+        };
+        if target.kind != FileKind::File || target.nlink > 1 {
+            return Ok(false);
+        }
+        // The pin keeps the last close from finishing the inode while it is being moved.
+        let Some(inode) = self.open.pin_existing(target.ino) else { return Ok(false) };
+        let result = async {
+            let dir = self.orphan_dir().await?;
+            let orphan = format!("{:016x}.{:016x}", target.ino, self.mount_id);
+            self.client.rename_mode(parent, name, dir, &orphan, RenameMode::NoReplace).await.map_err(fail)?;
+            inode.set_orphan(dir, orphan);
+            Ok(true)
+        }
+        .await;
+        self.unpin(&inode).await;
+        result
+    }
+
+    /// Drops one pin of an open inode; the last one flushes it, and deletes it if it was
+    /// unlinked while open.
+    async fn unpin(&self, inode: &Arc<OpenInode>) {
+        if !self.open.unpin(inode.ino) {
+            return;
+        }
+        {
+            let mut h = inode.file.lock().await;
+            match h.flush().await {
+                Ok(()) => {
+                    inode.synced(&h);
+                    self.versions.set(inode.ino, h.attr().data_version);
+                }
+                Err(e) => {
+                    tracing::warn!("flushing inode {} at its last close failed: {e}", inode.ino);
+                    self.versions.forget(inode.ino);
+                }
+            }
+        }
+        if self.open.remove_if_unpinned(inode.ino) {
+            if let Some((dir, name)) = inode.orphan() {
+                if let Err(e) = self.client.unlink(dir, &name).await {
+                    tracing::warn!("deleting {ORPHAN_DIR_NAME}/{name} (unlinked while open) failed: {e}");
+                }
+                self.versions.forget(inode.ino);
+            }
+        }
+    }
+
+    /// Opens `attr`'s file (fresh from the metadata service) for a kernel file handle; returns
+    /// the handle number and whether the kernel may keep its cached pages.
+    async fn open_attr(&self, attr: Attr) -> Result<(u64, bool), Errno> {
+        let ino = attr.ino;
+        if attr.kind != FileKind::File {
+            return Err(if attr.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EINVAL });
+        }
+        let keep_cache = !self.options.direct_io && self.versions.get(ino) == Some(attr.data_version);
+        let client = self.client.clone();
+        let fresh = attr.clone();
+        let (inode, existed) = self.open.pin_or_insert(ino, move || client.open_with_attr(fresh)).map_err(fail)?;
+        if existed {
+            // Close-to-open: the shared handle may hold another client's older data; start a
+            // new one if the file changed elsewhere (after publishing our own writes).
+            let mut h = inode.file.lock().await;
+            if h.attr().data_version != attr.data_version {
+                let refreshed = async {
+                    h.flush().await?;
+                    let now = self.client.getattr(ino).await?;
+                    self.client.open_with_attr(now)
+                }
+                .await;
+                match refreshed {
+                    Ok(new) => {
+                        *h = new;
+                        inode.synced(&h);
+                    }
+                    Err(e) => {
+                        drop(h);
+                        self.unpin(&inode).await;
+                        return Err(fail(e));
+                    }
+                }
+            }
+        }
+        if !keep_cache {
+            // The kernel may hold attributes (the size!) from before another client's change;
+            // an open that does not keep the cache must not keep those either.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+            self.versions.set(ino, attr.data_version);
+        }
+        Ok((self.open.add_file(inode), keep_cache))
+    }
+
+    fn open_flags(&self, keep_cache: bool) -> FopenFlags {
+        let mut f = FopenFlags::empty();
+        if keep_cache {
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if self.options.direct_io {
+            f |= FopenFlags::FOPEN_DIRECT_IO;
+        }
+        f
+    }
+
+    /// Changes the size of `ino`: through the shared handle when open here (its buffered writes
+    /// must not resurrect truncated bytes), directly otherwise.
+    async fn truncate(&self, ino: Ino, size: u64) -> Result<Attr, Errno> {
+        match self.open.inode(ino) {
+            Some(inode) => {
+                let mut h = inode.file.lock().await;
+                h.truncate(size).await.map_err(fail)?;
+                inode.synced(&h);
+                // The kernel truncated its page cache itself; what remains matches the new version.
+                self.versions.set(ino, h.attr().data_version);
+                Ok(h.attr().clone())
+            }
+            None => self.client.setattr(ino, SetAttr { size: Some(size), ..Default::default() }).await.map_err(fail),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn setattr(
+        &self,
+        ino: Ino,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+    ) -> Result<Attr, Errno> {
+        let mut last = None;
+        if let Some(size) = size {
+            last = Some(self.truncate(ino, size).await?);
+        }
+        let to_ts = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => attr::timestamp(t),
+            TimeOrNow::Now => Timestamp::now(),
+        };
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size: None,
+            atime: atime.map(to_ts),
+            mtime: mtime.map(to_ts),
+            ctime: ctime.map(attr::timestamp),
+        };
+        if set.mtime.is_some() {
+            // Publish buffered writes first: their later commit would stamp its own mtime over
+            // the one set here (tar and cp -p set times after writing).
+            if let Some(inode) = self.open.inode(ino) {
+                let mut h = inode.file.lock().await;
+                h.flush().await.map_err(fail)?;
+                inode.synced(&h);
+                self.versions.set(ino, h.attr().data_version);
+            }
+        }
+        if set != SetAttr::default() {
+            last = Some(self.client.setattr(ino, set).await.map_err(fail)?);
+        }
+        match last {
+            Some(a) => Ok(a),
+            None => self.client.getattr(ino).await.map_err(fail),
+        }
+    }
+
+    async fn create(&self, parent: Ino, name: String, mode: u32, umask: u32, flags: i32, uid: u32, gid: u32) -> Result<(Attr, u64, bool), Errno> {
+        let (gid, mode) = self.new_owner(parent, gid, attr::creation_mode(mode, umask), false).await?;
+        let exclusive = flags & libc::O_EXCL != 0;
+        let mut a = self.client.create_as(parent, &name, mode, uid, gid, exclusive).await.map_err(fail)?;
+        if a.kind != FileKind::File {
+            return Err(if a.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EEXIST });
+        }
+        if flags & libc::O_TRUNC != 0 && a.size != 0 {
+            a = self.truncate(a.ino, 0).await?;
+        }
+        let (fh, keep_cache) = self.open_attr(a.clone()).await?;
+        Ok((a, fh, keep_cache))
+    }
+
+    async fn unlink(&self, parent: Ino, name: &str) -> Result<(), Errno> {
+        if self.orphan_if_open(parent, name).await? {
+            return Ok(());
+        }
+        self.client.unlink(parent, name).await.map_err(fail)
+    }
+
+    async fn rename(&self, parent: Ino, name: &str, new_parent: Ino, new_name: &str, mode: RenameMode) -> Result<(), Errno> {
+        if mode == RenameMode::Replace && !(parent == new_parent && name == new_name) {
+            // A replaced destination that is open here must stay readable until closed.
+            let src = if self.open.no_inodes() { None } else { self.client.lookup(parent, name).await.ok() };
+            let dst = if src.is_some() { self.client.lookup(new_parent, new_name).await.ok() } else { None };
+            if let (Some(src), Some(dst)) = (src, dst) {
+                if src.ino != dst.ino && src.kind != FileKind::Dir {
+                    self.orphan_if_open(new_parent, new_name).await?;
+                }
+            }
+        }
+        self.client.rename_mode(parent, name, new_parent, new_name, mode).await.map_err(fail)
+    }
+
+    async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
+        let file = self.open.file(fh).ok_or(Errno::EBADF)?;
+        let mut h = file.inode.file.lock().await;
+        h.read_at(offset, size as usize).await.map_err(fail)
+    }
+
+    async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32, Errno> {
+        let file = self.open.file(fh).ok_or(Errno::EBADF)?;
+        let len = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        let mut h = file.inode.file.lock().await;
+        h.write_at(offset, &data).await.map_err(fail)?;
+        file.inode.written(&h);
+        Ok(len)
+    }
+
+    /// Publishes an open file's buffered writes (close and fsync).
+    async fn flush(&self, fh: u64) -> Result<(), Errno> {
+        let file = self.open.file(fh).ok_or(Errno::EBADF)?;
+        let mut h = file.inode.file.lock().await;
+        h.flush().await.map_err(fail)?;
+        file.inode.synced(&h);
+        self.versions.set(file.inode.ino, h.attr().data_version);
+        Ok(())
+    }
+
+    async fn release(&self, fh: u64) -> Result<(), Errno> {
+        let file = self.open.remove_file(fh).ok_or(Errno::EBADF)?;
+        self.unpin(&file.inode).await;
+        Ok(())
+    }
+
+    /// Makes sure position `offset` of an open directory is fetched (pages on demand).
+    async fn fill_listing(&self, ino: Ino, listing: &mut DirListing, offset: u64) -> Result<(), Errno> {
+        while let Some(after) = listing.next_page_cursor(offset) {
+            let (page, more) = self.client.readdir_page(ino, &after, READDIR_PAGE_ENTRIES).await.map_err(fail)?;
+            listing.push_page(page, more);
+        }
+        Ok(())
+    }
+
+    fn dir_handle(&self, fh: u64) -> Result<(Ino, Arc<tokio::sync::Mutex<DirListing>>), Errno> {
+        lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    async fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        if mode != 0 {
+            // Punching holes or zeroing ranges would need chunk rewrites; not supported.
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let inode = self.open.inode(ino).ok_or(Errno::EBADF)?;
+        let size = {
+            let h = inode.file.lock().await;
+            h.size()
+        };
+        if end > size {
+            self.truncate(ino, end).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes every open file (at unmount: the kernel releases files before, this is a guard).
+    async fn flush_all(&self) {
+        for inode in self.open.all_inodes() {
+            let mut h = inode.file.lock().await;
+            if let Err(e) = h.flush().await {
+                tracing::warn!("flushing inode {} at unmount failed: {e}", inode.ino);
+            }
+        }
+    }
+}
+
+impl Filesystem for TroveFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(REQUEST_BYTES_MAX);
+        if let Err(nearest) = config.set_max_readahead(REQUEST_BYTES_MAX) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(self.shared.options.background_requests_max.max(1));
+        let _ = config.set_congestion_threshold((self.shared.options.background_requests_max / 4 * 3).max(1));
+        // Each capability on its own: an older kernel lacking one must not cost the others.
+        for cap in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_BIG_WRITES,
+        ] {
+            if config.add_capabilities(cap).is_err() {
+                tracing::debug!("kernel lacks FUSE capability {cap:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        let shared = self.shared.clone();
+        // Called on fuser's own thread, never inside the runtime, so blocking on it is allowed.
+        self.runtime.block_on(async move { shared.flush_all().await });
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(
+            reply,
+            move |s| async move {
+                let a = s.client.lookup(parent.0, &name).await.map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
+            },
+            |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
+        );
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
+        self.spawn(
+            reply,
+            move |s| async move {
+                let a = s.client.getattr(ino.0).await.map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl()))
+            },
+            |r, (a, ttl)| r.attr(&ttl, &a),
+        );
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<Fh>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.spawn(
+            reply,
+            move |s| async move {
+                let a = s.setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime).await?;
+                Ok((s.kernel_attr(a), s.attr_ttl()))
+            },
+            |r, (a, ttl)| r.attr(&ttl, &a),
+        );
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(reply, move |s| async move { s.client.readlink(ino.0).await.map_err(fail) }, |r, t| r.data(t.as_bytes()));
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let kind = match attr::mknod_kind(mode) {
+            Ok(k) => k,
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.spawn(
+            reply,
+            move |s| async move {
+                let (gid, mode) = s.new_owner(parent.0, gid, attr::creation_mode(mode, umask), false).await?;
+                let a = match kind {
+                    Some(kind) => s.client.mknod_as(parent.0, &name, kind, mode, rdev, uid, gid).await,
+                    None => s.client.create_as(parent.0, &name, mode, uid, gid, true).await,
+                }
+                .map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
+            },
+            |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
+        );
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.spawn(
+            reply,
+            move |s| async move {
+                let (gid, mode) = s.new_owner(parent.0, gid, attr::creation_mode(mode, umask), true).await?;
+                let a = s.client.mkdir_as(parent.0, &name, mode, uid, gid).await.map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
+            },
+            |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(reply, move |s| async move { s.unlink(parent.0, &name).await }, |r, ()| r.ok());
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(reply, move |s| async move { s.client.rmdir(parent.0, &name).await.map_err(fail) }, |r, ()| r.ok());
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let (name, target) = match (name_str(link_name), target.to_str()) {
+            (Ok(n), Some(t)) => (n.to_string(), t.to_string()),
+            _ => return reply.error(Errno::EILSEQ),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.spawn(
+            reply,
+            move |s| async move {
+                let (gid, _) = s.new_owner(parent.0, gid, 0o777, false).await?;
+                let a = s.client.symlink_as(parent.0, &name, &target, uid, gid).await.map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
+            },
+            |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = match (name_str(name), name_str(newname)) {
+            (Ok(a), Ok(b)) => (a.to_string(), b.to_string()),
+            _ => return reply.error(Errno::EILSEQ),
+        };
+        let mode = match attr::rename_mode(flags) {
+            Ok(m) => m,
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(reply, move |s| async move { s.rename(parent.0, &name, newparent.0, &newname, mode).await }, |r, ()| r.ok());
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let newname = match name_str(newname) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(
+            reply,
+            move |s| async move {
+                let a = s.client.link(ino.0, newparent.0, &newname).await.map_err(fail)?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
+            },
+            |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(
+            reply,
+            move |s| async move {
+                // Close-to-open: every open asks the metadata service for the current version.
+                let a = s.client.getattr(ino.0).await.map_err(fail)?;
+                let (fh, keep) = s.open_attr(a).await?;
+                Ok((fh, s.open_flags(keep)))
+            },
+            |r, (fh, f)| r.opened(Fh(fh), f),
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(reply, move |s| async move { s.read(fh.0, offset, size).await }, |r, data| r.data(data.as_ref()));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The request buffer is fuser's, reused for the next request: the task needs a copy.
+        let data = data.to_vec();
+        self.spawn(reply, move |s| async move { s.write(fh.0, offset, data).await }, |r, n| r.written(n));
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(reply, move |s| async move { s.flush(fh.0).await }, |r, ()| r.ok());
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(reply, move |s| async move { s.release(fh.0).await }, |r, ()| r.ok());
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
+        // Shards are written durably (fdatasync on every node) before a commit publishes them,
+        // so fsync and fdatasync are the same flush.
+        self.spawn(reply, move |s| async move { s.flush(fh.0).await }, |r, ()| r.ok());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.shared.next_dir_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.shared.dirs).insert(fh, (ino.0, Arc::new(tokio::sync::Mutex::new(DirListing::default()))));
+        reply.opened(Fh(fh), FopenFlags::empty());
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
+        let shared = self.shared.clone();
+        self.runtime.spawn(async move {
+            let (dir, listing) = match shared.dir_handle(fh.0) {
+                Ok(d) => d,
+                Err(e) => return reply.error(e),
+            };
+            let mut l = listing.lock().await;
+            if offset == 0 {
+                l.rewind();
+            }
+            let mut pos = offset;
+            loop {
+                if let Err(e) = shared.fill_listing(dir, &mut l, pos).await {
+                    return reply.error(e);
+                }
+                let full = match l.slot(pos) {
+                    Slot::Dot => reply.add(ino, pos + 1, fuser::FileType::Directory, "."),
+                    Slot::DotDot => reply.add(ino, pos + 1, fuser::FileType::Directory, ".."),
+                    Slot::Entry(e) if dir == ROOT_INO && e.name == ORPHAN_DIR_NAME => false,
+                    Slot::Entry(e) => reply.add(INodeNo(e.attr.ino), pos + 1, attr::file_type(e.attr.kind), &e.name),
+                    Slot::End => break,
+                };
+                if full {
+                    break;
+                }
+                pos += 1;
+            }
+            reply.ok();
+        });
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let shared = self.shared.clone();
+        self.runtime.spawn(async move {
+            let (dir, listing) = match shared.dir_handle(fh.0) {
+                Ok(d) => d,
+                Err(e) => return reply.error(e),
+            };
+            let mut l = listing.lock().await;
+            if offset == 0 {
+                l.rewind();
+            }
+            let (attr_ttl, entry_ttl) = (shared.attr_ttl(), shared.options.entry_timeout);
+            // The kernel ignores the attributes of "." and ".." in READDIRPLUS replies (it never
+            // links them), but the format needs some.
+            let dots = FileAttr {
+                ino,
+                size: 0,
+                blocks: 0,
+                atime: SystemTime::UNIX_EPOCH,
+                mtime: SystemTime::UNIX_EPOCH,
+                ctime: SystemTime::UNIX_EPOCH,
+                crtime: SystemTime::UNIX_EPOCH,
+                kind: fuser::FileType::Directory,
+                perm: 0o755,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: attr::OTHER_BLKSIZE_BYTES,
+                flags: 0,
+            };
+            let mut pos = offset;
+            loop {
+                if let Err(e) = shared.fill_listing(dir, &mut l, pos).await {
+                    return reply.error(e);
+                }
+                let full = match l.slot(pos) {
+                    Slot::Dot => reply.add(ino, pos + 1, ".", &Duration::ZERO, &dots, GENERATION),
+                    Slot::DotDot => reply.add(ino, pos + 1, "..", &Duration::ZERO, &dots, GENERATION),
+                    Slot::Entry(e) if dir == ROOT_INO && e.name == ORPHAN_DIR_NAME => false,
+                    Slot::Entry(e) => {
+                        let a = shared.kernel_attr(e.attr.clone());
+                        // One TTL for both in a READDIRPLUS entry: the shorter is the safe one.
+                        reply.add(INodeNo(e.attr.ino), pos + 1, &e.name, &attr_ttl.min(entry_ttl), &a, GENERATION)
+                    }
+                    Slot::End => break,
+                };
+                if full {
+                    break;
+                }
+                pos += 1;
+            }
+            reply.ok();
+        });
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: Fh, _flags: OpenFlags, reply: ReplyEmpty) {
+        lock(&self.shared.dirs).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: Fh, _datasync: bool, reply: ReplyEmpty) {
+        // Every namespace change is committed durably by the metadata service before it answers.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(
+            reply,
+            move |s| async move { s.client.statfs().await.map_err(fail) },
+            |r, st| {
+                let bsize = if st.block_bytes == 0 { 4096 } else { st.block_bytes };
+                let blocks = st.bytes_total / u64::from(bsize);
+                let free = st.bytes_free / u64::from(bsize);
+                let name_max = if st.name_bytes_max == 0 { wire::NAME_BYTES_MAX as u32 } else { st.name_bytes_max };
+                r.statfs(blocks, free, free, st.inodes_used + STATFS_FREE_INODES, STATFS_FREE_INODES, bsize, name_max, bsize)
+            },
+        );
+    }
+
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let mode = match attr::xattr_mode(flags) {
+            Ok(m) => m,
+            Err(e) => return reply.error(e),
+        };
+        let value = value.to_vec();
+        self.spawn(reply, move |s| async move { s.client.setxattr(ino.0, &name, &value, mode).await.map_err(fail) }, |r, ()| r.ok());
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
+            return reply.error(Errno::ENODATA);
+        }
+        self.spawn(
+            reply,
+            move |s| async move {
+                let v = s.client.getxattr(ino.0, &name).await.map_err(fail)?;
+                attr::xattr_answer(&v, size).map(|a| match a {
+                    XattrAnswer::Size(n) => Err(n),
+                    XattrAnswer::Data(d) => Ok(d.to_vec()),
+                })
+            },
+            |r, answer| match answer {
+                Err(n) => r.size(n),
+                Ok(d) => r.data(&d),
+            },
+        );
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(
+            reply,
+            move |s| async move {
+                let names = s.client.listxattr(ino.0).await.map_err(fail)?;
+                let list = attr::xattr_list(&names);
+                attr::xattr_answer(&list, size).map(|a| match a {
+                    XattrAnswer::Size(n) => Err(n),
+                    XattrAnswer::Data(d) => Ok(d.to_vec()),
+                })
+            },
+            |r, answer| match answer {
+                Err(n) => r.size(n),
+                Ok(d) => r.data(&d),
+            },
+        );
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
+            return reply.error(Errno::ENODATA);
+        }
+        self.spawn(reply, move |s| async move { s.client.removexattr(ino.0, &name).await.map_err(fail) }, |r, ()| r.ok());
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks access itself and never asks.
+        reply.ok();
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.spawn(
+            reply,
+            move |s| async move {
+                let (a, fh, keep) = s.create(parent.0, name, mode, umask, flags, uid, gid).await?;
+                Ok((s.kernel_attr(a), s.attr_ttl(), fh, s.open_flags(keep)))
+            },
+            |r, (a, ttl, fh, f)| r.created(&ttl, &a, GENERATION, Fh(fh), f),
+        );
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: Fh,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Programs probe files with ioctls (isatty's TCGETS on every Python open): none apply.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        self.spawn(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
+    }
+}

@@ -1,0 +1,371 @@
+//! A local cluster: one metadata process and N storage processes on loopback, each a real
+//! `trove` process with its own config, data directory and log, managed through a state file
+//! (`cluster.toml`) in the cluster directory.
+//!
+//! Layout of a cluster directory:
+//! ```text
+//! DIR/cluster.toml          addresses, pids, scheme (this module's state)
+//! DIR/meta/meta.toml        metadata service config;  DIR/meta/meta.redb its engine
+//! DIR/node-I/storage.toml   storage node I's config;  DIR/node-I/drive0 its drive
+//! DIR/logs/*.log            each process's output
+//! ```
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use wire::{EcScheme, NodeState};
+
+/// Name of the state file in a cluster directory.
+pub const STATE_FILE: &str = "cluster.toml";
+/// How long `start` waits for every node to register.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Subcommand)]
+pub enum ClusterCmd {
+    /// Starts a local cluster (or restarts a stopped one) in the background.
+    Start(StartArgs),
+    /// Stops every process of a local cluster (data is kept).
+    Stop {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Kills one storage node with SIGKILL (fault injection).
+    KillNode {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node number as printed by `cluster start` (1..N).
+        #[arg(long)]
+        node: usize,
+    },
+    /// Starts a killed or stopped storage node again.
+    RestartNode {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        node: usize,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct StartArgs {
+    /// Directory for the cluster's configs, data and logs.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Number of storage nodes.
+    #[arg(long, default_value_t = 6)]
+    pub nodes: usize,
+    /// Default erasure scheme, K+M.
+    #[arg(long, default_value = "4+2")]
+    pub ec: EcScheme,
+    /// Chunk size in bytes.
+    #[arg(long, default_value_t = wire::CHUNK_BYTES_DEFAULT)]
+    pub chunk_bytes: u32,
+}
+
+/// One process of the cluster as recorded in the state file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Proc {
+    pub addr: String,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    pub pid: u32,
+}
+
+/// The state file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State {
+    pub cluster: String,
+    pub ec: String,
+    pub meta: Proc,
+    pub nodes: Vec<Proc>,
+}
+
+impl State {
+    pub fn load(dir: &Path) -> Result<State> {
+        let path = dir.join(STATE_FILE);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{} is not a Trove cluster directory (cannot read {})", dir.display(), path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
+    }
+
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(STATE_FILE);
+        let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+        std::fs::write(&tmp, toml::to_string_pretty(self)?).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(())
+    }
+}
+
+/// The metadata address for `--cluster`: a HOST:PORT as is, or a local cluster directory.
+pub fn meta_addr_of(cluster: &str) -> Result<String> {
+    let path = Path::new(cluster);
+    if path.join(STATE_FILE).exists() {
+        return Ok(State::load(path)?.meta.addr);
+    }
+    if cluster.contains(':') {
+        return Ok(cluster.to_string());
+    }
+    bail!("--cluster {cluster:?} is neither HOST:PORT nor a directory containing {STATE_FILE}")
+}
+
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>().context("cannot find free loopback ports")?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// Whether a process with this pid is alive (and not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state letter follows the parenthesised command name.
+            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
+/// Starts one `trove` role process detached from the terminal, its output going to `log`.
+pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the trove executable")?;
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("cannot open {}", log.display()))?;
+    let err = out.try_clone()?;
+    let child = Command::new(exe)
+        .arg(role)
+        .arg("--config")
+        .arg(config)
+        .env("TROVE_LOG", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into()))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start the {role} process"))?;
+    Ok(child)
+}
+
+fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes: u32) -> String {
+    let engine = dir.join("meta").join("meta.redb");
+    format!(
+        "listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n\n[engine]\nredb = {:?}\n",
+        engine.display().to_string()
+    )
+}
+
+fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str) -> String {
+    let drive = dir.join(format!("node-{index}")).join("drive0");
+    format!(
+        "listen = {addr:?}\nmeta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\n",
+        drive.display().to_string()
+    )
+}
+
+/// A started local cluster and the child processes this process owns (the demo and tests
+/// keep them to reap them; `trove cluster start` leaves them running detached).
+pub struct Started {
+    pub dir: PathBuf,
+    pub state: State,
+    pub children: Vec<std::process::Child>,
+}
+
+/// Creates (or restarts) a local cluster and waits until every node is up.
+pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
+    let dir = &args.dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    let mut children = Vec::new();
+    let state = if dir.join(STATE_FILE).exists() {
+        let mut state = State::load(&dir)?;
+        if alive(state.meta.pid) || state.nodes.iter().any(|n| alive(n.pid)) {
+            bail!("the cluster in {} is already running (metadata at {})", dir.display(), state.meta.addr);
+        }
+        let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
+        state.meta.pid = child.id();
+        children.push(child);
+        for n in &mut state.nodes {
+            let child = spawn_role("storage", &n.config, &n.log)?;
+            n.pid = child.id();
+            children.push(child);
+        }
+        state
+    } else {
+        if args.nodes < args.ec.width() {
+            bail!("erasure scheme {} needs at least {} storage nodes; --nodes is {}", args.ec, args.ec.width(), args.nodes);
+        }
+        let ports = free_ports(args.nodes + 1)?;
+        let cluster = format!("trove-{:08x}", rand_u32());
+        for sub in ["meta", "logs"] {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
+        let meta_addr = format!("127.0.0.1:{}", ports[0]);
+        let meta_cfg = dir.join("meta").join("meta.toml");
+        std::fs::write(&meta_cfg, meta_config(&dir, &meta_addr, &cluster, args.ec, args.chunk_bytes))?;
+        let meta_log = dir.join("logs").join("meta.log");
+        let child = spawn_role("meta", &meta_cfg, &meta_log)?;
+        let meta = Proc { addr: meta_addr.clone(), config: meta_cfg, log: meta_log, pid: child.id() };
+        children.push(child);
+        let mut nodes = Vec::new();
+        for i in 1..=args.nodes {
+            let node_dir = dir.join(format!("node-{i}"));
+            std::fs::create_dir_all(node_dir.join("drive0"))?;
+            let addr = format!("127.0.0.1:{}", ports[i]);
+            let cfg = node_dir.join("storage.toml");
+            std::fs::write(&cfg, storage_config(&dir, i, &addr, &meta_addr, &cluster))?;
+            let log = dir.join("logs").join(format!("node-{i}.log"));
+            let child = spawn_role("storage", &cfg, &log)?;
+            nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
+            children.push(child);
+            // One at a time, so the metadata service numbers the nodes 1..N in this order and
+            // `kill-node --node I` means node I of `trove status`.
+            let partial = State { cluster: cluster.clone(), ec: args.ec.to_string(), meta: meta.clone(), nodes: nodes.clone() };
+            wait_up(&partial, i, quiet).await?;
+        }
+        State { cluster, ec: args.ec.to_string(), meta, nodes }
+    };
+    state.save(&dir)?;
+    let started = Started { dir: dir.clone(), state, children };
+    wait_up(&started.state, started.state.nodes.len(), quiet).await?;
+    Ok(started)
+}
+
+/// Waits until the metadata service answers and `want` nodes are up.
+pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last = String::from("metadata service not answering yet");
+    while Instant::now() < deadline {
+        if !alive(state.meta.pid) {
+            bail!("the metadata process exited; see {}", state.meta.log.display());
+        }
+        if let Ok(client) = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await {
+            match client.status(false).await {
+                Ok(s) => {
+                    let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
+                    if up >= want {
+                        return Ok(());
+                    }
+                    last = format!("{up} of {want} storage nodes up");
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !quiet {
+        eprintln!("logs are in {}", state.meta.log.parent().map(|p| p.display().to_string()).unwrap_or_default());
+    }
+    bail!("cluster did not come up within {} s: {last}", START_TIMEOUT.as_secs())
+}
+
+/// Stops every process: SIGTERM, then SIGKILL after a grace period.
+pub fn stop(state: &State) {
+    let pids: Vec<u32> = std::iter::once(state.meta.pid).chain(state.nodes.iter().map(|n| n.pid)).collect();
+    for &pid in &pids {
+        if alive(pid) {
+            signal(pid, rustix::process::Signal::TERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for &pid in &pids {
+        if alive(pid) {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// SIGKILLs storage node `node` (1-based).
+pub fn kill_node(state: &State, node: usize) -> Result<()> {
+    let n = node_proc(state, node)?;
+    if !alive(n.pid) {
+        bail!("storage node {node} (pid {}) is not running", n.pid);
+    }
+    signal(n.pid, rustix::process::Signal::KILL);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(n.pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+fn node_proc(state: &State, node: usize) -> Result<&Proc> {
+    if node == 0 || node > state.nodes.len() {
+        bail!("no storage node {node}: the cluster has nodes 1..={}", state.nodes.len());
+    }
+    Ok(&state.nodes[node - 1])
+}
+
+/// Starts storage node `node` (1-based) again; returns the child.
+pub fn restart_node(dir: &Path, state: &mut State, node: usize) -> Result<std::process::Child> {
+    let n = node_proc(state, node)?.clone();
+    if alive(n.pid) {
+        bail!("storage node {node} (pid {}) is still running", n.pid);
+    }
+    let child = spawn_role("storage", &n.config, &n.log)?;
+    state.nodes[node - 1].pid = child.id();
+    state.save(dir)?;
+    Ok(child)
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (t.subsec_nanos() ^ std::process::id().rotate_left(16)) | 1
+}
+
+pub async fn run(cmd: ClusterCmd) -> Result<()> {
+    match cmd {
+        ClusterCmd::Start(args) => {
+            let started = start(&args, false).await?;
+            let s = &started.state;
+            println!("Trove cluster {} is running in {}", s.cluster, started.dir.display());
+            println!("  metadata service: {} (pid {})", s.meta.addr, s.meta.pid);
+            for (i, n) in s.nodes.iter().enumerate() {
+                println!("  storage node {}: {} (pid {})", i + 1, n.addr, n.pid);
+            }
+            println!("  default erasure scheme: {}", s.ec);
+            println!();
+            println!("Use it with:  trove --cluster {} status   (or export TROVE_CLUSTER={})", started.dir.display(), started.dir.display());
+            println!("Stop it with: trove cluster stop --dir {}", started.dir.display());
+            // The children keep running detached; dropping `Child` does not kill them.
+            Ok(())
+        }
+        ClusterCmd::Stop { dir } => {
+            let state = State::load(&dir)?;
+            stop(&state);
+            println!("stopped the cluster in {}", dir.display());
+            Ok(())
+        }
+        ClusterCmd::KillNode { dir, node } => {
+            let state = State::load(&dir)?;
+            kill_node(&state, node)?;
+            println!("killed storage node {node} (pid {})", state.nodes[node - 1].pid);
+            Ok(())
+        }
+        ClusterCmd::RestartNode { dir, node } => {
+            let mut state = State::load(&dir)?;
+            let child = restart_node(&dir, &mut state, node)?;
+            println!("restarted storage node {node} (pid {})", child.id());
+            wait_node_up(&state, node).await.map_err(|e| anyhow!("node {node} restarted but {e}"))?;
+            Ok(())
+        }
+    }
+}
+
+/// Waits until every node except those not running is up again.
+pub async fn wait_node_up(state: &State, _node: usize) -> Result<()> {
+    let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+    wait_up(state, running, true).await
+}

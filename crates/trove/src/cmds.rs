@@ -1,0 +1,289 @@
+//! The file commands (`put`, `get`, `ls`, ...) and `status`: thin wrappers over the client
+//! library with progress bars and plain-spoken errors.
+
+use anyhow::{anyhow, bail, Context, Result};
+use client::{Client, ErrorCode, FileKind};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// Bytes moved per read or write call of the copy commands.
+const COPY_BLOCK_BYTES: usize = 4 << 20;
+
+/// Connects to the cluster named by `--cluster` (an address or a local cluster directory).
+pub async fn connect(cluster: Option<String>) -> Result<Client> {
+    let Some(cluster) = cluster else {
+        bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), or set TROVE_CLUSTER");
+    };
+    let addr = crate::cluster::meta_addr_of(&cluster)?;
+    Client::connect(&addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))
+}
+
+pub fn progress(bytes: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(bytes);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
+    let mut file = std::fs::File::open(local).with_context(|| format!("cannot open {}", local.display()))?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let remote = match client.resolve(remote).await {
+        Ok(a) if a.kind == FileKind::Dir => {
+            let name = local.file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{} has no file name", local.display()))?;
+            format!("{}/{name}", remote.trim_end_matches('/'))
+        }
+        _ => remote.to_string(),
+    };
+    let mut handle = client.create_path(&remote, 0o644).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
+    let bar = progress(len, "put");
+    let mut buf = vec![0u8; COPY_BLOCK_BYTES];
+    let mut offset = 0u64;
+    loop {
+        let n = read_full(&mut file, &mut buf).with_context(|| format!("cannot read {}", local.display()))?;
+        if n == 0 {
+            break;
+        }
+        handle.write_at(offset, &buf[..n]).await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
+        offset += n as u64;
+        bar.set_position(offset);
+    }
+    handle.close().await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = file.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
+}
+
+pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
+    let mut handle = client.open_path(remote).await.map_err(|e| anyhow!("cannot open {remote}: {e}"))?;
+    let size = handle.size();
+    let mut out = std::fs::File::create(local).with_context(|| format!("cannot create {}", local.display()))?;
+    let bar = progress(size, "get");
+    let mut offset = 0u64;
+    while offset < size {
+        let data = handle.read_at(offset, COPY_BLOCK_BYTES).await.map_err(|e| anyhow!("reading {remote}: {e}"))?;
+        if data.is_empty() {
+            break;
+        }
+        out.write_all(&data).with_context(|| format!("cannot write {}", local.display()))?;
+        offset += data.len() as u64;
+        bar.set_position(offset);
+    }
+    out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+pub async fn cat(client: &Client, remote: &str) -> Result<()> {
+    let mut handle = client.open_path(remote).await.map_err(|e| anyhow!("cannot open {remote}: {e}"))?;
+    let size = handle.size();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut offset = 0u64;
+    while offset < size {
+        let data = handle.read_at(offset, COPY_BLOCK_BYTES).await.map_err(|e| anyhow!("reading {remote}: {e}"))?;
+        if data.is_empty() {
+            break;
+        }
+        if let Err(e) = out.write_all(&data) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
+        offset += data.len() as u64;
+    }
+    Ok(())
+}
+
+fn kind_char(kind: FileKind) -> char {
+    match kind {
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
+        FileKind::File => '-',
+    }
+}
+
+fn mode_string(kind: FileKind, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(kind_char(kind));
+    for shift in [6, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+pub async fn ls(client: &Client, remote: &str, long: bool) -> Result<()> {
+    let attr = client.resolve(remote).await.map_err(|e| anyhow!("cannot list {remote}: {e}"))?;
+    let entries = if attr.kind == FileKind::Dir {
+        client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list {remote}: {e}"))?
+    } else {
+        vec![client::DirEntry { name: remote.rsplit('/').next().unwrap_or(remote).to_string(), attr }]
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for e in entries {
+        let name = if e.attr.kind == FileKind::Dir { format!("{}/", e.name) } else { e.name.clone() };
+        if long {
+            writeln!(out, "{} {:>3} {:>5} {:>5} {:>14} {:>10} {name}", mode_string(e.attr.kind, e.attr.mode), e.attr.nlink, e.attr.uid, e.attr.gid, e.attr.size, e.attr.mtime.secs)?;
+        } else {
+            writeln!(out, "{name}")?;
+        }
+    }
+    Ok(())
+}
+
+pub async fn stat(client: &Client, remote: &str) -> Result<()> {
+    let a = client.resolve(remote).await.map_err(|e| anyhow!("cannot stat {remote}: {e}"))?;
+    println!("  path: {remote}");
+    println!("  inode: {}  kind: {:?}  mode: {:o} ({})", a.ino, a.kind, a.mode, mode_string(a.kind, a.mode));
+    println!("  size: {}  links: {}  uid: {}  gid: {}", a.size, a.nlink, a.uid, a.gid);
+    println!("  mtime: {}.{:09}  ctime: {}.{:09}", a.mtime.secs, a.mtime.nanos, a.ctime.secs, a.ctime.nanos);
+    println!("  layout: erasure {}  chunk {} bytes", a.ec, a.chunk_bytes);
+    Ok(())
+}
+
+pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>) -> Result<()> {
+    let attr = client.mkdir_p(remote).await.map_err(|e| anyhow!("cannot create directory {remote}: {e}"))?;
+    if let Some(ec) = ec {
+        client.set_layout(attr.ino, ec, attr.chunk_bytes).await.map_err(|e| anyhow!("cannot set layout of {remote}: {e}"))?;
+    }
+    Ok(())
+}
+
+pub async fn mv(client: &Client, from: &str, to: &str) -> Result<()> {
+    let (src_parent, src_name) = client.parent_of(from).await.map_err(|e| anyhow!("cannot move {from}: {e}"))?;
+    // Moving into an existing directory keeps the name, like mv(1).
+    let target = match client.resolve(to).await {
+        Ok(a) if a.kind == FileKind::Dir => format!("{}/{src_name}", to.trim_end_matches('/')),
+        _ => to.to_string(),
+    };
+    let (dst_parent, dst_name) = client.parent_of(&target).await.map_err(|e| anyhow!("cannot move to {target}: {e}"))?;
+    client.rename(src_parent, src_name, dst_parent, dst_name).await.map_err(|e| anyhow!("cannot move {from} to {target}: {e}"))
+}
+
+pub async fn rm(client: &Client, remote: &str, recursive: bool) -> Result<()> {
+    let (parent, name) = client.parent_of(remote).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
+    let attr = client.lookup(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
+    if attr.kind == FileKind::Dir {
+        if !recursive {
+            bail!("{remote} is a directory (use -r)");
+        }
+        remove_tree(client, attr.ino).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
+        return client.rmdir(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"));
+    }
+    client.unlink(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))
+}
+
+fn remove_tree(client: &Client, dir: u64) -> futures::future::BoxFuture<'_, client::Result<()>> {
+    Box::pin(async move {
+        for e in client.readdir(dir).await? {
+            if e.attr.kind == FileKind::Dir {
+                remove_tree(client, e.attr.ino).await?;
+                client.rmdir(dir, &e.name).await?;
+            } else {
+                match client.unlink(dir, &e.name).await {
+                    Err(err) if err.code == ErrorCode::NotFound => {}
+                    other => other?,
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub async fn status(client: &Client, json: bool) -> Result<()> {
+    let s = client.status(true).await.map_err(|e| anyhow!("cannot get cluster status: {e}"))?;
+    if json {
+        let nodes: Vec<serde_json::Value> = s
+            .nodes
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.id, "addr": n.addr, "state": n.state.to_string(),
+                    "heartbeat_age_ms": n.heartbeat_age_ms,
+                    "bytes_total": n.drives.iter().map(|d| d.bytes_total).sum::<u64>(),
+                    "bytes_free": n.drives.iter().map(|d| d.bytes_free).sum::<u64>(),
+                    "shards": n.drives.iter().map(|d| d.shards).sum::<u64>(),
+                    "drives": n.drives.iter().map(|d| serde_json::json!({"path": d.path, "bytes_total": d.bytes_total, "bytes_free": d.bytes_free, "shards": d.shards, "error": d.error})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "engine": s.engine, "map_version": s.map_version, "default_ec": s.default_ec.to_string(),
+            "chunk_bytes": s.chunk_bytes, "files": s.files, "chunks": s.chunks,
+            "chunks_degraded": s.chunks_degraded, "chunks_unavailable": s.chunks_unavailable,
+            "ec_schemes": s.ec_schemes.iter().map(|(ec, n)| serde_json::json!({"ec": ec.to_string(), "chunks": n})).collect::<Vec<_>>(),
+            "nodes": nodes,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let up = s.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
+    println!("metadata engine: {}", s.engine);
+    println!("placement map: version {}   default erasure: {}   chunk size: {}", s.map_version, s.default_ec, human_bytes(u64::from(s.chunk_bytes)));
+    println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable);
+    let schemes: Vec<String> = s.ec_schemes.iter().map(|(ec, n)| format!("{ec}: {n} chunks")).collect();
+    if !schemes.is_empty() {
+        println!("schemes in use: {}", schemes.join(", "));
+    }
+    println!();
+    println!("{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "state", "capacity", "free", "shards", "hb age");
+    for n in &s.nodes {
+        let total: u64 = n.drives.iter().map(|d| d.bytes_total).sum();
+        let free: u64 = n.drives.iter().map(|d| d.bytes_free).sum();
+        let shards: u64 = n.drives.iter().map(|d| d.shards).sum();
+        let errors: Vec<String> = n.drives.iter().filter(|d| !d.error.is_empty()).map(|d| format!("{}: {}", d.path, d.error)).collect();
+        let health = if errors.is_empty() { format!("{} ok", n.drives.len()) } else { errors.join("; ") };
+        println!(
+            "{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>7}s  {}",
+            n.id,
+            n.addr,
+            n.state.to_string(),
+            human_bytes(total),
+            human_bytes(free),
+            shards,
+            n.heartbeat_age_ms / 1000,
+            health
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! The crate dependency rules of ARCHITECTURE.md, checked with `cargo metadata`: services never
+//! depend on each other, the client never depends on a service, `wire` depends on no other
+//! Trove crate.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+#[test]
+fn crate_dependencies_point_one_way() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let packages = meta["packages"].as_array().expect("packages");
+    let ours: BTreeSet<String> = packages.iter().map(|p| p["name"].as_str().unwrap_or_default().to_string()).collect();
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in packages {
+        let name = p["name"].as_str().unwrap_or_default().to_string();
+        let set = deps.entry(name).or_default();
+        for d in p["dependencies"].as_array().into_iter().flatten() {
+            let dep = d["name"].as_str().unwrap_or_default().to_string();
+            // Dev-dependencies may pull in anything for tests.
+            if ours.contains(&dep) && d["kind"].is_null() {
+                set.insert(dep);
+            }
+        }
+    }
+    // Allowed Trove dependencies of each crate (normal dependencies only).
+    let allowed: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("wire", &[][..]),
+        ("erasure", &["wire"][..]),
+        ("kv", &[][..]),
+        ("kv-redb", &["kv"][..]),
+        ("meta", &["wire", "kv", "kv-redb"][..]),
+        ("storage", &["wire"][..]),
+        ("client", &["wire", "erasure"][..]),
+        ("mount", &["client", "wire"][..]),
+        ("bench", &["client"][..]),
+    ]);
+    for (name, set) in &deps {
+        if let Some(ok) = allowed.get(name.as_str()) {
+            for d in set {
+                assert!(ok.contains(&d.as_str()), "crate {name} must not depend on {d} (allowed: {ok:?})");
+            }
+        } else {
+            assert_eq!(name, "trove", "crate {name} is missing from the dependency rules here and in ARCHITECTURE.md");
+        }
+    }
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    for name in deps.keys() {
+        assert!(doc.contains(&format!("### crates/{name}")), "ARCHITECTURE.md's code map lacks crates/{name}");
+    }
+}

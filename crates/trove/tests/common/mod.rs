@@ -1,0 +1,99 @@
+//! Test support: a real local cluster started through the `trove` binary, stopped on drop.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `trove` binary under test.
+pub fn trove() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trove"))
+}
+
+/// Runs `trove` with `args`, returning its output (whatever the exit status).
+pub fn run(args: &[&str]) -> Output {
+    trove().args(args).output().expect("trove binary runs")
+}
+
+/// Runs `trove` and panics with its stderr unless it succeeds.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "trove {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A local cluster of separate processes in a temporary directory.
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub meta_addr: String,
+}
+
+impl TestCluster {
+    pub fn start(nodes: usize, ec: &str) -> TestCluster {
+        let dir = tempfile::Builder::new().prefix("trove-test-").tempdir().expect("temp dir");
+        let d = dir.path().to_str().expect("utf-8 path").to_string();
+        let n = nodes.to_string();
+        run_ok(&["cluster", "start", "--dir", &d, "--nodes", &n, "--ec", ec]);
+        let state: toml::Value = toml::from_str(&std::fs::read_to_string(dir.path().join("cluster.toml")).expect("state file")).expect("toml");
+        let meta_addr = state["meta"]["addr"].as_str().expect("meta addr").to_string();
+        TestCluster { dir, meta_addr }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn dir_str(&self) -> String {
+        self.dir.path().to_str().expect("utf-8 path").to_string()
+    }
+
+    pub fn kill_node(&self, node: usize) {
+        run_ok(&["cluster", "kill-node", "--dir", &self.dir_str(), "--node", &node.to_string()]);
+    }
+
+    pub fn restart_node(&self, node: usize) {
+        run_ok(&["cluster", "restart-node", "--dir", &self.dir_str(), "--node", &node.to_string()]);
+    }
+
+    /// Every shard file stored by every node.
+    pub fn shard_files(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.path().to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.components().any(|c| c.as_os_str() == "shards") {
+                    out.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub async fn client(&self) -> client::Client {
+        client::Client::connect(&self.meta_addr).await.expect("client connects")
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let _ = run(&["cluster", "stop", "--dir", &self.dir_str()]);
+    }
+}
+
+/// Deterministic content for file `id`: a byte pattern that differs per file and position.
+pub fn content(id: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what building and testing Trove needs on a Debian/Ubuntu machine, only when missing.
+# Sourced by scripts/demo.sh and scripts/test.sh.
+
+need_pkgs=()
+command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
+command -v git >/dev/null 2>&1 || need_pkgs+=(git)
+# The mount's integration tests run real programs on a mounted cluster: fio, SQLite (through
+# python3's sqlite3 module; the sqlite3 shell for humans), fusermount3 for unprivileged mounts.
+command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
+command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
+command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+command -v tar >/dev/null 2>&1 || need_pkgs+=(tar)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    echo "installing: ${need_pkgs[*]}" >&2
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  else
+    echo "please install: ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "Trove needs Rust 1.90 or newer (cargo and rustc); install it with rustup (https://rustup.rs)." >&2
+  exit 1
+fi
+rust_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
+if [ "${rust_minor:-0}" -lt 90 ]; then
+  echo "Trove needs Rust 1.90 or newer; found $(rustc --version). Update with 'rustup update'." >&2
+  exit 1
+fi
