@@ -1,7 +1,7 @@
 //! The key schema of the metadata service and the encoding of every value it stores.
 //!
 //! This file is the single place that knows how keys are spelled, so that the table in
-//! `KEYS.md` can be checked against one file. Keys are a one-byte prefix naming the record kind
+//! the key table in ARCHITECTURE.md can be checked against one file. Keys are a one-byte prefix naming the record kind
 //! followed by big-endian integers (so that a scan returns records in numeric order) and, for
 //! directory entries and extended attributes, the raw name bytes last (so that a scan of one
 //! directory returns its entries in byte order of their names).
@@ -50,6 +50,10 @@ pub mod prefix {
     pub const MAP: u8 = b'P';
     /// `G` + chunk id: a chunk whose shards must be deleted.
     pub const GC: u8 = b'G';
+    /// `L` + ino + session + owner: the byte-range locks one lock owner holds on a file.
+    pub const LOCK: u8 = b'L';
+    /// `Q` + session: when a client session's lease on its locks runs out.
+    pub const LEASE: u8 = b'Q';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -207,6 +211,37 @@ pub fn gc(chunk: u64) -> Vec<u8> {
     key
 }
 
+/// The prefix of every lock record of file `ino`.
+pub fn lock_prefix(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::LOCK, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+pub fn lock(ino: Ino, session: u64, owner: u64) -> Vec<u8> {
+    let mut key = lock_prefix(ino);
+    key.extend_from_slice(&session.to_be_bytes());
+    key.extend_from_slice(&owner.to_be_bytes());
+    key
+}
+
+/// Splits a lock key into inode, session and owner.
+pub fn parse_lock(key: &[u8]) -> Option<(Ino, u64, u64)> {
+    if key.len() != 25 || key[0] != prefix::LOCK {
+        return None;
+    }
+    let ino = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let session = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    let owner = u64::from_be_bytes(key[17..25].try_into().ok()?);
+    Some((ino, session, owner))
+}
+
+pub fn lease(session: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::LEASE, 8);
+    key.extend_from_slice(&session.to_be_bytes());
+    key
+}
+
 /// A key as humans read it in error messages: the prefix letter, then the rest in hex, with
 /// names shown as text.
 pub fn describe(key: &[u8]) -> String {
@@ -270,6 +305,19 @@ pub struct NodeRec {
     /// Drives as of registration; heartbeats update the in-memory copy only.
     pub drives: Vec<DriveInfo>,
     pub registered: Timestamp,
+}
+
+/// The byte-range locks one lock owner holds on one file: sorted, disjoint, adjacent ranges
+/// of the same kind merged (`kind` is never `Unlock`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRec {
+    pub ranges: Vec<wire::LockRange>,
+}
+
+/// A client session's lease: its locks count until `expires_ms` (wall clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRec {
+    pub expires_ms: u64,
 }
 
 /// A chunk whose shards are to be deleted.

@@ -7,14 +7,15 @@
 //! Every operation is one engine transaction; mutations carrying a request id record their
 //! reply in that transaction, so a client may retry anything, even after `MaybeCommitted`.
 //!
-//! Module map: [`keys`] (key schema and value formats, documented in `KEYS.md`), [`store`]
-//! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`gc`], and
-//! [`server`] (configuration, network serving, background tasks). [`MetaService`] here routes
-//! each call to its owner.
+//! Module map: [`keys`] (key schema and value formats, documented in ARCHITECTURE.md), [`store`]
+//! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`gc`], [`locks`]
+//! (byte-range locks under leases), and [`server`] (configuration, network serving, background
+//! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
 pub mod gc;
 pub mod keys;
+pub mod locks;
 pub mod namespace;
 pub mod server;
 pub mod store;
@@ -153,6 +154,7 @@ impl MetaService {
                 self.cluster.heartbeat(engine, node, drives).await
             }
             MetaOp::Status { scan_chunks } => self.cluster.status(engine, scan_chunks).await,
+            op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
                 let mut replies = self
                     .call_batch(vec![MetaCall {

@@ -98,6 +98,9 @@ pub fn is_namespace_op(op: &MetaOp) -> bool {
             | MetaOp::RegisterNode { .. }
             | MetaOp::Heartbeat { .. }
             | MetaOp::Status { .. }
+            | MetaOp::Lock { .. }
+            | MetaOp::TestLock { .. }
+            | MetaOp::RenewLease { .. }
     )
 }
 
@@ -449,7 +452,10 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::GetMap { .. }
         | MetaOp::RegisterNode { .. }
         | MetaOp::Heartbeat { .. }
-        | MetaOp::Status { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
+        | MetaOp::Status { .. }
+        | MetaOp::Lock { .. }
+        | MetaOp::TestLock { .. }
+        | MetaOp::RenewLease { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
 

@@ -3,7 +3,7 @@
 //! on plain byte slices, and so the format has exactly one definition.
 //!
 //! Shard file format v1 (all integers little-endian; the same table, with invariants and version
-//! history, is in `crates/storage/FORMAT.md`):
+//! history, is in ARCHITECTURE.md, "Storage drives and shard files"):
 //!
 //! ```text
 //! offset  size  field

@@ -2,7 +2,7 @@
 //!
 //! It is the only code that touches shard files, so crash safety, checksums and space
 //! accounting are decided here and nowhere else. The file format is defined in
-//! [`crate::format`] (byte table there and in `FORMAT.md`).
+//! [`crate::format`] (byte table there and in ARCHITECTURE.md).
 //!
 //! Layout: `<drive>/shards/<2 hex digits of a hash of the key>/<chunk id, 16 hex>.<index>`.
 //! The hash spreads sequential chunk ids over 256 directories so no directory grows huge.

@@ -102,6 +102,17 @@ pub enum MetaOp {
     Heartbeat { node: NodeId, drives: Vec<DriveInfo> },
     /// Cluster status; `scan_chunks` also counts degraded chunks (walks all chunk records).
     Status { scan_chunks: bool },
+    /// Takes, changes or (with `LockKind::Unlock`) releases the byte-range lock `range` of
+    /// `ino` for lock owner `owner` of client session `session`, and renews the session's lease
+    /// for `lease_ms`. Answered with `MetaReply::Lock`, granted or not (never waits). Locks of a
+    /// session whose lease ran out no longer count: a dead client's locks are released. Applying
+    /// it twice gives the same result, so it needs no idempotency record.
+    Lock { ino: Ino, session: u64, owner: u64, range: LockRange, lease_ms: u64 },
+    /// Which lock of another owner would conflict with `range` (fcntl's F_GETLK).
+    TestLock { ino: Ino, session: u64, owner: u64, range: LockRange },
+    /// Extends the lease on all locks of `session` by `lease_ms` from now; 0 ends the session
+    /// and so releases its locks at once (clean unmount).
+    RenewLease { session: u64, lease_ms: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -120,6 +131,9 @@ pub enum MetaReply {
     Node { id: NodeId, map_version: u32 },
     Heartbeat { map_version: u32 },
     Status(ClusterStatus),
+    /// The answer to `Lock` and `TestLock`: whether the lock was (or would be) granted, and if
+    /// not, one conflicting lock of another owner.
+    Lock { granted: bool, conflict: Option<LockRange> },
 }
 
 /// What the metadata service sends back for a [`MetaCall`].

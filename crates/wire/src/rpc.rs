@@ -349,10 +349,12 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
     stream.set_nodelay(true).ok();
     let (mut rd, wr) = stream.into_split();
     let mut wr = BufWriter::with_capacity(256 << 10, wr);
-    let first = match frame::read_frame(&mut rd).await {
-        Ok(Some(f)) => f,
-        Ok(None) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+    // A peer that never completes its hello must not hold the connection forever.
+    let first = match tokio::time::timeout(CONNECT_TIMEOUT, frame::read_frame(&mut rd)).await {
+        Ok(Ok(Some(f))) => f,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("no hello within the connect timeout".into()),
     };
     if first.header.kind != FrameKind::Hello {
         return Err("first frame is not a hello".into());

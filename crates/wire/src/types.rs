@@ -296,3 +296,38 @@ pub struct ClusterStatus {
     pub ec_schemes: Vec<(EcScheme, u64)>,
     pub engine: String,
 }
+
+/// What a byte-range lock request asks for (fcntl's F_RDLCK, F_WRLCK, F_UNLCK).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    /// Shared: other readers may hold the same bytes.
+    Read,
+    /// Exclusive.
+    Write,
+    /// Releases the range.
+    Unlock,
+}
+
+/// A byte range of a lock: bytes `start..=end` (`end = u64::MAX` or `i64::MAX`: to the end of
+/// the file, whatever its size), as FUSE and fcntl's `struct flock` describe them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRange {
+    pub start: u64,
+    pub end: u64,
+    pub kind: LockKind,
+    /// The process that asked (reported to F_GETLK callers; never used to decide anything).
+    pub pid: u32,
+}
+
+impl LockRange {
+    /// Whether the two ranges share at least one byte.
+    pub fn overlaps(&self, other: &LockRange) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// Whether two owners holding these ranges would conflict: shared bytes, and one of them
+    /// exclusive.
+    pub fn conflicts_with(&self, other: &LockRange) -> bool {
+        self.overlaps(other) && (self.kind == LockKind::Write || other.kind == LockKind::Write)
+    }
+}
