@@ -5,20 +5,25 @@
 #
 #   bench/dlio/run.sh install                 # once: venv in $DLIO_VENV (default /tmp/dlio-venv)
 #   bench/dlio/run.sh run OUT_DIR             # DLIO, then trove bench train, same config
+#   bench/dlio/run.sh compare OUT_DIR         # the comparison table again
 #
 # Why the install is done by hand: `pip install dlio-benchmark` fails as published (it requires
 # nvidia-dali-cuda110, which PyPI does not have), so DLIO is installed with --no-deps and its
 # light dependencies are added one by one; DALI's `tfrecord2idx` (called by DLIO's TFRecord
 # generator) is replaced by a small stand-in that writes the same index.
 #
+# Both tools generate their dataset and train right after, with the data in the page cache (DLIO
+# drops no caches; `--no-drop-caches` makes ours do the same), so the comparison is of the
+# emulators, not of the disk.
+#
 # Environment: DLIO_VENV, NP (emulated accelerators, default 2), FILES (TFRecord files, default
-# 64), EPOCHS (default 3), WORKLOAD (default resnet50_h100), TROVE (the trove binary, default
+# 32), EPOCHS (default 3), WORKLOAD (default resnet50_h100), TROVE (the trove binary, default
 # target/release/trove).
 set -euo pipefail
 
 VENV=${DLIO_VENV:-/tmp/dlio-venv}
 NP=${NP:-2}
-FILES=${FILES:-64}
+FILES=${FILES:-32}
 EPOCHS=${EPOCHS:-3}
 WORKLOAD=${WORKLOAD:-resnet50_h100}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -86,15 +91,43 @@ run() {
     "${cmd[@]}" 2>&1 | tee "$out/dlio-output.txt"
     local model=${WORKLOAD%_*} acc=${WORKLOAD##*_}
     local tcmd=("$TROVE" bench train --dir "$data/trove" --workload "$model" --accelerator "$acc"
-        --accelerators "$NP" --files "$FILES" --epochs "$EPOCHS" --json)
+        --accelerators "$NP" --files "$FILES" --epochs "$EPOCHS" --json --quiet --no-drop-caches)
     echo "${tcmd[*]}" > "$out/trove-command.txt"
     echo "uptime before trove: $(uptime)" >> "$out/host.txt"
     "${tcmd[@]}" > "$out/trove-output.json" 2> "$out/trove-stderr.txt"
+    echo "uptime after: $(uptime)" >> "$out/host.txt"
+    compare "$out" | tee "$out/comparison.md"
     rm -rf "$data"
+}
+
+# Puts DLIO's summary.json next to our JSON: AU and samples/s, and whether ours is within 10%.
+compare() {
+    python3 - "$1" <<'PY'
+import json, sys
+out = sys.argv[1]
+d = json.load(open(f"{out}/dlio-output/summary.json"))["metric"]
+t = json.load(open(f"{out}/trove-output.json"))["train"][0]["runs"][0]
+rows = [
+    ("AU (%)", d["train_au_mean_percentage"], t["au"] * 100),
+    ("samples/s", d["train_throughput_mean_samples_per_second"], t["overall_samples_per_s"]),
+    ("MB/s (samples/s x record size)", d["train_io_mean_MB_per_second"], t["overall_samples_per_s"] * 114660 / 1048576),
+]
+print("| metric | DLIO 2.0.0 | trove bench train | difference | within 10% |")
+print("|---|---|---|---|---|")
+for name, a, b in rows:
+    diff = (b - a) / a * 100
+    print(f"| {name} | {a:.1f} | {b:.1f} | {diff:+.1f}% | {'yes' if abs(diff) <= 10 else 'NO'} |")
+print()
+print("Per-epoch AU (%), DLIO:", ", ".join(f"{v:.1f}" for v in d["train_au_percentage"]))
+print("Per-epoch AU (%), trove:", ", ".join(f"{e['au'] * 100:.1f}" for e in t["epochs"]))
+print("Per-epoch samples/s, DLIO:", ", ".join(f"{v:.0f}" for v in d["train_throughput_samples_per_second"]))
+print("Per-epoch samples/s, trove:", ", ".join(f"{e['samples_per_s']:.0f}" for e in t["epochs"]))
+PY
 }
 
 case "${1:-}" in
     install) install ;;
+    compare) compare "${2:?usage: run.sh compare OUT_DIR}" ;;
     run) shift; run "$@" ;;
     *) echo "usage: $0 install | run OUT_DIR" >&2; exit 2 ;;
 esac

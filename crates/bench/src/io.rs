@@ -115,7 +115,14 @@ pub struct IoResult {
     pub job_iops: Vec<f64>,
     pub caches_dropped: bool,
     pub caches_note: String,
+    /// What else may have served reads besides the storage (client caches).
+    pub notes: Vec<String>,
 }
+
+/// What a Trove client's file handle keeps, which random reads may hit (see `client::FileHandle`).
+pub const TROVE_RANDOM_READ_NOTE: &str = "Trove client file handles keep up to 16 whole chunks each and read ahead when a read \
+lands near the previous one, so random reads over a working set not much larger than 16 chunks per handle are partly served \
+from the client's memory";
 
 fn job_file(dir: &str, job: usize, file: usize) -> String {
     format!("{dir}/job{job:04}/f{file:03}")
@@ -269,6 +276,19 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                     let (file, blk) = if cfg.pattern.is_seq() {
                         let f = my_files[fi];
                         let b = bi;
+                        if b == 0 && cfg.pattern == Pattern::SeqWrite {
+                            // A new pass over a file rewrites it through a new handle, as a
+                            // writer creating the file again would: each pass is committed
+                            // on its own when its handle closes.
+                            if let Some(Handle::W(w)) = handles.remove(&f) {
+                                w.close().await?;
+                            }
+                        }
+                        if b == 0 && cfg.pattern == Pattern::SeqRead {
+                            // Each pass reads through a fresh handle: a handle's chunk cache
+                            // (the client's, like a page cache) must not serve the next pass.
+                            handles.remove(&f);
+                        }
                         bi += 1;
                         if bi >= blocks_per_file {
                             bi = 0;
@@ -280,7 +300,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                     };
                     let offset = blk * cfg.block_bytes as u64;
                     let path = job_file(&cfg.dir, j, file);
-                    if !handles.contains_key(&file) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = handles.entry(file) {
                         let h = if cfg.pattern.is_read() {
                             Handle::R(target.open(&path).await?)
                         } else if cfg.pattern == Pattern::RandWrite {
@@ -288,7 +308,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                         } else {
                             Handle::W(target.create(&path).await?)
                         };
-                        handles.insert(file, h);
+                        e.insert(h);
                     }
                     let t0 = Instant::now();
                     let n = match handles.get_mut(&file) {
@@ -296,7 +316,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                         Some(Handle::W(w)) => {
                             w.write_at(offset, block.clone()).await?;
                             writes += 1;
-                            if cfg.fsync_every > 0 && writes % cfg.fsync_every == 0 {
+                            if cfg.fsync_every > 0 && writes.is_multiple_of(cfg.fsync_every) {
                                 w.sync().await?;
                             }
                             cfg.block_bytes
@@ -349,6 +369,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
         job_iops: counters.iter().map(|c| c.ops.load(Ordering::Relaxed) as f64 / secs).collect(),
         caches_dropped,
         caches_note,
+        notes: if target.kind() == "trove" && cfg.pattern == Pattern::RandRead { vec![TROVE_RANDOM_READ_NOTE.to_string()] } else { Vec::new() },
     })
 }
 

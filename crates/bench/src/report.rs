@@ -72,7 +72,7 @@ fn nice_max(v: f64) -> f64 {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 5.0, 10.0] {
+    for m in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if m * p >= v {
             return m * p;
         }
@@ -255,8 +255,10 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(title: &str, command: &str) -> Report {
-        Report { title: title.to_string(), command: command.to_string(), host: HostInfo::collect(), sections: Vec::new(), charts: Vec::new() }
+    /// A report about a run on `host` (collected when the run started: the load average then
+    /// is what the run competed with).
+    pub fn new(title: &str, command: &str, host: HostInfo) -> Report {
+        Report { title: title.to_string(), command: command.to_string(), host, sections: Vec::new(), charts: Vec::new() }
     }
 
     /// Adds a chart file and a reference to it in the Markdown.
@@ -349,13 +351,17 @@ pub fn train_report(report: &mut Report, reports: &[TrainReport]) {
         if let Some(ds) = &rep.dataset {
             let _ = writeln!(
                 notes,
-                "- {}: {} files of {} ({} samples each), {:.2} GB in all; {} client RAM. {}.{}",
+                "- {}: {} files of {} ({} samples each), {:.2} GB in all, {}; {}.{}",
                 rep.target,
                 ds.files,
                 ds.format.extension(),
                 ds.samples_per_file,
                 ds.total_bytes as f64 / 1e9,
-                if rep.dataset_exceeds_ram { "larger than" } else { "**smaller than** (epochs after the first can be served from the page cache)" },
+                if rep.dataset_exceeds_ram {
+                    "larger than client RAM"
+                } else {
+                    "**smaller than client RAM** (epochs after the first can be served from the page cache; epoch 0 is the honest figure)"
+                },
                 rep.caches_note,
                 rep.sweep_best.map(|b| format!(" Most accelerators passing: **{b}**{}.", if rep.sweep_capped { " (cap reached)" } else { "" })).unwrap_or_default()
             );
@@ -385,7 +391,9 @@ pub fn train_report(report: &mut Report, reports: &[TrainReport]) {
     let groups: Vec<(String, Vec<f64>)> = reports
         .iter()
         .flat_map(|rep| {
-            rep.runs.iter().map(move |r| (format!("{} {}", rep_short(&rep.target), r.accelerators), vec![r.epoch0_samples_per_s, r.overall_samples_per_s]))
+            let mut runs: Vec<&crate::train::TrainResult> = rep.runs.iter().collect();
+            runs.sort_by_key(|r| r.accelerators);
+            runs.into_iter().map(move |r| (format!("{} {}", rep_short(&rep.target), r.accelerators), vec![r.epoch0_samples_per_s, r.overall_samples_per_s]))
         })
         .collect();
     report.chart(
@@ -401,7 +409,11 @@ fn rep_short(target: &str) -> String {
 
 /// The terminal summary of one or more `bench io` runs.
 pub fn io_text(results: &[IoResult]) -> String {
-    table(&IO_HEADERS, &io_rows(results)) + &results.first().map(|r| format!("{}\n", r.caches_note)).unwrap_or_default()
+    let mut notes: Vec<String> = results.iter().flat_map(|r| std::iter::once(r.caches_note.clone()).chain(r.notes.iter().cloned())).collect();
+    notes.dedup();
+    notes.sort();
+    notes.dedup();
+    table(&IO_HEADERS, &io_rows(results)) + &notes.iter().map(|n| format!("{n}\n")).collect::<String>()
 }
 
 const IO_HEADERS: [&str; 12] = ["target", "pattern", "bs", "jobs", "qd", "MB/s", "IOPS", "lat mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs"];
@@ -431,7 +443,8 @@ fn io_rows(results: &[IoResult]) -> Vec<Vec<String>> {
 /// Adds io results to a report.
 pub fn io_report(report: &mut Report, results: &[IoResult]) {
     report.sections.push(format!("## Results\n\n{}", markdown_table(&IO_HEADERS, &io_rows(results))));
-    let notes: Vec<String> = results.iter().map(|r| format!("- {} {}: {}", r.target, r.pattern, r.caches_note)).collect();
+    let notes: Vec<String> =
+        results.iter().map(|r| format!("- {} {}: {}{}", r.target, r.pattern, r.caches_note, r.notes.iter().map(|n| format!("; {n}")).collect::<String>())).collect();
     report.sections.push(format!("## Conditions\n\n{}\n", notes.join("\n")));
 }
 
@@ -470,11 +483,11 @@ pub fn tf_like_report(report: &mut Report, r: &TfLikeReport) {
 }
 
 fn human_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{}G", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}k", b >> 10)
     } else {
         b.to_string()
@@ -596,7 +609,8 @@ mod tests {
         assert!(svg.contains("<polyline"));
         let bars = bar_chart("t", "y", &["a", "b"], &[("g".into(), vec![1.0, 2.0])], None);
         assert_eq!(bars.matches("<rect").count(), 1 + 2 + 2);
-        assert_eq!(nice_max(3.2), 5.0);
+        assert_eq!(nice_max(3.2), 4.0);
+        assert_eq!(nice_max(105.0), 120.0);
         assert_eq!(nice_max(0.0), 1.0);
         assert_eq!(nice_max(100.0), 100.0);
     }

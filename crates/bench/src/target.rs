@@ -367,7 +367,7 @@ impl Reader for DirReader {
                 }
                 done += n;
                 // O_DIRECT reads must stay aligned; a short read means the end of the file.
-                if direct && done % DIRECT_ALIGN_BYTES != 0 {
+                if direct && !done.is_multiple_of(DIRECT_ALIGN_BYTES) {
                     break;
                 }
             }
@@ -384,7 +384,7 @@ impl Writer for DirWriter {
         let direct = self.direct;
         let path = self.path.clone();
         blocking(move || {
-            if direct && data.len() % DIRECT_ALIGN_BYTES == 0 && offset % DIRECT_ALIGN_BYTES as u64 == 0 {
+            if direct && data.len().is_multiple_of(DIRECT_ALIGN_BYTES) && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64) {
                 let (mut buf, start) = aligned_buffer(data.len());
                 buf[start..start + data.len()].copy_from_slice(&data);
                 file.write_all_at(&buf[start..start + data.len()], offset)

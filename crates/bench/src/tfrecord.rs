@@ -123,37 +123,66 @@ pub struct Parser {
 impl Parser {
     /// Adds bytes and returns the data of every record completed by them.
     pub fn feed(&mut self, chunk: &[u8]) -> std::result::Result<Vec<Bytes>, FrameError> {
-        self.buf.extend_from_slice(chunk);
+        self.feed_bytes(Bytes::copy_from_slice(chunk))
+    }
+
+    /// Like [`Parser::feed`], without copying: records that lie whole inside `piece` are
+    /// returned as slices of it; only a record split across pieces is assembled in a buffer.
+    pub fn feed_bytes(&mut self, mut piece: Bytes) -> std::result::Result<Vec<Bytes>, FrameError> {
         let mut out = Vec::new();
-        loop {
-            if self.buf.len() < 12 {
-                return Ok(out);
+        // First finish a record left partial by the previous piece, copying only its bytes.
+        while !self.buf.is_empty() && !piece.is_empty() {
+            let need = if self.buf.len() < 12 { 12 - self.buf.len() } else { self.record_len(&self.buf[..12])? - self.buf.len() };
+            let take = need.min(piece.len());
+            self.buf.extend_from_slice(&piece.split_to(take));
+            if self.buf.len() >= 12 && self.buf.len() == self.record_len(&self.buf[..12])? {
+                let record = self.buf.split().freeze();
+                out.push(self.check(record)?);
             }
-            let mut len_bytes = [0u8; 8];
-            len_bytes.copy_from_slice(&self.buf[..8]);
-            let want_crc = u32::from_le_bytes([self.buf[8], self.buf[9], self.buf[10], self.buf[11]]);
-            if masked_crc(&len_bytes) != want_crc {
-                return Err(FrameError::LengthCrc { offset: self.offset });
-            }
-            let len = u64::from_le_bytes(len_bytes);
-            if len > RECORD_BYTES_MAX {
-                return Err(FrameError::TooLong { offset: self.offset, len });
-            }
-            let total = 12 + len as usize + 4;
-            if self.buf.len() < total {
-                return Ok(out);
-            }
-            let record = self.buf.split_to(total).freeze();
-            let data = record.slice(12..12 + len as usize);
-            let crc = u32::from_le_bytes([record[total - 4], record[total - 3], record[total - 2], record[total - 1]]);
-            if masked_crc(&data) != crc {
-                return Err(FrameError::DataCrc { offset: self.offset });
-            }
-            self.offset += total as u64;
-            self.records += 1;
-            self.data_bytes += len;
-            out.push(data);
         }
+        if !self.buf.is_empty() {
+            return Ok(out);
+        }
+        while piece.len() >= 12 {
+            let total = self.record_len(&piece[..12])?;
+            if piece.len() < total {
+                break;
+            }
+            let record = piece.split_to(total);
+            out.push(self.check(record)?);
+        }
+        self.buf.extend_from_slice(&piece);
+        Ok(out)
+    }
+
+    /// Total framed length of the record whose 12 header bytes are `head`, after checking the
+    /// length's CRC and limit.
+    fn record_len(&self, head: &[u8]) -> std::result::Result<usize, FrameError> {
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&head[..8]);
+        let want_crc = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        if masked_crc(&len_bytes) != want_crc {
+            return Err(FrameError::LengthCrc { offset: self.offset });
+        }
+        let len = u64::from_le_bytes(len_bytes);
+        if len > RECORD_BYTES_MAX {
+            return Err(FrameError::TooLong { offset: self.offset, len });
+        }
+        Ok(12 + len as usize + 4)
+    }
+
+    /// Verifies a whole framed record's data CRC and returns its data.
+    fn check(&mut self, record: Bytes) -> std::result::Result<Bytes, FrameError> {
+        let total = record.len();
+        let data = record.slice(12..total - 4);
+        let crc = u32::from_le_bytes([record[total - 4], record[total - 3], record[total - 2], record[total - 1]]);
+        if masked_crc(&data) != crc {
+            return Err(FrameError::DataCrc { offset: self.offset });
+        }
+        self.offset += total as u64;
+        self.records += 1;
+        self.data_bytes += data.len() as u64;
+        Ok(data)
     }
 
     /// Checks that the stream ended on a record boundary.
@@ -249,7 +278,7 @@ mod tests {
         // zero bytes is 0x8a9136aa; masking is a rotate and an add.
         assert_eq!(crc32c::crc32c(&[0u8; 32]), 0x8a91_36aa);
         let c = 0x8a91_36aau32;
-        assert_eq!(masked_crc(&[0u8; 32]), ((c >> 15) | (c << 17)).wrapping_add(0xa282_ead8));
+        assert_eq!(masked_crc(&[0u8; 32]), c.rotate_right(15).wrapping_add(0xa282_ead8));
     }
 
     #[test]

@@ -491,20 +491,31 @@ pub fn summarize(spec: &WorkloadSpec, target: &str, per_accelerator: Vec<Vec<Acc
     }
 }
 
-/// A sample delivered by the loader: its payload size.
-type Sample = u64;
+/// Payload sizes of the samples parsed from one read request.
+type Samples = Vec<u64>;
 
-/// Starts the loader of one accelerator for one epoch: `read_threads` tasks take the
-/// accelerator's files in order, read each sequentially in `transfer_bytes` requests, parse and
-/// verify every record, and queue samples; the queue holds `prefetch_batches` batches.
+/// A batch ready for the accelerator: its sample count and payload bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Batch {
+    samples: u64,
+    bytes: u64,
+}
+
+/// Starts the loader of one accelerator for one epoch, shaped like TensorFlow's and PyTorch's
+/// pipelines: `read_threads` tasks take the accelerator's files in turn, read each sequentially
+/// in `transfer_bytes` requests and parse and verify every record; a batcher assembles
+/// `batch_size` samples into a batch and keeps up to `prefetch_batches` batches ready. The
+/// accelerator takes one batch per step, so it wakes once per step, not once per sample.
 fn start_loader(
     target: Arc<dyn Target>,
     files: Vec<String>,
     format: crate::train::Format,
     cfg: &TrainConfig,
-) -> tokio::sync::mpsc::Receiver<Result<Sample>> {
-    let capacity = (cfg.prefetch_batches.max(1) * cfg.spec.batch_size).max(1);
-    let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+    steps: u64,
+) -> tokio::sync::mpsc::Receiver<Result<Batch>> {
+    let (batch_tx, batch_rx) = tokio::sync::mpsc::channel::<Result<Batch>>(cfg.prefetch_batches.max(1));
+    // Samples in flight between the readers and the batcher: one batch's worth of read requests.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Samples>>(cfg.read_threads.max(1) * 2);
     let files = Arc::new(files);
     let next = Arc::new(AtomicUsize::new(0));
     let transfer = cfg.transfer_bytes.max(4096);
@@ -524,7 +535,38 @@ fn start_loader(
             }
         });
     }
-    rx
+    drop(tx);
+    let batch_size = cfg.spec.batch_size.max(1) as u64;
+    tokio::spawn(async move {
+        let mut cur = Batch::default();
+        let mut sent = 0u64;
+        while sent < steps {
+            match rx.recv().await {
+                Some(Ok(samples)) => {
+                    for bytes in samples {
+                        cur.samples += 1;
+                        cur.bytes += bytes;
+                        if cur.samples == batch_size {
+                            if batch_tx.send(Ok(std::mem::take(&mut cur))).await.is_err() {
+                                return;
+                            }
+                            sent += 1;
+                            if sent == steps {
+                                return;
+                            }
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = batch_tx.send(Err(e)).await;
+                    return;
+                }
+                // Readers done: the accelerator sees the channel close if it wants more.
+                None => return,
+            }
+        }
+    });
+    batch_rx
 }
 
 /// Reads one data file and sends its samples; stops quietly when the receiver is gone.
@@ -533,7 +575,7 @@ async fn read_samples(
     path: &str,
     format: Format,
     transfer: usize,
-    tx: &tokio::sync::mpsc::Sender<Result<Sample>>,
+    tx: &tokio::sync::mpsc::Sender<Result<Samples>>,
 ) -> Result<()> {
     let mut r = target.open(path).await?;
     let size = r.size();
@@ -548,11 +590,13 @@ async fn read_samples(
         offset += piece.len() as u64;
         match format {
             Format::Tfrecord => {
-                for record in parser.feed(&piece).map_err(|e| anyhow!("{path}: {e}"))? {
-                    let (image, _) = tfrecord::parse_example(&record).with_context(|| format!("{path}"))?;
-                    if tx.send(Ok(image as u64)).await.is_err() {
-                        return Ok(());
-                    }
+                let records = parser.feed_bytes(piece.clone()).map_err(|e| anyhow!("{path}: {e}"))?;
+                let mut samples = Vec::with_capacity(records.len());
+                for record in records {
+                    samples.push(tfrecord::parse_example(&record).with_context(|| path.to_string())?.0 as u64);
+                }
+                if !samples.is_empty() && tx.send(Ok(samples)).await.is_err() {
+                    return Ok(());
                 }
             }
             Format::Npz => {
@@ -570,7 +614,7 @@ async fn read_samples(
             if head.len() < 30 || head[..4] != [0x50, 0x4b, 0x03, 0x04] {
                 bail!("{path} is not an npz (no zip local header)");
             }
-            let _ = tx.send(Ok(size)).await;
+            let _ = tx.send(Ok(vec![size])).await;
         }
     }
     Ok(())
@@ -649,19 +693,17 @@ pub async fn run_training(
                 barrier.wait().await?;
                 let files = files_of(&ds, &cfg.data_dir, cfg.seed, epoch, g, total);
                 let start = Instant::now();
-                let mut rx = start_loader(target.clone(), files, ds.format, &cfg);
+                let mut rx = start_loader(target.clone(), files, ds.format, &cfg, steps);
                 let mut st = AccelEpoch { steps, ..Default::default() };
                 for step in 0..steps {
                     let t0 = Instant::now();
-                    for _ in 0..cfg.spec.batch_size {
-                        match rx.recv().await {
-                            Some(Ok(bytes)) => {
-                                st.samples += 1;
-                                st.bytes += bytes;
-                            }
-                            Some(Err(e)) => return Err(e),
-                            None => bail!("accelerator {g}: the loader ran dry at step {step} of {steps}"),
+                    match rx.recv().await {
+                        Some(Ok(batch)) => {
+                            st.samples += batch.samples;
+                            st.bytes += batch.bytes;
                         }
+                        Some(Err(e)) => return Err(e),
+                        None => bail!("accelerator {g}: the loader ran dry at step {step} of {steps}"),
                     }
                     st.load_wait_s += t0.elapsed().as_secs_f64();
                     compute(compute_time).await;
@@ -737,14 +779,17 @@ pub async fn train(
         generated,
         ..Default::default()
     };
-    (report.caches_dropped, report.caches_note) = if cfg.drop_caches {
+    // Dropped before every configuration, so each one's epoch 0 reads from storage.
+    let drop_now = || -> (bool, String) {
+        if !cfg.drop_caches {
+            return (false, "page cache NOT dropped (disabled by --no-drop-caches)".to_string());
+        }
         match drop_caches() {
-            Ok(()) => (true, "page cache dropped before the first epoch".to_string()),
+            Ok(()) => (true, "page cache dropped before each configuration".to_string()),
             Err(why) => (false, format!("page cache NOT dropped: {why}")),
         }
-    } else {
-        (false, "page cache NOT dropped (disabled by --no-drop-caches)".to_string())
     };
+    (report.caches_dropped, report.caches_note) = drop_now();
     world.barrier().await?;
     match sweep_max {
         None => {
@@ -757,10 +802,16 @@ pub async fn train(
                 cap -= 1;
             }
             let runs = std::sync::Mutex::new(Vec::new());
+            let first = std::sync::atomic::AtomicBool::new(true);
             let outcome = crate::sweep::find_max(accelerators.max(1).min(cap), cap, |n| {
                 let (target, world, runs) = (target.clone(), world.clone(), &runs);
                 let ds = ds.clone();
+                // The first configuration runs right after the drop above.
+                if !first.swap(false, Ordering::Relaxed) {
+                    drop_now();
+                }
                 async move {
+                    world.barrier().await?;
                     let r = run_training(target, cfg, &ds, n, world, show).await?;
                     let pass = r.pass;
                     if show {

@@ -40,6 +40,9 @@ pub struct ClientOptions {
     pub storage_timeout: Duration,
     /// Most chunks read ahead of a sequential reader.
     pub readahead_chunks_max: usize,
+    /// Whole chunks each open file keeps in memory for re-reads (0: none, every read goes to
+    /// the storage nodes).
+    pub cached_chunks_max: usize,
     /// Most chunks a writer has uploading at once (back-pressure).
     pub write_chunks_inflight_max: usize,
     /// After a node fails to answer, how long reads route around it before trying it again.
@@ -52,6 +55,7 @@ impl Default for ClientOptions {
             meta_deadline: Duration::from_secs(30),
             storage_timeout: Duration::from_secs(20),
             readahead_chunks_max: 8,
+            cached_chunks_max: 16,
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
         }

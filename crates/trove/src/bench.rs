@@ -238,6 +238,13 @@ struct SizeArgs {
     list: bool,
 }
 
+/// The host as it was when the command started (its load average is what the run competed with).
+static HOST_AT_START: std::sync::OnceLock<bench::world::HostInfo> = std::sync::OnceLock::new();
+
+fn new_report(title: &str, command: &str) -> Report {
+    Report::new(title, command, HOST_AT_START.get().cloned().unwrap_or_else(bench::world::HostInfo::collect))
+}
+
 fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
@@ -286,6 +293,7 @@ fn emit(common: &Common, json: &serde_json::Value, text: &str, report: Option<Re
 }
 
 pub async fn run(args: BenchArgs, cluster: Option<String>) -> Result<()> {
+    HOST_AT_START.get_or_init(bench::world::HostInfo::collect);
     match args.cmd {
         BenchCmd::Io(a) => run_io(a, cluster).await,
         BenchCmd::Meta(a) => run_meta(a, cluster).await,
@@ -388,7 +396,7 @@ async fn run_io(a: IoArgs, cluster: Option<String>) -> Result<()> {
         return Ok(());
     }
     let mut text = String::new();
-    let mut rep = Report::new("trove bench io", &command_line());
+    let mut rep = new_report("trove bench io", &command_line());
     if !results.is_empty() {
         text.push_str(&report::io_text(&results));
         report::io_report(&mut rep, &results);
@@ -397,7 +405,7 @@ async fn run_io(a: IoArgs, cluster: Option<String>) -> Result<()> {
         text.push_str(&report::tf_like_text(t));
         report::tf_like_report(&mut rep, t);
     }
-    let json = serde_json::json!({ "host": bench::world::HostInfo::collect(), "io": results, "tf_like": tf_reports });
+    let json = serde_json::json!({ "host": HOST_AT_START.get(), "io": results, "tf_like": tf_reports });
     emit(&a.common, &json, &text, Some(rep))
 }
 
@@ -423,7 +431,7 @@ async fn run_meta(a: MetaArgs, cluster: Option<String>) -> Result<()> {
     if world.rank != 0 {
         return Ok(());
     }
-    let mut rep = Report::new("trove bench meta", &command_line());
+    let mut rep = new_report("trove bench meta", &command_line());
     let mut text = String::new();
     for r in &reports {
         text.push_str(&report::meta_text(r));
@@ -443,7 +451,7 @@ async fn run_meta(a: MetaArgs, cluster: Option<String>) -> Result<()> {
             }
         }
     }
-    emit(&a.common, &serde_json::json!({ "host": bench::world::HostInfo::collect(), "meta": reports }), &text, Some(rep))
+    emit(&a.common, &serde_json::json!({ "host": HOST_AT_START.get(), "meta": reports }), &text, Some(rep))
 }
 
 async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
@@ -475,9 +483,9 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
             return Ok(());
         }
         let text: String = reports.iter().map(report::checkpoint_text).collect();
-        let mut rep = Report::new("trove bench train --checkpoint", &command_line());
+        let mut rep = new_report("trove bench train --checkpoint", &command_line());
         rep.sections.push(format!("## Results\n\n```\n{text}```\n"));
-        return emit(&a.common, &serde_json::json!({ "host": bench::world::HostInfo::collect(), "checkpoint": reports }), &text, Some(rep));
+        return emit(&a.common, &serde_json::json!({ "host": HOST_AT_START.get(), "checkpoint": reports }), &text, Some(rep));
     }
     let spec = train::workload(&a.workload, &a.accelerator)?;
     let max = if a.sweep { a.max_accelerators } else { a.accelerators };
@@ -525,7 +533,7 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
     if world.rank != 0 || a.generate_only {
         return Ok(());
     }
-    let mut rep = Report::new(&format!("trove bench train: {} on {}", a.workload, a.accelerator), &command_line());
+    let mut rep = new_report(&format!("trove bench train: {} on {}", a.workload, a.accelerator), &command_line());
     rep.sections.push(format!(
         "Workload: {} on {} — batch {}, {} s compute per batch, {} B samples, {} per file, {} read threads, {} batches prefetched, {} epochs, pass at AU ≥ {:.0}%. AU = compute / wall time, first step excluded (DLIO's arithmetic).\n",
         spec.workload,
@@ -540,7 +548,7 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
         spec.au_min * 100.0
     ));
     report::train_report(&mut rep, &reports);
-    let json = serde_json::json!({ "host": bench::world::HostInfo::collect(), "config": cfg, "train": reports });
+    let json = serde_json::json!({ "host": HOST_AT_START.get(), "config": cfg, "train": reports });
     emit(&a.common, &json, &report::train_text(&reports), Some(rep))
 }
 
@@ -599,12 +607,12 @@ async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {
     if world.rank != 0 {
         return Ok(());
     }
-    let mut rep = Report::new("trove bench scan", &command_line());
+    let mut rep = new_report("trove bench scan", &command_line());
     let text: String = reports.iter().map(report::scan_text).collect();
     for r in &reports {
         report::scan_report(&mut rep, r);
     }
-    emit(&a.common, &serde_json::json!({ "host": bench::world::HostInfo::collect(), "scan": reports }), &text, Some(rep))
+    emit(&a.common, &serde_json::json!({ "host": HOST_AT_START.get(), "scan": reports }), &text, Some(rep))
 }
 
 async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
@@ -644,7 +652,7 @@ async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
     };
     let s = size::size(&demand, a.gpus, node_bps, &source, a.dataset_gib.map(gib), a.cache_gib.map(gib))?;
     let text = report::size_text(&s);
-    let mut rep = Report::new("trove bench size", &command_line());
+    let mut rep = new_report("trove bench size", &command_line());
     rep.sections.push(format!("## Sizing\n\n```\n{text}```\n\nDemand source: {}.\n", demand.source));
     emit(&a.common, &serde_json::json!({ "sizing": s, "measurement": measured }), &text, Some(rep))
 }
