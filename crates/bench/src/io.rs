@@ -225,8 +225,11 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
         }
     };
     let start = Instant::now();
-    let ramp_end = start + cfg.ramp;
-    let end = ramp_end + cfg.runtime;
+    // `runtime == 0` on a sequential pattern: size based, one pass over every file, timed from
+    // start to finish (like dd), so nothing is read twice and no cache serves a second pass.
+    let once = cfg.runtime.is_zero() && cfg.pattern.is_seq();
+    let ramp_end = if once { start } else { start + cfg.ramp };
+    let end = if once { start + Duration::from_secs(24 * 3600) } else { ramp_end + cfg.runtime };
     let blocks_per_file = cfg.file_bytes / cfg.block_bytes as u64;
     // Sequential streams own whole files, so at most one stream per file.
     let streams = if cfg.pattern.is_seq() { cfg.queue_depth.min(cfg.files_per_job) } else { cfg.queue_depth };
@@ -259,6 +262,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                 // Sequential position: (index into this stream's files, block within the file).
                 let my_files: Vec<usize> = (s..cfg.files_per_job).step_by(streams).collect();
                 let (mut fi, mut bi) = (0usize, 0u64);
+                let mut last_pass_done = false;
                 let mut writes = 0u64;
                 let rate_start = ramp_end.min(Instant::now());
                 loop {
@@ -292,6 +296,9 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                         bi += 1;
                         if bi >= blocks_per_file {
                             bi = 0;
+                            if once && fi + 1 == my_files.len() {
+                                last_pass_done = true;
+                            }
                             fi = (fi + 1) % my_files.len();
                         }
                         (f, b)
@@ -329,6 +336,9 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                         jc.ops.fetch_add(1, Ordering::Relaxed);
                         jc.bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
+                    if last_pass_done {
+                        break;
+                    }
                 }
                 for (_, h) in handles {
                     if let Handle::W(w) = h {
@@ -345,7 +355,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
     }
     ticker.abort();
     bar.finish_and_clear();
-    let secs = cfg.runtime.as_secs_f64();
+    let secs = if once { start.elapsed().as_secs_f64() } else { cfg.runtime.as_secs_f64() };
     let ops: u64 = counters.iter().map(|c| c.ops.load(Ordering::Relaxed)).sum();
     let bytes: u64 = counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum();
     Ok(IoResult {
