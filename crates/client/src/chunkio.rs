@@ -167,13 +167,28 @@ impl Client {
         let width = rec.ec.width();
         let mut shards: Vec<Option<Bytes>> = vec![None; width];
         let mut failures: Vec<ShardFailure> = Vec::new();
+        // Data shards first (no decoding needed), then parity. Shards known to be unavailable
+        // (never written, or on a node that failed moments ago) go last, so a degraded read
+        // asks for its parity shards in the first round instead of after a failure.
+        let order: Vec<usize> = {
+            let nodes = self.inner.nodes.read();
+            let retry_after = self.inner.options.node_retry_after;
+            let known_bad = |i: usize| {
+                rec.missing & (1 << i) != 0
+                    || map
+                        .node_for(rec.placement.pg, i)
+                        .and_then(|n| nodes.get(&n))
+                        .is_some_and(|h| h.recently_failed(retry_after))
+            };
+            let (good, bad): (Vec<usize>, Vec<usize>) = (0..width).partition(|&i| !known_bad(i));
+            good.into_iter().chain(bad).collect()
+        };
         let mut next = 0usize;
         let mut pending = FuturesUnordered::new();
         let mut ok = 0usize;
-        // Start with the data shards (no decoding needed), then add parity one failure at a time.
         while ok < k {
             while ok + pending.len() < k && next < width {
-                let i = next;
+                let i = order[next];
                 next += 1;
                 let map = map.clone();
                 let this = self.clone();
