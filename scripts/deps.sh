@@ -13,6 +13,14 @@ command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v tar >/dev/null 2>&1 || need_pkgs+=(tar)
+# The gateway tests drive `trove s3` with real S3 clients (rclone, s3cmd; awscli and boto3 come
+# from pip below) and `trove nfs` with libnfs-utils' userspace NFS client; openssl makes the
+# TLS test's certificate.
+command -v rclone >/dev/null 2>&1 || need_pkgs+=(rclone)
+command -v s3cmd >/dev/null 2>&1 || need_pkgs+=(s3cmd)
+command -v nfs-ls >/dev/null 2>&1 || need_pkgs+=(libnfs-utils)
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
@@ -25,6 +33,15 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "please install: ${need_pkgs[*]}" >&2
     exit 1
   fi
+fi
+
+need_pip=()
+command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
+python3 -c 'import boto3' >/dev/null 2>&1 || need_pip+=(boto3)
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "installing with pip: ${need_pip[*]}" >&2
+  python3 -m pip install --quiet "${need_pip[@]}" >/dev/null 2>&1 \
+    || python3 -m pip install --quiet --break-system-packages "${need_pip[@]}" >/dev/null
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -21,8 +21,9 @@ const RECORDS_PER_FETCH: u64 = 64;
 const ALLOC_BATCH: u32 = 8;
 /// Uploaded-but-uncommitted chunks after which the writer commits to the metadata.
 const COMMIT_EVERY_CHUNKS: usize = 16;
-/// Fully read chunks kept for re-reads and read-ahead.
-const CACHED_CHUNKS_MAX: usize = 16;
+/// How far (in chunks) a read may start from where the previous one ended and still count as
+/// part of a sequential stream.
+const SEQUENTIAL_SLACK_CHUNKS: u64 = 2;
 
 /// An open file. Not shared between tasks: wrap it in a mutex to share.
 pub struct FileHandle {
@@ -139,7 +140,7 @@ impl FileHandle {
     fn remember(&mut self, index: u64, data: Bytes) {
         self.cache.retain(|(i, _)| *i != index);
         self.cache.push_back((index, data));
-        while self.cache.len() > CACHED_CHUNKS_MAX {
+        while self.cache.len() > self.client.inner.options.cached_chunks_max {
             self.cache.pop_front();
         }
     }
@@ -196,7 +197,10 @@ impl FileHandle {
             return Ok(Bytes::new());
         }
         let cb = self.chunk_bytes();
-        let sequential = offset == self.last_read_end;
+        // Front ends with several requests in flight (the FUSE mount's read-ahead) deliver a
+        // sequential stream slightly out of order: anything near the last read's end counts.
+        let sequential =
+            self.last_read_end != u64::MAX && offset.abs_diff(self.last_read_end) <= cb * SEQUENTIAL_SLACK_CHUNKS;
         self.last_read_end = end;
         if sequential {
             self.window = (self.window * 2).min(self.client.inner.options.readahead_chunks_max.max(1));
@@ -315,6 +319,15 @@ impl FileHandle {
     /// Uploads dirty chunk `index` in the background, waiting first if too many are in flight.
     async fn start_upload(&mut self, index: u64) -> Result<()> {
         let Some(buf) = self.dirty.remove(&index) else { return Ok(()) };
+        // A chunk rewritten before its previous version was committed: commit that version
+        // first, so the new one replaces it copy-on-write (and the old one is collected) instead
+        // of two versions of one index meeting in one commit.
+        if self.uploads.iter().any(|(i, _)| *i == index) || self.uploaded.iter().any(|r| r.index == index) {
+            while !self.uploads.is_empty() {
+                self.reap_one().await;
+            }
+            self.commit().await?;
+        }
         while self.uploads.len() >= self.client.inner.options.write_chunks_inflight_max.max(1) {
             self.reap_one().await;
         }

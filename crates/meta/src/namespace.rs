@@ -74,6 +74,7 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::RemoveXattr { .. }
             | MetaOp::SetLayout { .. }
             | MetaOp::CommitChunks { .. }
+            | MetaOp::AppendFile { .. }
     )
 }
 
@@ -447,6 +448,12 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             set_size,
             mtime,
         } => commit_chunks(txn, ctx, *ino, chunks, *size, *set_size, *mtime).await,
+        MetaOp::AppendFile {
+            target,
+            parent,
+            name,
+            mtime,
+        } => append_file(txn, ctx, *target, *parent, name, *mtime).await,
         MetaOp::StatFs
         | MetaOp::AllocChunks { .. }
         | MetaOp::GetMap { .. }
@@ -1311,4 +1318,95 @@ async fn commit_chunks(
     rec.attr.ctime = ctx.now;
     store_inode(txn, &rec).await?;
     Ok(MetaReply::Attr(rec.attr))
+}
+
+/// Moves the chunk records of file `name` in `parent` to the end of file `target` (re-indexed,
+/// never copied or queued for GC) and removes the emptied source. Every record keeps its chunk
+/// id, so each id is still referenced by exactly one `C` record.
+async fn append_file(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    target: Ino,
+    parent: Ino,
+    name: &str,
+    mtime: Timestamp,
+) -> TxResult<MetaReply> {
+    check_name(name).map_err(abort)?;
+    load_dir(txn, parent).await?;
+    let Some(entry) = get_dentry(txn, parent, name).await? else {
+        fail!(NotFound, "no entry {name:?} in directory {parent}");
+    };
+    let src = load_child(txn, parent, name, entry).await?;
+    let src_ino = src.attr.ino;
+    if src.attr.kind != FileKind::File {
+        fail!(
+            Invalid,
+            "{name:?} in directory {parent} is not a regular file"
+        );
+    }
+    if src_ino == target {
+        fail!(Invalid, "cannot append file {target} to itself");
+    }
+    if src.attr.nlink != 1 {
+        fail!(
+            Invalid,
+            "{name:?} in directory {parent} has {} links; only a file with one link can be moved",
+            src.attr.nlink
+        );
+    }
+    let mut dst = load_file(txn, target).await?;
+    if dst.attr.chunk_bytes != src.attr.chunk_bytes || dst.attr.ec != src.attr.ec {
+        fail!(
+            Invalid,
+            "file {src_ino} ({} bytes per chunk, {}) and file {target} ({} bytes per chunk, {}) have different layouts",
+            src.attr.chunk_bytes,
+            src.attr.ec,
+            dst.attr.chunk_bytes,
+            dst.attr.ec
+        );
+    }
+    let chunk_bytes = u64::from(dst.attr.chunk_bytes);
+    if !dst.attr.size.is_multiple_of(chunk_bytes) {
+        fail!(
+            Invalid,
+            "file {target} is {} bytes long, not a multiple of its chunk size {chunk_bytes}",
+            dst.attr.size
+        );
+    }
+    let base = dst.attr.size / chunk_bytes;
+    let Some(new_size) = dst.attr.size.checked_add(src.attr.size) else {
+        fail!(
+            TooLarge,
+            "appending file {src_ino} to file {target} overflows its size"
+        );
+    };
+    // Existing records of the target all end within its size (an invariant), so every index
+    // from `base` on is free.
+    let prefix = keys::chunk_prefix(src_ino);
+    let records = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
+    for (key, value) in &records {
+        let mut chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
+        txn.delete(key).await?;
+        let Some(index) = chunk.index.checked_add(base) else {
+            fail!(
+                TooLarge,
+                "chunk index overflow appending file {src_ino} to file {target}"
+            );
+        };
+        chunk.index = index;
+        put(txn, &keys::chunk(target, index), &chunk).await?;
+    }
+    let moved = records.len() as i64;
+    store::stat_add(txn, Stat::Chunks, src_ino, -moved).await?;
+    store::stat_add(txn, Stat::Chunks, target, moved).await?;
+    // The source has no chunk records left, so deleting it queues nothing for GC.
+    txn.delete(&keys::dentry(parent, name)).await?;
+    delete_inode(txn, ctx, &src).await?;
+    touch_dir(txn, parent, 0, ctx.now).await?;
+    dst.attr.size = new_size;
+    dst.attr.data_version += 1;
+    dst.attr.mtime = mtime;
+    dst.attr.ctime = ctx.now;
+    store_inode(txn, &dst).await?;
+    Ok(MetaReply::Attr(dst.attr))
 }

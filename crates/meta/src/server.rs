@@ -2,8 +2,9 @@
 //! serving the network protocol, and the background tasks (GC passes and the sweep of expired
 //! idempotency records).
 //!
-//! The configuration names the engine as a tagged table (`engine = { redb = "/path" }`) so
-//! that a PostgreSQL engine can be added as another variant without changing existing files.
+//! The configuration names the engine as a tagged table: `engine = { redb = "/path" }` for the
+//! embedded engine, `engine = { postgres = "postgres://user@host:5432/db" }` for PostgreSQL (or
+//! a PostgreSQL-wire database; see the `kv_postgres` crate).
 
 use crate::{MetaOptions, MetaService};
 use anyhow::Context;
@@ -24,6 +25,9 @@ pub const REQUEST_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 pub enum EngineConfig {
     /// The embedded engine: one redb file on this machine.
     Redb(PathBuf),
+    /// PostgreSQL, by connection URL (`postgres://user:password@host:port/database`, or libpq's
+    /// `key=value` form). Several metadata servers may share one database.
+    Postgres(String),
 }
 
 /// The metadata server's configuration file (TOML):
@@ -31,7 +35,7 @@ pub enum EngineConfig {
 /// ```toml
 /// listen = "0.0.0.0:7100"
 /// cluster = "trove"
-/// engine = { redb = "/var/lib/trove/meta.redb" }
+/// engine = { redb = "/var/lib/trove/meta.redb" }  # or { postgres = "postgres://..." }
 /// default_ec = "4+2"
 /// chunk_bytes = 4194304
 /// pg_count = 256
@@ -124,6 +128,10 @@ pub async fn run(config: MetaConfig) -> anyhow::Result<()> {
             let engine =
                 tokio::task::spawn_blocking(move || kv_redb::RedbEngine::open(path)).await??;
             Arc::new(engine)
+        }
+        EngineConfig::Postgres(url) => {
+            let options = kv_postgres::PostgresOptions::default();
+            Arc::new(kv_postgres::PostgresEngine::connect(url, options).await?)
         }
     };
     tracing::info!("metadata engine: {}", engine.describe());
@@ -231,7 +239,13 @@ mod tests {
         assert_eq!(config.pg_count, 512);
         let again = toml::to_string(&config).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(MetaConfig::from_toml(&again).ok(), Some(config));
-        assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { postgres = \"u\" }\n").is_err());
+        let postgres = "listen = \"x\"\nengine = { postgres = \"postgres://h/d\" }\n";
+        let config = MetaConfig::from_toml(postgres).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(
+            config.engine,
+            EngineConfig::Postgres("postgres://h/d".into())
+        );
+        assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { sqlite = \"u\" }\n").is_err());
         assert!(
             MetaConfig::from_toml("listen = \"x\"\nengine = { redb = \"/x\" }\nbogus = 1\n")
                 .is_err()

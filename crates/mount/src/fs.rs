@@ -22,7 +22,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 use tokio::runtime::Handle;
-use wire::{Attr, ErrorCode, FileKind, Ino, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
+use wire::{Attr, ErrorCode, FileKind, Ino, LockKind, LockRange, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
 
 /// Inode generation: Trove never reuses inode numbers, so it is always 0.
 const GENERATION: Generation = Generation(0);
@@ -44,6 +44,13 @@ const STATFS_FREE_INODES: u64 = 1 << 32;
 /// before every write (to drop file capabilities), which would otherwise cost a metadata round
 /// trip per write(2). File capabilities are not supported.
 const XATTR_NAMES_ABSENT: &[&str] = &["security.capability"];
+
+/// First and longest pause between attempts of a blocking lock request (F_SETLKW, flock
+/// without LOCK_NB): the lock manager never waits, so waiting is polling with backoff.
+const LOCK_RETRY_FIRST: Duration = Duration::from_millis(5);
+const LOCK_RETRY_MAX: Duration = Duration::from_millis(200);
+/// The whole file, as a lock range ("to the end of the file, whatever its size").
+const WHOLE_FILE: (u64, u64) = (0, u64::MAX);
 
 /// Converts a client error into the errno of the system call, logging the unexpected ones once
 /// here, where they are handled.
@@ -77,6 +84,9 @@ macro_rules! impl_fail {
 }
 impl_fail!(ReplyEntry, ReplyAttr, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite, ReplyStatfs, ReplyCreate, ReplyXattr);
 
+/// An open directory: its inode and its listing so far.
+type OpenDir = (Ino, Arc<tokio::sync::Mutex<DirListing>>);
+
 /// The state shared by every request of a mount.
 pub(crate) struct Shared {
     client: Client,
@@ -84,13 +94,16 @@ pub(crate) struct Shared {
     notifier: Arc<OnceLock<Notifier>>,
     open: OpenTable,
     versions: CacheVersions,
-    dirs: Mutex<HashMap<u64, (Ino, Arc<tokio::sync::Mutex<DirListing>>)>>,
+    dirs: Mutex<HashMap<u64, OpenDir>>,
     next_dir_fh: AtomicU64,
     /// Mode and gid of directories seen lately, for setgid inheritance without a round trip.
     dir_modes: Mutex<HashMap<Ino, (u32, u32)>>,
     orphan_dir: tokio::sync::OnceCell<Ino>,
-    /// Distinguishes this mount's orphans from other mounts'.
+    /// Distinguishes this mount's orphans from other mounts', and is the mount's lock session.
     mount_id: u64,
+    /// (inode, lock owner) pairs that may hold cluster locks: close and release must free them,
+    /// and only these need the round trip.
+    held_locks: Mutex<HashSet<(Ino, u64)>>,
 }
 
 /// The file system handed to fuser.
@@ -103,7 +116,7 @@ impl TroveFs {
     pub(crate) fn new(client: Client, runtime: Handle, options: MountOptions) -> TroveFs {
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let mount_id = (u64::from(std::process::id()) << 32) ^ now.as_nanos() as u64;
-        TroveFs {
+        let fs = TroveFs {
             shared: Arc::new(Shared {
                 client,
                 options,
@@ -115,9 +128,34 @@ impl TroveFs {
                 dir_modes: Mutex::new(HashMap::new()),
                 orphan_dir: tokio::sync::OnceCell::new(),
                 mount_id,
+                held_locks: Mutex::new(HashSet::new()),
             }),
             runtime,
+        };
+        if fs.shared.options.cluster_locks {
+            fs.start_lease_renewal();
         }
+        fs
+    }
+
+    /// Keeps the lease on this mount's cluster locks alive while it holds any; ends with the
+    /// file system.
+    fn start_lease_renewal(&self) {
+        let shared = Arc::downgrade(&self.shared);
+        let every = self.shared.options.lock_lease / 3;
+        self.runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(s) = shared.upgrade() else { return };
+                if lock(&s.held_locks).is_empty() {
+                    continue;
+                }
+                let lease_ms = s.options.lock_lease.as_millis() as u64;
+                if let Err(e) = s.client.renew_lease(s.mount_id, lease_ms).await {
+                    tracing::warn!("renewing the lease on this mount's locks failed (they lapse if this goes on): {e}");
+                }
+            }
+        });
     }
 
     /// Where the session's notifier goes once the session exists (it is needed to invalidate
@@ -158,6 +196,7 @@ impl Shared {
             }
             m.insert(a.ino, (a.mode, a.gid));
         } else if let Some(open) = self.open.inode(a.ino) {
+            self.versions.set_attrs(a.ino, a.data_version);
             if let Some((size, mtime)) = open.local_overlay() {
                 a.size = size;
                 a.mtime = mtime;
@@ -165,8 +204,17 @@ impl Shared {
             if open.orphan().is_some() {
                 a.nlink = 0;
             }
+        } else if a.kind == FileKind::File {
+            self.versions.set_attrs(a.ino, a.data_version);
         }
         file_attr(&a)
+    }
+
+    /// Records that this mount's writes up to data version `version` are on the metadata
+    /// service: the kernel's pages and size (which it updates itself on writes) match it.
+    fn published(&self, ino: Ino, version: u64) {
+        self.versions.set_pages(ino, version);
+        self.versions.set_attrs(ino, version);
     }
 
     /// The gid and mode a new inode under `parent` gets: the caller's gid, or the directory's
@@ -193,11 +241,15 @@ impl Shared {
             .get_or_try_init(|| async {
                 match self.client.lookup(ROOT_INO, ORPHAN_DIR_NAME).await {
                     Ok(a) => Ok(a.ino),
-                    Err(e) if e.code == ErrorCode::NotFound => match self.client.mkdir_as(ROOT_INO, ORPHAN_DIR_NAME, 0o700, 0, 0).await {
-                        Ok(a) => Ok(a.ino),
-                        Err(e) if e.code == ErrorCode::Exists => self.client.lookup(ROOT_INO, ORPHAN_DIR_NAME).await.map(|a| a.ino).map_err(fail),
-                        Err(e) => Err(fail(e)),
-                    },
+                    Err(e) if e.code == ErrorCode::NotFound => {
+                        match self.client.mkdir_as(ROOT_INO, ORPHAN_DIR_NAME, 0o700, 0, 0).await {
+                            Ok(a) => Ok(a.ino),
+                            Err(e) if e.code == ErrorCode::Exists => {
+                                self.client.lookup(ROOT_INO, ORPHAN_DIR_NAME).await.map(|a| a.ino).map_err(fail)
+                            }
+                            Err(e) => Err(fail(e)),
+                        }
+                    }
                     Err(e) => Err(fail(e)),
                 }
             })
@@ -245,7 +297,7 @@ impl Shared {
             match h.flush().await {
                 Ok(()) => {
                     inode.synced(&h);
-                    self.versions.set(inode.ino, h.attr().data_version);
+                    self.published(inode.ino, h.attr().data_version);
                 }
                 Err(e) => {
                     tracing::warn!("flushing inode {} at its last close failed: {e}", inode.ino);
@@ -270,7 +322,7 @@ impl Shared {
         if attr.kind != FileKind::File {
             return Err(if attr.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EINVAL });
         }
-        let keep_cache = !self.options.direct_io && self.versions.get(ino) == Some(attr.data_version);
+        let keep_cache = !self.options.direct_io && self.versions.pages(ino) == Some(attr.data_version);
         let client = self.client.clone();
         let fresh = attr.clone();
         let (inode, existed) = self.open.pin_or_insert(ino, move || client.open_with_attr(fresh)).map_err(fail)?;
@@ -298,13 +350,16 @@ impl Shared {
                 }
             }
         }
-        if !keep_cache {
-            // The kernel may hold attributes (the size!) from before another client's change;
-            // an open that does not keep the cache must not keep those either.
+        if self.versions.attrs(ino).is_some_and(|v| v != attr.data_version) {
+            // The kernel holds attributes (the size!) from before another client's change;
+            // close-to-open means this open must not go on using them.
             if let Some(n) = self.notifier.get() {
                 let _ = n.inval_inode(INodeNo(ino), -1, 0);
             }
-            self.versions.set(ino, attr.data_version);
+            self.versions.set_attrs(ino, attr.data_version);
+        }
+        if !keep_cache {
+            self.versions.set_pages(ino, attr.data_version);
         }
         Ok((self.open.add_file(inode), keep_cache))
     }
@@ -329,7 +384,7 @@ impl Shared {
                 h.truncate(size).await.map_err(fail)?;
                 inode.synced(&h);
                 // The kernel truncated its page cache itself; what remains matches the new version.
-                self.versions.set(ino, h.attr().data_version);
+                self.published(ino, h.attr().data_version);
                 Ok(h.attr().clone())
             }
             None => self.client.setattr(ino, SetAttr { size: Some(size), ..Default::default() }).await.map_err(fail),
@@ -372,7 +427,7 @@ impl Shared {
                 let mut h = inode.file.lock().await;
                 h.flush().await.map_err(fail)?;
                 inode.synced(&h);
-                self.versions.set(ino, h.attr().data_version);
+                self.published(ino, h.attr().data_version);
             }
         }
         if set != SetAttr::default() {
@@ -384,7 +439,17 @@ impl Shared {
         }
     }
 
-    async fn create(&self, parent: Ino, name: String, mode: u32, umask: u32, flags: i32, uid: u32, gid: u32) -> Result<(Attr, u64, bool), Errno> {
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        &self,
+        parent: Ino,
+        name: String,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(Attr, u64, bool), Errno> {
         let (gid, mode) = self.new_owner(parent, gid, attr::creation_mode(mode, umask), false).await?;
         let exclusive = flags & libc::O_EXCL != 0;
         let mut a = self.client.create_as(parent, &name, mode, uid, gid, exclusive).await.map_err(fail)?;
@@ -405,7 +470,14 @@ impl Shared {
         self.client.unlink(parent, name).await.map_err(fail)
     }
 
-    async fn rename(&self, parent: Ino, name: &str, new_parent: Ino, new_name: &str, mode: RenameMode) -> Result<(), Errno> {
+    async fn rename(
+        &self,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+        mode: RenameMode,
+    ) -> Result<(), Errno> {
         if mode == RenameMode::Replace && !(parent == new_parent && name == new_name) {
             // A replaced destination that is open here must stay readable until closed.
             let src = if self.open.no_inodes() { None } else { self.client.lookup(parent, name).await.ok() };
@@ -422,6 +494,7 @@ impl Shared {
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
         let file = self.open.file(fh).ok_or(Errno::EBADF)?;
         let mut h = file.inode.file.lock().await;
+        tracing::trace!(ino = file.inode.ino, offset, size, "read");
         h.read_at(offset, size as usize).await.map_err(fail)
     }
 
@@ -440,12 +513,23 @@ impl Shared {
         let mut h = file.inode.file.lock().await;
         h.flush().await.map_err(fail)?;
         file.inode.synced(&h);
-        self.versions.set(file.inode.ino, h.attr().data_version);
+        self.published(file.inode.ino, h.attr().data_version);
         Ok(())
     }
 
-    async fn release(&self, fh: u64) -> Result<(), Errno> {
+    /// A descriptor's close: publish its writes, and drop the POSIX locks of the closing
+    /// process (POSIX: any close of the file releases the process's locks on it).
+    async fn close(&self, ino: Ino, fh: u64, owner: u64) -> Result<(), Errno> {
+        let flushed = self.flush(fh).await;
+        self.release_locks(ino, owner).await;
+        flushed
+    }
+
+    async fn release(&self, fh: u64, flock_owner: Option<u64>) -> Result<(), Errno> {
         let file = self.open.remove_file(fh).ok_or(Errno::EBADF)?;
+        if let Some(owner) = flock_owner {
+            self.release_locks(file.inode.ino, owner).await;
+        }
         self.unpin(&file.inode).await;
         Ok(())
     }
@@ -459,7 +543,7 @@ impl Shared {
         Ok(())
     }
 
-    fn dir_handle(&self, fh: u64) -> Result<(Ino, Arc<tokio::sync::Mutex<DirListing>>), Errno> {
+    fn dir_handle(&self, fh: u64) -> Result<OpenDir, Errno> {
         lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)
     }
 
@@ -478,6 +562,54 @@ impl Shared {
             self.truncate(ino, end).await?;
         }
         Ok(())
+    }
+
+    fn lock_lease_ms(&self) -> u64 {
+        self.options.lock_lease.as_millis() as u64
+    }
+
+    /// Takes, changes or releases a cluster lock; with `wait`, retries until granted (or the
+    /// asking process is gone, so a killed waiter never ends up holding a lock).
+    async fn set_lock(&self, ino: Ino, owner: u64, range: LockRange, wait: bool) -> Result<(), Errno> {
+        if range.kind == LockKind::Unlock && !lock(&self.held_locks).contains(&(ino, owner)) {
+            return Ok(());
+        }
+        let mut pause = LOCK_RETRY_FIRST;
+        loop {
+            let conflict = self.client.lock(ino, self.mount_id, owner, range, self.lock_lease_ms()).await.map_err(fail)?;
+            if conflict.is_none() {
+                if range.kind != LockKind::Unlock {
+                    lock(&self.held_locks).insert((ino, owner));
+                    if wait && !process_alive(range.pid) {
+                        self.release_locks(ino, owner).await;
+                    }
+                }
+                return Ok(());
+            }
+            if !wait {
+                return Err(Errno::EAGAIN);
+            }
+            if waiter_interrupted(range.pid) {
+                return Err(Errno::EINTR);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LOCK_RETRY_MAX);
+        }
+    }
+
+    /// Releases every cluster lock `owner` holds on `ino` (close of a descriptor, release of a
+    /// flock'ed file), if it may hold any.
+    async fn release_locks(&self, ino: Ino, owner: u64) {
+        if !lock(&self.held_locks).contains(&(ino, owner)) {
+            return;
+        }
+        let all = LockRange { start: WHOLE_FILE.0, end: WHOLE_FILE.1, kind: LockKind::Unlock, pid: 0 };
+        match self.client.lock(ino, self.mount_id, owner, all, self.lock_lease_ms()).await {
+            Ok(_) => {
+                lock(&self.held_locks).remove(&(ino, owner));
+            }
+            Err(e) => tracing::warn!("releasing the locks of owner {owner:x} on inode {ino} failed: {e}"),
+        }
     }
 
     /// Flushes every open file (at unmount: the kernel releases files before, this is a guard).
@@ -508,7 +640,10 @@ impl Filesystem for TroveFs {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_BIG_WRITES,
-        ] {
+        ]
+        .into_iter()
+        .chain(self.shared.options.cluster_locks.then_some([InitFlags::FUSE_POSIX_LOCKS, InitFlags::FUSE_FLOCK_LOCKS]).into_iter().flatten())
+        {
             if config.add_capabilities(cap).is_err() {
                 tracing::debug!("kernel lacks FUSE capability {cap:?}");
             }
@@ -519,7 +654,15 @@ impl Filesystem for TroveFs {
     fn destroy(&mut self) {
         let shared = self.shared.clone();
         // Called on fuser's own thread, never inside the runtime, so blocking on it is allowed.
-        self.runtime.block_on(async move { shared.flush_all().await });
+        self.runtime.block_on(async move {
+            shared.flush_all().await;
+            if !lock(&shared.held_locks).is_empty() {
+                // Ending the session releases every lock this mount still holds, at once.
+                if let Err(e) = shared.client.renew_lease(shared.mount_id, 0).await {
+                    tracing::warn!("releasing this mount's locks at unmount failed (they lapse with the lease): {e}");
+                }
+            }
+        });
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -577,7 +720,11 @@ impl Filesystem for TroveFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn(reply, move |s| async move { s.client.readlink(ino.0).await.map_err(fail) }, |r, t| r.data(t.as_bytes()));
+        self.spawn(
+            reply,
+            move |s| async move { s.client.readlink(ino.0).await.map_err(fail) },
+            |r, t| r.data(t.as_bytes()),
+        );
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
@@ -673,7 +820,11 @@ impl Filesystem for TroveFs {
             Ok(m) => m,
             Err(e) => return reply.error(e),
         };
-        self.spawn(reply, move |s| async move { s.rename(parent.0, &name, newparent.0, &newname, mode).await }, |r, ()| r.ok());
+        self.spawn(
+            reply,
+            move |s| async move { s.rename(parent.0, &name, newparent.0, &newname, mode).await },
+            |r, ()| r.ok(),
+        );
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -735,8 +886,8 @@ impl Filesystem for TroveFs {
         self.spawn(reply, move |s| async move { s.write(fh.0, offset, data).await }, |r, n| r.written(n));
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.spawn(reply, move |s| async move { s.flush(fh.0).await }, |r, ()| r.ok());
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await }, |r, ()| r.ok());
     }
 
     fn release(
@@ -745,11 +896,12 @@ impl Filesystem for TroveFs {
         _ino: INodeNo,
         fh: Fh,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(reply, move |s| async move { s.release(fh.0).await }, |r, ()| r.ok());
+        // The kernel names a lock owner here only for files locked with flock.
+        self.spawn(reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await }, |r, ()| r.ok());
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
@@ -871,12 +1023,30 @@ impl Filesystem for TroveFs {
                 let blocks = st.bytes_total / u64::from(bsize);
                 let free = st.bytes_free / u64::from(bsize);
                 let name_max = if st.name_bytes_max == 0 { wire::NAME_BYTES_MAX as u32 } else { st.name_bytes_max };
-                r.statfs(blocks, free, free, st.inodes_used + STATFS_FREE_INODES, STATFS_FREE_INODES, bsize, name_max, bsize)
+                r.statfs(
+                    blocks,
+                    free,
+                    free,
+                    st.inodes_used + STATFS_FREE_INODES,
+                    STATFS_FREE_INODES,
+                    bsize,
+                    name_max,
+                    bsize,
+                )
             },
         );
     }
 
-    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -889,7 +1059,11 @@ impl Filesystem for TroveFs {
             Err(e) => return reply.error(e),
         };
         let value = value.to_vec();
-        self.spawn(reply, move |s| async move { s.client.setxattr(ino.0, &name, &value, mode).await.map_err(fail) }, |r, ()| r.ok());
+        self.spawn(
+            reply,
+            move |s| async move { s.client.setxattr(ino.0, &name, &value, mode).await.map_err(fail) },
+            |r, ()| r.ok(),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -942,7 +1116,11 @@ impl Filesystem for TroveFs {
         if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
             return reply.error(Errno::ENODATA);
         }
-        self.spawn(reply, move |s| async move { s.client.removexattr(ino.0, &name).await.map_err(fail) }, |r, ()| r.ok());
+        self.spawn(
+            reply,
+            move |s| async move { s.client.removexattr(ino.0, &name).await.map_err(fail) },
+            |r, ()| r.ok(),
+        );
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -950,7 +1128,16 @@ impl Filesystem for TroveFs {
         reply.ok();
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -964,6 +1151,51 @@ impl Filesystem for TroveFs {
             },
             |r, (a, ttl, fh, f)| r.created(&ttl, &a, GENERATION, Fh(fh), f),
         );
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Fh,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
+        let range = LockRange { start, end, kind, pid };
+        let shared = self.shared.clone();
+        self.runtime.spawn(async move {
+            match shared.client.test_lock(ino.0, shared.mount_id, lock_owner.0, range).await {
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Ok(Some(c)) => {
+                    let typ = if c.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK };
+                    reply.locked(c.start, c.end, typ, c.pid)
+                }
+                Err(e) => reply.error(fail(e)),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Fh,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
+        let range = LockRange { start, end, kind, pid };
+        self.spawn(reply, move |s| async move { s.set_lock(ino.0, lock_owner.0, range, sleep).await }, |r, ()| r.ok());
     }
 
     fn ioctl(
@@ -983,5 +1215,80 @@ impl Filesystem for TroveFs {
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         self.spawn(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
+    }
+}
+
+/// The lock kind of fcntl's lock type.
+fn lock_kind(typ: i32) -> Option<LockKind> {
+    match typ {
+        libc::F_RDLCK => Some(LockKind::Read),
+        libc::F_WRLCK => Some(LockKind::Write),
+        libc::F_UNLCK => Some(LockKind::Unlock),
+        _ => None,
+    }
+}
+
+/// Whether process `pid` (of this mount's pid namespace) still exists; 0 (unknown) counts as
+/// alive.
+fn process_alive(pid: u32) -> bool {
+    pid == 0 || Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether a process waiting for a blocking lock must stop waiting: it is gone, or one of its
+/// threads has a signal pending that it neither blocks nor ignores (F_SETLKW and flock then fail
+/// with EINTR), SIGKILL included. This matters beyond politeness: once the daemon has read a
+/// request, the kernel waits for its answer even through SIGKILL, so a waiter we never answer
+/// could not even be killed.
+fn waiter_interrupted(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+        if signal_deliverable(&status) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a `/proc/<pid>/task/<tid>/status` text shows a signal pending that will be delivered.
+fn signal_deliverable(status: &str) -> bool {
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = mask("SigPnd:") | mask("ShdPnd:");
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    pending & !mask("SigBlk:") & !mask("SigIgn:") != 0 || pending & sigkill != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_signals_interrupt_only_when_deliverable() {
+        let status = |pnd: &str, shd: &str, blk: &str, ign: &str| {
+            format!("Name:\tpython3\nSigQ:\t0/1000\nSigPnd:\t{pnd}\nShdPnd:\t{shd}\nSigBlk:\t{blk}\nSigIgn:\t{ign}\nSigCgt:\t0\n")
+        };
+        let none = "0000000000000000";
+        assert!(!signal_deliverable(&status(none, none, none, none)));
+        // SIGINT (2) pending for the process: delivered.
+        assert!(signal_deliverable(&status(none, "0000000000000002", none, none)));
+        // Blocked or ignored: the wait goes on.
+        assert!(!signal_deliverable(&status(none, "0000000000000002", "0000000000000002", none)));
+        assert!(!signal_deliverable(&status("0000000000000002", none, none, "0000000000000002")));
+        // SIGKILL cannot be blocked.
+        assert!(signal_deliverable(&status("0000000000000100", none, "ffffffffffffffff", none)));
+        assert_eq!(lock_kind(libc::F_WRLCK), Some(LockKind::Write));
+        assert_eq!(lock_kind(99), None);
+        // This test's own process is alive and not interrupted.
+        assert!(process_alive(std::process::id()));
+        assert!(!waiter_interrupted(std::process::id()));
     }
 }

@@ -57,6 +57,12 @@ pub struct MountOptions {
     pub direct_io: bool,
     /// The source shown by `mount` and `df`.
     pub fs_name: String,
+    /// fcntl and flock locks through the cluster's lock manager, coherent between mounts
+    /// (otherwise the kernel keeps them, coherent within this mount only).
+    pub cluster_locks: bool,
+    /// How long the cluster keeps this mount's locks after losing contact with it (they are
+    /// renewed every third of it while held).
+    pub lock_lease: Duration,
 }
 
 impl Default for MountOptions {
@@ -71,6 +77,8 @@ impl Default for MountOptions {
             read_only: false,
             direct_io: false,
             fs_name: "trove".to_string(),
+            cluster_locks: true,
+            lock_lease: Duration::from_secs(10),
         }
     }
 }
@@ -167,7 +175,10 @@ pub fn mount(
     let notifier_slot = fs.notifier_slot();
     let mut session = fuser::Session::new(fs, &mount_point, &config).map_err(|source| {
         let source = if source.kind() == io::ErrorKind::PermissionDenied {
-            io::Error::new(source.kind(), format!("{source} (mounting needs root, or fusermount3 from the fuse3 package)"))
+            io::Error::new(
+                source.kind(),
+                format!("{source} (mounting needs root, or fusermount3 from the fuse3 package)"),
+            )
         } else {
             source
         };
@@ -177,7 +188,11 @@ pub fn mount(
     let unmounter = Unmounter { mount_point: mount_point.clone(), inner: session.unmount_callable() };
     if options.read_ahead_kb > 0 {
         if let Err(e) = mountinfo::set_read_ahead(&mount_point, options.read_ahead_kb) {
-            tracing::warn!("cannot set the read-ahead window of {} to {} KiB: {e}", mount_point.display(), options.read_ahead_kb);
+            tracing::warn!(
+                "cannot set the read-ahead window of {} to {} KiB: {e}",
+                mount_point.display(),
+                options.read_ahead_kb
+            );
         }
     }
     let thread = std::thread::Builder::new()

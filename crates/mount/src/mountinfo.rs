@@ -96,7 +96,9 @@ pub fn check_mount_point(path: &Path) -> Result<PathBuf, MountError> {
                 path.display()
             )))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(bad("does not exist; create the directory first".into())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(bad("does not exist; create the directory first".into()))
+        }
         Err(e) => return Err(bad(format!("cannot be examined: {e}"))),
     };
     if !meta.is_dir() {
@@ -117,7 +119,8 @@ pub fn check_mount_point(path: &Path) -> Result<PathBuf, MountError> {
 /// Sets the kernel's read-ahead window of the file system mounted at `path` (root only; the
 /// FUSE default of 128 KiB caps sequential reads at one small request at a time).
 pub fn set_read_ahead(path: &Path, read_ahead_kb: u32) -> io::Result<()> {
-    let m = mount_at(path).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "mount not found in /proc/self/mountinfo"))?;
+    let m = mount_at(path)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "mount not found in /proc/self/mountinfo"))?;
     std::fs::write(format!("/sys/class/bdi/{}/read_ahead_kb", m.device), read_ahead_kb.to_string())
 }
 
@@ -147,7 +150,10 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
             if lazy {
                 cmd.arg("-z");
             }
-            let out = cmd.arg(&canonical).output().map_err(|e| bad(format!("cannot run fusermount3 to unmount as a user: {e}")))?;
+            let out = cmd
+                .arg(&canonical)
+                .output()
+                .map_err(|e| bad(format!("cannot run fusermount3 to unmount as a user: {e}")))?;
             if out.status.success() {
                 Ok(())
             } else {

@@ -100,7 +100,11 @@ pub struct OpenTable {
 impl OpenTable {
     /// Pins `ino`, installing `make()`'s handle if it is not open yet. Returns the shared inode
     /// and whether it was already open.
-    pub fn pin_or_insert<E>(&self, ino: Ino, make: impl FnOnce() -> Result<FileHandle, E>) -> Result<(Arc<OpenInode>, bool), E> {
+    pub fn pin_or_insert<E>(
+        &self,
+        ino: Ino,
+        make: impl FnOnce() -> Result<FileHandle, E>,
+    ) -> Result<(Arc<OpenInode>, bool), E> {
         let mut t = lock(&self.tables);
         if let Some((inode, pins)) = t.inodes.get_mut(&ino) {
             *pins += 1;
@@ -173,24 +177,46 @@ impl OpenTable {
     }
 }
 
-/// For each inode, the data version the kernel's page cache was filled from (or written at):
-/// an open that finds the same version on the metadata service keeps the cache (close-to-open).
+/// What the kernel holds for each inode, as data versions: the version its page cache was
+/// filled from (or written at), and the version of the attributes it was last sent. An open that
+/// finds the same version on the metadata service keeps the cached pages (close-to-open) and
+/// needs no attribute invalidation.
 #[derive(Default)]
 pub struct CacheVersions {
-    map: Mutex<HashMap<Ino, u64>>,
+    map: Mutex<HashMap<Ino, KernelView>>,
+}
+
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+struct KernelView {
+    pages: Option<u64>,
+    attrs: Option<u64>,
 }
 
 impl CacheVersions {
-    pub fn get(&self, ino: Ino) -> Option<u64> {
-        lock(&self.map).get(&ino).copied()
-    }
-
-    pub fn set(&self, ino: Ino, version: u64) {
+    fn update(&self, ino: Ino, f: impl FnOnce(&mut KernelView)) {
         let mut m = lock(&self.map);
         if m.len() >= CACHE_VERSIONS_MAX && !m.contains_key(&ino) {
             m.clear();
         }
-        m.insert(ino, version);
+        f(m.entry(ino).or_default());
+    }
+
+    /// The version the kernel's cached pages of `ino` hold.
+    pub fn pages(&self, ino: Ino) -> Option<u64> {
+        lock(&self.map).get(&ino).and_then(|v| v.pages)
+    }
+
+    pub fn set_pages(&self, ino: Ino, version: u64) {
+        self.update(ino, |v| v.pages = Some(version));
+    }
+
+    /// The version of the attributes last sent to the kernel for `ino`.
+    pub fn attrs(&self, ino: Ino) -> Option<u64> {
+        lock(&self.map).get(&ino).and_then(|v| v.attrs)
+    }
+
+    pub fn set_attrs(&self, ino: Ino, version: u64) {
+        self.update(ino, |v| v.attrs = Some(version));
     }
 
     pub fn forget(&self, ino: Ino) {
@@ -205,13 +231,14 @@ mod tests {
     #[test]
     fn cache_versions_are_bounded() {
         let v = CacheVersions::default();
-        v.set(1, 5);
-        assert_eq!(v.get(1), Some(5));
+        v.set_pages(1, 5);
+        v.set_attrs(1, 6);
+        assert_eq!((v.pages(1), v.attrs(1)), (Some(5), Some(6)));
         for i in 0..CACHE_VERSIONS_MAX as u64 + 1 {
-            v.set(i + 10, 1);
+            v.set_pages(i + 10, 1);
         }
         assert!(lock(&v.map).len() <= CACHE_VERSIONS_MAX);
         v.forget(CACHE_VERSIONS_MAX as u64 + 10);
-        assert_eq!(v.get(CACHE_VERSIONS_MAX as u64 + 10), None);
+        assert_eq!(v.pages(CACHE_VERSIONS_MAX as u64 + 10), None);
     }
 }

@@ -83,7 +83,8 @@ struct IoArgs {
     files_per_job: Option<usize>,
     #[arg(long, default_value = "64M")]
     file_size: String,
-    /// Measured seconds.
+    /// Measured seconds; 0 with a sequential pattern means one pass over every file, timed
+    /// from start to finish (size based, like dd).
     #[arg(long, default_value_t = 10.0)]
     runtime: f64,
     /// Seconds before measuring starts.

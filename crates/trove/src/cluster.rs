@@ -5,7 +5,7 @@
 //! Layout of a cluster directory:
 //! ```text
 //! DIR/cluster.toml          addresses, pids, scheme (this module's state)
-//! DIR/meta/meta.toml        metadata service config;  DIR/meta/meta.redb its engine
+//! DIR/meta/meta.toml        metadata service config;  DIR/meta/meta.redb its engine (redb)
 //! DIR/node-I/storage.toml   storage node I's config;  DIR/node-I/drive0 its drive
 //! DIR/logs/*.log            each process's output
 //! ```
@@ -63,6 +63,20 @@ pub struct StartArgs {
     /// Chunk size in bytes.
     #[arg(long, default_value_t = wire::CHUNK_BYTES_DEFAULT)]
     pub chunk_bytes: u32,
+    /// Where the metadata lives: redb (a file in DIR/meta) or postgres (see --postgres-url).
+    #[arg(long, value_enum, default_value_t = EngineKind::Redb)]
+    pub engine: EngineKind,
+    /// PostgreSQL connection URL for `--engine postgres`, e.g. postgres://user@host:5432/db.
+    /// Use a database of its own per cluster: its tables hold the whole namespace.
+    #[arg(long)]
+    pub postgres_url: Option<String>,
+}
+
+/// The metadata engine of a new local cluster.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    Redb,
+    Postgres,
 }
 
 /// One process of the cluster as recorded in the state file.
@@ -156,12 +170,12 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
     Ok(child)
 }
 
-fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes: u32) -> String {
-    let engine = dir.join("meta").join("meta.redb");
-    format!(
-        "listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n\n[engine]\nredb = {:?}\n",
-        engine.display().to_string()
-    )
+fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
+    let engine_line = match (args.engine, &args.postgres_url) {
+        (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
+        _ => format!("redb = {:?}", dir.join("meta").join("meta.redb").display().to_string()),
+    };
+    format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n\n[engine]\n{engine_line}\n")
 }
 
 fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str) -> String {
@@ -201,6 +215,11 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         }
         state
     } else {
+        match (args.engine, &args.postgres_url) {
+            (EngineKind::Postgres, None) => bail!("--engine postgres needs --postgres-url"),
+            (EngineKind::Redb, Some(_)) => bail!("--postgres-url is only for --engine postgres"),
+            _ => {}
+        }
         if args.nodes < args.ec.width() {
             bail!("erasure scheme {} needs at least {} storage nodes; --nodes is {}", args.ec, args.ec.width(), args.nodes);
         }
@@ -211,7 +230,7 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         }
         let meta_addr = format!("127.0.0.1:{}", ports[0]);
         let meta_cfg = dir.join("meta").join("meta.toml");
-        std::fs::write(&meta_cfg, meta_config(&dir, &meta_addr, &cluster, args.ec, args.chunk_bytes))?;
+        std::fs::write(&meta_cfg, meta_config(&dir, &meta_addr, &cluster, args.ec, args.chunk_bytes, args))?;
         let meta_log = dir.join("logs").join("meta.log");
         let child = spawn_role("meta", &meta_cfg, &meta_log)?;
         let meta = Proc { addr: meta_addr.clone(), config: meta_cfg, log: meta_log, pid: child.id() };

@@ -85,7 +85,10 @@ pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
         offset += data.len() as u64;
         bar.set_position(offset);
     }
-    out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
+    // Only regular files can be synced (not /dev/null or a pipe).
+    if out.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
+    }
     bar.finish_and_clear();
     Ok(())
 }

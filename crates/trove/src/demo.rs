@@ -5,7 +5,7 @@
 //! (SIGKILL) and reads everything again, reporting each phase's throughput next to the local
 //! file system's for the same bytes. It exits 0 only if every byte matched in every phase.
 
-use crate::cluster::{self, StartArgs};
+use crate::cluster::{self, EngineKind, StartArgs};
 use crate::data;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -143,7 +143,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     std::fs::remove_dir_all(&local_dir).ok();
 
     let cluster_dir = dir.join("cluster");
-    let start = StartArgs { dir: cluster_dir.clone(), nodes: 6, ec: wire::EcScheme::DEFAULT, chunk_bytes: wire::CHUNK_BYTES_DEFAULT };
+    let start = StartArgs { dir: cluster_dir.clone(), nodes: 6, ec: wire::EcScheme::DEFAULT, chunk_bytes: wire::CHUNK_BYTES_DEFAULT, engine: EngineKind::Redb, postgres_url: None };
     let mut started = cluster::start(&start, args.json).await.context("cannot start the demo cluster")?;
     say(format!("cluster up: metadata at {}, 6 storage nodes", started.state.meta.addr));
     let result = async {

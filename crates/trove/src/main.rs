@@ -12,6 +12,8 @@ mod cmds;
 mod data;
 mod demo;
 mod mount;
+mod nfs;
+mod s3;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -92,6 +94,10 @@ enum Command {
     Umount(mount::UmountArgs),
     /// Validation suite: fio-, mdtest- and MLPerf-Storage-style benchmarks on a cluster or a directory.
     Bench(bench::BenchArgs),
+    /// Serves the cluster over S3 (buckets are top-level directories, keys are paths).
+    S3(s3::S3Args),
+    /// Serves the cluster over NFSv3 (exports configurable, read-only or read-write).
+    Nfs(nfs::NfsArgs),
     /// Runs the demo: a 6-node 4+2 cluster, a dataset of mixed file sizes, node loss, verification.
     Demo(demo::DemoArgs),
 }
@@ -131,6 +137,8 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Cluster(cmd) => cluster::run(cmd).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::S3(args) => s3::run(args, cluster).await,
+        Command::Nfs(args) => nfs::run(args, cluster).await,
         Command::Bench(args) => bench::run(args, cluster).await,
         Command::Mount(args) => mount::mount(args).await,
         Command::Umount(args) => mount::umount(args),

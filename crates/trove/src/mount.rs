@@ -41,6 +41,14 @@ pub struct MountArgs {
     /// Only the mounting user may use the mount (default: everyone, with permissions checked).
     #[arg(long)]
     pub owner_only: bool,
+    /// Keep fcntl/flock locks in this host's kernel (coherent within this mount only) instead
+    /// of the cluster's lock manager.
+    #[arg(long)]
+    pub local_locks: bool,
+    /// How long the cluster keeps this mount's locks after losing contact with it, in
+    /// milliseconds (a crashed client's locks are released after this).
+    #[arg(long, default_value_t = 10_000)]
+    pub lock_lease_ms: u64,
 }
 
 #[derive(Args)]
@@ -56,7 +64,8 @@ pub async fn mount(args: MountArgs) -> Result<()> {
     let addr = crate::cluster::meta_addr_of(&args.target)?;
     // Check the mount point before connecting, so its problems are reported first and fast.
     mount::check_mount_point(&args.mount_point)?;
-    let client_options = client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), ..Default::default() };
+    let client_options =
+        client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), ..Default::default() };
     let client = client::Client::connect_with(&addr, client_options)
         .await
         .map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
@@ -69,6 +78,8 @@ pub async fn mount(args: MountArgs) -> Result<()> {
         read_only: args.read_only,
         direct_io: args.direct_io,
         fs_name: format!("trove:{addr}"),
+        cluster_locks: !args.local_locks,
+        lock_lease: Duration::from_millis(args.lock_lease_ms.max(300)),
         ..Default::default()
     };
     let runtime = tokio::runtime::Handle::current();

@@ -1,6 +1,7 @@
 //! `trove mount` on real clusters: the project's POSIX suite compared with a local directory,
-//! real programs (tar, git, SQLite, fio) on the mount, two mounts of one cluster, and the
-//! mount's error messages and clean unmounts.
+//! real programs (tar, git, SQLite, fio) on the mount, two mounts of one cluster (close-to-open
+//! data, fcntl/flock locks across mounts, a crashed client's locks released with its lease),
+//! and the mount's error messages and clean unmounts.
 //!
 //! Every test mounts with the real binary, as a separate process, the way users do. They skip
 //! (with a printed reason) only when /dev/fuse is absent; missing programs (python3, fio, git,
@@ -119,10 +120,55 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::Ex
     }
 }
 
+/// Runs `cmd` in its own process group and returns its output; past `timeout` the whole group
+/// is killed and the test fails, so a hang on the mount fails the test instead of stalling CI.
+fn run_bounded(mut cmd: Command, what: &str, timeout: Duration) -> std::process::Output {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let status = match wait_timeout(&mut child, timeout) {
+        Some(s) => s,
+        None => {
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait();
+            panic!(
+                "{what} did not finish within {timeout:?}; its output so far:\n{}\n{}",
+                String::from_utf8_lossy(&out_reader.join().unwrap_or_default()),
+                String::from_utf8_lossy(&err_reader.join().unwrap_or_default())
+            );
+        }
+    };
+    std::process::Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
+}
+
+/// How long one step (the POSIX suite, one program) may take before the test gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Runs a shell command line, panicking with its output unless it succeeds.
 fn sh(what: &str, script: &str) -> String {
     let started = Instant::now();
-    let out = Command::new("bash").args(["-euo", "pipefail", "-c", script]).output().unwrap_or_else(|e| panic!("{what}: cannot run bash: {e}"));
+    let mut cmd = Command::new("bash");
+    cmd.args(["-euo", "pipefail", "-c", script]);
+    let out = run_bounded(cmd, what, STEP_TIMEOUT);
     assert!(
         out.status.success(),
         "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
@@ -141,14 +187,16 @@ fn need(program: &str) {
 
 /// Runs the POSIX suite in `dir`; returns check name -> (ok, observed, error).
 fn run_suite(dir: &Path, extra: &[&str]) -> BTreeMap<String, serde_json::Value> {
-    let out = Command::new("python3")
-        .arg(suite_dir().join("posix_suite.py"))
-        .arg(dir)
-        .args(extra)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("python3 runs the POSIX suite");
-    assert!(out.status.success(), "the POSIX suite crashed: {}", String::from_utf8_lossy(&out.stdout));
+    let mut cmd = Command::new("python3");
+    cmd.arg(suite_dir().join("posix_suite.py")).arg(dir).args(extra);
+    let out = run_bounded(cmd, "the POSIX suite", STEP_TIMEOUT);
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the POSIX suite crashed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("the suite prints JSON")
 }
 
@@ -222,8 +270,9 @@ fn real_programs_on_the_mount() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root");
     let repo = repo.to_str().expect("utf-8 path");
 
-    // tar a source tree in and out: every file's checksum, mode and mtime survive both ways.
-    let listing = "find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%y %m %s %TY%Tm%Td%TH%TM%TS %p\\n' | sort";
+    // tar a source tree in and out: every file's checksum, and every entry's kind, mode and mtime
+    // survive both ways (directory sizes differ between file systems and are left out).
+    let listing = "find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -mindepth 1 -printf '%y %m %TY%Tm%Td%TH%TM%TS %p\\n' | sort";
     sh(
         "tar in and out",
         &format!(
@@ -282,7 +331,7 @@ fn real_programs_on_the_mount() {
         "fio",
         &format!(
             "mkdir {m}/fio
-             fio --name=seqwrite --directory={m}/fio --rw=write --bs=1M --size=192M --end_fsync=1 --verify=crc32c --do_verify=1 --output-format=terse >/dev/null
+             fio --name=seqwrite --directory={m}/fio --rw=write --bs=1M --size=192M --end_fsync=1 --verify=crc32c --do_verify=1 --verify_state_save=0 --output-format=terse >/dev/null
              fio --name=seqread --directory={m}/fio --filename=seqwrite.0.0 --rw=read --bs=1M --size=192M --output-format=terse >/dev/null
              fio --name=randread --directory={m}/fio --filename=seqwrite.0.0 --rw=randread --bs=4k --size=192M --runtime=5 --time_based --iodepth=8 --ioengine=libaio --direct=1 --output-format=terse >/dev/null"
         ),
@@ -295,9 +344,11 @@ fn two_mounts_of_one_cluster() {
     if fuse_missing() {
         return;
     }
+    need("python3");
     let cluster = TestCluster::start(6, "4+2");
-    let a = Mount::start(&cluster, "a", &[]);
-    let b = Mount::start(&cluster, "b", &[]);
+    // A short lease, so the crashed-client part below is quick.
+    let a = Mount::start(&cluster, "a", &["--lock-lease-ms", "2000"]);
+    let b = Mount::start(&cluster, "b", &["--lock-lease-ms", "2000"]);
 
     // Written and closed on one mount, read whole on the other.
     let data = content(1, 21 * 1024 * 1024 + 5);
@@ -325,6 +376,46 @@ fn two_mounts_of_one_cluster() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("busy"), "mounting on a live mount point: {err}");
 
+    // Locks taken through one mount hold on the other: fcntl and flock (flock is a whole-file
+    // lock in the same space, as on NFS), non-blocking attempts fail, a blocked one is granted
+    // when the holder goes away.
+    std::fs::write(a.join("lockfile"), b"x").expect("lock file");
+    let mut holder = lock_probe("hold", &a.join("lockfile"), "fcntl");
+    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "fcntl"), "EAGAIN", "fcntl lock not seen by the other mount");
+    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "flock"), "EAGAIN", "flock not blocked by the other mount's lock");
+    let mut waiter = lock_probe_spawn("wait", &b.join("lockfile"), "fcntl");
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let granted = wait_timeout(&mut waiter, Duration::from_secs(20));
+    if granted.is_none() {
+        let _ = waiter.kill();
+    }
+    let out = waiter.wait_with_output().expect("waiter");
+    assert!(granted.is_some(), "a blocked lock was not granted within 20 s of the holder exiting");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted", "blocked lock after the holder exited");
+
+    // A client that dies holding a lock loses it when its lease runs out.
+    let mut holder = lock_probe("hold", &a.join("lockfile"), "flock");
+    let mut a = a;
+    let mut a_process = a.child.take().expect("running");
+    a_process.kill().expect("SIGKILL the mount");
+    let _ = a_process.wait();
+    let started = Instant::now();
+    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "flock"), "EAGAIN", "a crashed client's lock vanished before its lease");
+    loop {
+        if lock_probe_once("try", &b.join("lockfile"), "flock") == "granted" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "a crashed client's lock was never released");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("a crashed client's lock was released after {:.1} s", started.elapsed().as_secs_f64());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let out = trove().arg("umount").arg(a.path()).output().expect("trove umount runs");
+    assert!(out.status.success(), "trove umount of a crashed mount: {}", String::from_utf8_lossy(&out.stderr));
+
     // `trove umount` ends b's process cleanly.
     let mut b = b;
     let out = trove().arg("umount").arg(b.path()).output().expect("trove umount runs");
@@ -332,7 +423,34 @@ fn two_mounts_of_one_cluster() {
     let mut child = b.child.take().expect("running");
     let status = wait_timeout(&mut child, UNMOUNT_TIMEOUT);
     assert!(status.is_some_and(|s| s.success()), "trove mount after trove umount: {status:?}: {}", b.log_text());
-    a.stop();
+}
+
+fn lock_probe_spawn(action: &str, path: &Path, how: &str) -> Child {
+    Command::new("python3")
+        .arg(suite_dir().join("lock_probe.py"))
+        .arg(action)
+        .arg(path)
+        .arg(how)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs lock_probe.py")
+}
+
+/// Starts a process holding a lock, once it holds it.
+fn lock_probe(action: &str, path: &Path, how: &str) -> Child {
+    use std::io::BufRead;
+    let mut child = lock_probe_spawn(action, path, how);
+    let mut line = String::new();
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    std::io::BufReader::new(stdout).read_line(&mut line).expect("lock_probe output");
+    assert_eq!(line.trim(), "locked", "lock_probe {action} {how} on {}", path.display());
+    child
+}
+
+/// Runs a non-blocking lock attempt; returns "granted" or the errno name.
+fn lock_probe_once(action: &str, path: &Path, how: &str) -> String {
+    let out = lock_probe_spawn(action, path, how).wait_with_output().expect("lock_probe runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]

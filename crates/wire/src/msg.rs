@@ -113,6 +113,13 @@ pub enum MetaOp {
     /// Extends the lease on all locks of `session` by `lease_ms` from now; 0 ends the session
     /// and so releases its locks at once (clean unmount).
     RenewLease { session: u64, lease_ms: u64 },
+    /// Moves the data of regular file `name` in directory `parent` to the end of regular file
+    /// `target` without copying it: its chunk records are re-indexed (the shards stay where they
+    /// are), then the entry and its inode are removed, all in one transaction. The target's size
+    /// must be a multiple of its chunk size and both files must share chunk size and erasure
+    /// scheme. Answered with the target's attributes. (The S3 gateway completes multipart
+    /// uploads with it.)
+    AppendFile { target: Ino, parent: Ino, name: String, mtime: Timestamp },
 }
 
 /// Answers of the metadata service, one variant per kind of result.

@@ -1,5 +1,6 @@
 //! Helpers shared by the metadata service's integration tests: a service on a redb engine in a
-//! temporary directory, short-hand calls, and a fake storage node that records deletions.
+//! temporary directory (or on PostgreSQL: `env_postgres`), short-hand calls, and a fake storage
+//! node that records deletions.
 #![allow(dead_code)]
 
 use bytes::Bytes;
@@ -37,6 +38,18 @@ pub async fn open_engine(dir: &TempDir) -> Arc<dyn KvEngine> {
 
 pub async fn env() -> Env {
     env_with(test_options()).await
+}
+
+/// A service on empty tables of a fresh schema of the PostgreSQL test server
+/// (`kv_postgres::test_server`: `TROVE_TEST_POSTGRES_URL`, or a server this test binary starts).
+/// `dir` is an unused temporary directory.
+pub async fn env_postgres() -> Env {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let engine: Arc<dyn KvEngine> = Arc::new(kv_postgres::test_server::fresh_engine("meta").await);
+    let svc = MetaService::new(engine, test_options())
+        .await
+        .unwrap_or_else(|e| panic!("MetaService::new on PostgreSQL: {e}"));
+    Env { dir, svc }
 }
 
 pub async fn env_with(options: MetaOptions) -> Env {

@@ -1,0 +1,977 @@
+//! The S3 operations over the client library: buckets, objects, listings and copies (multipart
+//! uploads are in `multipart.rs`).
+//!
+//! Writes never expose a partial object: PUT, CopyObject and CompleteMultipartUpload write a
+//! file under a temporary name ([`names::TMP_PREFIX`]) in the object's own directory, so it
+//! inherits that directory's layout, set its S3 metadata there, and rename it onto the key in
+//! one metadata transaction. Concurrent PUTs of one key therefore leave exactly one complete
+//! object: the one renamed last. A reader that opened the replaced file keeps reading it (its
+//! chunks are deleted only after the GC grace period).
+
+use crate::errors::{s3_error, OrS3, Target};
+use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
+use crate::names::{self, parse_key};
+use crate::objmeta::{self, etag_for, s3_time, ObjectMeta, CONTENT_TYPE_DEFAULT, EMPTY_ETAG};
+use bytes::Bytes;
+use client::{Attr, Client, ErrorCode, FileKind, Ino, WireError, ROOT_INO};
+use futures::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Largest object a single PUT may create, as S3 allows.
+pub const PUT_BYTES_MAX: u64 = 5 << 30;
+/// Pieces of an object being read that may wait in memory for the network.
+const READ_PIECES_INFLIGHT_MAX: usize = 4;
+/// Bytes read from the cluster per piece of a GET (at most; normally one chunk).
+const READ_PIECE_BYTES_MAX: u64 = 8 << 20;
+/// How often a write re-creates a key's directory that a concurrent DELETE pruned.
+const DIR_RACE_RETRY_COUNT_MAX: u32 = 3;
+/// Body pieces waiting for the MD5 thread at most (back-pressure on the request).
+const HASH_PIECES_QUEUED_MAX: usize = 64;
+/// Keys one DeleteObjects request may name, as in S3.
+pub const DELETE_KEYS_MAX: usize = 1000;
+/// Response header of CompleteMultipartUpload: how many bytes had to be copied because parts
+/// could not be moved (0 when completion moved every part's chunks).
+pub const COPIED_BYTES_HEADER: &str = "x-trove-copied-bytes";
+/// Object metadata lookups a listing runs at once.
+const LIST_LOOKUPS_INFLIGHT_MAX: usize = 16;
+
+/// The S3 service: an [`s3s::S3`] implementation over a Trove client.
+pub struct Gateway {
+    pub(crate) client: Client,
+    /// The region answered to GetBucketLocation (None: us-east-1).
+    pub(crate) region: Option<String>,
+    /// Multipart completions in progress, by upload id: one at a time per upload.
+    pub(crate) completing: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+pub(crate) fn no_such_key(key: &str) -> S3Error {
+    S3Error::with_message(S3ErrorCode::NoSuchKey, format!("no object with key {key:?}"))
+}
+
+fn no_such_bucket(bucket: &str) -> S3Error {
+    S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket:?}"))
+}
+
+pub(crate) fn conflict(message: String) -> S3Error {
+    s3_error(&WireError::new(ErrorCode::Exists, message), Target::ObjectWrite)
+}
+
+/// A channel of read pieces as the byte stream s3s sends.
+struct PieceStream(tokio::sync::mpsc::Receiver<Result<Bytes, WireError>>);
+
+impl Stream for PieceStream {
+    type Item = Result<Bytes, WireError>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Streams `range` of the file `attr` describes: a task reads ahead (the client's sequential
+/// read-ahead stays busy) while earlier pieces go out to the network.
+pub(crate) fn read_stream(client: Client, attr: Attr, range: Range<u64>) -> StreamingBlob {
+    let (tx, rx) = tokio::sync::mpsc::channel(READ_PIECES_INFLIGHT_MAX);
+    let piece = u64::from(attr.chunk_bytes).clamp(64 << 10, READ_PIECE_BYTES_MAX);
+    tokio::spawn(async move {
+        let mut handle = match client.open_with_attr(attr) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        let mut pos = range.start;
+        while pos < range.end {
+            // Pieces aligned to chunks keep every read inside one chunk.
+            let len = (piece - pos % piece).min(range.end - pos) as usize;
+            match handle.read_at(pos, len).await {
+                Ok(b) if b.is_empty() => {
+                    let _ = tx
+                        .send(Err(WireError::new(
+                            ErrorCode::Io,
+                            format!("object shrank while being read, at byte {pos}"),
+                        )))
+                        .await;
+                    return;
+                }
+                Ok(b) => {
+                    pos += b.len() as u64;
+                    if tx.send(Ok(b)).await.is_err() {
+                        return; // The client went away.
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("reading inode {} at {pos} failed: {e}", handle.ino());
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+    });
+    StreamingBlob::wrap(PieceStream(rx))
+}
+
+/// Decodes standard base64 (Content-MD5); None if malformed.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0u32;
+    for c in s.trim_end_matches('=').bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The MD5 of a request body, computed on a blocking thread so that hashing overlaps
+/// receiving the body and uploading it (on a small machine it is the largest CPU cost of a PUT).
+struct Hasher {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    task: tokio::task::JoinHandle<[u8; 16]>,
+}
+
+impl Hasher {
+    fn new() -> Hasher {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(HASH_PIECES_QUEUED_MAX);
+        let task = tokio::task::spawn_blocking(move || {
+            let mut md5 = Md5::new();
+            while let Some(piece) = rx.blocking_recv() {
+                md5.update(&piece);
+            }
+            let mut digest = [0u8; 16];
+            digest.copy_from_slice(&md5.finalize());
+            digest
+        });
+        Hasher { tx, task }
+    }
+
+    async fn update(&self, piece: Bytes) -> S3Result<()> {
+        self.tx.send(piece).await.map_err(|_| s3_error!(InternalError, "the MD5 thread stopped"))
+    }
+
+    async fn finish(self) -> S3Result<[u8; 16]> {
+        drop(self.tx);
+        self.task.await.map_err(|e| s3_error!(InternalError, "the MD5 thread failed: {e}"))
+    }
+}
+
+/// Where a new object's file goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Dest<'a> {
+    /// This directory (multipart parts).
+    Dir(Ino),
+    /// The directory of a key, created if missing.
+    Key { bucket: &'a str, dirs: &'a [&'a str] },
+}
+
+/// What a written object ended as.
+pub(crate) struct Written {
+    pub etag: String,
+    pub attr: Attr,
+}
+
+/// Checks the conditional headers of a GET or HEAD against the object's ETag and mtime.
+fn check_conditions(
+    etag: &str,
+    mtime: wire::Timestamp,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> S3Result<()> {
+    let secs = mtime.secs;
+    let unix = |t: &Timestamp| time_secs(t);
+    if let Some(cond) = if_match {
+        if !matches!(cond, ETagCondition::Any) && cond.as_etag().map(|e| e.value()) != Some(etag) {
+            return Err(s3_error!(PreconditionFailed, "If-Match: the object's ETag is {etag}"));
+        }
+    } else if let Some(t) = if_unmodified_since {
+        if secs > unix(t) {
+            return Err(s3_error!(PreconditionFailed, "the object was modified since that time"));
+        }
+    }
+    if let Some(cond) = if_none_match {
+        if matches!(cond, ETagCondition::Any) || cond.as_etag().map(|e| e.value()) == Some(etag) {
+            return Err(S3Error::new(S3ErrorCode::NotModified));
+        }
+    } else if let Some(t) = if_modified_since {
+        if secs <= unix(t) {
+            return Err(S3Error::new(S3ErrorCode::NotModified));
+        }
+    }
+    Ok(())
+}
+
+fn time_secs(t: &Timestamp) -> i64 {
+    let mut buf = Vec::new();
+    // Timestamps format as RFC 3339 / epoch seconds; the epoch form is the simplest to read back.
+    if t.format(TimestampFormat::EpochSeconds, &mut buf).is_ok() {
+        if let Ok(s) = std::str::from_utf8(&buf) {
+            if let Ok(v) = s.split('.').next().unwrap_or("").parse::<i64>() {
+                return v;
+            }
+        }
+    }
+    0
+}
+
+impl Gateway {
+    /// A gateway over `client`; `region` is what GetBucketLocation answers.
+    pub fn new(client: Client, region: Option<String>) -> Gateway {
+        Gateway { client, region, completing: parking_lot::Mutex::new(HashMap::new()) }
+    }
+
+    /// The directory of `bucket`.
+    pub(crate) async fn bucket(&self, bucket: &str) -> S3Result<Attr> {
+        match self.client.resolve(&names::bucket_path(bucket)).await {
+            Ok(a) if a.kind == FileKind::Dir => Ok(a),
+            Ok(_) => Err(no_such_bucket(bucket)),
+            Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => Err(no_such_bucket(bucket)),
+            Err(e) => Err(s3_error(&e, Target::Bucket)),
+        }
+    }
+
+    /// The file (or, for a directory marker key, the directory) of an object, and whether the
+    /// key is a directory marker.
+    pub(crate) async fn object(&self, bucket: &str, key: &str) -> S3Result<(Attr, bool)> {
+        let parsed = parse_key(key)?;
+        let path = format!("/{bucket}/{}", parsed.rel_path());
+        match self.client.resolve(&path).await {
+            Ok(a) => match (a.kind, parsed.name) {
+                (FileKind::File, Some(_)) | (FileKind::Dir, None) => Ok((a, parsed.name.is_none())),
+                _ => {
+                    self.bucket(bucket).await?;
+                    Err(no_such_key(key))
+                }
+            },
+            Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {
+                self.bucket(bucket).await?;
+                Err(no_such_key(key))
+            }
+            Err(e) => Err(s3_error(&e, Target::Object)),
+        }
+    }
+
+    /// The directory `dirs` below `bucket`, created with its parents if missing.
+    pub(crate) async fn ensure_dirs(&self, bucket: &str, dirs: &[&str]) -> S3Result<Ino> {
+        let path = format!("/{bucket}/{}", dirs.join("/"));
+        match self.client.resolve(&path).await {
+            Ok(a) if a.kind == FileKind::Dir => return Ok(a.ino),
+            Ok(_) => return Err(conflict(format!("{path} is an object, not a prefix"))),
+            Err(e) if e.code == ErrorCode::NotFound => {}
+            Err(e) if e.code == ErrorCode::NotDir => {
+                self.bucket(bucket).await?;
+                return Err(conflict(format!("a component of {path} is an object, not a prefix")));
+            }
+            Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+        }
+        let mut cur = self.bucket(bucket).await?.ino;
+        for d in dirs {
+            let found = match self.client.lookup(cur, d).await {
+                Ok(a) => a,
+                Err(e) if e.code == ErrorCode::NotFound => match self.client.mkdir(cur, d, 0o755).await {
+                    Ok(a) => a,
+                    Err(e) if e.code == ErrorCode::Exists => {
+                        self.client.lookup(cur, d).await.or_s3(Target::ObjectWrite)?
+                    }
+                    Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+                },
+                Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+            };
+            if found.kind != FileKind::Dir {
+                return Err(conflict(format!("{d:?} in {path} is an object, not a prefix")));
+            }
+            cur = found.ino;
+        }
+        Ok(cur)
+    }
+
+    /// Writes `body` as the new content of `name` in directory `parent`: into a temporary file,
+    /// then renamed into place with its metadata (atomic replace).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn write_object(
+        &self,
+        dest: Dest<'_>,
+        name: &str,
+        body: Option<StreamingBlob>,
+        expected_len: Option<u64>,
+        content_md5: Option<&str>,
+        meta: &ObjectMeta,
+        size_max: u64,
+    ) -> S3Result<Written> {
+        let tmp = names::tmp_name();
+        let (parent, created) = self.create_tmp(dest, &tmp).await?;
+        let result =
+            self.fill_and_publish(parent, &tmp, name, created, body, expected_len, content_md5, meta, size_max).await;
+        if result.is_err() {
+            if let Err(e) = self.client.unlink(parent, &tmp).await {
+                if e.code != ErrorCode::NotFound {
+                    tracing::warn!("cannot remove temporary file {tmp} in directory {parent}: {e}");
+                }
+            }
+        }
+        result
+    }
+
+    /// Creates the temporary file `tmp` in the destination directory; returns the directory.
+    async fn create_tmp(&self, dest: Dest<'_>, tmp: &str) -> S3Result<(Ino, Attr)> {
+        let mut attempt = 0;
+        loop {
+            let parent = match dest {
+                Dest::Dir(ino) => ino,
+                Dest::Key { bucket, dirs } => self.ensure_dirs(bucket, dirs).await?,
+            };
+            match self.client.create(parent, tmp, 0o644, true).await {
+                Ok(created) => return Ok((parent, created)),
+                // A DELETE removed the directory it emptied between the two calls: make it again.
+                Err(e)
+                    if e.code == ErrorCode::NotFound
+                        && matches!(dest, Dest::Key { .. })
+                        && attempt < DIR_RACE_RETRY_COUNT_MAX =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fill_and_publish(
+        &self,
+        parent: Ino,
+        tmp: &str,
+        name: &str,
+        created: Attr,
+        body: Option<StreamingBlob>,
+        expected_len: Option<u64>,
+        content_md5: Option<&str>,
+        meta: &ObjectMeta,
+        size_max: u64,
+    ) -> S3Result<Written> {
+        let (digest, attr) = self.fill(created, body, expected_len, size_max).await?;
+        if let Some(given) = content_md5 {
+            let Some(want) = base64_decode(given.trim()) else {
+                return Err(s3_error!(InvalidDigest, "Content-MD5 {given:?} is not base64"));
+            };
+            if want != digest {
+                return Err(s3_error!(BadDigest, "the Content-MD5 you specified did not match what we received"));
+            }
+        }
+        let etag = names::hex(&digest);
+        objmeta::store_etag(&self.client, attr.ino, &etag, attr.data_version).await.or_s3(Target::ObjectWrite)?;
+        meta.store(&self.client, attr.ino).await.or_s3(Target::ObjectWrite)?;
+        self.client.rename(parent, tmp, parent, name).await.or_s3(Target::ObjectWrite)?;
+        Ok(Written { etag, attr })
+    }
+
+    /// Streams `body` into the (empty) file `created`; returns its MD5 and final attributes.
+    pub(crate) async fn fill(
+        &self,
+        created: Attr,
+        body: Option<StreamingBlob>,
+        expected_len: Option<u64>,
+        size_max: u64,
+    ) -> S3Result<([u8; 16], Attr)> {
+        let mut handle = self.client.open_with_attr(created).or_s3(Target::ObjectWrite)?;
+        let md5 = Hasher::new();
+        let mut offset = 0u64;
+        if let Some(mut body) = body {
+            while let Some(piece) = body.next().await {
+                let piece = piece.map_err(|e| s3_error!(IncompleteBody, "reading the request body failed: {e}"))?;
+                if offset + piece.len() as u64 > size_max {
+                    return Err(s3_error!(
+                        EntityTooLarge,
+                        "objects written in one request may be at most {size_max} bytes"
+                    ));
+                }
+                md5.update(piece.clone()).await?;
+                handle.write_at(offset, &piece).await.or_s3(Target::ObjectWrite)?;
+                offset += piece.len() as u64;
+            }
+        }
+        if let Some(want) = expected_len {
+            if want != offset {
+                return Err(s3_error!(IncompleteBody, "received {offset} bytes of the {want} announced"));
+            }
+        }
+        handle.flush().await.or_s3(Target::ObjectWrite)?;
+        let attr = handle.attr().clone();
+        handle.close().await.or_s3(Target::ObjectWrite)?;
+        Ok((md5.finish().await?, attr))
+    }
+
+    /// Removes the object `key`; a missing one is not an error (S3 semantics). Directories
+    /// left empty up to the bucket are removed too, so their prefix disappears as in S3.
+    async fn delete_key(&self, bucket: &str, key: &str) -> S3Result<()> {
+        let parsed = parse_key(key)?;
+        let bucket_attr = self.bucket(bucket).await?;
+        let (dirs, name) = match parsed.name {
+            Some(n) => (parsed.dirs.clone(), n),
+            None => {
+                let mut d = parsed.dirs.clone();
+                let Some(last) = d.pop() else { return Ok(()) };
+                (d, last)
+            }
+        };
+        let parent = if dirs.is_empty() {
+            bucket_attr.ino
+        } else {
+            match self.client.resolve(&format!("/{bucket}/{}", dirs.join("/"))).await {
+                Ok(a) if a.kind == FileKind::Dir => a.ino,
+                Ok(_) => return Ok(()),
+                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => return Ok(()),
+                Err(e) => return Err(s3_error(&e, Target::Object)),
+            }
+        };
+        let removed = if parsed.name.is_some() {
+            self.client.unlink(parent, name).await
+        } else {
+            self.client.rmdir(parent, name).await
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.code,
+                    ErrorCode::NotFound | ErrorCode::IsDir | ErrorCode::NotDir | ErrorCode::NotEmpty
+                ) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+        }
+        // Prune directories that became empty, innermost first; stop at the first that is not.
+        for depth in (1..=dirs.len()).rev() {
+            let up = if depth == 1 {
+                bucket_attr.ino
+            } else {
+                match self.client.resolve(&format!("/{bucket}/{}", dirs[..depth - 1].join("/"))).await {
+                    Ok(a) => a.ino,
+                    Err(_) => break,
+                }
+            };
+            if self.client.rmdir(up, dirs[depth - 1]).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists one page; the shared part of ListObjects and ListObjectsV2.
+    async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: &str,
+        max_keys: Option<i32>,
+    ) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, bool, Option<String>)> {
+        let bucket_attr = self.bucket(bucket).await?;
+        let limit = max_keys.map(|m| m.clamp(0, KEYS_PER_PAGE_MAX as i32) as usize).unwrap_or(KEYS_PER_PAGE_MAX);
+        let page = list::list(&self.client, bucket_attr.ino, &Query { prefix, delimiter, after, limit }).await?;
+        let last = page.items.last().map(|i| i.key().to_string());
+        let mut prefixes = Vec::new();
+        let mut objects = Vec::new();
+        for item in page.items {
+            match item {
+                Item::Prefix(p) => prefixes.push(CommonPrefix { prefix: Some(p) }),
+                Item::Object { key, attr } => objects.push((key, attr)),
+            }
+        }
+        let client = &self.client;
+        let contents: Vec<Object> = futures::stream::iter(objects)
+            .map(|(key, attr)| async move {
+                let raw = objmeta::load_etag(client, attr.ino).await.or_s3(Target::Object)?;
+                Ok::<_, S3Error>(Object {
+                    e_tag: Some(ETag::Strong(etag_for(&attr, raw.as_deref()))),
+                    key: Some(key),
+                    last_modified: Some(s3_time(attr.mtime)),
+                    size: Some(attr.size as i64),
+                    storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                    ..Default::default()
+                })
+            })
+            .buffered(LIST_LOOKUPS_INFLIGHT_MAX)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<S3Result<_>>()?;
+        Ok((contents, prefixes, page.truncated, last))
+    }
+}
+
+fn url_encoded(on: bool, s: Option<String>) -> Option<String> {
+    if on {
+        s.map(|s| names::url_encode(&s))
+    } else {
+        s
+    }
+}
+
+fn wants_url(e: Option<&EncodingType>) -> bool {
+    e.is_some_and(|e| e.as_str() == EncodingType::URL)
+}
+
+fn owner() -> Owner {
+    Owner { display_name: Some("trove".into()), id: Some("trove".into()) }
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+        let entries = self.client.readdir(ROOT_INO).await.or_s3(Target::Bucket)?;
+        let buckets = entries
+            .into_iter()
+            .filter(|e| e.attr.kind == FileKind::Dir && s3s::path::check_bucket_name(&e.name))
+            .map(|e| Bucket {
+                name: Some(e.name),
+                creation_date: Some(s3_time(e.attr.crtime)),
+                bucket_region: self.region.clone(),
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput { buckets: Some(buckets), owner: Some(owner()), ..Default::default() }))
+    }
+
+    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+        let bucket = req.input.bucket;
+        match self.client.mkdir(ROOT_INO, &bucket, 0o755).await {
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::Exists => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::BucketAlreadyOwnedByYou,
+                    format!("bucket {bucket:?} exists"),
+                ));
+            }
+            Err(e) => return Err(s3_error(&e, Target::Bucket)),
+        }
+        Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{bucket}")) }))
+    }
+
+    async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let bucket = req.input.bucket;
+        self.bucket(&bucket).await?;
+        self.client.rmdir(ROOT_INO, &bucket).await.or_s3(Target::Bucket)?;
+        // Multipart uploads of a deleted bucket go with it.
+        self.remove_uploads_of(&bucket).await;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput { bucket_region: self.region.clone(), ..Default::default() }))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.bucket(&req.input.bucket).await?;
+        let location_constraint = self.region.clone().filter(|r| r != "us-east-1").map(BucketLocationConstraint::from);
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint }))
+    }
+
+    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = req.input;
+        let parsed = parse_key(&input.key)?;
+        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?;
+        let expected_len = input.content_length.and_then(|n| u64::try_from(n).ok());
+        if expected_len.is_some_and(|n| n > PUT_BYTES_MAX) {
+            return Err(s3_error!(
+                EntityTooLarge,
+                "a single PUT may write at most {PUT_BYTES_MAX} bytes; use a multipart upload"
+            ));
+        }
+        let Some(name) = parsed.name else {
+            // A directory marker: the directory itself, no content.
+            if expected_len.unwrap_or(0) != 0 {
+                return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory and cannot hold data"));
+            }
+            let mut dirs = parsed.dirs.clone();
+            let last = dirs.pop();
+            let parent = self.ensure_dirs(&input.bucket, &dirs).await?;
+            if let Some(last) = last {
+                match self.client.mkdir(parent, last, 0o755).await {
+                    Ok(_) => {}
+                    Err(e) if e.code == ErrorCode::Exists => {
+                        let a = self.client.lookup(parent, last).await.or_s3(Target::ObjectWrite)?;
+                        if a.kind != FileKind::Dir {
+                            return Err(conflict(format!("{} is an object, not a prefix", input.key)));
+                        }
+                    }
+                    Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+                }
+            }
+            return Ok(S3Response::new(PutObjectOutput {
+                e_tag: Some(ETag::Strong(EMPTY_ETAG.into())),
+                ..Default::default()
+            }));
+        };
+        let written = self
+            .write_object(
+                Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs },
+                name,
+                input.body,
+                expected_len,
+                input.content_md5.as_deref(),
+                &meta,
+                PUT_BYTES_MAX,
+            )
+            .await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(written.etag)),
+            size: Some(written.attr.size as i64),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let (attr, marker) = self.object(&input.bucket, &input.key).await?;
+        let stored = if !marker {
+            objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)?
+        } else {
+            Default::default()
+        };
+        let (etag, size) = if !marker {
+            (etag_for(&attr, stored.etag_raw.as_deref()), attr.size)
+        } else {
+            (EMPTY_ETAG.to_string(), 0)
+        };
+        check_conditions(
+            &etag,
+            attr.mtime,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+        )?;
+        if input.part_number.is_some_and(|p| p != 1) {
+            return Err(s3_error!(InvalidArgument, "only part number 1 (the whole object) can be read by part"));
+        }
+        let range = match &input.range {
+            Some(r) => Some(
+                r.check(size).map_err(|_| s3_error!(InvalidRange, "the range is outside the object's {size} bytes"))?,
+            ),
+            None => None,
+        };
+        let span = range.clone().unwrap_or(0..size);
+        let body = if !marker {
+            read_stream(self.client.clone(), attr.clone(), span.clone())
+        } else {
+            StreamingBlob::from(s3s::Body::empty())
+        };
+        Ok(S3Response::new(GetObjectOutput {
+            accept_ranges: Some("bytes".into()),
+            body: Some(body),
+            content_length: Some((span.end - span.start) as i64),
+            content_range: range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1))),
+            content_type: Some(stored.meta.content_type.clone().unwrap_or_else(|| CONTENT_TYPE_DEFAULT.into())),
+            e_tag: Some(ETag::Strong(etag)),
+            last_modified: Some(s3_time(attr.mtime)),
+            metadata: stored.meta.metadata_map(),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let (attr, marker) = self.object(&input.bucket, &input.key).await?;
+        let stored = if !marker {
+            objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)?
+        } else {
+            Default::default()
+        };
+        let (etag, size) = if !marker {
+            (etag_for(&attr, stored.etag_raw.as_deref()), attr.size)
+        } else {
+            (EMPTY_ETAG.to_string(), 0)
+        };
+        check_conditions(
+            &etag,
+            attr.mtime,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+        )?;
+        Ok(S3Response::new(HeadObjectOutput {
+            accept_ranges: Some("bytes".into()),
+            content_length: Some(size as i64),
+            content_type: Some(stored.meta.content_type.clone().unwrap_or_else(|| CONTENT_TYPE_DEFAULT.into())),
+            e_tag: Some(ETag::Strong(etag)),
+            last_modified: Some(s3_time(attr.mtime)),
+            metadata: stored.meta.metadata_map(),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.delete_key(&req.input.bucket, &req.input.key).await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        self.bucket(&input.bucket).await?;
+        if input.delete.objects.len() > DELETE_KEYS_MAX {
+            return Err(s3_error!(MalformedXML, "at most {DELETE_KEYS_MAX} keys may be deleted per request"));
+        }
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for obj in input.delete.objects {
+            match self.delete_key(&input.bucket, &obj.key).await {
+                Ok(()) => {
+                    if !quiet {
+                        deleted.push(DeletedObject { key: Some(obj.key), ..Default::default() });
+                    }
+                }
+                Err(e) => errors.push(s3s::dto::Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(obj.key),
+                    message: e.message().map(str::to_string),
+                    version_id: None,
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput { deleted: Some(deleted), errors: Some(errors), ..Default::default() }))
+    }
+
+    async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let CopySource::Bucket { bucket: src_bucket, key: src_key, .. } = &input.copy_source else {
+            return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"));
+        };
+        let (src, src_marker) = self.object(src_bucket, src_key).await?;
+        if src_marker {
+            return Err(no_such_key(src_key));
+        }
+        let stored = objmeta::load(&self.client, src.ino).await.or_s3(Target::Object)?;
+        let src_etag = etag_for(&src, stored.etag_raw.as_deref());
+        check_conditions(
+            &src_etag,
+            src.mtime,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            None,
+            None,
+        )
+        .map_err(|e| {
+            if *e.code() == S3ErrorCode::NotModified {
+                s3_error!(PreconditionFailed, "CopySourceIfNoneMatch")
+            } else {
+                e
+            }
+        })?;
+        let replace = input.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let meta = if replace {
+            ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?
+        } else {
+            stored.meta.clone()
+        };
+        let parsed = parse_key(&input.key)?;
+        let Some(name) = parsed.name else {
+            return Err(s3_error!(
+                InvalidArgument,
+                "a key ending in '/' names a directory and cannot be a copy target"
+            ));
+        };
+        let same = input.bucket == **src_bucket && input.key == **src_key;
+        if same {
+            if !replace {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata"
+                ));
+            }
+            meta.replace(&self.client, src.ino).await.or_s3(Target::ObjectWrite)?;
+            return Ok(S3Response::new(CopyObjectOutput {
+                copy_object_result: Some(CopyObjectResult {
+                    e_tag: Some(ETag::Strong(src_etag)),
+                    last_modified: Some(s3_time(src.mtime)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }));
+        }
+        let body = read_stream(self.client.clone(), src.clone(), 0..src.size);
+        let written = self
+            .write_object(
+                Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs },
+                name,
+                Some(body),
+                Some(src.size),
+                None,
+                &meta,
+                u64::MAX,
+            )
+            .await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(written.etag)),
+                last_modified: Some(s3_time(written.attr.mtime)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let token_key =
+            match &input.continuation_token {
+                Some(t) => Some(names::unhex(t).and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+                    s3_error!(InvalidArgument, "the continuation token is not one this gateway issued")
+                })?),
+                None => None,
+            };
+        let after = match (&token_key, &input.start_after) {
+            (Some(t), Some(s)) => t.max(s).clone(),
+            (Some(t), None) => t.clone(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => String::new(),
+        };
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
+        let (contents, prefixes, truncated, last) =
+            self.list_page(&input.bucket, &prefix, delimiter.as_deref(), &after, input.max_keys).await?;
+        let url = wants_url(input.encoding_type.as_ref());
+        let key_count = (contents.len() + prefixes.len()) as i32;
+        let contents = contents.into_iter().map(|mut o| {
+            o.key = url_encoded(url, o.key.take());
+            o
+        });
+        let prefixes = prefixes.into_iter().map(|p| CommonPrefix { prefix: url_encoded(url, p.prefix) });
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: url_encoded(url, Some(prefix)),
+            delimiter: url_encoded(url, delimiter),
+            max_keys: Some(input.max_keys.unwrap_or(KEYS_PER_PAGE_MAX as i32)),
+            key_count: Some(key_count),
+            continuation_token: input.continuation_token,
+            is_truncated: Some(truncated),
+            next_continuation_token: if truncated { last.map(|k| names::hex(k.as_bytes())) } else { None },
+            contents: Some(contents.collect()),
+            common_prefixes: Some(prefixes.collect()),
+            encoding_type: input.encoding_type,
+            start_after: url_encoded(url, input.start_after),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let after = input.marker.clone().unwrap_or_default();
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
+        let (contents, prefixes, truncated, last) =
+            self.list_page(&input.bucket, &prefix, delimiter.as_deref(), &after, input.max_keys).await?;
+        let url = wants_url(input.encoding_type.as_ref());
+        let contents = contents.into_iter().map(|mut o| {
+            o.key = url_encoded(url, o.key.take());
+            o.owner = Some(owner());
+            o
+        });
+        let prefixes = prefixes.into_iter().map(|p| CommonPrefix { prefix: url_encoded(url, p.prefix) });
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: url_encoded(url, Some(prefix)),
+            marker: url_encoded(url, input.marker),
+            delimiter: url_encoded(url, delimiter),
+            max_keys: Some(input.max_keys.unwrap_or(KEYS_PER_PAGE_MAX as i32)),
+            is_truncated: Some(truncated),
+            next_marker: if truncated { url_encoded(url, last) } else { None },
+            contents: Some(contents.collect()),
+            common_prefixes: Some(prefixes.collect()),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.mpu_create(req.input).await.map(S3Response::new)
+    }
+
+    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        self.mpu_upload_part(req.input).await.map(S3Response::new)
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let (output, copied) = self.mpu_complete(req.input).await?;
+        let mut resp = S3Response::new(output);
+        resp.headers.insert(COPIED_BYTES_HEADER, http::HeaderValue::from(copied));
+        Ok(resp)
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.mpu_abort(req.input).await.map(S3Response::new)
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        self.mpu_list_parts(req.input).await.map(S3Response::new)
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.mpu_list_uploads(req.input).await.map(S3Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes_content_md5() {
+        assert_eq!(base64_decode("1B2M2Y8AsgTpgAmY7PhCfg==").map(|d| names::hex(&d)), Some(EMPTY_ETAG.to_string()));
+        assert_eq!(base64_decode("a*b"), None);
+    }
+
+    #[test]
+    fn conditions_follow_http() {
+        let t = wire::Timestamp { secs: 1000, nanos: 0 };
+        let tag = |s: &str| ETagCondition::ETag(ETag::Strong(s.into()));
+        assert!(check_conditions("abc", t, Some(&tag("abc")), None, None, None).is_ok());
+        assert_eq!(
+            *check_conditions("abc", t, Some(&tag("x")), None, None, None).expect_err("fails").code(),
+            S3ErrorCode::PreconditionFailed
+        );
+        assert_eq!(
+            *check_conditions("abc", t, None, Some(&tag("abc")), None, None).expect_err("fails").code(),
+            S3ErrorCode::NotModified
+        );
+        assert!(
+            check_conditions("abc", t, None, Some(&ETagCondition::ETag(ETag::Strong("x".into()))), None, None).is_ok()
+        );
+    }
+}

@@ -1,0 +1,36 @@
+//! Trove's S3 gateway: the S3 API (the `s3s` crate) served over the client library, so objects
+//! and files are one namespace: what S3 writes, the mount and NFS read at once, and the reverse.
+//!
+//! # Mapping
+//!
+//! - A **bucket** is a directory directly under the root: bucket `data` is `/data`. ListBuckets
+//!   shows the top-level directories whose names are valid bucket names; CreateBucket and
+//!   DeleteBucket make and remove them (DeleteBucket only when empty, as in S3).
+//! - An **object key** is a path below its bucket, `/` separating directories:
+//!   `photos/2024/cat.jpg` is `/data/photos/2024/cat.jpg`. PUT creates the directories a key
+//!   needs; DELETE removes the ones it leaves empty. Keys no file name can express are refused
+//!   with InvalidArgument or KeyTooLongError (see [`names`]), and a key that needs a directory
+//!   where a file is (or the reverse: `a` and `a/b` both as objects) with 409 KeyConflict.
+//! - **Metadata** (ETag, Content-Type, `x-amz-meta-*`) are extended attributes `user.s3.*` of
+//!   the file (see [`objmeta`]); ETags follow S3 (MD5 of the content for PUT and copy,
+//!   MD5-of-MD5s-N for multipart).
+//! - **Multipart uploads** live in the hidden `/.trove-s3/uploads/` until completed; completion
+//!   moves the parts' chunk records onto the object without copying data (see [`multipart`]).
+//!
+//! Writes are atomic: an object appears complete, with its metadata, or not at all (temporary
+//! file renamed into place), and concurrent PUTs of one key leave one of them whole.
+//!
+//! Requests are authenticated with AWS Signature V4 (headers or presigned URLs) against the
+//! access keys of the configuration; anonymous requests are refused unless the configuration
+//! allows them (read-only or read-write). TLS (rustls) is optional.
+
+pub mod errors;
+pub mod gateway;
+pub mod list;
+pub mod multipart;
+pub mod names;
+pub mod objmeta;
+mod server;
+
+pub use gateway::Gateway;
+pub use server::{serve, Anonymous, Config, KeyPair, Listening, TlsConfig};

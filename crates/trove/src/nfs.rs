@@ -1,0 +1,74 @@
+//! `trove nfs`: the NFSv3 gateway's command line. The gateway itself is the `nfsgw` crate.
+//!
+//! `trove nfs --cluster C --listen HOST:PORT [--export /dir] [--read-only]` serves one export;
+//! `--config nfs.toml` serves several, each on its own address (see `nfsgw::Config`). Once
+//! listening it prints `trove nfs: listening on ADDR export PATH (read-write|read-only)` per
+//! export on standard output. Clients without a portmapper give the port explicitly, e.g.
+//! `nfs-ls 'nfs://127.0.0.1/?nfsport=PORT&mountport=PORT'`.
+
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct NfsArgs {
+    /// TOML configuration: cluster, write_back_ms, [[exports]] (path, listen, read_only).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to serve one export on, HOST:PORT (port 0 picks a free one).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// The directory of the cluster to export with --listen.
+    #[arg(long, default_value = "/")]
+    pub export: String,
+    /// Export --export read-only.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Buffer writes and flush a file once idle this long (ms). 0 (the default) makes every
+    /// WRITE durable before its reply, as the FILE_SYNC answer promises; see `nfsgw`.
+    #[arg(long)]
+    pub write_back_ms: Option<u64>,
+}
+
+pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
+    let mut config: nfsgw::Config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| anyhow!("bad NFS gateway config {}: {e}", path.display()))?
+        }
+        None => nfsgw::Config::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.exports.push(nfsgw::ExportConfig { path: args.export, listen, read_only: args.read_only });
+    }
+    if let Some(ms) = args.write_back_ms {
+        config.write_back_ms = ms;
+    }
+    if config.exports.is_empty() {
+        bail!("nothing to export: pass --listen HOST:PORT (and --export DIR), or list [[exports]] in --config");
+    }
+    let Some(cluster) = cluster.or(config.cluster.clone()) else {
+        bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), set TROVE_CLUSTER, or set `cluster` in the config");
+    };
+    let addr = crate::cluster::meta_addr_of(&cluster)?;
+    let client =
+        client::Client::connect(&addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
+    let mut servers = Vec::new();
+    let mut out = std::io::stdout();
+    for export in &config.exports {
+        let listening = nfsgw::bind(client.clone(), export, config.write_back_ms).await.map_err(|e| anyhow!("{e}"))?;
+        let mode = if listening.read_only { "read-only" } else { "read-write" };
+        writeln!(out, "trove nfs: listening on {} export {} ({mode})", listening.local_addr(), listening.path)?;
+        servers.push(tokio::spawn(listening.run()));
+    }
+    out.flush()?;
+    tokio::select! {
+        (r, _, _) = futures::future::select_all(servers) => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(anyhow!("NFS gateway stopped: {e}")),
+            Err(e) => Err(anyhow!("NFS gateway task failed: {e}")),
+        },
+        _ = crate::s3::shutdown_signal() => Ok(()),
+    }
+}
