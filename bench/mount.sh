@@ -14,11 +14,11 @@
 # Needs root (mounting, drop_caches), fio, python3 and a release build (cargo build --release -p trove).
 # Tunables (environment): SIZE_MB (file size, default 2048), RUNS (reads per target, default 3),
 # ITEMS (files per task for metadata, default 2000), TASKS (default 2), WORK (scratch directory on
-# the local disk, default /var/tmp/trove-bench-mount).
+# the local disk, default /var/tmp/trove-bench-mount), TROVE (the binary, default target/release/trove).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-trove=$repo/target/release/trove
+trove=${TROVE:-$repo/target/release/trove}
 size_mb=${SIZE_MB:-2048}
 runs=${RUNS:-3}
 items=${ITEMS:-2000}

@@ -229,9 +229,21 @@ fn as_ref_bound(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
+/// Runs a snapshot read, turning a panic inside redb into `Corrupt`: redb stops with an
+/// internal panic (even in release builds) on some damaged pages, and data read from the disk
+/// must never bring the process down.
+fn guarded<T>(shared: &Shared, what: &str, read: impl FnOnce() -> Result<T, KvError>) -> Result<T, KvError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+        Ok(result) => result,
+        Err(_) => Err(KvError::Corrupt(format!("redb {}: damaged data met during {what}", shared.path.display()))),
+    }
+}
+
 #[async_trait]
 impl KvTxn for RedbTxn {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        let shared = self.shared.clone();
+        guarded(&shared, "a read", || {
         if let Some(buffered) = self.writes.get(key) {
             return Ok(buffered.clone());
         }
@@ -247,6 +259,7 @@ impl KvTxn for RedbTxn {
             self.point_reads.insert(key.to_vec(), digest);
         }
         Ok(value)
+        })
     }
 
     async fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), KvError> {
@@ -268,6 +281,8 @@ impl KvTxn for RedbTxn {
         end: &[u8],
         limit: usize,
     ) -> Result<Vec<KeyValue>, KvError> {
+        let shared = self.shared.clone();
+        guarded(&shared, "a scan", || {
         if limit == 0 || start >= end {
             return Ok(Vec::new());
         }
@@ -336,6 +351,7 @@ impl KvTxn for RedbTxn {
             masked,
         });
         Ok(result)
+        })
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), KvError> {
