@@ -38,6 +38,9 @@ fi
 need_pip=()
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
 python3 -c 'import boto3' >/dev/null 2>&1 || need_pip+=(boto3)
+# The benchmark format tests read our npz and TFRecord files with independent readers.
+python3 -c 'import numpy' >/dev/null 2>&1 || need_pip+=(numpy)
+python3 -c 'import tfrecord' >/dev/null 2>&1 || need_pip+=(tfrecord)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing with pip: ${need_pip[*]}" >&2
   python3 -m pip install --quiet "${need_pip[@]}" >/dev/null 2>&1 \
