@@ -154,10 +154,41 @@ fn tls_acceptor(tls: &TlsConfig) -> Result<tokio_rustls::TlsAcceptor, String> {
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Closes the connection after answering a request that carried `Expect: 100-continue` when
+/// the answer may have come without a `100 Continue` (an empty body, or an error answered
+/// before the body was read). botocore (awscli, boto3) mishandles the next response on such a
+/// connection and waits for its read timeout (boto/botocore#3010); a fresh connection avoids it.
+#[derive(Clone)]
+struct ExpectGuard {
+    inner: s3s::service::S3Service,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ExpectGuard {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let expects = req
+            .headers()
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let empty = req.headers().get(http::header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0");
+        let fut = hyper::service::Service::call(&self.inner, req);
+        Box::pin(async move {
+            let mut resp = fut.await?;
+            if expects && (empty || !resp.status().is_success()) {
+                resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            }
+            Ok(resp)
+        })
+    }
+}
+
 /// A bound gateway, ready to serve.
 pub struct Listening {
     listener: TcpListener,
-    service: s3s::service::S3Service,
+    service: ExpectGuard,
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
@@ -240,7 +271,7 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
     let listener =
         TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    Ok(Listening { listener, service: builder.build(), tls })
+    Ok(Listening { listener, service: ExpectGuard { inner: builder.build() }, tls })
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ fn suite_file(name: &str) -> String {
 #[test]
 fn awscli_cp_sync_ls_rm_and_a_200_mib_multipart_upload() {
     need("aws");
-    let t0 = std::time::Instant::now();
     let cluster = TestCluster::start(6, "4+2");
     let gw = Gateway::s3(&cluster, "s3-aws", &[]);
     let home = tempfile::tempdir().expect("home");
@@ -32,19 +31,14 @@ fn awscli_cp_sync_ls_rm_and_a_200_mib_multipart_upload() {
     std::fs::write(home.path().join("big.bin"), &big).expect("write big file");
 
     run_ok(aws(&gw, home.path()).args(["s3", "mb", "s3://awsbkt"]));
-    eprintln!("{:>6.1} s: step 1 done", t0.elapsed().as_secs_f64());
     // 200 MiB: awscli uploads 25 parts of 8 MiB in parallel.
     run_ok(aws(&gw, home.path()).args(["s3", "cp"]).arg(home.path().join("big.bin")).arg("s3://awsbkt/big/big.bin"));
-    eprintln!("{:>6.1} s: step 2 done", t0.elapsed().as_secs_f64());
     let head =
         run_ok(aws(&gw, home.path()).args(["s3api", "head-object", "--bucket", "awsbkt", "--key", "big/big.bin"]));
-    eprintln!("{:>6.1} s: step 3 done", t0.elapsed().as_secs_f64());
     assert!(head.contains("-25\\\""), "a 25-part multipart ETag: {head}");
     run_ok(aws(&gw, home.path()).args(["s3", "sync"]).arg(&local).arg("s3://awsbkt/tree/"));
-    eprintln!("{:>6.1} s: step 4 done", t0.elapsed().as_secs_f64());
 
     let ls = run_ok(aws(&gw, home.path()).args(["s3", "ls", "--recursive", "s3://awsbkt/"]));
-    eprintln!("{:>6.1} s: step 5 done", t0.elapsed().as_secs_f64());
     for (rel, data) in &tree {
         let line = ls
             .lines()
@@ -54,12 +48,10 @@ fn awscli_cp_sync_ls_rm_and_a_200_mib_multipart_upload() {
     }
     assert!(ls.contains(&format!("{} big/big.bin", big.len())), "{ls}");
     let top = run_ok(aws(&gw, home.path()).args(["s3", "ls", "s3://awsbkt/"]));
-    eprintln!("{:>6.1} s: step 6 done", t0.elapsed().as_secs_f64());
     assert!(top.contains("PRE big/") && top.contains("PRE tree/"), "{top}");
 
     // Download with awscli's parallel ranged GETs; the native client sees the same bytes.
     run_ok(aws(&gw, home.path()).args(["s3", "cp", "s3://awsbkt/big/big.bin"]).arg(home.path().join("big.back")));
-    eprintln!("{:>6.1} s: step 7 done", t0.elapsed().as_secs_f64());
     assert!(std::fs::read(home.path().join("big.back")).expect("read back") == big, "200 MiB object differs");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let native =
@@ -68,20 +60,14 @@ fn awscli_cp_sync_ls_rm_and_a_200_mib_multipart_upload() {
 
     let back = home.path().join("down");
     run_ok(aws(&gw, home.path()).args(["s3", "sync", "s3://awsbkt/tree/"]).arg(&back));
-    eprintln!("{:>6.1} s: step 8 done", t0.elapsed().as_secs_f64());
     assert_eq!(read_tree(&back), tree, "sync down differs from what was synced up");
 
     run_ok(aws(&gw, home.path()).args(["s3", "rm", "--recursive", "s3://awsbkt/tree/"]));
-    eprintln!("{:>6.1} s: step 9 done", t0.elapsed().as_secs_f64());
     let ls = run(aws(&gw, home.path()).args(["s3", "ls", "--recursive", "s3://awsbkt/tree/"]));
-    eprintln!("{:>6.1} s: step 10 done", t0.elapsed().as_secs_f64());
     assert!(String::from_utf8_lossy(&ls.stdout).trim().is_empty(), "objects left after rm");
     run_ok(aws(&gw, home.path()).args(["s3", "rm", "s3://awsbkt/big/big.bin"]));
-    eprintln!("{:>6.1} s: step 11 done", t0.elapsed().as_secs_f64());
     run_ok(aws(&gw, home.path()).args(["s3", "rb", "s3://awsbkt"]));
-    eprintln!("{:>6.1} s: step 12 done", t0.elapsed().as_secs_f64());
     let buckets = run_ok(aws(&gw, home.path()).args(["s3", "ls"]));
-    eprintln!("{:>6.1} s: step 13 done", t0.elapsed().as_secs_f64());
     assert!(!buckets.contains("awsbkt"), "{buckets}");
 }
 
