@@ -111,14 +111,19 @@ impl RedbTxn {
         })
     }
 
-    /// Validates under the writer lock against `table` (the latest committed state), then
-    /// applies the buffered writes. Returns `Conflict` when a read would now differ.
+    /// Validates against `table` (the latest state: everything committed, plus the writes of the
+    /// transactions applied before this one in the current batch), then applies the buffered
+    /// writes. Returns `Conflict` when a read would now differ. `batch_dirty` says whether an
+    /// earlier transaction of the batch wrote: then the commit sequence number alone cannot
+    /// prove the snapshot current.
     fn validate_and_apply(
         &self,
         table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+        batch_dirty: bool,
     ) -> Result<(), KvError> {
         let shared = &self.shared;
-        if shared.commit_seq() != self.snapshot_seq && !self.reads_unchanged(table)? {
+        let snapshot_current = !batch_dirty && shared.commit_seq() == self.snapshot_seq;
+        if !snapshot_current && !self.reads_unchanged(table)? {
             return Err(KvError::Conflict);
         }
         for (key, value) in &self.writes {
@@ -185,29 +190,120 @@ impl RedbTxn {
         Ok(true)
     }
 
-    /// The blocking part of commit: runs under the writer lock, in `spawn_blocking`.
-    ///
-    /// The commit is redb's default one-phase, checksummed, fsynced commit. redb's quick-repair
-    /// mode is left off: it would make reopening after a crash instant, but it rewrites the
-    /// allocator state of the whole file on every commit, a cost growing with the database.
-    fn commit_blocking(&self) -> Result<(), KvError> {
-        let shared = &self.shared;
-        let mut write = shared
-            .db
-            .begin_write()
-            .map_err(|err| shared.error("begin a write transaction", err))?;
-        write
-            .set_durability(Durability::Immediate)
-            .map_err(|err| shared.error("request a durable commit", err))?;
-        let applied = match write.open_table(TABLE) {
-            Ok(mut table) => self.validate_and_apply(&mut table),
-            Err(err) => Err(shared.error("open the key-value table for writing", err)),
+}
+
+/// A transaction waiting for the committer, and where its outcome goes.
+pub(crate) struct Pending {
+    txn: Box<RedbTxn>,
+    done: tokio::sync::oneshot::Sender<Result<(), KvError>>,
+}
+
+/// The commit queue (see the crate documentation on group commit).
+#[derive(Default)]
+pub(crate) struct CommitQueue {
+    pending: Vec<Pending>,
+    /// A committer task is running; it takes everything queued before it goes idle.
+    running: bool,
+}
+
+/// The committer: commits batches until the queue is empty. Runs in `spawn_blocking`; exactly
+/// one runs at a time (`CommitQueue::running`), so batches are committed one after another.
+///
+/// The last batch's callers are answered only after the committer has dropped its reference
+/// to the engine: a caller that closes the engine right after its commit returned must find
+/// the database closed (redb refuses to open a file that is still open).
+fn run_committer(shared: Arc<Shared>) {
+    let mut answers = Vec::new();
+    loop {
+        let batch = {
+            let mut queue = shared.queue.lock();
+            if queue.pending.is_empty() {
+                queue.running = false;
+                None
+            } else {
+                Some(std::mem::take(&mut queue.pending))
+            }
         };
-        if let Err(err) = applied {
-            // Nothing was committed; an abort failure changes nothing for the caller.
-            let _ = write.abort();
-            return Err(err);
+        let Some(batch) = batch else { break };
+        send_answers(std::mem::take(&mut answers));
+        answers = commit_batch(&shared, batch);
+    }
+    drop(shared);
+    send_answers(answers);
+}
+
+type Answer = (tokio::sync::oneshot::Sender<Result<(), KvError>>, Result<(), KvError>);
+
+fn send_answers(answers: Vec<Answer>) {
+    for (done, result) in answers {
+        // The caller may have stopped waiting; its outcome is then unknown to it.
+        let _ = done.send(result);
+    }
+}
+
+/// Validates and applies each transaction of `batch` in order inside one redb write transaction
+/// and commits it with one fsync; returns every caller's answer (the transactions themselves,
+/// and their references to the engine, are dropped by then).
+///
+/// The commit is redb's default one-phase, checksummed, fsynced commit. redb's quick-repair mode
+/// is left off: it would make reopening after a crash instant, but it rewrites the allocator
+/// state of the whole file on every commit, a cost growing with the database.
+fn commit_batch(shared: &Shared, batch: Vec<Pending>) -> Vec<Answer> {
+    let (txns, senders): (Vec<Box<RedbTxn>>, Vec<_>) =
+        batch.into_iter().map(|pending| (pending.txn, pending.done)).unzip();
+    let results = commit_txns(shared, &txns);
+    drop(txns);
+    senders.into_iter().zip(results).collect()
+}
+
+/// The work of [`commit_batch`]: one result per transaction, in order.
+fn commit_txns(shared: &Shared, txns: &[Box<RedbTxn>]) -> Vec<Result<(), KvError>> {
+    let all = |err: KvError| vec![Err(err); txns.len()];
+    let mut write = match shared.db.begin_write() {
+        Ok(write) => write,
+        Err(err) => return all(shared.error("begin a write transaction", err)),
+    };
+    if let Err(err) = write.set_durability(Durability::Immediate) {
+        let _ = write.abort();
+        return all(shared.error("request a durable commit", err));
+    }
+    // Outcome per transaction: Ok = applied, Err = left out with this error.
+    let mut outcomes: Vec<Result<(), KvError>> = Vec::with_capacity(txns.len());
+    let applied = match write.open_table(TABLE) {
+        Ok(mut table) => {
+            let mut batch_dirty = false;
+            let mut failed = None;
+            for txn in txns {
+                match txn.validate_and_apply(&mut table, batch_dirty) {
+                    Ok(()) => {
+                        batch_dirty = true;
+                        outcomes.push(Ok(()));
+                    }
+                    Err(KvError::Conflict) => outcomes.push(Err(KvError::Conflict)),
+                    // A failed write may have left part of this transaction in the table: the
+                    // whole batch is abandoned.
+                    Err(err) => {
+                        failed = Some(err);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                Some(err) => Err(err),
+                None => Ok(batch_dirty),
+            }
         }
+        Err(err) => Err(shared.error("open the key-value table for writing", err)),
+    };
+    let any_applied = match applied {
+        Ok(any_applied) => any_applied,
+        Err(err) => {
+            // Nothing was committed; an abort failure changes nothing for the callers.
+            let _ = write.abort();
+            return all(err);
+        }
+    };
+    let committed = if any_applied {
         let committed = write.commit();
         // Published even if the commit failed: its outcome is unknown, so later committers
         // must validate.
@@ -218,7 +314,18 @@ impl RedbTxn {
             }
             other => other,
         })
-    }
+    } else {
+        let _ = write.abort();
+        Ok(())
+    };
+    outcomes
+        .into_iter()
+        .map(|outcome| match (outcome, &committed) {
+            (Err(err), _) => Err(err),
+            (Ok(()), Ok(())) => Ok(()),
+            (Ok(()), Err(err)) => Err(err.clone()),
+        })
+        .collect()
 }
 
 fn as_ref_bound(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
@@ -360,17 +467,24 @@ impl KvTxn for RedbTxn {
         }
         // Validation reads the latest state, not the snapshot: let redb free its pages.
         self.snapshot = None;
-        let writer = Arc::clone(&self.shared.writer).lock_owned().await;
-        // The task owns the writer lock: if this future is dropped, the commit still completes
-        // (its outcome is then unknown to the caller) before the next one starts.
-        let task = tokio::task::spawn_blocking(move || {
-            let _writer = writer;
-            self.commit_blocking()
-        });
-        match task.await {
+        let shared = Arc::clone(&self.shared);
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let start_committer = {
+            let mut queue = shared.queue.lock();
+            queue.pending.push(Pending { txn: self, done });
+            !std::mem::replace(&mut queue.running, true)
+        };
+        // Once queued, the transaction is committed (or refused) even if this future is
+        // dropped; its outcome is then unknown to the caller.
+        if start_committer {
+            let committer = Arc::clone(&shared);
+            tokio::task::spawn_blocking(move || run_committer(committer));
+        }
+        match outcome.await {
             Ok(result) => result,
-            Err(err) => Err(KvError::MaybeCommitted(format!(
-                "redb commit task failed: {err}"
+            Err(_) => Err(KvError::MaybeCommitted(format!(
+                "redb {}: the commit task ended without an answer",
+                shared.path.display()
             ))),
         }
     }

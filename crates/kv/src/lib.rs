@@ -33,7 +33,7 @@ pub const VALUE_BYTES_MAX: usize = 1 << 20;
 pub const RETRY_COUNT_MAX: u32 = 64;
 
 /// Errors of the key-value engines.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KvError {
     /// A concurrent transaction changed data this one read; nothing was written. Retry.

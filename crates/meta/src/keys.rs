@@ -54,6 +54,9 @@ pub mod prefix {
     pub const LOCK: u8 = b'L';
     /// `Q` + session: when a client session's lease on its locks runs out.
     pub const LEASE: u8 = b'Q';
+    /// `T` + ino: a directory's latest mtime/ctime, written blindly by every change of its
+    /// entries so that concurrent creates in one directory do not conflict on its inode.
+    pub const DIR_TIMES: u8 = b'T';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -242,6 +245,13 @@ pub fn lease(session: u64) -> Vec<u8> {
     key
 }
 
+/// The key of a directory's entry-change times.
+pub fn dir_times(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::DIR_TIMES, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
 /// A key as humans read it in error messages: the prefix letter, then the rest in hex, with
 /// names shown as text.
 pub fn describe(key: &[u8]) -> String {
@@ -277,6 +287,15 @@ pub struct InodeRec {
     pub parent: Ino,
     /// For a symlink, its target; empty otherwise.
     pub target: String,
+}
+
+/// When a directory's entries last changed. While this record exists its times override the
+/// mtime and ctime of the directory's inode record; writing the inode's times (setattr) deletes
+/// it. Entry changes write it without reading it, so they never conflict on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirTimesRec {
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
 }
 
 /// A directory entry: the child and its kind (so listing names needs no inode reads).

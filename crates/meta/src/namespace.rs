@@ -10,7 +10,7 @@
 //! caller's credentials. Validation of names, kinds and invariants (a directory's `nlink`, its
 //! parent pointer, chunk records within the file size) is here.
 
-use crate::keys::{self, DentryRec, GcRec, InodeRec, RequestRec, Stat};
+use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use kv::{KvEngine, KvTxn};
 use wire::{
@@ -288,7 +288,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
     match op {
         MetaOp::Lookup { parent, name } => lookup(txn, *parent, name).await,
         MetaOp::Resolve { path } => resolve(txn, path).await,
-        MetaOp::GetAttr { ino } => Ok(MetaReply::Attr(load(txn, *ino).await?.attr)),
+        MetaOp::GetAttr { ino } => Ok(MetaReply::Attr(load_attr(txn, *ino).await?)),
         MetaOp::SetAttr { ino, set } => set_attr(txn, ctx, *ino, set).await,
         MetaOp::Create {
             parent,
@@ -515,25 +515,61 @@ async fn load_child(
     }
 }
 
-/// Adds `delta` to a directory's link count and stamps its mtime and ctime (its entries changed).
+/// Stamps a directory's mtime and ctime (its entries changed) and adds `nlink_delta` to its
+/// link count. The times go to the directory's [`DirTimesRec`], written without being read, so
+/// that concurrent creates and removes in one directory do not conflict; only a change of the
+/// link count (a subdirectory made or removed) reads and rewrites the inode. The times shown
+/// are those of the change committed last: concurrent changes may commit in another order than
+/// their clocks were read, so a directory's mtime can be a few microseconds older than the
+/// latest of them (never older than the change before them all).
 async fn touch_dir(
     txn: &mut dyn KvTxn,
     ino: Ino,
     nlink_delta: i64,
     now: Timestamp,
 ) -> TxResult<()> {
-    let mut rec = load(txn, ino).await?;
-    let nlink = i64::from(rec.attr.nlink) + nlink_delta;
-    let Ok(nlink) = u32::try_from(nlink) else {
-        fail!(
-            TooLarge,
-            "directory {ino} would have a link count of {nlink}"
-        );
-    };
-    rec.attr.nlink = nlink;
-    rec.attr.mtime = now;
-    rec.attr.ctime = now;
-    store_inode(txn, &rec).await
+    if nlink_delta != 0 {
+        let mut rec = load(txn, ino).await?;
+        let nlink = i64::from(rec.attr.nlink) + nlink_delta;
+        let Ok(nlink) = u32::try_from(nlink) else {
+            fail!(
+                TooLarge,
+                "directory {ino} would have a link count of {nlink}"
+            );
+        };
+        rec.attr.nlink = nlink;
+        rec.attr.mtime = now;
+        rec.attr.ctime = now;
+        store_inode(txn, &rec).await?;
+    }
+    put(
+        txn,
+        &keys::dir_times(ino),
+        &DirTimesRec {
+            mtime: now,
+            ctime: now,
+        },
+    )
+    .await
+}
+
+/// A directory's attributes with its latest entry-change times (see [`touch_dir`]): the later
+/// of the inode's and the record's, as other changes (xattrs, renames) stamp the inode's ctime
+/// and `set_attr`, the only way to move a time back, deletes the record. Other kinds unchanged.
+async fn with_dir_times(txn: &mut dyn KvTxn, mut attr: Attr) -> TxResult<Attr> {
+    if attr.kind == FileKind::Dir {
+        if let Some(times) = get::<DirTimesRec>(txn, &keys::dir_times(attr.ino)).await? {
+            attr.mtime = attr.mtime.max(times.mtime);
+            attr.ctime = attr.ctime.max(times.ctime);
+        }
+    }
+    Ok(attr)
+}
+
+/// An inode's attributes as clients see them.
+async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
+    let rec = load(txn, ino).await?;
+    with_dir_times(txn, rec.attr).await
 }
 
 /// Queues a chunk no longer referenced for deletion of its shards.
@@ -588,6 +624,9 @@ async fn delete_inode(txn: &mut dyn KvTxn, ctx: &Ctx, rec: &InodeRec) -> TxResul
         remove_chunks_from(txn, ctx, ino, 0).await?;
         store::stat_add(txn, Stat::Files, ino, -1).await?;
     }
+    if rec.attr.kind == FileKind::Dir {
+        txn.delete(&keys::dir_times(ino)).await?;
+    }
     txn.delete(&keys::inode(ino)).await?;
     store::stat_add(txn, Stat::Inodes, ino, -1).await
 }
@@ -621,9 +660,8 @@ async fn lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<MetaRe
     let Some(entry) = get_dentry(txn, parent, name).await? else {
         fail!(NotFound, "no entry {name:?} in directory {parent}");
     };
-    Ok(MetaReply::Attr(
-        load_child(txn, parent, name, entry).await?.attr,
-    ))
+    let attr = load_child(txn, parent, name, entry).await?.attr;
+    Ok(MetaReply::Attr(with_dir_times(txn, attr).await?))
 }
 
 async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
@@ -660,11 +698,16 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
         };
         current = load_child(txn, dir, component, entry).await?;
     }
-    Ok(MetaReply::Attr(current.attr))
+    Ok(MetaReply::Attr(with_dir_times(txn, current.attr).await?))
 }
 
 async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> TxResult<MetaReply> {
     let mut rec = load(txn, ino).await?;
+    if rec.attr.kind == FileKind::Dir {
+        // The inode takes the directory's latest times, and holds them alone from now on.
+        rec.attr = with_dir_times(txn, rec.attr).await?;
+        txn.delete(&keys::dir_times(ino)).await?;
+    }
     if let Some(size) = set.size {
         match rec.attr.kind {
             FileKind::File => {}
@@ -1100,6 +1143,7 @@ async fn read_dir(txn: &mut dyn KvTxn, ino: Ino, after: &str, limit: u32) -> TxR
         let name = name.to_string();
         let entry: DentryRec = keys::decode(&key, &value).map_err(abort)?;
         let attr = load_child(txn, ino, &name, entry).await?.attr;
+        let attr = with_dir_times(txn, attr).await?;
         entries.push(DirEntry { name, attr });
     }
     Ok(MetaReply::Entries { entries, more })
@@ -1176,7 +1220,7 @@ async fn set_layout(
     rec.attr.chunk_bytes = chunk_bytes;
     rec.attr.ctime = ctx.now;
     store_inode(txn, &rec).await?;
-    Ok(MetaReply::Attr(rec.attr))
+    Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
 }
 
 /// Reads a regular file's inode; `IsDir` / `Invalid` for other kinds.

@@ -2231,3 +2231,49 @@ async fn damaged_values_are_reported_with_their_key() {
     .await;
     assert!(message.contains("unknown format version 9"), "{message}");
 }
+
+/// Entry changes stamp a directory's times through a record written without being read (so
+/// concurrent creates in one directory do not conflict on its inode); the directory still
+/// shows the latest change, and setting its times explicitly (utimens) wins until the next
+/// change of its entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_times_follow_concurrent_entry_changes_and_setattr() {
+    let env = env().await;
+    let svc = env.svc.clone();
+    let d = mkdir(&svc, ROOT_INO, "d").await;
+    let mut tasks = Vec::new();
+    for task in 0..32u32 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move { create(&svc, d.ino, &format!("f{task}")).await }));
+    }
+    let mut stamps = Vec::new();
+    for task in tasks {
+        stamps.push(task.await.unwrap_or_else(|e| panic!("{e}")).ctime);
+    }
+    assert_eq!(list(&svc, d.ino).await.len(), 32);
+    // The directory shows the time of the change committed last, which is one of the creates'
+    // times (concurrent changes may commit in another order than their clocks read).
+    let now = getattr(&svc, d.ino).await;
+    assert!(now.mtime > d.mtime && stamps.contains(&now.mtime), "{now:?} vs {stamps:?}");
+    assert_eq!(now.ctime, now.mtime);
+    assert_eq!(now.nlink, 2);
+
+    let old = Timestamp { secs: 1_000, nanos: 5 };
+    let set = SetAttr { mtime: Some(old), ..SetAttr::default() };
+    let reply = attr_of(ok(&svc, MetaOp::SetAttr { ino: d.ino, set }).await);
+    assert_eq!(reply.mtime, old, "setattr answers with the time it set");
+    assert_eq!(getattr(&svc, d.ino).await.mtime, old, "an explicit mtime in the past sticks");
+    let from_parent = lookup(&svc, ROOT_INO, "d").await.map(attr_of).expect("lookup d");
+    assert_eq!(from_parent.mtime, old);
+    create(&svc, d.ino, "later").await;
+    assert!(getattr(&svc, d.ino).await.mtime > old, "the next entry change stamps it again");
+
+    // Removing a directory removes its times record.
+    let before = count_keys(&svc, prefix::DIR_TIMES).await;
+    let e = mkdir(&svc, ROOT_INO, "e").await;
+    create(&svc, e.ino, "x").await;
+    ok(&svc, MetaOp::Unlink { parent: e.ino, name: "x".into() }).await;
+    assert_eq!(count_keys(&svc, prefix::DIR_TIMES).await, before + 1);
+    ok(&svc, MetaOp::Rmdir { parent: ROOT_INO, name: "e".into() }).await;
+    assert_eq!(count_keys(&svc, prefix::DIR_TIMES).await, before);
+}
