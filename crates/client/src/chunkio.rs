@@ -17,10 +17,13 @@ use wire::{
 };
 
 /// Why one shard could not be used, for error messages.
-struct ShardFailure {
-    index: usize,
-    node: Option<NodeId>,
-    reason: String,
+pub(crate) struct ShardFailure {
+    pub(crate) index: usize,
+    pub(crate) node: Option<NodeId>,
+    pub(crate) reason: String,
+    /// The storage node's answer, when it answered with an error; `Corrupt` also for shards
+    /// that failed the client's own verification.
+    pub(crate) code: Option<ErrorCode>,
 }
 
 impl Client {
@@ -104,8 +107,8 @@ impl Client {
     /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
     /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
     /// starting at the block-aligned offset, and that offset.
-    async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
-        let fail = |node: Option<NodeId>, reason: String| ShardFailure { index, node, reason };
+    pub(crate) async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+        let fail = |node: Option<NodeId>, reason: String| ShardFailure { index, node, reason, code: None };
         if rec.missing & (1 << index) != 0 {
             return Err(fail(None, "never written (node was down at write time)".into()));
         }
@@ -122,11 +125,11 @@ impl Client {
                 if e.is_unreachable() {
                     *node.failed_at.lock() = Some(Instant::now());
                 }
-                let reason = match &e {
-                    RpcError::Remote(w) => format!("node {node_id} ({}): {}", node.peer.addr(), w.message),
-                    other => other.to_string(),
+                let (reason, code) = match &e {
+                    RpcError::Remote(w) => (format!("node {node_id} ({}): {}", node.peer.addr(), w.message), Some(w.code)),
+                    other => (other.to_string(), None),
                 };
-                return Err(fail(Some(node_id), reason));
+                return Err(ShardFailure { code, ..fail(Some(node_id), reason) });
             }
         };
         *node.failed_at.lock() = None;
@@ -135,7 +138,10 @@ impl Client {
             other => return Err(fail(Some(node_id), format!("unexpected reply {other:?}"))),
         };
         // End-to-end verification: the table must be the writer's, each block must match it.
-        let corrupt = |what: String| fail(Some(node_id), format!("{key} on node {node_id} failed verification: {what}"));
+        let corrupt = |what: String| ShardFailure {
+            code: Some(ErrorCode::Corrupt),
+            ..fail(Some(node_id), format!("{key} on node {node_id} failed verification: {what}"))
+        };
         if info.key != key || info.len != rec.shard_len {
             return Err(corrupt(format!("header says {} of {} bytes", info.key, info.len)));
         }
@@ -162,6 +168,13 @@ impl Client {
     /// Reads a whole chunk: the `k` data shards in parallel, then parity shards for any that
     /// failed, and rebuilds. `what` names the file for error messages.
     pub(crate) async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+        let data = self.read_chunk_stored(rec, what).await?;
+        Ok(data.slice(..(rec.len as usize).min(data.len())))
+    }
+
+    /// Reads a whole chunk as stored: all `shard_len * k` bytes the shards encode (at least
+    /// `len`), which re-encode to exactly the shards the writer stored.
+    pub(crate) async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
         let map = self.map(rec.placement.map_version).await?;
         let k = usize::from(rec.ec.k);
         let width = rec.ec.width();
@@ -213,9 +226,8 @@ impl Client {
         // A truncation clamps a record's `len` but leaves its shards as written: decode them at
         // their stored size, then keep the record's valid bytes.
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k));
-        let data = erasure::decode(rec.ec, stored_len.max(rec.len), &shards)
-            .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))?;
-        Ok(data.slice(..(rec.len as usize).min(data.len())))
+        erasure::decode(rec.ec, stored_len.max(rec.len), &shards)
+            .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
     }
 
     /// Reads bytes `offset .. offset + len` of a chunk, fetching only the data shard blocks that

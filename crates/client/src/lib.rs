@@ -13,6 +13,7 @@
 //! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
 
 mod chunkio;
+pub mod mover;
 mod file;
 mod posix;
 
@@ -70,7 +71,10 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) options: ClientOptions,
-    meta: Peer,
+    /// The metadata servers (several share one engine); calls go to `meta_current` and move to
+    /// the next one when it is unreachable.
+    metas: Vec<Peer>,
+    meta_current: std::sync::atomic::AtomicUsize,
     client_id: u64,
     next_seq: AtomicU64,
     nodes: RwLock<HashMap<NodeId, Arc<NodeHandle>>>,
@@ -101,24 +105,49 @@ pub(crate) fn rpc_error(e: RpcError) -> Error {
     }
 }
 
-fn unexpected(reply: &MetaReply) -> Error {
+pub(crate) fn unexpected(reply: &MetaReply) -> Error {
     WireError::new(ErrorCode::Internal, format!("unexpected reply from the metadata service: {reply:?}"))
 }
 
 impl Client {
-    /// Connects to the metadata service at `meta_addr` ("host:port").
+    /// Connects to the metadata service at `meta_addr` ("host:port"; with several metadata
+    /// servers, all of them, comma-separated: calls fail over between them).
     pub async fn connect(meta_addr: &str) -> Result<Client> {
         Self::connect_with(meta_addr, ClientOptions::default()).await
     }
 
     /// Connects with explicit options.
     pub async fn connect_with(meta_addr: &str, options: ClientOptions) -> Result<Client> {
-        let meta = Peer::new(meta_addr, Service::Meta);
-        meta.connection().await.map_err(rpc_error)?;
+        let metas: Vec<Peer> = meta_addr
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| Peer::new(a, Service::Meta))
+            .collect();
+        if metas.is_empty() {
+            return Err(WireError::new(ErrorCode::Invalid, format!("no metadata service address in {meta_addr:?}")));
+        }
+        // The first server that answers; the others are tried when it fails.
+        let mut first_ok = None;
+        let mut errors = Vec::new();
+        for (i, peer) in metas.iter().enumerate() {
+            match peer.connection().await {
+                Ok(_) => {
+                    first_ok = Some(i);
+                    break;
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let Some(current) = first_ok else {
+            let e = errors.pop().map(rpc_error).unwrap_or_else(|| WireError::new(ErrorCode::Unavailable, "no metadata service"));
+            return Err(e);
+        };
         let client = Client {
             inner: Arc::new(Inner {
                 options,
-                meta,
+                metas,
+                meta_current: std::sync::atomic::AtomicUsize::new(current),
                 client_id: rand::random::<u64>() | 1,
                 next_seq: AtomicU64::new(1),
                 nodes: RwLock::new(HashMap::new()),
@@ -147,12 +176,22 @@ impl Client {
         let started = Instant::now();
         let mut delay = Duration::from_millis(20);
         loop {
-            match self.inner.meta.call::<MetaCall, MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(30)).await {
+            let current = self.inner.meta_current.load(Ordering::Relaxed) % self.inner.metas.len();
+            let peer = &self.inner.metas[current];
+            match peer.call::<MetaCall, MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(30)).await {
                 Ok((reply, _)) => return Ok(reply),
-                Err(e) if e.is_unreachable() && started.elapsed() < self.inner.options.meta_deadline => {
-                    tracing::debug!("metadata call failed, retrying: {e}");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
+                Err(e)
+                    if (e.is_unreachable() || matches!(&e, RpcError::Remote(w) if w.code == ErrorCode::MaybeCommitted))
+                        && started.elapsed() < self.inner.options.meta_deadline =>
+                {
+                    // Same request id: a mutation that did apply is answered from its record.
+                    let next = (current + 1) % self.inner.metas.len();
+                    let _ = self.inner.meta_current.compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed);
+                    tracing::debug!("metadata call to {} failed, retrying on {}: {e}", peer.addr(), self.inner.metas[next].addr());
+                    if next == 0 || self.inner.metas.len() == 1 {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_millis(500));
+                    }
                 }
                 Err(RpcError::Remote(w)) if w.code == ErrorCode::Conflict && started.elapsed() < self.inner.options.meta_deadline => {
                     tokio::time::sleep(delay).await;
@@ -452,6 +491,7 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::GetChunks { .. }
             | MetaOp::GetMap { .. }
             | MetaOp::Status { .. }
+            | MetaOp::ScanChunks { .. }
     )
 }
 

@@ -88,7 +88,9 @@ impl Cluster {
             .map_or(self.started, |l| l.last_seen);
         let age = last_seen.elapsed();
         let state = match rec.state {
-            NodeState::Up | NodeState::Down if age > self.options.down_after => NodeState::Down,
+            // A draining node that stopped heartbeating serves nothing: it is down (and marked
+            // out after the rebuild grace like any other).
+            NodeState::Up | NodeState::Down | NodeState::Draining if age > self.options.down_after => NodeState::Down,
             NodeState::Up | NodeState::Down => NodeState::Up,
             other => other,
         };
@@ -164,6 +166,13 @@ impl Cluster {
                                 "node uuid {uuid:032x} maps to id {id}, which has no record"
                             );
                         };
+                        if rec.state == NodeState::Out {
+                            fail!(
+                                NotMember,
+                                "node {id} (uuid {uuid:032x}) was removed from the cluster and its data rebuilt elsewhere; to add this machine again, empty its drives (or delete their {} file) and start it as a new node",
+                                "node.uuid"
+                            );
+                        }
                         if rec.addr != *addr || rec.drives != *drives {
                             rec.addr = addr.to_string();
                             rec.drives = drives.to_vec();
@@ -187,20 +196,8 @@ impl Cluster {
                     store::put(txn, &keys::node(id), &rec).await?;
                     txn.put(&uuid_key, &keys::encode_u64(u64::from(id))).await?;
                     // The member set changed: publish the next map version.
-                    let members: Vec<NodeId> = read_nodes(txn)
-                        .await?
-                        .iter()
-                        .filter(|n| n.state != NodeState::Out)
-                        .map(|n| n.id)
-                        .collect();
-                    let version = store::get_u64(txn, &map_key, 0).await? + 1;
-                    let Ok(version) = u32::try_from(version) else {
-                        fail!(Internal, "placement map versions are exhausted");
-                    };
-                    let map = compute_map(version, pg_count, &members);
-                    store::put(txn, &keys::map(version), &map).await?;
-                    txn.put(&map_key, &keys::encode_u64(u64::from(version)))
-                        .await?;
+                    let map = publish_map(txn, pg_count).await?;
+                    let version = map.version;
                     Ok((id, u64::from(version), Some(map)))
                 })
             }
@@ -374,12 +371,16 @@ impl Cluster {
         engine: &dyn KvEngine,
         scan_chunks: bool,
     ) -> Result<MetaReply, WireError> {
-        let (nodes, stats, map_version) = transact(engine, |txn| {
+        let (nodes, stats, map_version, leader) = transact(engine, |txn| {
             Box::pin(async move {
                 let nodes = read_nodes(txn).await?;
                 let stats = store::read_stats(txn).await?;
                 let version = store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await?;
-                Ok((nodes, stats, version as u32))
+                let leader = get::<keys::LeaderRec>(txn, &keys::leader_lease())
+                    .await?
+                    .filter(|rec| rec.expires_ms > store::now_ms())
+                    .map(|rec| rec.addr);
+                Ok((nodes, stats, version as u32, leader))
             })
         })
         .await?;
@@ -406,6 +407,8 @@ impl Cluster {
             chunks: stats.chunks,
             chunks_degraded: 0,
             chunks_unavailable: 0,
+            chunks_misplaced: 0,
+            leader,
             ec_schemes: Vec::new(),
             engine: engine.describe(),
         };
@@ -419,6 +422,211 @@ impl Cluster {
                 .await?;
         }
         Ok(MetaReply::Status(status))
+    }
+
+    /// Operator change of a node's state (see `MetaOp::SetNodeState`). Publishes a new map when
+    /// the node starts or stops taking new data.
+    pub async fn set_node_state(
+        &self,
+        engine: &dyn KvEngine,
+        node: NodeId,
+        state: NodeState,
+    ) -> Result<MetaReply, WireError> {
+        if state == NodeState::Down {
+            return Err(wire::werr!(
+                Invalid,
+                "a node is down when it stops heartbeating; it cannot be set down"
+            ));
+        }
+        let pg_count = self.options.pg_count;
+        let published = transact(engine, move |txn| {
+            Box::pin(async move {
+                let key = keys::node(node);
+                let Some(mut rec) = get::<NodeRec>(txn, &key).await? else {
+                    fail!(NotFound, "no storage node {node}");
+                };
+                if rec.state == state {
+                    return Ok(None);
+                }
+                if rec.state == NodeState::Out {
+                    fail!(
+                        Invalid,
+                        "node {node} is out of the cluster; start its storage service to add it again"
+                    );
+                }
+                let was_member = is_member(rec.state);
+                rec.state = state;
+                store::put(txn, &key, &rec).await?;
+                if was_member != is_member(state) {
+                    return Ok(Some(publish_map(txn, pg_count).await?));
+                }
+                Ok(None)
+            })
+        })
+        .await?;
+        match published {
+            Some(map) => {
+                tracing::info!(
+                    "node {node} is now {state}; placement map version {} published",
+                    map.version
+                );
+                self.maps.insert(map);
+            }
+            None => tracing::info!("node {node} is now {state}"),
+        }
+        Ok(MetaReply::Ok)
+    }
+
+    /// Marks out every node that has been down (as this server sees it) for longer than
+    /// `after`, publishing a new map without them, so that rebuild moves their shards to the
+    /// remaining nodes. Run by the lease holder only. Returns the nodes marked out.
+    pub async fn mark_dead_out(
+        &self,
+        engine: &dyn KvEngine,
+        after: Duration,
+    ) -> Result<Vec<NodeId>, WireError> {
+        let dead: Vec<NodeId> = self
+            .nodes(engine)
+            .await?
+            .iter()
+            .filter(|rec| is_member(rec.state) || rec.state == NodeState::Draining)
+            .filter(|rec| {
+                let (state, age_ms) = self.node_state(rec);
+                state == NodeState::Down && age_ms > u64::try_from(after.as_millis()).unwrap_or(u64::MAX)
+            })
+            .map(|rec| rec.id)
+            .collect();
+        for &node in &dead {
+            tracing::warn!(
+                "node {node} has been down for more than {} ms: marking it out to rebuild its shards",
+                after.as_millis()
+            );
+            self.set_node_state(engine, node, NodeState::Out).await?;
+        }
+        Ok(dead)
+    }
+
+    /// Tries to take or renew the cluster manager's lease for `holder`; returns whether it
+    /// holds the lease until `now + lease_ms`.
+    pub async fn renew_lease(
+        &self,
+        engine: &dyn KvEngine,
+        holder: u128,
+        addr: &str,
+        lease_ms: u64,
+    ) -> Result<bool, WireError> {
+        let addr = Arc::new(addr.to_string());
+        transact(engine, move |txn| {
+            let addr = addr.clone();
+            Box::pin(async move {
+                let key = keys::leader_lease();
+                let now = store::now_ms();
+                let current = get::<keys::LeaderRec>(txn, &key).await?;
+                if let Some(rec) = &current {
+                    if rec.holder != holder && rec.expires_ms > now {
+                        return Ok(false);
+                    }
+                }
+                let rec = keys::LeaderRec {
+                    holder,
+                    addr: addr.to_string(),
+                    expires_ms: now + lease_ms,
+                };
+                store::put(txn, &key, &rec).await?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    /// Gives the lease up (clean shutdown), if `holder` has it.
+    pub async fn release_lease(&self, engine: &dyn KvEngine, holder: u128) -> Result<(), WireError> {
+        transact(engine, move |txn| {
+            Box::pin(async move {
+                let key = keys::leader_lease();
+                if get::<keys::LeaderRec>(txn, &key)
+                    .await?
+                    .is_some_and(|rec| rec.holder == holder)
+                {
+                    txn.delete(&key).await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// A page of chunk records after `after`, for rebuild, drain, rebalance and scrub.
+    pub async fn scan_chunks(
+        &self,
+        engine: &dyn KvEngine,
+        after: Option<(Ino, u64)>,
+        limit: u32,
+    ) -> Result<MetaReply, WireError> {
+        let limit = (limit as usize).clamp(1, store::SCAN_PAGE_ENTRIES_MAX);
+        let from = match after {
+            Some((ino, index)) => store::after(&keys::chunk(ino, index)),
+            None => vec![keys::prefix::CHUNK],
+        };
+        let end = kv::prefix_end(&[keys::prefix::CHUNK]);
+        transact(engine, move |txn| {
+            let (from, end) = (from.clone(), end.clone());
+            Box::pin(async move {
+                let page = txn.scan(&from, &end, limit).await?;
+                let more = page.len() == limit;
+                let mut chunks = Vec::with_capacity(page.len());
+                for (key, value) in page {
+                    let Some((ino, _)) = keys::parse_chunk(&key) else {
+                        fail!(Internal, "malformed chunk key {}", keys::describe(&key));
+                    };
+                    chunks.push((ino, keys::decode(&key, &value).map_err(abort)?));
+                }
+                Ok(MetaReply::ChunkPage { chunks, more })
+            })
+        })
+        .await
+    }
+
+    /// Re-places one chunk after its shards were copied or rebuilt (see `MetaOp::MoveChunk`).
+    pub async fn move_chunk(
+        &self,
+        engine: &dyn KvEngine,
+        ino: Ino,
+        expected: wire::ChunkRecord,
+        placement: Placement,
+        missing: u64,
+    ) -> Result<MetaReply, WireError> {
+        let map = self.map(engine, placement.map_version).await?;
+        if placement.pg as usize >= map.pgs.len() {
+            return Err(wire::werr!(
+                Invalid,
+                "placement group {} does not exist in map version {}",
+                placement.pg,
+                placement.map_version
+            ));
+        }
+        let expected = Arc::new(expected);
+        transact(engine, move |txn| {
+            let expected = expected.clone();
+            Box::pin(async move {
+                let key = keys::chunk(ino, expected.index);
+                match get::<wire::ChunkRecord>(txn, &key).await? {
+                    Some(current) if current == *expected => {
+                        let mut moved = current;
+                        moved.placement = placement;
+                        moved.missing = missing;
+                        store::put(txn, &key, &moved).await?;
+                        Ok(MetaReply::Ok)
+                    }
+                    _ => fail!(
+                        Changed,
+                        "chunk {} of file {ino} changed while it was being moved",
+                        expected.index
+                    ),
+                }
+            })
+        })
+        .await
     }
 
     async fn scan_chunk_health(
@@ -460,6 +668,9 @@ impl Cluster {
                 }
                 if unavailable > usize::from(chunk.ec.m) {
                     status.chunks_unavailable += 1;
+                }
+                if chunk.placement.map_version != status.map_version {
+                    status.chunks_misplaced += 1;
                 }
             }
             match page.last() {
@@ -547,6 +758,31 @@ async fn read_nodes(txn: &mut dyn KvTxn) -> TxResult<Vec<NodeRec>> {
         .collect()
 }
 
+/// Whether a node takes new data: it is in placement maps. Draining nodes still serve what they
+/// hold but are left out of new maps, which is what moves their data off.
+pub fn is_member(state: NodeState) -> bool {
+    matches!(state, NodeState::Up | NodeState::Down)
+}
+
+/// Computes and stores the next placement map version from the current node records.
+async fn publish_map(txn: &mut dyn KvTxn, pg_count: u32) -> TxResult<PlacementMap> {
+    let map_key = keys::counter(keys::counter::MAP);
+    let members: Vec<NodeId> = read_nodes(txn)
+        .await?
+        .iter()
+        .filter(|n| is_member(n.state))
+        .map(|n| n.id)
+        .collect();
+    let version = store::get_u64(txn, &map_key, 0).await? + 1;
+    let Ok(version) = u32::try_from(version) else {
+        fail!(Internal, "placement map versions are exhausted");
+    };
+    let map = compute_map(version, pg_count, &members);
+    store::put(txn, &keys::map(version), &map).await?;
+    txn.put(&map_key, &keys::encode_u64(u64::from(version))).await?;
+    Ok(map)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Placement.
 
@@ -573,7 +809,7 @@ pub fn pg_for_chunk(id: ChunkId, pg_count: u32) -> u32 {
 /// (pg, slot 0), slot 1 to the highest-scoring remaining member for (pg, slot 1), and so on for
 /// the first [`SHARDS_MAX`] slots; members beyond those (spares for rebuild) follow in order of
 /// one more score. Deterministic, never repeats a node within a PG, spreads slots evenly, and
-/// when a node joins, only the slots it wins (and rarely a slot right after) change.
+/// when a node joins, the slots it wins change plus knock-on moves (see the module comment).
 pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> PlacementMap {
     let mut nodes: Vec<NodeId> = members.to_vec();
     nodes.sort_unstable();

@@ -57,6 +57,8 @@ pub mod prefix {
     /// `T` + ino: a directory's latest mtime/ctime, written blindly by every change of its
     /// entries so that concurrent creates in one directory do not conflict on its inode.
     pub const DIR_TIMES: u8 = b'T';
+    /// `A` + name: a lease (today only `A` + "leader", the cluster manager's).
+    pub const LEASE_NAMED: u8 = b'A';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -245,6 +247,13 @@ pub fn lease(session: u64) -> Vec<u8> {
     key
 }
 
+/// The key of the cluster manager's leadership lease.
+pub fn leader_lease() -> Vec<u8> {
+    let mut key = with_prefix(prefix::LEASE_NAMED, 6);
+    key.extend_from_slice(b"leader");
+    key
+}
+
 /// The key of a directory's entry-change times.
 pub fn dir_times(ino: Ino) -> Vec<u8> {
     let mut key = with_prefix(prefix::DIR_TIMES, 8);
@@ -268,7 +277,9 @@ pub fn describe(key: &[u8]) -> String {
                 String::from_utf8_lossy(&rest[8..])
             )
         }
-        prefix::COUNTER => format!("K/{}", String::from_utf8_lossy(rest)),
+        prefix::COUNTER | prefix::LEASE_NAMED => {
+            format!("{}/{}", first as char, String::from_utf8_lossy(rest))
+        }
         _ if first.is_ascii_graphic() => format!("{}/{}", first as char, hex(rest)),
         _ => hex(key),
     }
@@ -287,6 +298,19 @@ pub struct InodeRec {
     pub parent: Ino,
     /// For a symlink, its target; empty otherwise.
     pub target: String,
+}
+
+/// Who holds the cluster manager's lease, and until when (wall clock, milliseconds since the
+/// epoch). Held by one metadata server at a time: it runs rebuild, drain, rebalance, scrub,
+/// GC and the marking of dead nodes out. Renewed well before it expires; another server takes
+/// it only after expiry, so clocks of metadata servers must agree to well within the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRec {
+    /// Random id of the holding server process.
+    pub holder: u128,
+    /// The holder's address, for `trove status`.
+    pub addr: String,
+    pub expires_ms: u64,
 }
 
 /// When a directory's entries last changed. While this record exists its times override the

@@ -28,6 +28,7 @@ use cluster::{Cluster, ClusterOptions};
 use gc::{Gc, GcReport};
 use kv::{KvEngine, TxnError};
 use namespace::Ctx;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store::IdPool;
@@ -58,6 +59,10 @@ pub struct MetaOptions {
     pub gc_interval_ms: u64,
     /// Inode numbers and chunk ids reserved per counter transaction.
     pub id_batch: u64,
+    /// A node down for longer than this is marked out, and its shards are rebuilt elsewhere.
+    pub rebuild_after_ms: u64,
+    /// Length of the cluster manager's lease (renewed every quarter of it).
+    pub lease_ms: u64,
 }
 
 impl Default for MetaOptions {
@@ -71,6 +76,8 @@ impl Default for MetaOptions {
             gc_grace_ms: 30_000,
             gc_interval_ms: 1000,
             id_batch: 1024,
+            rebuild_after_ms: 120_000,
+            lease_ms: 5000,
         }
     }
 }
@@ -90,6 +97,9 @@ impl MetaOptions {
         if self.down_after_ms == 0 {
             return Err(wire::werr!(Invalid, "down_after_ms must be positive"));
         }
+        if self.lease_ms < 100 {
+            return Err(wire::werr!(Invalid, "lease_ms must be at least 100"));
+        }
         Ok(())
     }
 }
@@ -102,6 +112,12 @@ pub struct MetaService {
     inos: IdPool,
     cluster: Cluster,
     gc: Gc,
+    /// Random id of this server process, as the holder of the cluster manager's lease.
+    server_id: u128,
+    /// The address other processes reach this server at (shown as the leader in status).
+    advertise: parking_lot::Mutex<String>,
+    /// Wall-clock ms until which this server holds the lease (0: not the leader).
+    lease_until_ms: AtomicU64,
 }
 
 impl MetaService {
@@ -125,6 +141,9 @@ impl MetaService {
             engine,
             options,
             cluster,
+            server_id: rand_id(),
+            advertise: parking_lot::Mutex::new(String::new()),
+            lease_until_ms: AtomicU64::new(0),
         }))
     }
 
@@ -154,6 +173,22 @@ impl MetaService {
                 self.cluster.heartbeat(engine, node, drives).await
             }
             MetaOp::Status { scan_chunks } => self.cluster.status(engine, scan_chunks).await,
+            MetaOp::ScanChunks { after, limit } => {
+                self.cluster.scan_chunks(engine, after, limit).await
+            }
+            MetaOp::MoveChunk {
+                ino,
+                expected,
+                placement,
+                missing,
+            } => {
+                self.cluster
+                    .move_chunk(engine, ino, expected, placement, missing)
+                    .await
+            }
+            MetaOp::SetNodeState { node, state } => {
+                self.cluster.set_node_state(engine, node, state).await
+            }
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
                 let mut replies = self
@@ -237,6 +272,65 @@ impl MetaService {
         .await
     }
 
+    /// Sets the address shown for this server when it leads.
+    pub fn set_advertise(&self, addr: &str) {
+        *self.advertise.lock() = addr.to_string();
+    }
+
+    /// Whether this server holds the cluster manager's lease now. Only the holder runs GC,
+    /// marks dead nodes out, and (in the `trove` binary) rebuild, drain, rebalance and scrub.
+    pub fn is_leader(&self) -> bool {
+        store::now_ms() < self.lease_until_ms.load(Ordering::Acquire)
+    }
+
+    /// Takes or renews the lease; returns whether this server holds it.
+    pub async fn renew_lease_once(&self) -> Result<bool, WireError> {
+        let started = store::now_ms();
+        let addr = self.advertise.lock().clone();
+        let lease_ms = self.options.lease_ms;
+        let held = self
+            .cluster
+            .renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms)
+            .await;
+        match held {
+            Ok(true) => {
+                // Counted from before the transaction: never believes in more than it holds.
+                let was = self
+                    .lease_until_ms
+                    .swap(started + lease_ms, Ordering::AcqRel);
+                if was <= started {
+                    tracing::info!("this metadata server ({addr}) now leads the cluster manager");
+                }
+                Ok(true)
+            }
+            Ok(false) => {
+                if self.lease_until_ms.swap(0, Ordering::AcqRel) > started {
+                    tracing::warn!("this metadata server lost the cluster manager's lease");
+                }
+                Ok(false)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Gives the lease up (clean shutdown), so another server takes over at once.
+    pub async fn release_lease(&self) -> Result<(), WireError> {
+        self.lease_until_ms.store(0, Ordering::Release);
+        self.cluster
+            .release_lease(self.engine.as_ref(), self.server_id)
+            .await
+    }
+
+    /// Marks out the nodes down for longer than `rebuild_after_ms` (lease holder only).
+    pub async fn mark_dead_out_once(&self) -> Result<Vec<wire::NodeId>, WireError> {
+        self.cluster
+            .mark_dead_out(
+                self.engine.as_ref(),
+                Duration::from_millis(self.options.rebuild_after_ms),
+            )
+            .await
+    }
+
     /// Runs one garbage collection pass over the whole queue.
     pub async fn gc_once(&self) -> Result<GcReport, WireError> {
         self.gc.run_once(self.engine.as_ref(), &self.cluster).await
@@ -246,6 +340,24 @@ impl MetaService {
     pub async fn sweep_requests_once(&self) -> Result<u64, WireError> {
         namespace::sweep_requests(self.engine.as_ref(), store::now_ms()).await
     }
+}
+
+/// A random 128-bit id from the OS's generator, mixed with the time and process id in the
+/// unlikely case it is unavailable.
+fn rand_id() -> u128 {
+    let mut bytes = [0u8; 16];
+    if getrandom_fill(&mut bytes) {
+        return u128::from_le_bytes(bytes);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    nanos ^ (u128::from(std::process::id()) << 96)
+}
+
+fn getrandom_fill(bytes: &mut [u8]) -> bool {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(bytes)).is_ok()
 }
 
 #[async_trait]

@@ -102,6 +102,9 @@ pub fn is_namespace_op(op: &MetaOp) -> bool {
             | MetaOp::Lock { .. }
             | MetaOp::TestLock { .. }
             | MetaOp::RenewLease { .. }
+            | MetaOp::ScanChunks { .. }
+            | MetaOp::MoveChunk { .. }
+            | MetaOp::SetNodeState { .. }
     )
 }
 
@@ -462,7 +465,10 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::Status { .. }
         | MetaOp::Lock { .. }
         | MetaOp::TestLock { .. }
-        | MetaOp::RenewLease { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
+        | MetaOp::RenewLease { .. }
+        | MetaOp::ScanChunks { .. }
+        | MetaOp::MoveChunk { .. }
+        | MetaOp::SetNodeState { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
 

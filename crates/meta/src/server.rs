@@ -61,6 +61,39 @@ pub struct MetaConfig {
     pub down_after_ms: u64,
     #[serde(default = "default_gc_grace_ms")]
     pub gc_grace_ms: u64,
+    /// A storage node down for longer than this is marked out and its shards are rebuilt on
+    /// the other nodes.
+    #[serde(default = "default_rebuild_after_ms")]
+    pub rebuild_after_ms: u64,
+    /// Length of the cluster manager's lease held by one metadata server.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// The address other processes reach this server at (defaults to `listen` as bound).
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Most bytes per second the lease holder's rebuild, drain and rebalance write (throttle).
+    #[serde(default = "default_move_bytes_per_s")]
+    pub move_bytes_per_s: u64,
+    /// Pause between scrub passes (checksum verification of every shard); 0 disables scrub.
+    #[serde(default = "default_scrub_interval_ms")]
+    pub scrub_interval_ms: u64,
+}
+
+fn default_rebuild_after_ms() -> u64 {
+    MetaOptions::default().rebuild_after_ms
+}
+fn default_lease_ms() -> u64 {
+    MetaOptions::default().lease_ms
+}
+/// Default throttle of data movement: 256 MiB/s.
+pub const MOVE_BYTES_PER_S_DEFAULT: u64 = 256 << 20;
+fn default_move_bytes_per_s() -> u64 {
+    MOVE_BYTES_PER_S_DEFAULT
+}
+/// Default pause between scrub passes: one day.
+pub const SCRUB_INTERVAL_MS_DEFAULT: u64 = 24 * 3600 * 1000;
+fn default_scrub_interval_ms() -> u64 {
+    SCRUB_INTERVAL_MS_DEFAULT
 }
 
 fn default_cluster() -> String {
@@ -111,6 +144,8 @@ impl MetaConfig {
             pg_count: self.pg_count,
             down_after_ms: self.down_after_ms,
             gc_grace_ms: self.gc_grace_ms,
+            rebuild_after_ms: self.rebuild_after_ms,
+            lease_ms: self.lease_ms,
             ..MetaOptions::default()
         }
     }
@@ -118,6 +153,16 @@ impl MetaConfig {
 
 /// Opens the engine, then serves the metadata service until the process ends.
 pub async fn run(config: MetaConfig) -> anyhow::Result<()> {
+    run_with(config, |_, _| ()).await
+}
+
+/// Like [`run`], calling `on_ready` with the service and the address it is reached at once it
+/// listens; whatever `on_ready` returns is kept alive while the service runs (the `trove`
+/// binary starts the data mover this way).
+pub async fn run_with<G>(
+    config: MetaConfig,
+    on_ready: impl FnOnce(Arc<MetaService>, String) -> G,
+) -> anyhow::Result<()> {
     let options = config.options();
     options.validate()?;
     let engine: Arc<dyn kv::KvEngine> = match &config.engine {
@@ -139,13 +184,41 @@ pub async fn run(config: MetaConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let bound = listener.local_addr()?.to_string();
+    let advertise = config.advertise.clone().unwrap_or_else(|| {
+        // An unspecified listen address is reached over loopback on this host.
+        bound.replace("0.0.0.0:", "127.0.0.1:")
+    });
+    service.set_advertise(&advertise);
     tracing::info!(
-        "metadata service of cluster {:?} listening on {}",
-        config.cluster,
-        config.listen
+        "metadata service of cluster {:?} listening on {bound} (advertised as {advertise})",
+        config.cluster
     );
-    serve(listener, service, config.cluster).await;
+    let _guard = on_ready(service.clone(), advertise);
+    let serving = serve(listener, service.clone(), config.cluster);
+    tokio::select! {
+        () = serving => {}
+        () = shutdown_signal() => {
+            tracing::info!("metadata service stopping: releasing the cluster manager's lease");
+            if let Err(err) = service.release_lease().await {
+                tracing::warn!("could not release the lease: {err}");
+            }
+        }
+    }
     Ok(())
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }
 
 /// Serves `service` on `listener` forever, with its background tasks running alongside (they
@@ -173,10 +246,29 @@ impl MetaService {
     /// end once the service is dropped.
     pub fn spawn_background(self: &Arc<Self>) -> Background {
         let gc_interval = Duration::from_millis(self.options.gc_interval_ms.max(1));
+        let lease_interval = Duration::from_millis((self.options.lease_ms / 4).max(25));
+        let lease = tokio::spawn(every(
+            Arc::downgrade(self),
+            lease_interval,
+            |service| async move {
+                match service.renew_lease_once().await {
+                    Ok(true) => {
+                        if let Err(err) = service.mark_dead_out_once().await {
+                            tracing::warn!("checking for dead storage nodes failed: {err}");
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(err) => tracing::warn!("renewing the cluster manager's lease failed: {err}"),
+                }
+            },
+        ));
         let gc = tokio::spawn(every(
             Arc::downgrade(self),
             gc_interval,
             |service| async move {
+                if !service.is_leader() {
+                    return;
+                }
                 match service.gc_once().await {
                     Ok(report) if report.chunks_deleted > 0 || report.chunks_referenced > 0 => {
                         tracing::debug!("gc: {report:?}")
@@ -196,7 +288,7 @@ impl MetaService {
             },
         ));
         Background {
-            tasks: vec![gc, sweep],
+            tasks: vec![lease, gc, sweep],
         }
     }
 }

@@ -113,6 +113,11 @@ pub fn check_mount_point(path: &Path) -> Result<PathBuf, MountError> {
             });
         }
     }
+    let mut entries = std::fs::read_dir(&canonical).map_err(|e| bad(format!("cannot be listed: {e}")))?;
+    if let Some(entry) = entries.next() {
+        let name = entry.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
+        return Err(bad(format!("is not empty (it holds {name:?} among others); mounting would hide its files, so use an empty directory")));
+    }
     Ok(canonical)
 }
 
@@ -196,7 +201,11 @@ garbage line
             assert!(e.to_string().contains("not a directory"), "{e}");
             let e = check_mount_point(&dir.join("missing")).expect_err("missing");
             assert!(e.to_string().contains("does not exist"), "{e}");
-            assert!(check_mount_point(&dir).is_ok());
+            let e = check_mount_point(&dir).expect_err("a directory with files");
+            assert!(e.to_string().contains("is not empty"), "{e}");
+            let empty = dir.join("empty");
+            std::fs::create_dir_all(&empty).expect("mkdir");
+            assert!(check_mount_point(&empty).is_ok());
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

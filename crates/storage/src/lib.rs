@@ -55,7 +55,8 @@ pub struct StorageConfig {
     pub advertise: Option<String>,
     /// Drive directories; created if missing. The first one also holds the node's identity.
     pub drives: Vec<PathBuf>,
-    /// Address of the metadata service.
+    /// Address of the metadata service; with several metadata servers, all of them,
+    /// comma-separated ("10.0.0.1:7100,10.0.0.2:7100").
     pub meta: String,
     /// The cluster's name, exchanged in every connection's hello.
     pub cluster: String,
@@ -67,7 +68,31 @@ pub struct StorageConfig {
     pub heartbeat_ms: u64,
 }
 
+/// Runs futures concurrently until all finish (the membership loops never do).
+async fn futures_join_all<F: Future<Output = ()>>(futures: impl IntoIterator<Item = F>) {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if set.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 impl StorageConfig {
+    /// The metadata servers' addresses: `meta` is one address or several, comma-separated.
+    pub fn meta_addrs(&self) -> Vec<String> {
+        self.meta
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
     /// Parses a TOML configuration and checks it.
     pub fn from_toml(text: &str) -> anyhow::Result<StorageConfig> {
         let config: StorageConfig =
@@ -96,8 +121,8 @@ impl StorageConfig {
         if self.listen.is_empty() {
             bail!("`listen` is empty");
         }
-        if self.meta.is_empty() {
-            bail!("`meta` (the metadata service address) is empty");
+        if self.meta_addrs().is_empty() {
+            bail!("`meta` (the metadata service addresses, comma-separated) is empty");
         }
         if self.heartbeat_ms == 0 {
             bail!("`heartbeat_ms` must be at least 1");
@@ -196,19 +221,24 @@ pub async fn run_until(
         service.clone(),
         config.cluster.clone(),
     )));
-    let membership = service::membership(
-        service.clone(),
-        service::Membership {
-            meta: config.meta.clone(),
-            cluster: config.cluster.clone(),
-            uuid,
-            addr: advertise,
-            heartbeat: Duration::from_millis(config.heartbeat_ms),
-        },
-    );
+    // One membership loop per metadata server: each one hears this node's heartbeats, so
+    // whichever leads the cluster manager knows its liveness (registration is by uuid, so all
+    // of them agree on its id).
+    let memberships = futures_join_all(config.meta_addrs().into_iter().map(|meta| {
+        service::membership(
+            service.clone(),
+            service::Membership {
+                meta,
+                cluster: config.cluster.clone(),
+                uuid,
+                addr: advertise.clone(),
+                heartbeat: Duration::from_millis(config.heartbeat_ms),
+            },
+        )
+    }));
     tokio::select! {
         () = shutdown => {}
-        () = membership => {}
+        () = memberships => {}
     }
     // Stop accepting, let running operations finish, then drop the store so the drives are
     // unlocked when this returns (connections still open only get `Unavailable` from now on).

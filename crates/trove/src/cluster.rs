@@ -47,6 +47,17 @@ pub enum ClusterCmd {
         #[arg(long)]
         node: usize,
     },
+    /// Restarts the metadata service (SIGTERM, wait for it to exit, start it again): clients
+    /// retry through the gap.
+    RestartMeta {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Adds one more storage node to a running local cluster (data is rebalanced onto it).
+    AddNode {
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -70,6 +81,18 @@ pub struct StartArgs {
     /// Use a database of its own per cluster: its tables hold the whole namespace.
     #[arg(long)]
     pub postgres_url: Option<String>,
+    /// A storage node not heard from for this long is down (metadata `down_after_ms`).
+    #[arg(long)]
+    pub down_after_ms: Option<u64>,
+    /// A node down this long is marked out and its shards are rebuilt (`rebuild_after_ms`).
+    #[arg(long)]
+    pub rebuild_after_ms: Option<u64>,
+    /// How long replaced or moved shards stay readable before deletion (`gc_grace_ms`).
+    #[arg(long)]
+    pub gc_grace_ms: Option<u64>,
+    /// Pause between scrub passes, 0 to disable (`scrub_interval_ms`).
+    #[arg(long)]
+    pub scrub_interval_ms: Option<u64>,
 }
 
 /// The metadata engine of a new local cluster.
@@ -175,7 +198,18 @@ fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes:
         (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
         _ => format!("redb = {:?}", dir.join("meta").join("meta.redb").display().to_string()),
     };
-    format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n\n[engine]\n{engine_line}\n")
+    let mut extra = String::new();
+    for (key, value) in [
+        ("down_after_ms", args.down_after_ms),
+        ("rebuild_after_ms", args.rebuild_after_ms),
+        ("gc_grace_ms", args.gc_grace_ms),
+        ("scrub_interval_ms", args.scrub_interval_ms),
+    ] {
+        if let Some(value) = value {
+            extra.push_str(&format!("{key} = {value}\n"));
+        }
+    }
+    format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
 fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str) -> String {
@@ -271,7 +305,9 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
             match client.status(false).await {
                 Ok(s) => {
                     let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
-                    if up >= want {
+                    // Nodes removed from the cluster may still run; they are not waited for.
+                    let out = s.nodes.iter().filter(|n| n.state == NodeState::Out).count();
+                    if up >= want.saturating_sub(out) {
                         return Ok(());
                     }
                     last = format!("{up} of {want} storage nodes up");
@@ -371,6 +407,42 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             let state = State::load(&dir)?;
             kill_node(&state, node)?;
             println!("killed storage node {node} (pid {})", state.nodes[node - 1].pid);
+            Ok(())
+        }
+        ClusterCmd::RestartMeta { dir } => {
+            let mut state = State::load(&dir)?;
+            let pid = state.meta.pid;
+            signal(pid, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while alive(pid) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if alive(pid) {
+                signal(pid, rustix::process::Signal::KILL);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
+            state.meta.pid = child.id();
+            state.save(&dir)?;
+            println!("restarted the metadata service (pid {})", child.id());
+            let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+            wait_up(&state, running, true).await
+        }
+        ClusterCmd::AddNode { dir } => {
+            let mut state = State::load(&dir)?;
+            let dir = dir.canonicalize()?;
+            let i = state.nodes.len() + 1;
+            let node_dir = dir.join(format!("node-{i}"));
+            std::fs::create_dir_all(node_dir.join("drive0"))?;
+            let addr = format!("127.0.0.1:{}", free_ports(1)?[0]);
+            let cfg = node_dir.join("storage.toml");
+            std::fs::write(&cfg, storage_config(&dir, i, &addr, &state.meta.addr, &state.cluster))?;
+            let log = dir.join("logs").join(format!("node-{i}.log"));
+            let child = spawn_role("storage", &cfg, &log)?;
+            state.nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
+            state.save(&dir)?;
+            println!("added storage node {i} (pid {})", child.id());
+            wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
             Ok(())
         }
         ClusterCmd::RestartNode { dir, node } => {

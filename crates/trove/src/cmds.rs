@@ -254,6 +254,7 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
             "engine": s.engine, "map_version": s.map_version, "default_ec": s.default_ec.to_string(),
             "chunk_bytes": s.chunk_bytes, "files": s.files, "chunks": s.chunks,
             "chunks_degraded": s.chunks_degraded, "chunks_unavailable": s.chunks_unavailable,
+            "chunks_misplaced": s.chunks_misplaced, "leader": s.leader,
             "ec_schemes": s.ec_schemes.iter().map(|(ec, n)| serde_json::json!({"ec": ec.to_string(), "chunks": n})).collect::<Vec<_>>(),
             "nodes": nodes,
         });
@@ -263,7 +264,8 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     let up = s.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
     println!("metadata engine: {}", s.engine);
     println!("placement map: version {}   default erasure: {}   chunk size: {}", s.map_version, s.default_ec, human_bytes(u64::from(s.chunk_bytes)));
-    println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable);
+    println!("cluster manager lease: {}", s.leader.as_deref().unwrap_or("(no leader)"));
+    println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}   to move: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable, s.chunks_misplaced);
     let schemes: Vec<String> = s.ec_schemes.iter().map(|(ec, n)| format!("{ec}: {n} chunks")).collect();
     if !schemes.is_empty() {
         println!("schemes in use: {}", schemes.join(", "));
@@ -289,4 +291,21 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `trove node drain|undrain|remove ID`: operator changes of a storage node's state.
+pub async fn node_state(client: &Client, node: wire::NodeId, state: wire::NodeState) -> Result<()> {
+    match client.meta(wire::MetaOp::SetNodeState { node, state }).await {
+        Ok(_) => {
+            let what = match state {
+                wire::NodeState::Draining => "draining: its data moves to the other nodes while it serves; it is marked out when none is left (see `trove status`)",
+                wire::NodeState::Up => "up: it takes new data again",
+                wire::NodeState::Out => "out: its shards are rebuilt on the other nodes",
+                wire::NodeState::Down => "down",
+            };
+            println!("node {node} is {what}");
+            Ok(())
+        }
+        Err(e) => bail!("cannot change the state of node {node}: {e}"),
+    }
 }

@@ -11,6 +11,7 @@ mod cluster;
 mod cmds;
 mod data;
 mod demo;
+mod mover;
 mod mount;
 mod nfs;
 mod s3;
@@ -31,6 +32,25 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum NodeCmd {
+    /// Moves all data off a node while it keeps serving (SmartFail); it is marked out when
+    /// nothing is left on it.
+    Drain { id: wire::NodeId },
+    /// Cancels a drain: the node takes new data again.
+    Undrain { id: wire::NodeId },
+    /// Removes a node at once: its shards are rebuilt from the others (use drain to move them
+    /// first while it still serves).
+    Remove { id: wire::NodeId },
+    /// Joins a new storage node: runs its storage service from a TOML config (as `trove
+    /// storage`). It registers, a placement map including it is published, and the lease
+    /// holder's mover rebalances shards onto it.
+    Add {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Runs the metadata service (namespace, cluster manager) from a TOML config.
     Meta {
@@ -45,6 +65,9 @@ enum Command {
     /// Starts, stops and injects faults into a local cluster of separate processes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCmd),
+    /// Storage node lifecycle: drain (move data off while serving), undrain, remove, add.
+    #[command(subcommand)]
+    Node(NodeCmd),
     /// Shows nodes, drives, capacity, health, erasure schemes and degraded chunks.
     Status {
         /// Print JSON instead of a table.
@@ -127,9 +150,10 @@ async fn run(cli: Cli) -> Result<()> {
             let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: meta::MetaConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", config.display()))?;
-            meta::run(config).await
+            let settings = mover::Settings::of(&config);
+            meta::server::run_with(config, move |service, addr| mover::spawn(service, addr, settings)).await
         }
-        Command::Storage { config } => {
+        Command::Node(NodeCmd::Add { config }) | Command::Storage { config } => {
             let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: storage::StorageConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad storage config {}: {e}", config.display()))?;
@@ -143,6 +167,15 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Mount(args) => mount::mount(args).await,
         Command::Umount(args) => mount::umount(args),
         Command::Status { json } => cmds::status(&cmds::connect(cluster).await?, json).await,
+        Command::Node(cmd) => {
+            let (id, state) = match cmd {
+                NodeCmd::Drain { id } => (id, wire::NodeState::Draining),
+                NodeCmd::Undrain { id } => (id, wire::NodeState::Up),
+                NodeCmd::Remove { id } => (id, wire::NodeState::Out),
+                NodeCmd::Add { .. } => unreachable!("handled above"),
+            };
+            cmds::node_state(&cmds::connect(cluster).await?, id, state).await
+        }
         Command::Put { local, remote } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
         Command::Get { remote, local } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
         Command::Cat { remote } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,

@@ -45,6 +45,8 @@ pub enum ErrorCode {
     MaybeCommitted = 19,
     /// The node is not (or no longer) part of the cluster.
     NotMember = 20,
+    /// The record an operation was conditional on has changed meanwhile (it was not applied).
+    Changed = 21,
 }
 
 impl ErrorCode {
@@ -69,6 +71,7 @@ impl ErrorCode {
             ErrorCode::NotSupported => 95,      // EOPNOTSUPP
             ErrorCode::Internal => 5,           // EIO
             ErrorCode::NotMember => 5,          // EIO
+            ErrorCode::Changed => 11,           // EAGAIN
         }
     }
 }

@@ -120,6 +120,18 @@ pub enum MetaOp {
     /// scheme. Answered with the target's attributes. (The S3 gateway completes multipart
     /// uploads with it.)
     AppendFile { target: Ino, parent: Ino, name: String, mtime: Timestamp },
+    /// Lists chunk records in key order (file, then index) after `after` (`None`: from the
+    /// start), at most `limit`; answered with `ChunkPage`. Used by rebuild, drain, rebalance
+    /// and scrub.
+    ScanChunks { after: Option<(Ino, u64)>, limit: u32 },
+    /// Moves chunk `index` of `ino` to `placement` with `missing` as its unwritten shards,
+    /// after its shards were copied or rebuilt there. Refused with `Changed` unless the record
+    /// is still exactly `expected` (the file was not rewritten or moved meanwhile).
+    MoveChunk { ino: Ino, expected: ChunkRecord, placement: Placement, missing: u64 },
+    /// Operator changes of a storage node's state: `Draining` (move its data off while it
+    /// serves), `Up` (cancel a drain), `Out` (remove it from the cluster). Publishes a new
+    /// placement map when the set of nodes taking new data changes.
+    SetNodeState { node: NodeId, state: NodeState },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -141,6 +153,8 @@ pub enum MetaReply {
     /// The answer to `Lock` and `TestLock`: whether the lock was (or would be) granted, and if
     /// not, one conflicting lock of another owner.
     Lock { granted: bool, conflict: Option<LockRange> },
+    /// The answer to `ScanChunks`: (file, record) pairs, and whether there may be more.
+    ChunkPage { chunks: Vec<(Ino, ChunkRecord)>, more: bool },
 }
 
 /// What the metadata service sends back for a [`MetaCall`].

@@ -292,6 +292,11 @@ pub struct ClusterStatus {
     pub chunks_degraded: u64,
     /// Chunks with more than `m` shards unavailable: unreadable until nodes return.
     pub chunks_unavailable: u64,
+    /// Chunks still placed by an older placement map than the newest: what rebuild, drain and
+    /// rebalance have left to move (most need only their record updated).
+    pub chunks_misplaced: u64,
+    /// The metadata server holding the cluster manager's lease (its address), if any.
+    pub leader: Option<String>,
     /// Schemes in use and how many chunks each has.
     pub ec_schemes: Vec<(EcScheme, u64)>,
     pub engine: String,

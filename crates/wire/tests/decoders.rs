@@ -158,10 +158,10 @@ async fn wrong_service_and_incompatible_version_are_refused_with_clear_errors() 
     let err = Connection::connect(&addr, Service::Meta).await.err().expect("wrong service refused");
     assert!(err.to_string().contains("expected the Meta service"), "{err}");
 
-    // A peer that speaks only version 2 gets our version range in the refusal.
+    // A peer that speaks only a future version gets our version range in the refusal.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let hello = Hello { magic: *b"TROV", version_min: 2, version_max: 2, service: Service::Storage, cluster: String::new() };
+    let hello = Hello { magic: *b"TROV", version_min: PROTOCOL_VERSION + 7, version_max: PROTOCOL_VERSION + 7, service: Service::Storage, cluster: String::new() };
     s.write_all(&frame::encode(1, frame::FrameKind::Hello, 0, &postcard::to_allocvec(&hello).unwrap(), 0)).await.unwrap();
     let f = frame::read_frame(&mut s).await.unwrap().expect("server answers with its hello");
     let theirs: Hello = postcard::from_bytes(&f.body).unwrap();

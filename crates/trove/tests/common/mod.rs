@@ -30,10 +30,17 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub fn start(nodes: usize, ec: &str) -> TestCluster {
+        Self::start_with(nodes, ec, &[])
+    }
+
+    /// Starts with more `trove cluster start` options (e.g. `--rebuild-after-ms`).
+    pub fn start_with(nodes: usize, ec: &str, extra: &[&str]) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("trove-test-").tempdir().expect("temp dir");
         let d = dir.path().to_str().expect("utf-8 path").to_string();
         let n = nodes.to_string();
-        run_ok(&["cluster", "start", "--dir", &d, "--nodes", &n, "--ec", ec]);
+        let mut args = vec!["cluster", "start", "--dir", &d, "--nodes", &n, "--ec", ec];
+        args.extend_from_slice(extra);
+        run_ok(&args);
         let state: toml::Value = toml::from_str(&std::fs::read_to_string(dir.path().join("cluster.toml")).expect("state file")).expect("toml");
         let meta_addr = state["meta"]["addr"].as_str().expect("meta addr").to_string();
         TestCluster { dir, meta_addr }
@@ -71,6 +78,30 @@ impl TestCluster {
         }
         out.sort();
         out
+    }
+
+    /// `trove status --json` of the cluster.
+    pub fn status(&self) -> serde_json::Value {
+        let out = run_ok(&["--cluster", &self.dir_str(), "status", "--json"]);
+        serde_json::from_str(&out).expect("status is JSON")
+    }
+
+    /// Waits until `done(status)` holds, polling `trove status --json`; panics after `within`
+    /// with the last status.
+    pub fn wait_status(&self, within: std::time::Duration, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.path().join("logs").join("meta.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                panic!("timed out waiting for {what}; last status: {status:#}\nmeta log tail:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
     }
 
     pub async fn client(&self) -> client::Client {

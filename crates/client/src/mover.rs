@@ -1,0 +1,409 @@
+//! The data mover: brings every chunk to the newest placement map and to full redundancy.
+//!
+//! One mechanism serves rebuild (a node marked out), drain (a node leaving while it serves),
+//! rebalance (a node added) and repair (shards never written, or found bad by scrub): the
+//! metadata service publishes a new placement map, and each chunk still placed by an older one
+//! is moved to it. Because maps assign shard slots per placement group by rendezvous hashing,
+//! most slots keep their node across versions; only the shards whose slot changed node (and
+//! missing or bad ones) are written, and a chunk whose slots all stay put needs only its record
+//! updated.
+//!
+//! Moving one chunk: read it (verified end to end, rebuilt from any `k` good shards when some
+//! are lost), re-encode it, check each re-encoded shard's checksum table against the chunk
+//! record (so a shard is never written unless it is bit-identical to what the writer stored),
+//! put the shards that change place, then commit the new placement with `MetaOp::MoveChunk`,
+//! which refuses if the file changed meanwhile. Shards left at their old place are deleted
+//! only after a grace period (readers holding the old record finish their reads), and only if
+//! the chunk's current record does not place them there again.
+//!
+//! The mover runs in the metadata server holding the cluster manager's lease (see the `trove`
+//! binary); it is a client of the cluster like any other, throttled to a byte rate.
+
+use crate::{Client, Result};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::{
+    ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ShardInfo, ShardKey,
+    StorageOp, StorageReply, WireError,
+};
+
+/// Chunk records read per `ScanChunks` page.
+pub const MOVE_PAGE_CHUNKS: u32 = 256;
+
+/// What one pass of the mover did and left.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MoveReport {
+    /// Chunk records looked at.
+    pub chunks_seen: u64,
+    /// Chunks whose record moved to the newest map without any shard written.
+    pub chunks_relabelled: u64,
+    /// Chunks with at least one shard copied or rebuilt.
+    pub chunks_moved: u64,
+    /// Shards written (copied, rebuilt or repaired).
+    pub shards_written: u64,
+    pub bytes_written: u64,
+    /// Shards scrub found damaged or missing on a node that serves.
+    pub shards_bad: u64,
+    /// Chunks that could not be moved this pass (unreadable, nodes refusing); retried later.
+    pub chunks_failed: u64,
+    /// Chunks still on an older map or with missing shards after the pass.
+    pub chunks_left: u64,
+    /// The placement map version the pass moved chunks to.
+    pub map_version: u32,
+    /// Nodes that were draining when the pass started.
+    pub draining: Vec<NodeId>,
+}
+
+/// A byte-rate limit for the mover's writes.
+pub struct Throttle {
+    bytes_per_s: u64,
+    started: Instant,
+    bytes: u64,
+}
+
+impl Throttle {
+    pub fn new(bytes_per_s: u64) -> Throttle {
+        Throttle { bytes_per_s: bytes_per_s.max(1), started: Instant::now(), bytes: 0 }
+    }
+
+    /// Accounts `bytes` written and sleeps until the average rate is back under the limit.
+    pub async fn take(&mut self, bytes: u64) {
+        self.bytes += bytes;
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.bytes_per_s as f64);
+        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A shard left at its old place, to delete once `due`.
+#[derive(Clone, Debug)]
+struct StaleShard {
+    due: Instant,
+    ino: Ino,
+    index: u64,
+    chunk: u64,
+    slot: usize,
+    node: NodeId,
+}
+
+/// The mover's state across passes: stale shards waiting for their grace period.
+pub struct Mover {
+    client: Client,
+    grace: Duration,
+    stale: Vec<StaleShard>,
+}
+
+/// The slots of a chunk that must be written to move it from `old` to `new` (node lists of its
+/// placement group, slot order) with `missing` (never written) and `bad` (damaged) slots: every
+/// slot whose node changes, plus missing and bad ones. Pure, for the simulation tests.
+pub fn slots_to_write(old: &[NodeId], new: &[NodeId], width: usize, missing: u64, bad: u64) -> Vec<usize> {
+    (0..width)
+        .filter(|&i| {
+            let moved = old.get(i) != new.get(i);
+            let bit = if i < 64 { 1u64 << i } else { 0 };
+            moved || missing & bit != 0 || bad & bit != 0
+        })
+        .collect()
+}
+
+impl Mover {
+    /// A mover working through `client`; old shards wait `grace` before deletion.
+    pub fn new(client: Client, grace: Duration) -> Mover {
+        Mover { client, grace, stale: Vec::new() }
+    }
+
+    /// One pass over every chunk: moves chunks placed by an older map to the newest one and
+    /// writes missing shards; with `scrub`, also reads every shard of every chunk, verifying
+    /// its checksums, and rewrites damaged ones. Also deletes stale shards whose grace ended.
+    pub async fn pass(&mut self, throttle: &mut Throttle, scrub: bool) -> Result<MoveReport> {
+        let client = self.client.clone();
+        let status = client.status(false).await?;
+        let serving: HashSet<NodeId> = status
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.state, NodeState::Up | NodeState::Draining))
+            .map(|n| n.id)
+            .collect();
+        let newest = client.map(status.map_version).await?;
+        // Shards on nodes removed from the cluster are gone with them (such a node must be
+        // emptied before it can join again): nothing to delete there.
+        let out: HashSet<NodeId> = status.nodes.iter().filter(|n| n.state == NodeState::Out).map(|n| n.id).collect();
+        self.stale.retain(|s| !out.contains(&s.node));
+        let mut report = MoveReport {
+            map_version: status.map_version,
+            draining: status.nodes.iter().filter(|n| n.state == NodeState::Draining).map(|n| n.id).collect(),
+            ..MoveReport::default()
+        };
+        let mut after: Option<(Ino, u64)> = None;
+        loop {
+            let (chunks, more) = match client.meta(MetaOp::ScanChunks { after, limit: MOVE_PAGE_CHUNKS }).await? {
+                MetaReply::ChunkPage { chunks, more } => (chunks, more),
+                other => return Err(crate::unexpected(&other)),
+            };
+            for (ino, rec) in &chunks {
+                report.chunks_seen += 1;
+                match self.move_chunk(*ino, rec, &newest, &serving, scrub, throttle, &mut report).await {
+                    Ok(true) => {}
+                    Ok(false) => report.chunks_left += 1,
+                    Err(e) => {
+                        report.chunks_failed += 1;
+                        report.chunks_left += 1;
+                        tracing::warn!("mover: chunk {} of file {ino} ({:016x}): {e}", rec.index, rec.id);
+                    }
+                }
+            }
+            self.delete_stale(false).await;
+            match chunks.last() {
+                Some((ino, rec)) if more => after = Some((*ino, rec.index)),
+                _ => break,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Moves or repairs one chunk; `Ok(true)` when it is now on `newest` with every shard in
+    /// place, `Ok(false)` when something is left for a later pass.
+    #[allow(clippy::too_many_arguments)]
+    async fn move_chunk(
+        &mut self,
+        ino: Ino,
+        rec: &ChunkRecord,
+        newest: &PlacementMap,
+        serving: &HashSet<NodeId>,
+        scrub: bool,
+        throttle: &mut Throttle,
+        report: &mut MoveReport,
+    ) -> Result<bool> {
+        let client = self.client.clone();
+        let width = rec.ec.width();
+        let old_map = client.map(rec.placement.map_version).await?;
+        let pg = rec.placement.pg;
+        let group = |map: &PlacementMap| -> Vec<NodeId> { map.pgs.get(pg as usize).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
+        let (old, new) = (group(&old_map), group(newest));
+        if new.len() < width {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("the newest placement map has {} nodes for a {} chunk", new.len(), rec.ec),
+            ));
+        }
+        let mut bad = 0u64;
+        if scrub {
+            bad = self.scrub_chunk(rec, &old_map, serving).await;
+            report.shards_bad += u64::from(bad.count_ones());
+        }
+        let slots = slots_to_write(&old, &new, width, rec.missing, bad);
+        if slots.is_empty() {
+            if rec.placement.map_version == newest.version {
+                return Ok(true);
+            }
+            let placement = Placement { map_version: newest.version, pg };
+            self.commit(ino, rec, placement, 0).await?;
+            report.chunks_relabelled += 1;
+            return Ok(true);
+        }
+        // Rebuild: the chunk as stored, re-encoded; each shard must be the writer's exactly.
+        let data = client.read_chunk_stored(rec, &format!("file {ino}")).await?;
+        let shards = erasure::encode(rec.ec, &data);
+        let mut missing = 0u64;
+        let mut written: Vec<(usize, NodeId)> = Vec::new();
+        for &slot in &slots {
+            let node = new[slot];
+            let shard: &Bytes = &shards[slot];
+            let block_crcs = erasure::block_crcs(shard);
+            if shard.len() != rec.shard_len as usize || rec.table_crcs.get(slot) != Some(&erasure::table_crc(&block_crcs)) {
+                return Err(WireError::new(
+                    ErrorCode::Corrupt,
+                    format!("re-encoded shard {slot} does not match the chunk record's checksums; not writing it"),
+                ));
+            }
+            if !serving.contains(&node) {
+                missing |= 1 << slot;
+                continue;
+            }
+            let key = ShardKey { chunk: rec.id, index: slot as u8 };
+            let info = ShardInfo { key, ec: rec.ec, len: rec.shard_len, block_crcs };
+            // A damaged copy in place is removed first (a put never overwrites).
+            let replace = bad & (1 << slot) != 0 && old.get(slot) == Some(&node);
+            match self.put_shard(node, info, shard.clone(), replace).await {
+                Ok(()) => {
+                    written.push((slot, node));
+                    report.shards_written += 1;
+                    report.bytes_written += shard.len() as u64;
+                    throttle.take(shard.len() as u64).await;
+                }
+                Err(e) => {
+                    tracing::warn!("mover: {key} to node {node}: {e}");
+                    missing |= 1 << slot;
+                }
+            }
+        }
+        let placement = Placement { map_version: newest.version, pg };
+        if missing.count_ones() > u32::from(rec.ec.m) {
+            // Committing would leave fewer than k shards where the record points.
+            self.forget(rec, &old, &written).await;
+            return Err(WireError::new(ErrorCode::Unavailable, format!("only {} of {width} shards could be placed", width - missing.count_ones() as usize)));
+        }
+        if let Err(e) = self.commit(ino, rec, placement, missing).await {
+            self.forget(rec, &old, &written).await;
+            return Err(e);
+        }
+        report.chunks_moved += 1;
+        let due = Instant::now() + self.grace;
+        for &slot in &slots {
+            if let Some(&node) = old.get(slot) {
+                // Also when the slot was marked missing: an earlier move may have left a copy
+                // there that is no longer tracked (deleting an absent shard is harmless).
+                if node != new[slot] {
+                    self.stale.push(StaleShard { due, ino, index: rec.index, chunk: rec.id, slot, node });
+                }
+            }
+        }
+        Ok(missing == 0)
+    }
+
+    async fn commit(&self, ino: Ino, rec: &ChunkRecord, placement: Placement, missing: u64) -> Result<()> {
+        let op = MetaOp::MoveChunk { ino, expected: rec.clone(), placement, missing };
+        match self.client.meta(op).await? {
+            MetaReply::Ok => Ok(()),
+            other => Err(crate::unexpected(&other)),
+        }
+    }
+
+    /// Deletes shards written for a move that was not committed, where they were not already
+    /// part of the chunk's recorded placement.
+    async fn forget(&self, rec: &ChunkRecord, old: &[NodeId], written: &[(usize, NodeId)]) {
+        for &(slot, node) in written {
+            if old.get(slot) != Some(&node) {
+                let key = ShardKey { chunk: rec.id, index: slot as u8 };
+                if let Err(e) = self.delete_shard(node, key).await {
+                    tracing::debug!("mover: cleaning up {key} on node {node}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Verifies every shard of a chunk in place; returns the bitmap of shards that are damaged
+    /// or absent on a node that serves (unreachable nodes are not scrubbed).
+    async fn scrub_chunk(&self, rec: &ChunkRecord, map: &PlacementMap, serving: &HashSet<NodeId>) -> u64 {
+        let mut bad = 0u64;
+        for i in 0..rec.ec.width() {
+            if rec.missing & (1 << i) != 0 {
+                continue;
+            }
+            let Some(node) = map.node_for(rec.placement.pg, i) else { continue };
+            if !serving.contains(&node) {
+                continue;
+            }
+            if let Err(f) = self.client.fetch_shard(rec, map, i, 0, 0).await {
+                let damaged = matches!(f.code, Some(ErrorCode::Corrupt | ErrorCode::NotFound | ErrorCode::Io));
+                if damaged {
+                    tracing::warn!("scrub: chunk {:016x} shard {i} on node {node}: {}", rec.id, f.reason);
+                    bad |= 1 << i;
+                }
+            }
+        }
+        bad
+    }
+
+    async fn put_shard(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
+        let handle = self.client.node(node).await?;
+        let timeout = self.client.inner.options.storage_timeout;
+        if replace {
+            let op = StorageOp::DeleteShards { keys: vec![info.key] };
+            handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(crate::rpc_error)?;
+        }
+        let op = StorageOp::PutShard { info };
+        handle.peer.call::<StorageOp, StorageReply>(&op, data, timeout).await.map_err(crate::rpc_error)?;
+        Ok(())
+    }
+
+    async fn delete_shard(&self, node: NodeId, key: ShardKey) -> Result<()> {
+        let handle = self.client.node(node).await?;
+        let op = StorageOp::DeleteShards { keys: vec![key] };
+        handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.client.inner.options.storage_timeout).await.map_err(crate::rpc_error)?;
+        Ok(())
+    }
+
+    /// Shards at their old place still waiting for their grace period.
+    pub fn stale_shards(&self) -> usize {
+        self.stale.len()
+    }
+
+    /// Deletes stale shards whose grace ended (all of them with `now`), unless the chunk's
+    /// current record places them there again. A node that does not answer keeps its entry.
+    pub async fn delete_stale(&mut self, now: bool) {
+        let instant = Instant::now();
+        let (due, later): (Vec<StaleShard>, Vec<StaleShard>) = std::mem::take(&mut self.stale).into_iter().partition(|s| now || s.due <= instant);
+        self.stale = later;
+        let mut current: HashMap<(Ino, u64), Option<Arc<(ChunkRecord, Arc<PlacementMap>)>>> = HashMap::new();
+        for shard in due {
+            let placed = match current.get(&(shard.ino, shard.index)) {
+                Some(found) => found.clone(),
+                None => {
+                    let found = self.current_record(shard.ino, shard.index).await;
+                    let found = match found {
+                        Ok(found) => found.map(Arc::new),
+                        Err(e) => {
+                            tracing::debug!("mover: cannot check chunk {:016x}: {e}", shard.chunk);
+                            self.stale.push(shard);
+                            continue;
+                        }
+                    };
+                    current.insert((shard.ino, shard.index), found.clone());
+                    found
+                }
+            };
+            let still_there = placed.as_ref().is_some_and(|p| {
+                let (rec, map) = p.as_ref();
+                rec.id == shard.chunk && map.node_for(rec.placement.pg, shard.slot) == Some(shard.node)
+            });
+            if still_there {
+                continue;
+            }
+            let key = ShardKey { chunk: shard.chunk, index: shard.slot as u8 };
+            if let Err(e) = self.delete_shard(shard.node, key).await {
+                tracing::debug!("mover: deleting stale {key} on node {}: {e}", shard.node);
+                if e.code == ErrorCode::Unavailable {
+                    // Tried again after another grace period, not at every tick.
+                    self.stale.push(StaleShard { due: Instant::now() + self.grace, ..shard });
+                }
+            }
+        }
+    }
+
+    async fn current_record(&self, ino: Ino, index: u64) -> Result<Option<(ChunkRecord, Arc<PlacementMap>)>> {
+        let reply = self.client.meta(MetaOp::GetChunks { ino, first: index, count: 1 }).await;
+        let chunks = match reply {
+            Ok(MetaReply::Chunks { chunks, .. }) => chunks,
+            Ok(other) => return Err(crate::unexpected(&other)),
+            Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match chunks.into_iter().find(|c| c.index == index) {
+            Some(rec) => {
+                let map = self.client.map(rec.placement.map_version).await?;
+                Ok(Some((rec, map)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_changed_missing_and_bad_slots_are_written() {
+        let old = [1, 2, 3, 4, 5, 6];
+        assert!(slots_to_write(&old, &old, 6, 0, 0).is_empty());
+        let new = [1, 2, 7, 4, 5, 6];
+        assert_eq!(slots_to_write(&old, &new, 6, 0, 0), vec![2]);
+        assert_eq!(slots_to_write(&old, &new, 6, 1 << 5, 1 << 0), vec![0, 2, 5]);
+        // Spares past the width do not count.
+        assert!(slots_to_write(&[1, 2, 3, 9], &[1, 2, 3, 8], 3, 0, 0).is_empty());
+    }
+}

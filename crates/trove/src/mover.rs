@@ -1,0 +1,137 @@
+//! The data mover loop of a metadata server: while this server holds the cluster manager's
+//! lease, it runs `client::mover` passes that rebuild, drain, rebalance and scrub, and marks
+//! drained nodes out once nothing is left on them.
+//!
+//! A pass runs when the placement map changed since the last clean pass, when the last pass
+//! left work, when scrub is due, and at least every [`PASS_INTERVAL_MAX`] (to repair chunks
+//! written degraded while a node was briefly down).
+
+use client::mover::{Mover, Throttle};
+use client::Client;
+use meta::MetaService;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use wire::{MetaOp, NodeState};
+
+/// Pause between checks of whether a pass is needed.
+pub const TICK: Duration = Duration::from_millis(500);
+/// Longest time between two passes while this server leads.
+pub const PASS_INTERVAL_MAX: Duration = Duration::from_secs(10);
+
+/// What the mover takes from the metadata server's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub bytes_per_s: u64,
+    /// `None`: scrub disabled.
+    pub scrub_interval: Option<Duration>,
+    /// How long shards stay at their old place after a move.
+    pub grace: Duration,
+}
+
+impl Settings {
+    pub fn of(config: &meta::MetaConfig) -> Settings {
+        Settings {
+            bytes_per_s: config.move_bytes_per_s,
+            scrub_interval: (config.scrub_interval_ms > 0).then(|| Duration::from_millis(config.scrub_interval_ms)),
+            grace: Duration::from_millis(config.gc_grace_ms),
+        }
+    }
+}
+
+/// Stops the loop when dropped.
+pub struct Guard(JoinHandle<()>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the loop for the metadata server `service`, reached at `addr`.
+pub fn spawn(service: Arc<MetaService>, addr: String, settings: Settings) -> Guard {
+    Guard(tokio::spawn(run(service, addr, settings)))
+}
+
+async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
+    let mut mover: Option<Mover> = None;
+    // Map version of the last pass that left nothing to do.
+    let mut clean_version: Option<u32> = None;
+    let mut last_pass: Option<Instant> = None;
+    let mut last_scrub = Instant::now();
+    loop {
+        tokio::time::sleep(TICK).await;
+        if !service.is_leader() {
+            if mover.take().is_some() {
+                tracing::info!("mover: stopped (this metadata server no longer leads)");
+            }
+            clean_version = None;
+            continue;
+        }
+        if mover.is_none() {
+            match Client::connect(&addr).await {
+                Ok(client) => {
+                    tracing::info!("mover: started (this metadata server leads)");
+                    mover = Some(Mover::new(client, settings.grace));
+                }
+                Err(e) => {
+                    tracing::warn!("mover: cannot connect to {addr}: {e}");
+                    continue;
+                }
+            }
+        }
+        let Some(mover) = mover.as_mut() else { continue };
+        let version = match service.call(wire::MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } }).await {
+            Ok(wire::MetaReply::Status(s)) => s.map_version,
+            Ok(_) | Err(_) => continue,
+        };
+        let scrub = settings.scrub_interval.is_some_and(|every| last_scrub.elapsed() >= every);
+        let due = clean_version != Some(version) || scrub || last_pass.is_none_or(|t| t.elapsed() >= PASS_INTERVAL_MAX);
+        if !due {
+            mover.delete_stale(false).await;
+            continue;
+        }
+        let started = Instant::now();
+        let mut throttle = Throttle::new(settings.bytes_per_s);
+        let report = match mover.pass(&mut throttle, scrub).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::warn!("mover: pass failed: {e}");
+                continue;
+            }
+        };
+        last_pass = Some(Instant::now());
+        if scrub {
+            last_scrub = Instant::now();
+        }
+        if report.chunks_moved + report.chunks_relabelled + report.chunks_failed + report.shards_bad > 0 || scrub {
+            tracing::info!(
+                "mover: pass to map {} in {:.1}s{}: {} chunks seen, {} moved ({} shards, {} bytes), {} relabelled, {} bad shards, {} failed, {} left",
+                report.map_version,
+                started.elapsed().as_secs_f64(),
+                if scrub { " with scrub" } else { "" },
+                report.chunks_seen,
+                report.chunks_moved,
+                report.shards_written,
+                report.bytes_written,
+                report.chunks_relabelled,
+                report.shards_bad,
+                report.chunks_failed,
+                report.chunks_left
+            );
+        }
+        if report.chunks_left == 0 && report.chunks_failed == 0 {
+            clean_version = Some(report.map_version);
+            // Every chunk is on a map that leaves the draining nodes out: nothing is left on them.
+            for node in report.draining {
+                let op = MetaOp::SetNodeState { node, state: NodeState::Out };
+                match service.call(wire::MetaCall { request_id: 0, op }).await {
+                    Ok(_) => tracing::info!("mover: node {node} is drained; marked out"),
+                    Err(e) => tracing::warn!("mover: cannot mark drained node {node} out: {e}"),
+                }
+            }
+        } else {
+            clean_version = None;
+        }
+    }
+}
