@@ -31,6 +31,10 @@ impl Client {
     /// all in parallel. Succeeds when at least `k` shards are durable (missing ones are
     /// recorded in the returned record so the chunk shows as degraded); otherwise fails
     /// naming every node that refused.
+    ///
+    /// When fewer than `k` nodes take their shard (nodes restarting, a stale belief about
+    /// which are down), the upload is retried with fresh node states until
+    /// `write_retry_deadline`, so a rolling restart does not fail writes.
     pub(crate) async fn upload_chunk(
         &self,
         index: u64,
@@ -40,12 +44,52 @@ impl Client {
         ec: EcScheme,
         data: Bytes,
     ) -> Result<ChunkRecord> {
+        let started = Instant::now();
+        let mut delay = std::time::Duration::from_millis(100);
+        let mut skip_known_down = true;
+        loop {
+            match self.upload_chunk_once(index, id, placement, map, ec, data.clone(), skip_known_down).await {
+                Err(e) if e.code == ErrorCode::Unavailable && started.elapsed() < self.inner.options.write_retry_deadline => {
+                    tracing::debug!("retrying chunk {id:016x}: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                    let _ = self.refresh_nodes_forgiving().await;
+                    skip_known_down = false;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn upload_chunk_once(
+        &self,
+        index: u64,
+        id: ChunkId,
+        placement: Placement,
+        map: &PlacementMap,
+        ec: EcScheme,
+        data: Bytes,
+        skip_known_down: bool,
+    ) -> Result<ChunkRecord> {
+        self.maybe_refresh_nodes();
         let len = data.len() as u32;
         let shards = erasure::encode(ec, &data);
         let shard_len = ec.shard_len(len);
         let mut table_crcs = Vec::with_capacity(shards.len());
+        // Nodes known to be down are written around at once, as long as enough others remain
+        // to store the chunk; otherwise every node is tried (the belief may be stale).
+        let retry_after = self.inner.options.node_retry_after;
+        let known_down: Vec<bool> = {
+            let nodes = self.inner.nodes.read();
+            (0..ec.width())
+                .map(|i| map.node_for(placement.pg, i).and_then(|n| nodes.get(&n)).is_some_and(|h| h.recently_failed(retry_after)))
+                .collect()
+        };
+        let skip_down = skip_known_down && known_down.iter().filter(|d| !**d).count() >= usize::from(ec.k);
         let mut sends = FuturesUnordered::new();
         for (i, shard) in shards.into_iter().enumerate() {
+            let skip = skip_down && known_down[i];
             let block_crcs = erasure::block_crcs(&shard);
             table_crcs.push(erasure::table_crc(&block_crcs));
             let info = ShardInfo { key: ShardKey { chunk: id, index: i as u8 }, ec, len: shard_len, block_crcs };
@@ -57,6 +101,11 @@ impl Client {
                         WireError::new(ErrorCode::Internal, format!("placement group {} has no node for shard {i}", placement.pg))
                     })?;
                     let node = client.node(node_id).await?;
+                    if skip {
+                        // Known to be down: written around at once (the chunk is recorded
+                        // degraded and repaired by the mover) rather than after a timeout.
+                        return Err(WireError::new(ErrorCode::Unavailable, format!("node {node_id} ({}) is down", node.peer.addr())));
+                    }
                     let op = StorageOp::PutShard { info };
                     let outcome = node.peer.call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout).await;
                     match outcome {
@@ -175,6 +224,18 @@ impl Client {
     /// Reads a whole chunk as stored: all `shard_len * k` bytes the shards encode (at least
     /// `len`), which re-encode to exactly the shards the writer stored.
     pub(crate) async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+        match self.read_chunk_stored_once(rec, what).await {
+            // One more try with fresh node states: a node that just restarted answers again.
+            Err(e) if e.code == ErrorCode::Unavailable => {
+                let _ = self.refresh_nodes_forgiving().await;
+                self.read_chunk_stored_once(rec, what).await
+            }
+            other => other,
+        }
+    }
+
+    async fn read_chunk_stored_once(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+        self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
         let k = usize::from(rec.ec.k);
         let width = rec.ec.width();
@@ -237,6 +298,7 @@ impl Client {
         if offset >= end {
             return Ok(Bytes::new());
         }
+        self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
         let shard_len = rec.shard_len;
         let first = (offset / shard_len) as usize;

@@ -32,6 +32,9 @@ pub type Error = WireError;
 /// Result of client operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How often reads and writes refresh the storage nodes' states from the metadata service.
+pub const NODE_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Tunables of a client.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -48,6 +51,8 @@ pub struct ClientOptions {
     pub write_chunks_inflight_max: usize,
     /// After a node fails to answer, how long reads route around it before trying it again.
     pub node_retry_after: Duration,
+    /// How long a chunk upload that could not reach `k` nodes is retried.
+    pub write_retry_deadline: Duration,
 }
 
 impl Default for ClientOptions {
@@ -59,6 +64,7 @@ impl Default for ClientOptions {
             cached_chunks_max: 16,
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
+            write_retry_deadline: Duration::from_secs(20),
         }
     }
 }
@@ -427,6 +433,16 @@ impl Client {
 
     /// Reloads the storage node list from the metadata service.
     pub async fn refresh_nodes(&self) -> Result<()> {
+        self.refresh_nodes_with(false).await
+    }
+
+    /// Like [`Client::refresh_nodes`], also forgetting recent failures of the nodes the cluster
+    /// manager sees up (for a retry after an operation failed: a node that restarted answers).
+    pub(crate) async fn refresh_nodes_forgiving(&self) -> Result<()> {
+        self.refresh_nodes_with(true).await
+    }
+
+    async fn refresh_nodes_with(&self, forgive_up: bool) -> Result<()> {
         let status = self.status(false).await?;
         let mut nodes = self.inner.nodes.write();
         for n in status.nodes {
@@ -440,9 +456,39 @@ impl Client {
                     }),
                 );
             }
+            // Nodes the cluster manager sees as down are routed around like nodes that just
+            // failed to answer: a read does not first wait for a connection to time out.
+            if let Some(h) = nodes.get(&n.id) {
+                match n.state {
+                    wire::NodeState::Down | wire::NodeState::Out => *h.failed_at.lock() = Some(Instant::now()),
+                    wire::NodeState::Up | wire::NodeState::Draining if forgive_up => *h.failed_at.lock() = None,
+                    _ => {}
+                }
+            }
         }
         *self.inner.last_node_refresh.lock() = Some(Instant::now());
         Ok(())
+    }
+
+    /// Refreshes node states in the background when the last refresh is older than
+    /// [`NODE_REFRESH_INTERVAL`]; never waits.
+    pub(crate) fn maybe_refresh_nodes(&self) {
+        {
+            let mut last = self.inner.last_node_refresh.lock();
+            if last.is_some_and(|t| t.elapsed() < NODE_REFRESH_INTERVAL) {
+                return;
+            }
+            // Claimed now, so concurrent callers do not all start a refresh.
+            *last = Some(Instant::now());
+        }
+        let client = self.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = client.refresh_nodes().await {
+                    tracing::debug!("refreshing node states failed: {e}");
+                }
+            });
+        }
     }
 
     /// The handle of a storage node, refreshing the node list once if it is unknown.

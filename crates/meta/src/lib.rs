@@ -118,6 +118,9 @@ pub struct MetaService {
     advertise: parking_lot::Mutex<String>,
     /// Wall-clock ms until which this server holds the lease (0: not the leader).
     lease_until_ms: AtomicU64,
+    /// A chunk with missing shards was committed through this server since the flag was last
+    /// taken (the data mover repairs such chunks; this tells it not to wait).
+    degraded_written: std::sync::atomic::AtomicBool,
 }
 
 impl MetaService {
@@ -144,6 +147,7 @@ impl MetaService {
             server_id: rand_id(),
             advertise: parking_lot::Mutex::new(String::new()),
             lease_until_ms: AtomicU64::new(0),
+            degraded_written: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -155,9 +159,19 @@ impl MetaService {
         &self.options
     }
 
+    /// Whether a chunk was written degraded through this server since the last call.
+    pub fn take_degraded_written(&self) -> bool {
+        self.degraded_written.swap(false, Ordering::AcqRel)
+    }
+
     /// Answers one call.
     pub async fn call(&self, call: MetaCall) -> MetaResult {
         let engine = self.engine.as_ref();
+        if let MetaOp::CommitChunks { chunks, .. } = &call.op {
+            if chunks.iter().any(|c| c.missing != 0) {
+                self.degraded_written.store(true, Ordering::Release);
+            }
+        }
         match call.op {
             MetaOp::StatFs => self.cluster.statfs(engine).await,
             MetaOp::AllocChunks { ino, count } => {

@@ -3,8 +3,9 @@
 //! drained nodes out once nothing is left on them.
 //!
 //! A pass runs when the placement map changed since the last clean pass, when the last pass
-//! left work, when scrub is due, and at least every [`PASS_INTERVAL_MAX`] (to repair chunks
-//! written degraded while a node was briefly down).
+//! left work, when a node came (back) up, when a chunk was written degraded through this
+//! server, when scrub is due, and at least every
+//! [`PASS_INTERVAL_MAX`] (to repair chunks written degraded while a node was briefly down).
 
 use client::mover::{Mover, Throttle};
 use client::Client;
@@ -16,6 +17,9 @@ use wire::{MetaOp, NodeState};
 
 /// Pause between checks of whether a pass is needed.
 pub const TICK: Duration = Duration::from_millis(500);
+/// Pause before another pass when the last one left work and nothing changed since (nodes
+/// still down).
+pub const RETRY_AFTER: Duration = Duration::from_secs(3);
 /// Longest time between two passes while this server leads.
 pub const PASS_INTERVAL_MAX: Duration = Duration::from_secs(10);
 
@@ -59,6 +63,9 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
     let mut clean_version: Option<u32> = None;
     let mut last_pass: Option<Instant> = None;
     let mut last_scrub = Instant::now();
+    let mut last_up: Vec<wire::NodeId> = Vec::new();
+    // Map version of the last pass, clean or not.
+    let mut pass_version: Option<u32> = None;
     loop {
         tokio::time::sleep(TICK).await;
         if !service.is_leader() {
@@ -66,6 +73,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
                 tracing::info!("mover: stopped (this metadata server no longer leads)");
             }
             clean_version = None;
+            pass_version = None;
             continue;
         }
         if mover.is_none() {
@@ -81,12 +89,25 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
             }
         }
         let Some(mover) = mover.as_mut() else { continue };
-        let version = match service.call(wire::MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } }).await {
-            Ok(wire::MetaReply::Status(s)) => s.map_version,
+        let (version, up) = match service.call(wire::MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } }).await {
+            Ok(wire::MetaReply::Status(s)) => {
+                let up: Vec<wire::NodeId> = s.nodes.iter().filter(|n| n.state == NodeState::Up).map(|n| n.id).collect();
+                (s.map_version, up)
+            }
             Ok(_) | Err(_) => continue,
         };
         let scrub = settings.scrub_interval.is_some_and(|every| last_scrub.elapsed() >= every);
-        let due = clean_version != Some(version) || scrub || last_pass.is_none_or(|t| t.elapsed() >= PASS_INTERVAL_MAX);
+        // A node coming back up is the moment to repair what was written while it was away.
+        let came_up = up.iter().any(|n| !last_up.contains(n));
+        last_up = up;
+        let degraded = service.take_degraded_written();
+        let since_pass = last_pass.map_or(Duration::MAX, |t| t.elapsed());
+        let due = pass_version != Some(version)
+            || scrub
+            || came_up
+            || degraded
+            || (clean_version != Some(version) && since_pass >= RETRY_AFTER)
+            || since_pass >= PASS_INTERVAL_MAX;
         if !due {
             mover.delete_stale(false).await;
             continue;
@@ -101,6 +122,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
             }
         };
         last_pass = Some(Instant::now());
+        pass_version = Some(report.map_version);
         if scrub {
             last_scrub = Instant::now();
         }

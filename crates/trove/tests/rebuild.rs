@@ -13,8 +13,9 @@ use std::time::Duration;
 /// Sizes covering empty, tiny, sub-block, one chunk plus one byte, and multi-chunk files.
 const SIZES: [usize; 6] = [0, 1, 4095, 1 << 20, (4 << 20) + 1, 9 << 20];
 
-/// Fast failure detection and rebuild for tests; scrub off unless a test turns it on.
-const FAST: [&str; 8] = ["--down-after-ms", "1000", "--rebuild-after-ms", "2000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"];
+/// Fast failure detection and rebuild for tests (nodes heartbeat every second: down after
+/// two and a half missed); scrub off unless a test turns it on.
+const FAST: [&str; 8] = ["--down-after-ms", "2500", "--rebuild-after-ms", "3000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"];
 
 async fn write_files(client: &client::Client, prefix: &str, count: usize) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
@@ -171,7 +172,7 @@ async fn scrub_repairs_a_damaged_shard_on_disk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_of_every_process_fails_no_client_operation() {
-    let cluster = TestCluster::start_with(6, "4+2", &["--down-after-ms", "1000", "--scrub-interval-ms", "0"]);
+    let cluster = TestCluster::start_with(6, "4+2", &["--down-after-ms", "2500", "--scrub-interval-ms", "0"]);
     let client = cluster.client().await;
     let base = write_files(&client, "r", 6).await;
 
@@ -208,11 +209,17 @@ async fn rolling_restart_of_every_process_fails_no_client_operation() {
         })
     };
 
+    // The procedure of a rolling restart: one process at a time, the next only once the
+    // cluster is healthy again (chunks written while a node was away are repaired first).
     let dir = cluster.dir_str();
     for node in 1..=6 {
         cluster.kill_node(node);
         std::thread::sleep(Duration::from_millis(300));
         cluster.restart_node(node);
+        cluster.wait_status(Duration::from_secs(60), &format!("healthy after restarting node {node}"), |s| {
+            settled(s) && s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
+        });
+        eprintln!("node {node} restarted; {} operations so far", ops.load(Ordering::Relaxed));
     }
     run_ok(&["cluster", "restart-meta", "--dir", &dir]);
     std::thread::sleep(Duration::from_millis(500));

@@ -322,7 +322,8 @@ pub struct Lab {
     metas: Vec<Host>,
     storages: Vec<Host>,
     pg_url: String,
-    watchdog: Option<Child>,
+    /// Watchdog processes: one for the hosts of `start`, one more per host added later.
+    watchdogs: Vec<Child>,
     created: Instant,
     /// The logs went into a panic message already (by `fail`).
     logs_shown: AtomicBool,
@@ -377,7 +378,7 @@ impl Lab {
             metas,
             storages,
             pg_url: String::new(),
-            watchdog: None,
+            watchdogs: Vec::new(),
             created: Instant::now(),
             logs_shown: AtomicBool::new(false),
             dir: Some(dir),
@@ -461,6 +462,124 @@ impl Lab {
         match client::Client::connect_with(&addr, options).await {
             Ok(c) => c,
             Err(e) => panic!("client cannot connect to {} ({addr}): {e}\n{}", self.meta(meta).name, self.logs()),
+        }
+    }
+
+    /// Every metadata host's address, comma-separated, in the order of `which` (a client tries
+    /// them in this order and fails over to the next).
+    pub fn meta_addrs(&self, which: &[usize]) -> String {
+        which.iter().map(|&i| self.meta(i).addr()).collect::<Vec<_>>().join(",")
+    }
+
+    /// A client library connection given the metadata hosts `which`, in that order (it uses the
+    /// first that answers and fails over between them).
+    pub async fn client_of(&self, which: &[usize], options: client::ClientOptions) -> client::Client {
+        let addrs = self.meta_addrs(which);
+        match client::Client::connect_with(&addrs, options).await {
+            Ok(c) => c,
+            Err(e) => self.fail(&format!("client cannot connect to metadata hosts {addrs}: {e}")),
+        }
+    }
+
+    /// A client given every metadata host (meta1 first).
+    pub async fn client_all(&self) -> client::Client {
+        let all: Vec<usize> = (0..self.metas.len()).collect();
+        self.client_of(&all, client::ClientOptions::default()).await
+    }
+
+    /// Adds a storage host to the running lab: a new namespace with the next free address on the
+    /// bridge, a storage.toml naming every metadata host of `storage_meta`, started with
+    /// `trove node add --config` (a later `start` runs it as `trove storage`). Returns its
+    /// 0-based index; does not wait for it (see [`Lab::wait_nodes`]).
+    pub fn add_storage(&mut self) -> usize {
+        let index = self.storages.len() + 1;
+        assert!(index <= 99, "at most 99 storage hosts");
+        let name = format!("storage{index}");
+        let hdir = self.dir().join(&name);
+        std::fs::create_dir_all(&hdir).expect("host dir");
+        let mut host = Host {
+            ns: format!("{NS_PREFIX}{}-{name}", self.tag),
+            veth: format!("tv{}s{index:02}", self.tag),
+            ip: Ipv4Addr::new(10, self.subnet.0, self.subnet.1, 100 + index as u8),
+            log: hdir.join(format!("{name}.log")),
+            dir: hdir,
+            config: None,
+            pg_dir: None,
+            procs: Mutex::new(Vec::new()),
+            name,
+            role: Role::Storage,
+        };
+        host.config = Some(self.write_storage_config(&host));
+        // Known to the lab's drop and to a watchdog before anything of it exists.
+        self.spawn_watchdog(&[(host.ns.clone(), host.veth.clone())]);
+        self.storages.push(host);
+        let i = self.storages.len() - 1;
+        {
+            let _setup = SETUP.lock().unwrap_or_else(|e| e.into_inner());
+            self.plug(&self.storages[i]);
+        }
+        let h = &self.storages[i];
+        let config = h.config.as_ref().expect("config").to_str().expect("utf-8 path").to_string();
+        h.spawn(&["node", "add", "--config", &config]);
+        self.log(&format!("added {} at {} (trove node add)", h.name, h.addr()));
+        i
+    }
+
+    /// The node id of storage host `i` as `trove status --json` through `meta` reports it (by
+    /// its advertised address).
+    pub fn node_id(&self, meta: usize, i: usize) -> Result<u64, String> {
+        let status = self.status(meta)?;
+        let addr = self.storages[i].addr();
+        Self::node_of(&status, &addr)
+            .and_then(|n| n["id"].as_u64())
+            .ok_or_else(|| format!("{} ({addr}) is not registered: {status}", self.storages[i].name))
+    }
+
+    /// The entry of the node at `addr` in a `trove status --json` document.
+    pub fn node_of<'s>(status: &'s serde_json::Value, addr: &str) -> Option<&'s serde_json::Value> {
+        status["nodes"].as_array()?.iter().find(|n| n["addr"].as_str() == Some(addr))
+    }
+
+    /// Waits until storage hosts `which` are up with a heartbeat received after `since` (their
+    /// restart), as seen by every metadata host the nodes heartbeat to. Unlike
+    /// `wait_nodes(.., "up", ..)` this does not return for a node that has not been seen down
+    /// yet.
+    pub fn wait_nodes_back(&self, which: &[usize], since: Instant, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            let mut done = true;
+            for m in 0..self.storage_metas().len() {
+                // Taken before asking: a heartbeat younger than this at status time came after
+                // `since`.
+                let since_ms = since.elapsed().as_millis() as u64;
+                match self.status(m) {
+                    Ok(status) => {
+                        for &i in which {
+                            let addr = self.storages[i].addr();
+                            let node = Self::node_of(&status, &addr);
+                            let state = node.and_then(|n| n["state"].as_str()).unwrap_or("unregistered");
+                            let age = node.and_then(|n| n["heartbeat_age_ms"].as_u64()).unwrap_or(u64::MAX);
+                            if state != "up" || age >= since_ms {
+                                done = false;
+                                last = format!("{} sees {}={state}, heartbeat {age} ms ago, restarted {since_ms} ms ago", self.meta(m).name, self.storages[i].name);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        done = false;
+                        last = e;
+                    }
+                }
+            }
+            if done {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let names: Vec<&str> = which.iter().map(|&i| self.storages[i].name.as_str()).collect();
+                self.fail(&format!("storage hosts {names:?} not back after {timeout:?}: {last}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
@@ -595,6 +714,11 @@ impl Lab {
     }
 
     fn start_watchdog(&mut self) {
+        let hosts: Vec<(String, String)> = self.hosts().map(|h| (h.ns.clone(), h.veth.clone())).collect();
+        self.spawn_watchdog(&hosts);
+    }
+
+    fn spawn_watchdog(&mut self, hosts: &[(String, String)]) {
         // Tears the lab down once this process is gone, however it ended; detached (own
         // session) so that a Ctrl-C to the test's process group does not take it along.
         let script = r#"
@@ -614,8 +738,8 @@ impl Lab {
             .arg(std::process::id().to_string())
             .arg(self.dir())
             .arg(&self.bridge);
-        for h in self.hosts() {
-            cmd.arg(&h.ns).arg(&h.veth);
+        for (ns, veth) in hosts {
+            cmd.arg(ns).arg(veth);
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -623,7 +747,7 @@ impl Lab {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start the lab watchdog (setsid bash): {e}"));
-        self.watchdog = Some(child);
+        self.watchdogs.push(child);
     }
 
     fn build_network(&self) {
@@ -632,18 +756,23 @@ impl Lab {
         ip(&["addr", "add", &gw, "dev", &self.bridge]);
         ip(&["link", "set", &self.bridge, "up"]);
         for h in self.hosts() {
-            let peer = format!("tq{}", &h.veth[2..]);
-            let addr = format!("{}/24", h.ip);
-            ip(&["netns", "add", &h.ns]);
-            ip(&["link", "add", &h.veth, "type", "veth", "peer", "name", &peer]);
-            ip(&["link", "set", &peer, "netns", &h.ns]);
-            ip(&["-n", &h.ns, "link", "set", &peer, "name", "eth0"]);
-            ip(&["-n", &h.ns, "addr", "add", &addr, "dev", "eth0"]);
-            ip(&["-n", &h.ns, "link", "set", "lo", "up"]);
-            ip(&["-n", &h.ns, "link", "set", "eth0", "up"]);
-            ip(&["link", "set", &h.veth, "master", &self.bridge]);
-            ip(&["link", "set", &h.veth, "up"]);
+            self.plug(h);
         }
+    }
+
+    /// Creates host `h`'s namespace and joins it to the bridge with its address.
+    fn plug(&self, h: &Host) {
+        let peer = format!("tq{}", &h.veth[2..]);
+        let addr = format!("{}/24", h.ip);
+        ip(&["netns", "add", &h.ns]);
+        ip(&["link", "add", &h.veth, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &h.ns]);
+        ip(&["-n", &h.ns, "link", "set", &peer, "name", "eth0"]);
+        ip(&["-n", &h.ns, "addr", "add", &addr, "dev", "eth0"]);
+        ip(&["-n", &h.ns, "link", "set", "lo", "up"]);
+        ip(&["-n", &h.ns, "link", "set", "eth0", "up"]);
+        ip(&["link", "set", &h.veth, "master", &self.bridge]);
+        ip(&["link", "set", &h.veth, "up"]);
     }
 
     fn start_postgres(&mut self) {
@@ -700,9 +829,19 @@ impl Lab {
     }
 
     fn start_storages(&mut self) {
-        let meta = self.storage_meta_list();
         for i in 0..self.storages.len() {
-            let h = &self.storages[i];
+            let path = self.write_storage_config(&self.storages[i]);
+            self.storages[i].config = Some(path);
+            self.storages[i].start();
+        }
+        self.log(&format!("{} storage nodes started (meta = {:?})", self.storages.len(), self.storage_meta_list()));
+    }
+
+    /// Writes storage host `h`'s storage.toml (one drive, every metadata host of
+    /// `storage_meta`) and returns its path.
+    fn write_storage_config(&self, h: &Host) -> PathBuf {
+        let meta = self.storage_meta_list();
+        {
             let drive = h.dir.join("drive0");
             std::fs::create_dir_all(&drive).expect("drive dir");
             let cfg = format!(
@@ -719,10 +858,8 @@ impl Lab {
             }
             let path = h.dir.join("storage.toml");
             std::fs::write(&path, cfg).expect("write storage.toml");
-            self.storages[i].config = Some(path);
-            self.storages[i].start();
+            path
         }
-        self.log(&format!("{} storage nodes started (meta = {meta:?})", self.storages.len()));
     }
 }
 
@@ -741,7 +878,7 @@ impl Drop for Lab {
             remove_netns(&h.ns, &h.veth);
         }
         let _ = quiet_ip(&["link", "del", &self.bridge]);
-        if let Some(mut w) = self.watchdog.take() {
+        for mut w in self.watchdogs.drain(..) {
             let _ = w.kill();
             let _ = w.wait();
         }
