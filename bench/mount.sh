@@ -6,14 +6,16 @@
 #     native client (`trove cat` of the same file, one stream with the client's read-ahead),
 #     fio on a local directory of the same disk;
 #   - create/stat/remove rates of empty files: `trove bench meta` (mdtest-like) on the mount and
-#     on the local directory, the same harness for both.
+#     on the local directory, the same harness for both, twice: TASKS tasks in one shared
+#     directory, and UNIQUE_TASKS tasks each in its own directory (mdtest -u).
 # Aims (issue 3): mount >= 85% of the native client on sequential read; metadata >= 30% of the
 # local disk.
 #
 # Record a run with:  bench/record.sh mount bench/mount.sh
 # Needs root (mounting, drop_caches), fio, python3 and a release build (cargo build --release -p trove).
 # Tunables (environment): SIZE_MB (file size, default 2048), RUNS (reads per target, default 3),
-# ITEMS (files per task for metadata, default 2000), TASKS (default 2), WORK (scratch directory on
+# ITEMS (files per task for metadata, default 2000), TASKS (default 2), UNIQUE_TASKS (default 16,
+# with UNIQUE_ITEMS files each, default 250), WORK (scratch directory on
 # the local disk, default /var/tmp/trove-bench-mount), TROVE (the binary, default target/release/trove).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +25,8 @@ size_mb=${SIZE_MB:-2048}
 runs=${RUNS:-3}
 items=${ITEMS:-2000}
 tasks=${TASKS:-2}
+utasks=${UNIQUE_TASKS:-16}
+uitems=${UNIQUE_ITEMS:-250}
 work=${WORK:-/var/tmp/trove-bench-mount}
 
 [ -x "$trove" ] || { echo "build first: cargo build --release -p trove" >&2; exit 1; }
@@ -84,10 +88,14 @@ mkdir -p "$work/mnt/meta" "$work/local/meta"
 # mount's cost is the metadata service's own.
 "$trove" bench meta -c "$work/cluster" --root /meta-native --dir "$work/mnt/meta" --dir "$work/local/meta" \
     --tasks "$tasks" --items "$items" --iterations 1 --quiet --json > "$work/meta.json"
+echo "== metadata: trove bench meta, $utasks tasks x $uitems files, one directory per task, mount and local disk"
+mkdir -p "$work/mnt/metau" "$work/local/metau"
+"$trove" bench meta -c "$work/cluster" --root /metau-native --dir "$work/mnt/metau" --dir "$work/local/metau" \
+    --tasks "$utasks" --items "$uitems" --iterations 1 --unique --quiet --json > "$work/metau.json"
 
 echo
 echo "== summary"
-python3 - "$mount_write" "$local_write" "$m" "$n" "$l" "$work/meta.json" "$work/mnt/meta" <<'EOF_PY'
+python3 - "$mount_write" "$local_write" "$m" "$n" "$l" "$work/meta.json" "$work/mnt/meta" "$work/metau.json" "$work/mnt/metau" "$tasks" "$utasks" <<'EOF_PY'
 import json, sys
 mw, lw, m, n, l = map(float, sys.argv[1:6])
 meta = json.load(open(sys.argv[6]))
@@ -100,16 +108,22 @@ print(f"{'read, native client':<22} {n:>9.1f}")
 print(f"{'read, local (fio)':<22} {l:>9.1f}")
 print(f"mount / native client, sequential read: {100 * m / n:.0f}% (aim: >= 85%)")
 print()
-rates = {}
-for t in meta["meta"]:
-    side = "mount" if t["target"] == mount_target else "local" if t["target"].startswith("dir ") else "native"
-    for p in t["phases"]:
-        rates.setdefault(p["phase"], {})[side] = p["summary"]["mean"]
-print(f"{'operation':<12} {'mount ops/s':>12} {'local ops/s':>12} {'mount/local':>12} {'native ops/s':>13}")
-for phase in ["file create", "file stat", "file remove", "dir create", "dir stat", "dir remove"]:
-    r = rates.get(phase, {})
-    if "mount" in r and "local" in r:
-        native = f"{r['native']:>13.0f}" if "native" in r else f"{'-':>13}"
-        print(f"{phase:<12} {r['mount']:>12.0f} {r['local']:>12.0f} {100 * r['mount'] / r['local']:>11.0f}% {native}")
+def table(path, mount_target, title):
+    meta = json.load(open(path))
+    rates = {}
+    for t in meta["meta"]:
+        side = "mount" if t["target"] == f"dir {mount_target}" else "local" if t["target"].startswith("dir ") else "native"
+        for p in t["phases"]:
+            rates.setdefault(p["phase"], {})[side] = p["summary"]["mean"]
+    print(title)
+    print(f"{'operation':<12} {'mount ops/s':>12} {'local ops/s':>12} {'mount/local':>12} {'native ops/s':>13}")
+    for phase in ["file create", "file stat", "file remove", "dir create", "dir stat", "dir remove"]:
+        r = rates.get(phase, {})
+        if "mount" in r and "local" in r:
+            native = f"{r['native']:>13.0f}" if "native" in r else f"{'-':>13}"
+            print(f"{phase:<12} {r['mount']:>12.0f} {r['local']:>12.0f} {100 * r['mount'] / r['local']:>11.0f}% {native}")
+    print()
+table(sys.argv[6], sys.argv[7], f"metadata, {sys.argv[10]} tasks in one shared directory:")
+table(sys.argv[8], sys.argv[9], f"metadata, {sys.argv[11]} tasks, one directory each (mdtest -u):")
 print("(aim for file create/stat/remove: mount >= 30% of local)")
 EOF_PY
