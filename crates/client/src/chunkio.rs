@@ -48,8 +48,18 @@ impl Client {
         let mut delay = std::time::Duration::from_millis(100);
         let mut skip_known_down = true;
         loop {
+            let in_time = started.elapsed() < self.inner.options.write_retry_deadline;
             match self.upload_chunk_once(index, id, placement, map, ec, data.clone(), skip_known_down).await {
-                Err(e) if e.code == ErrorCode::Unavailable && started.elapsed() < self.inner.options.write_retry_deadline => {
+                // Stored, but without any redundancy left: try for a better copy first (a node
+                // may be back in a moment), and accept this one only at the deadline.
+                Ok(rec) if ec.m > 0 && rec.missing.count_ones() >= u32::from(ec.m) && in_time => {
+                    tracing::debug!("chunk {id:016x} stored without redundancy; retrying for more shards");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                    let _ = self.refresh_nodes_forgiving().await;
+                    skip_known_down = false;
+                }
+                Err(e) if e.code == ErrorCode::Unavailable && in_time => {
                     tracing::debug!("retrying chunk {id:016x}: {e}");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(std::time::Duration::from_secs(1));
@@ -86,7 +96,8 @@ impl Client {
                 .map(|i| map.node_for(placement.pg, i).and_then(|n| nodes.get(&n)).is_some_and(|h| h.recently_failed(retry_after)))
                 .collect()
         };
-        let skip_down = skip_known_down && known_down.iter().filter(|d| !**d).count() >= usize::from(ec.k);
+        // Skipping must leave room for at least one shard of redundancy.
+        let skip_down = skip_known_down && known_down.iter().filter(|d| !**d).count() > usize::from(ec.k);
         let mut sends = FuturesUnordered::new();
         for (i, shard) in shards.into_iter().enumerate() {
             let skip = skip_down && known_down[i];

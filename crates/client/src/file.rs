@@ -155,16 +155,37 @@ impl FileHandle {
             return Ok(b);
         }
         if let Some(task) = self.prefetch.remove(&index) {
-            let data = task.await.map_err(|e| WireError::new(ErrorCode::Internal, format!("read-ahead task failed: {e}")))??;
-            self.remember(index, data.clone());
-            return Ok(data);
+            match task.await.map_err(|e| WireError::new(ErrorCode::Internal, format!("read-ahead task failed: {e}")))? {
+                Ok(data) => {
+                    self.remember(index, data.clone());
+                    return Ok(data);
+                }
+                // Read again below, with the record re-checked.
+                Err(e) if e.code == ErrorCode::Unavailable => {}
+                Err(e) => return Err(e),
+            }
         }
         let data = match self.record(index).await? {
-            Some(rec) => self.client.read_chunk(&rec, &self.what()).await?,
+            Some(rec) => match self.client.read_chunk(&rec, &self.what()).await {
+                Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, &rec).await? {
+                    Some(fresh) => self.client.read_chunk(&fresh, &self.what()).await?,
+                    None => return Err(e),
+                },
+                other => other?,
+            },
             None => Bytes::new(),
         };
         self.remember(index, data.clone());
         Ok(data)
+    }
+
+    /// After a read of chunk `index` found too few shards where `rec` places them: the chunk's
+    /// current record if the same chunk has moved since this handle fetched `rec` (rebuild,
+    /// drain, rebalance; its old copies are deleted after a grace period), else `None`. A chunk
+    /// replaced by a newer write is not followed (close-to-open: the open sees one version).
+    async fn moved_record(&mut self, index: u64, rec: &ChunkRecord) -> Result<Option<ChunkRecord>> {
+        self.records.remove(&index);
+        Ok(self.record(index).await?.filter(|fresh| fresh.id == rec.id && fresh.placement != rec.placement))
     }
 
     /// Starts fetching the chunks after `index` in the background.
@@ -223,7 +244,14 @@ impl FileHandle {
                 // Small random read: fetch only the blocks that hold it.
                 match self.record(index).await? {
                     Some(rec) => {
-                        let data = self.client.read_chunk_range(&rec, in_chunk as u32, take as u32, &self.what()).await?;
+                        let what = self.what();
+                        let data = match self.client.read_chunk_range(&rec, in_chunk as u32, take as u32, &what).await {
+                            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, &rec).await? {
+                                Some(fresh) => self.client.read_chunk_range(&fresh, in_chunk as u32, take as u32, &what).await?,
+                                None => return Err(e),
+                            },
+                            other => other?,
+                        };
                         slice_padded(&data, 0, take)
                     }
                     None => Bytes::from(vec![0u8; take]),

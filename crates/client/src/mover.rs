@@ -130,8 +130,8 @@ impl Mover {
         let newest = client.map(status.map_version).await?;
         // Shards on nodes removed from the cluster are gone with them (such a node must be
         // emptied before it can join again): nothing to delete there.
-        let out: HashSet<NodeId> = status.nodes.iter().filter(|n| n.state == NodeState::Out).map(|n| n.id).collect();
-        self.stale.retain(|s| !out.contains(&s.node));
+        let node_states: Vec<(NodeId, NodeState)> = status.nodes.iter().map(|n| (n.id, n.state)).collect();
+        self.stale.retain(|s| !node_states.contains(&(s.node, NodeState::Out)));
         let mut report = MoveReport {
             map_version: status.map_version,
             draining: status.nodes.iter().filter(|n| n.state == NodeState::Draining).map(|n| n.id).collect(),
@@ -155,7 +155,7 @@ impl Mover {
                     }
                 }
             }
-            self.delete_stale(false).await;
+            self.delete_stale(false, &node_states).await;
             match chunks.last() {
                 Some((ino, rec)) if more => after = Some((*ino, rec.index)),
                 _ => break,
@@ -332,11 +332,24 @@ impl Mover {
         self.stale.len()
     }
 
+    /// Old copies on `node` not deleted yet.
+    pub fn stale_on(&self, node: NodeId) -> usize {
+        self.stale.iter().filter(|s| s.node == node).count()
+    }
+
     /// Deletes stale shards whose grace ended (all of them with `now`), unless the chunk's
     /// current record places them there again. A node that does not answer keeps its entry.
-    pub async fn delete_stale(&mut self, now: bool) {
+    ///
+    /// `nodes` are the cluster's nodes and states as last seen: entries on nodes that are out
+    /// are dropped (their data went with them), entries on nodes that do not serve now wait
+    /// (a call would only wait for a connection timeout).
+    pub async fn delete_stale(&mut self, now: bool, nodes: &[(NodeId, NodeState)]) {
         let instant = Instant::now();
-        let (due, later): (Vec<StaleShard>, Vec<StaleShard>) = std::mem::take(&mut self.stale).into_iter().partition(|s| now || s.due <= instant);
+        let state = |id: NodeId| nodes.iter().find(|(n, _)| *n == id).map(|(_, s)| *s);
+        self.stale.retain(|s| state(s.node) != Some(NodeState::Out));
+        let (due, later): (Vec<StaleShard>, Vec<StaleShard>) = std::mem::take(&mut self.stale)
+            .into_iter()
+            .partition(|s| (now || s.due <= instant) && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining)));
         self.stale = later;
         let mut current: HashMap<(Ino, u64), Option<Arc<(ChunkRecord, Arc<PlacementMap>)>>> = HashMap::new();
         for shard in due {

@@ -9,7 +9,7 @@ use crate::keys::{self, Stat};
 use kv::{KvEngine, KvError, KvTxn, TxnError, TxnFuture};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::{ErrorCode, WireError};
 
 /// What transaction bodies return: an engine error (retried by [`kv::run_txn`] when retryable)
@@ -52,17 +52,33 @@ pub fn kv_error(err: KvError) -> WireError {
     WireError::new(code, message)
 }
 
+/// How long a transaction is retried while the engine is unavailable (a PostgreSQL restart or
+/// fail-over), before the caller gets `Unavailable`.
+pub const ENGINE_UNAVAILABLE_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Runs `body` as one transaction with retries; the result is either the body's value or a
-/// wire error.
-pub async fn transact<T, F>(engine: &dyn KvEngine, body: F) -> Result<T, WireError>
+/// wire error. Conflicts are retried by `kv::run_txn`; an unavailable engine is retried here
+/// for [`ENGINE_UNAVAILABLE_DEADLINE`] (an `Unavailable` transaction was not applied: engines
+/// report an unknown outcome as `MaybeCommitted`, which is not retried).
+pub async fn transact<T, F>(engine: &dyn KvEngine, mut body: F) -> Result<T, WireError>
 where
     T: Send,
     F: for<'t> FnMut(&'t mut dyn KvTxn) -> TxnFuture<'t, T, WireError> + Send,
 {
-    kv::run_txn(engine, body).await.map_err(|err| match err {
-        TxnError::Kv(e) => kv_error(e),
-        TxnError::Abort(e) => e,
-    })
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match kv::run_txn(engine, &mut body).await {
+            Ok(value) => return Ok(value),
+            Err(TxnError::Kv(KvError::Unavailable(message))) if started.elapsed() < ENGINE_UNAVAILABLE_DEADLINE => {
+                tracing::warn!("metadata engine unavailable, retrying: {message}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            Err(TxnError::Kv(e)) => return Err(kv_error(e)),
+            Err(TxnError::Abort(e)) => return Err(e),
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, wall clock: shared meaning across metadata servers.

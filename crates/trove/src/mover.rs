@@ -66,6 +66,9 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
     let mut last_up: Vec<wire::NodeId> = Vec::new();
     // Map version of the last pass, clean or not.
     let mut pass_version: Option<u32> = None;
+    // Draining nodes with nothing referenced left on them, to mark out once their old copies
+    // are deleted.
+    let mut drained: Vec<wire::NodeId> = Vec::new();
     loop {
         tokio::time::sleep(TICK).await;
         if !service.is_leader() {
@@ -89,10 +92,11 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
             }
         }
         let Some(mover) = mover.as_mut() else { continue };
-        let (version, up) = match service.call(wire::MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } }).await {
+        let (version, up, nodes) = match service.call(wire::MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } }).await {
             Ok(wire::MetaReply::Status(s)) => {
                 let up: Vec<wire::NodeId> = s.nodes.iter().filter(|n| n.state == NodeState::Up).map(|n| n.id).collect();
-                (s.map_version, up)
+                let nodes: Vec<(wire::NodeId, NodeState)> = s.nodes.iter().map(|n| (n.id, n.state)).collect();
+                (s.map_version, up, nodes)
             }
             Ok(_) | Err(_) => continue,
         };
@@ -109,7 +113,28 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
             || (clean_version != Some(version) && since_pass >= RETRY_AFTER)
             || since_pass >= PASS_INTERVAL_MAX;
         if !due {
-            mover.delete_stale(false).await;
+            mover.delete_stale(false, &nodes).await;
+            // A drained node goes out once its old copies are deleted too (while it still
+            // serves), and only if it was not undrained meanwhile.
+            let mut still = Vec::new();
+            for node in drained.drain(..) {
+                if !nodes.contains(&(node, NodeState::Draining)) {
+                    continue;
+                }
+                if mover.stale_on(node) > 0 {
+                    still.push(node);
+                    continue;
+                }
+                let op = MetaOp::SetNodeState { node, state: NodeState::Out };
+                match service.call(wire::MetaCall { request_id: 0, op }).await {
+                    Ok(_) => tracing::info!("mover: node {node} is drained; marked out"),
+                    Err(e) => {
+                        tracing::warn!("mover: cannot mark drained node {node} out: {e}");
+                        still.push(node);
+                    }
+                }
+            }
+            drained = still;
             continue;
         }
         let started = Instant::now();
@@ -144,12 +169,11 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
         }
         if report.chunks_left == 0 && report.chunks_failed == 0 {
             clean_version = Some(report.map_version);
-            // Every chunk is on a map that leaves the draining nodes out: nothing is left on them.
+            // Every chunk is on a map that leaves the draining nodes out: nothing the
+            // namespace references is left on them (their old copies go after the grace).
             for node in report.draining {
-                let op = MetaOp::SetNodeState { node, state: NodeState::Out };
-                match service.call(wire::MetaCall { request_id: 0, op }).await {
-                    Ok(_) => tracing::info!("mover: node {node} is drained; marked out"),
-                    Err(e) => tracing::warn!("mover: cannot mark drained node {node} out: {e}"),
+                if !drained.contains(&node) {
+                    drained.push(node);
                 }
             }
         } else {

@@ -757,8 +757,9 @@ async fn metadata_server_killed_mid_load_fails_no_operation() {
     let t = Instant::now();
     lab.meta(victim).start();
     lab.wait_meta(victim, Duration::from_secs(30));
+    // A fresh server counts unheard nodes as up for down_after_ms: wait for real heartbeats.
     let all: Vec<usize> = (0..lab.storages().len()).collect();
-    lab.wait_nodes(&all, "up", Duration::from_secs(30));
+    lab.wait_nodes_back(&all, Instant::now(), Duration::from_secs(30));
     lab.log(&format!("{} restarted, answers and sees every node up after {:.1}s", lab.meta(victim).name, t.elapsed().as_secs_f64()));
     let status = lab.status(victim).unwrap_or_else(|e| lab.fail(&e));
     if status["leader"].as_str() != Some(survivor_addr.as_str()) {
@@ -818,8 +819,9 @@ async fn rolling_restart_of_every_host_fails_no_operation() {
         std::thread::sleep(Duration::from_secs(1));
         lab.meta(m).start();
         lab.wait_meta(m, Duration::from_secs(30));
-        // The restarted server learns liveness from heartbeats: the next one goes only then.
-        lab.wait_nodes(&all, "up", Duration::from_secs(30));
+        // The restarted server learns liveness from heartbeats (until then it counts every node
+        // up for down_after_ms): the next one goes only once they arrive.
+        lab.wait_nodes_back(&all, Instant::now(), Duration::from_secs(30));
         lab.log(&format!("restarted {}: back after {:.1}s; {} operations, {} failed", lab.meta(m).name, t.elapsed().as_secs_f64(), load.shared.ops(), load.shared.failures()));
     }
     wait_status(&lab, &BOTH, Duration::from_secs(30), "a lease holder after the metadata restarts", |s| s["leader"].is_string());

@@ -44,19 +44,7 @@ fn settled(status: &serde_json::Value) -> bool {
 }
 
 fn shards_in(dir: &std::path::Path) -> usize {
-    let mut count = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.components().any(|c| c.as_os_str() == "shards") {
-                count += 1;
-            }
-        }
-    }
-    count
+    shard_files_in(dir).len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

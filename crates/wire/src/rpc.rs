@@ -115,6 +115,8 @@ impl Connection {
         let frame = match frame::read_frame(&mut rd).await {
             Ok(Some(f)) => f,
             Ok(None) => return Err(connect_err("closed during handshake".into())),
+            // The peer went away (reset, restart): unreachable, so callers retry or fail over.
+            Err(frame::ReadError::Io(e)) => return Err(connect_err(format!("during the handshake: {e}"))),
             Err(e) => return Err(RpcError::Protocol { addr: addr.into(), reason: e.to_string() }),
         };
         if frame.header.kind != FrameKind::Hello {

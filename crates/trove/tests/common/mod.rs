@@ -22,6 +22,24 @@ pub fn run_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Every shard file below `dir` (files under a `shards` directory), sorted.
+pub fn shard_files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.components().any(|c| c.as_os_str() == "shards") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// A local cluster of separate processes in a temporary directory.
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
@@ -64,20 +82,7 @@ impl TestCluster {
 
     /// Every shard file stored by every node.
     pub fn shard_files(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let mut stack = vec![self.path().to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.components().any(|c| c.as_os_str() == "shards") {
-                    out.push(p);
-                }
-            }
-        }
-        out.sort();
-        out
+        shard_files_in(self.path())
     }
 
     /// `trove status --json` of the cluster.

@@ -18,6 +18,8 @@
 //!
 //! Needs root and iproute2 (`ip netns`); PostgreSQL comes from `scripts/postgres.sh`.
 //!
+//! Storage hosts can be added to a running lab ([`Lab::add_storage`]: `trove node add`).
+//!
 //! Knobs (environment): `TROVE_LAB_STORAGE_META` = `all` or `N` overrides which metadata
 //! servers storage nodes are given ([`MetaList`]); `TROVE_LAB_KEEP=1` keeps the lab's directory
 //! (configs, drives, logs) after the test; `TROVE_LOG` is passed to the services (default info).
@@ -543,7 +545,8 @@ impl Lab {
     /// Waits until storage hosts `which` are up with a heartbeat received after `since` (their
     /// restart), as seen by every metadata host the nodes heartbeat to. Unlike
     /// `wait_nodes(.., "up", ..)` this does not return for a node that has not been seen down
-    /// yet.
+    /// yet. `since` must also be later than the metadata servers' start: a server reports a
+    /// node it has not heard from yet as up, with the time since its own start as the age.
     pub fn wait_nodes_back(&self, which: &[usize], since: Instant, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
