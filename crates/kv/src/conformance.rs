@@ -93,10 +93,13 @@ macro_rules! __kv_conformance_tests_expand {
 /// Expands to one `#[tokio::test]` per conformance case, each calling `$make_engine().await`
 /// (which must return `Arc<dyn KvEngine>`, a fresh empty engine) and running the case on it.
 ///
-/// ```ignore
+/// ```text
 /// async fn make_engine() -> Arc<dyn KvEngine> { ... }
 /// kv::conformance_tests!(make_engine);
 /// ```
+///
+/// (`crates/kv-redb/tests/conformance.rs` and `crates/kv-postgres/tests/conformance.rs` are
+/// complete uses.)
 #[macro_export]
 macro_rules! conformance_tests {
     ($make_engine:expr) => {
