@@ -46,7 +46,8 @@ run() {
     # run NAME COMMAND...: records the command and its output as NAME.txt
     local name=$1
     shift
-    printf '%q ' "$@" >> "$out/commands.txt"
+    # Paths inside the repository are recorded relative to it.
+    printf '%q ' "$@" | sed "s|$root/||g" >> "$out/commands.txt"
     echo >> "$out/commands.txt"
     echo "== $name: $*" >&2
     "$@" > "$out/$name.txt" 2> "$out/$name.stderr.txt"
