@@ -167,15 +167,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Mount(args) => mount::mount(args).await,
         Command::Umount(args) => mount::umount(args),
         Command::Status { json } => cmds::status(&cmds::connect(cluster).await?, json).await,
-        Command::Node(cmd) => {
-            let (id, state) = match cmd {
-                NodeCmd::Drain { id } => (id, wire::NodeState::Draining),
-                NodeCmd::Undrain { id } => (id, wire::NodeState::Up),
-                NodeCmd::Remove { id } => (id, wire::NodeState::Out),
-                NodeCmd::Add { .. } => unreachable!("handled above"),
-            };
-            cmds::node_state(&cmds::connect(cluster).await?, id, state).await
-        }
+        Command::Node(NodeCmd::Drain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining).await,
+        Command::Node(NodeCmd::Undrain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up).await,
+        Command::Node(NodeCmd::Remove { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out).await,
         Command::Put { local, remote } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
         Command::Get { remote, local } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
         Command::Cat { remote } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
