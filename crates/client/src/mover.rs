@@ -78,6 +78,9 @@ impl Throttle {
     }
 }
 
+/// A chunk's current record with the map it is placed by.
+type Placed = (ChunkRecord, Arc<PlacementMap>);
+
 /// A shard left at its old place, to delete once `due`.
 #[derive(Clone, Debug)]
 struct StaleShard {
@@ -351,7 +354,7 @@ impl Mover {
             .into_iter()
             .partition(|s| (now || s.due <= instant) && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining)));
         self.stale = later;
-        let mut current: HashMap<(Ino, u64), Option<Arc<(ChunkRecord, Arc<PlacementMap>)>>> = HashMap::new();
+        let mut current: HashMap<(Ino, u64), Option<Arc<Placed>>> = HashMap::new();
         for shard in due {
             let placed = match current.get(&(shard.ino, shard.index)) {
                 Some(found) => found.clone(),
@@ -387,7 +390,7 @@ impl Mover {
         }
     }
 
-    async fn current_record(&self, ino: Ino, index: u64) -> Result<Option<(ChunkRecord, Arc<PlacementMap>)>> {
+    async fn current_record(&self, ino: Ino, index: u64) -> Result<Option<Placed>> {
         let reply = self.client.meta(MetaOp::GetChunks { ino, first: index, count: 1 }).await;
         let chunks = match reply {
             Ok(MetaReply::Chunks { chunks, .. }) => chunks,
