@@ -68,20 +68,6 @@ pub struct StorageConfig {
     pub heartbeat_ms: u64,
 }
 
-/// Runs futures concurrently until all finish (the membership loops never do).
-async fn futures_join_all<F: Future<Output = ()>>(futures: impl IntoIterator<Item = F>) {
-    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    std::future::poll_fn(|cx| {
-        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-        if set.is_empty() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
-}
-
 impl StorageConfig {
     /// The metadata servers' addresses: `meta` is one address or several, comma-separated.
     pub fn meta_addrs(&self) -> Vec<String> {
@@ -224,8 +210,9 @@ pub async fn run_until(
     // One membership loop per metadata server: each one hears this node's heartbeats, so
     // whichever leads the cluster manager knows its liveness (registration is by uuid, so all
     // of them agree on its id).
-    let memberships = futures_join_all(config.meta_addrs().into_iter().map(|meta| {
-        service::membership(
+    let mut memberships = tokio::task::JoinSet::new();
+    for meta in config.meta_addrs() {
+        memberships.spawn(service::membership(
             service.clone(),
             service::Membership {
                 meta,
@@ -234,8 +221,10 @@ pub async fn run_until(
                 addr: advertise.clone(),
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
             },
-        )
-    }));
+        ));
+    }
+    // The loops never end; dropping the set at shutdown aborts them.
+    let memberships = async move { while memberships.join_next().await.is_some() {} };
     tokio::select! {
         () = shutdown => {}
         () = memberships => {}

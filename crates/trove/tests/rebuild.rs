@@ -112,6 +112,14 @@ async fn drain_then_add_keep_every_byte() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(shards_in(&node3), 0, "a drained node keeps no shards");
+    // Still running, it is refused when it registers again: it would need emptying first.
+    let log_path = cluster.path().join("logs").join("node-3.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log_path).unwrap_or_default().contains("was removed from the cluster") {
+        assert!(std::time::Instant::now() < deadline, "node 3 was not told it was removed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(node_state(&cluster.status(), 3), "out", "a removed node does not rejoin by itself");
     cluster.kill_node(3);
     verify(&cluster.client().await, &files, "after drain, node 3 stopped").await;
 
