@@ -178,3 +178,23 @@ async fn wrong_service_and_incompatible_version_are_refused_with_clear_errors() 
     let _ = s.read_to_end(&mut rest).await;
     assert!(rest.is_empty());
 }
+
+/// A peer that resets the connection during the handshake (a process restarting) is
+/// unreachable, not a protocol error: callers retry it or fail over.
+#[tokio::test]
+async fn reset_during_handshake_is_unreachable() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            // Linger 0: closing sends RST instead of FIN.
+            stream.set_linger(Some(std::time::Duration::ZERO)).ok();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(stream);
+        }
+    });
+    for _ in 0..5 {
+        let err = Connection::connect(&addr, Service::Storage).await.err().expect("no hello: refused");
+        assert!(err.is_unreachable(), "{err:?}");
+    }
+}
