@@ -16,7 +16,8 @@
 //! no commit happened since the snapshot (the engine's commit sequence is unchanged), the
 //! snapshot *is* the latest state and validation is skipped.
 
-use crate::{Shared, TABLE};
+use crate::wal::AppendError;
+use crate::{LogState, Shared, LOG_APPLIED, STATE, TABLE};
 use async_trait::async_trait;
 use kv::{check_key, check_value, KeyValue, KvError, KvTxn};
 use redb::{Durability, ReadOnlyTable, ReadableDatabase, ReadableTable};
@@ -24,6 +25,7 @@ use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::Instant;
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
@@ -242,12 +244,8 @@ fn send_answers(answers: Vec<Answer>) {
 }
 
 /// Validates and applies each transaction of `batch` in order inside one redb write transaction
-/// and commits it with one fsync; returns every caller's answer (the transactions themselves,
-/// and their references to the engine, are dropped by then).
-///
-/// The commit is redb's default one-phase, checksummed, fsynced commit. redb's quick-repair mode
-/// is left off: it would make reopening after a crash instant, but it rewrites the allocator
-/// state of the whole file on every commit, a cost growing with the database.
+/// and makes the batch durable (see the crate documentation); returns every caller's answer
+/// (the transactions themselves, and their references to the engine, are dropped by then).
 fn commit_batch(shared: &Shared, batch: Vec<Pending>) -> Vec<Answer> {
     let (txns, senders): (Vec<Box<RedbTxn>>, Vec<_>) =
         batch.into_iter().map(|pending| (pending.txn, pending.done)).unzip();
@@ -257,16 +255,21 @@ fn commit_batch(shared: &Shared, batch: Vec<Pending>) -> Vec<Answer> {
 }
 
 /// The work of [`commit_batch`]: one result per transaction, in order.
+///
+/// The durable redb commits (checkpoints) are redb's default one-phase, checksummed, fsynced
+/// commit. redb's quick-repair mode is left off: it would make reopening after a crash instant,
+/// but it rewrites the allocator state of the whole file on every durable commit, a cost
+/// growing with the database.
 fn commit_txns(shared: &Shared, txns: &[Box<RedbTxn>]) -> Vec<Result<(), KvError>> {
     let all = |err: KvError| vec![Err(err); txns.len()];
-    let mut write = match shared.db.begin_write() {
+    let mut log = shared.log.lock();
+    if let Some(reason) = &log.failed {
+        return all(KvError::Unavailable(reason.clone()));
+    }
+    let write = match shared.db.begin_write() {
         Ok(write) => write,
         Err(err) => return all(shared.error("begin a write transaction", err)),
     };
-    if let Err(err) = write.set_durability(Durability::Immediate) {
-        let _ = write.abort();
-        return all(shared.error("request a durable commit", err));
-    }
     // Outcome per transaction: Ok = applied, Err = left out with this error.
     let mut outcomes: Vec<Result<(), KvError>> = Vec::with_capacity(txns.len());
     let applied = match write.open_table(TABLE) {
@@ -303,21 +306,25 @@ fn commit_txns(shared: &Shared, txns: &[Box<RedbTxn>]) -> Vec<Result<(), KvError
             return all(err);
         }
     };
-    let committed = if any_applied {
-        let committed = write.commit();
-        // Published even if the commit failed: its outcome is unknown, so later committers
-        // must validate.
-        shared.publish_commit();
-        committed.map_err(|err| match shared.error("commit", err) {
-            KvError::Unavailable(message) | KvError::Corrupt(message) => {
-                KvError::MaybeCommitted(message)
-            }
-            other => other,
-        })
-    } else {
+    if !any_applied {
         let _ = write.abort();
-        Ok(())
+        return outcomes;
+    }
+    let lsn = log.last_lsn + 1;
+    let mut record = Vec::new();
+    let batch_writes = txns.iter().zip(&outcomes).filter(|(_, outcome)| outcome.is_ok());
+    crate::wal::encode(
+        lsn,
+        batch_writes.flat_map(|(txn, _)| txn.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))),
+        &mut record,
+    );
+    let committed = if log.checkpoint_due(record.len()) {
+        checkpoint(shared, &mut log, write, lsn)
+    } else {
+        log_then_commit(shared, &mut log, write, lsn, &record)
     };
+    // Published whatever the outcome: if it is unknown, later committers must validate.
+    shared.publish_commit();
     outcomes
         .into_iter()
         .map(|outcome| match (outcome, &committed) {
@@ -326,6 +333,66 @@ fn commit_txns(shared: &Shared, txns: &[Box<RedbTxn>]) -> Vec<Result<(), KvError
             (Ok(()), Err(err)) => Err(err.clone()),
         })
         .collect()
+}
+
+/// Commits the batch in `write` durably to redb, recording `lsn` as logged up to: a
+/// checkpoint. The log then starts over.
+fn checkpoint(shared: &Shared, log: &mut LogState, mut write: redb::WriteTransaction, lsn: u64) -> Result<(), KvError> {
+    let prepared = write
+        .set_durability(Durability::Immediate)
+        .map_err(redb::Error::from)
+        .and_then(|()| Ok(write.open_table(STATE)?.insert(LOG_APPLIED, lsn).map(drop)?));
+    if let Err(err) = prepared {
+        let _ = write.abort();
+        return Err(shared.error("prepare a checkpoint", err));
+    }
+    match write.commit() {
+        Ok(()) => {
+            log.last_lsn = lsn;
+            log.wal.restart();
+            log.checkpointed_at = Instant::now();
+            Ok(())
+        }
+        Err(err) => Err(log.fail(maybe_committed(shared.error("commit a checkpoint", err)))),
+    }
+}
+
+/// Appends the batch's `record` to the log and syncs it, then commits `write` to redb without
+/// an fsync of its own.
+fn log_then_commit(
+    shared: &Shared,
+    log: &mut LogState,
+    mut write: redb::WriteTransaction,
+    lsn: u64,
+    record: &[u8],
+) -> Result<(), KvError> {
+    if let Err(err) = write.set_durability(Durability::None) {
+        let _ = write.abort();
+        return Err(shared.error("request a non-durable commit", err));
+    }
+    let shown = log.wal.path().display().to_string();
+    match log.wal.append(record) {
+        Ok(()) => {}
+        Err(AppendError::Write(err)) => {
+            let _ = write.abort();
+            return Err(log.fail(KvError::Unavailable(format!("cannot write to write-ahead log {shown}: {err}"))));
+        }
+        Err(AppendError::Sync(err)) => {
+            let _ = write.abort();
+            return Err(log.fail(KvError::MaybeCommitted(format!("cannot sync write-ahead log {shown}: {err}"))));
+        }
+    }
+    log.last_lsn = lsn;
+    // The batch is durable in the log; the next open replays it even if this fails.
+    write.commit().map_err(|err| log.fail(maybe_committed(shared.error("commit", err))))
+}
+
+/// The outcome of a commit that failed after it may have taken effect.
+fn maybe_committed(err: KvError) -> KvError {
+    match err {
+        KvError::Unavailable(message) | KvError::Corrupt(message) => KvError::MaybeCommitted(message),
+        other => other,
+    }
 }
 
 fn as_ref_bound(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
