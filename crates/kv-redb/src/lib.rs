@@ -443,7 +443,7 @@ mod tests {
         let starts = write_records(&path, 0);
         let file = std::fs::OpenOptions::new().write(true).open(wal::Wal::path_for(&path)).unwrap();
         file.write_all_at(b"X", starts[1] + 20).unwrap();
-        let err = RedbEngine::open(&path).err().expect("a damaged log is refused");
+        let err = RedbEngine::open(&path).expect_err("a damaged log is refused");
         let KvError::Corrupt(message) = &err else { panic!("expected Corrupt, got {err:?}") };
         assert!(message.contains("db.wal") && message.contains("record 2") && message.contains("damaged"), "{message}");
     }
@@ -466,7 +466,7 @@ mod tests {
         let path = dir.path().join("db");
         let options = Options { log_bytes: 64 << 10 };
         let engine = RedbEngine::open_with(&path, &options).unwrap();
-        let value = |i: u32| vec![(i % 251) as u8; if i % 50 == 0 { 100_000 } else { 1000 }];
+        let value = |i: u32| vec![(i % 251) as u8; if i.is_multiple_of(50) { 100_000 } else { 1000 }];
         let mut checkpoints = 0;
         for i in 0..400u32 {
             let before = engine.shared.log.lock().wal.used();
