@@ -86,6 +86,22 @@ pub(crate) struct Inner {
     nodes: RwLock<HashMap<NodeId, Arc<NodeHandle>>>,
     maps: RwLock<HashMap<u32, Arc<PlacementMap>>>,
     last_node_refresh: parking_lot::Mutex<Option<Instant>>,
+    /// Told of every directory change a namespace call of this client made.
+    dir_observer: std::sync::OnceLock<DirObserver>,
+}
+
+type DirObserver = Box<dyn Fn(&DirChange) + Send + Sync>;
+
+/// A directory change made by one of this client's namespace calls, with the directory's
+/// attributes after it (the metadata service's post-operation attributes): what a cache of
+/// directory attributes needs to stay exact for this client's own changes. See
+/// [`Client::observe_dir_changes`].
+#[derive(Clone, Debug)]
+pub struct DirChange {
+    /// The directory's attributes after the change.
+    pub dir: Attr,
+    /// The inode whose entry was removed (unlink, rmdir), if one was.
+    pub removed: Option<Ino>,
 }
 
 /// A storage node as the client sees it: how to reach it and whether it failed lately.
@@ -159,6 +175,7 @@ impl Client {
                 nodes: RwLock::new(HashMap::new()),
                 maps: RwLock::new(HashMap::new()),
                 last_node_refresh: parking_lot::Mutex::new(None),
+                dir_observer: std::sync::OnceLock::new(),
             }),
         };
         client.refresh_nodes().await?;
@@ -185,7 +202,10 @@ impl Client {
             let current = self.inner.meta_current.load(Ordering::Relaxed) % self.inner.metas.len();
             let peer = &self.inner.metas[current];
             match peer.call::<MetaCall, MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(30)).await {
-                Ok((reply, _)) => return Ok(reply),
+                Ok((reply, _)) => {
+                    self.report_dir_change(&reply);
+                    return Ok(reply);
+                }
                 Err(e)
                     if (e.is_unreachable() || matches!(&e, RpcError::Remote(w) if w.code == ErrorCode::MaybeCommitted))
                         && started.elapsed() < self.inner.options.meta_deadline =>
@@ -207,16 +227,33 @@ impl Client {
         }
     }
 
+    /// Calls `observer` with every directory change this client (and its clones) makes from now
+    /// on, before the call that made it returns. Renames are not reported (they answer no
+    /// attributes): a cache must drop what they may have changed itself. Set once; later calls
+    /// are ignored and return false.
+    pub fn observe_dir_changes(&self, observer: impl Fn(&DirChange) + Send + Sync + 'static) -> bool {
+        self.inner.dir_observer.set(Box::new(observer)).is_ok()
+    }
+
+    fn report_dir_change(&self, reply: &MetaReply) {
+        let Some(observer) = self.inner.dir_observer.get() else { return };
+        match reply {
+            MetaReply::Entry { dir, .. } => observer(&DirChange { dir: dir.clone(), removed: None }),
+            MetaReply::Removed { ino, dir } => observer(&DirChange { dir: dir.clone(), removed: Some(*ino) }),
+            _ => {}
+        }
+    }
+
     async fn meta_attr(&self, op: MetaOp) -> Result<Attr> {
         match self.meta(op).await? {
-            MetaReply::Attr(a) => Ok(a),
+            MetaReply::Attr(a) | MetaReply::Entry { attr: a, .. } => Ok(a),
             other => Err(unexpected(&other)),
         }
     }
 
     async fn meta_ok(&self, op: MetaOp) -> Result<()> {
         match self.meta(op).await? {
-            MetaReply::Ok | MetaReply::Attr(_) => Ok(()),
+            MetaReply::Ok | MetaReply::Attr(_) | MetaReply::Removed { .. } => Ok(()),
             other => Err(unexpected(&other)),
         }
     }

@@ -522,7 +522,8 @@ async fn load_child(
 }
 
 /// Stamps a directory's mtime and ctime (its entries changed) and adds `nlink_delta` to its
-/// link count. The times go to the directory's [`DirTimesRec`], written without being read, so
+/// link count; returns the directory's attributes after the change (the post-operation
+/// attributes clients cache). The times go to the directory's [`DirTimesRec`], written without being read, so
 /// that concurrent creates and removes in one directory do not conflict; only a change of the
 /// link count (a subdirectory made or removed) reads and rewrites the inode. The times shown
 /// are those of the change committed last: concurrent changes may commit in another order than
@@ -533,9 +534,11 @@ async fn touch_dir(
     ino: Ino,
     nlink_delta: i64,
     now: Timestamp,
-) -> TxResult<()> {
+) -> TxResult<Attr> {
+    // The transaction has read the inode already (it checked it is a directory), so this read
+    // adds no dependency.
+    let mut rec = load(txn, ino).await?;
     if nlink_delta != 0 {
-        let mut rec = load(txn, ino).await?;
         let nlink = i64::from(rec.attr.nlink) + nlink_delta;
         let Ok(nlink) = u32::try_from(nlink) else {
             fail!(
@@ -556,7 +559,13 @@ async fn touch_dir(
             ctime: now,
         },
     )
-    .await
+    .await?;
+    // What `with_dir_times` will show, as far as this transaction knows (the record is written
+    // blindly, so a concurrent change's later time is not seen here).
+    let mut attr = rec.attr;
+    attr.mtime = attr.mtime.max(now);
+    attr.ctime = attr.ctime.max(now);
+    Ok(attr)
 }
 
 /// A directory's attributes with its latest entry-change times (see [`touch_dir`]): the later
@@ -876,12 +885,15 @@ async fn make(
         },
     )
     .await?;
-    touch_dir(txn, parent, i64::from(is_dir), now).await?;
+    let dir = touch_dir(txn, parent, i64::from(is_dir), now).await?;
     store::stat_add(txn, Stat::Inodes, ino, 1).await?;
     if new.kind == FileKind::File {
         store::stat_add(txn, Stat::Files, ino, 1).await?;
     }
-    Ok(MetaReply::Attr(rec.attr))
+    Ok(MetaReply::Entry {
+        attr: rec.attr,
+        dir,
+    })
 }
 
 async fn link(
@@ -922,8 +934,11 @@ async fn link(
         },
     )
     .await?;
-    touch_dir(txn, new_parent, 0, ctx.now).await?;
-    Ok(MetaReply::Attr(rec.attr))
+    let dir = touch_dir(txn, new_parent, 0, ctx.now).await?;
+    Ok(MetaReply::Entry {
+        attr: rec.attr,
+        dir,
+    })
 }
 
 async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
@@ -940,9 +955,10 @@ async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRe
         );
     }
     txn.delete(&keys::dentry(parent, name)).await?;
+    let ino = child.attr.ino;
     drop_link(txn, ctx, child).await?;
-    touch_dir(txn, parent, 0, ctx.now).await?;
-    Ok(MetaReply::Ok)
+    let dir = touch_dir(txn, parent, 0, ctx.now).await?;
+    Ok(MetaReply::Removed { ino, dir })
 }
 
 async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
@@ -964,8 +980,11 @@ async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRes
     }
     txn.delete(&keys::dentry(parent, name)).await?;
     delete_inode(txn, ctx, &child).await?;
-    touch_dir(txn, parent, -1, ctx.now).await?;
-    Ok(MetaReply::Ok)
+    let dir = touch_dir(txn, parent, -1, ctx.now).await?;
+    Ok(MetaReply::Removed {
+        ino: child.attr.ino,
+        dir,
+    })
 }
 
 /// Fails with `Invalid` if directory `start` is `dir` or lies under it: moving `dir` into

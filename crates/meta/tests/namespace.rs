@@ -1845,7 +1845,7 @@ async fn retried_request_ids_apply_once() {
         .map(|e| e.code),
         Some(ErrorCode::Exists)
     );
-    // Unlink retried: Ok twice, not NotFound.
+    // Unlink retried: the same answer twice, not NotFound.
     let unlink = MetaCall {
         request_id: rid(),
         op: MetaOp::Unlink {
@@ -1853,8 +1853,9 @@ async fn retried_request_ids_apply_once() {
             name: "once".into(),
         },
     };
-    assert_eq!(svc.call(unlink.clone()).await, Ok(MetaReply::Ok));
-    assert_eq!(svc.call(unlink.clone()).await, Ok(MetaReply::Ok));
+    let first = svc.call(unlink.clone()).await;
+    assert!(matches!(first, Ok(MetaReply::Removed { .. })), "{first:?}");
+    assert_eq!(svc.call(unlink.clone()).await, first);
     // Request id 0 is not tracked.
     let untracked = MetaCall {
         request_id: 0,

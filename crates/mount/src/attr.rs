@@ -164,30 +164,36 @@ pub fn xattr_list(names: &[String]) -> Vec<u8> {
     out
 }
 
+/// An inode's attributes for tests: inode 42 of `kind`, mode 04755, owner 1000:100.
+#[cfg(test)]
+pub(crate) fn test_attr(kind: FileKind) -> Attr {
+    let t = Timestamp { secs: 1_700_000_000, nanos: 5 };
+    Attr {
+        ino: 42,
+        kind,
+        mode: 0o4755,
+        uid: 1000,
+        gid: 100,
+        size: 5000,
+        nlink: 1,
+        rdev: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        data_version: 3,
+        ec: wire::EcScheme::DEFAULT,
+        chunk_bytes: 4 << 20,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::{EcScheme, ErrorCode};
+    use wire::ErrorCode;
 
     fn attr(kind: FileKind) -> Attr {
-        let t = Timestamp { secs: 1_700_000_000, nanos: 5 };
-        Attr {
-            ino: 42,
-            kind,
-            mode: 0o4755,
-            uid: 1000,
-            gid: 100,
-            size: 5000,
-            nlink: 1,
-            rdev: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            data_version: 3,
-            ec: EcScheme::DEFAULT,
-            chunk_bytes: 4 << 20,
-        }
+        test_attr(kind)
     }
 
     #[test]

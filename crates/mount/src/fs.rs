@@ -13,6 +13,7 @@
 
 use crate::attr::{self, file_attr, name_str, XattrAnswer};
 use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
+use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
 use client::Client;
@@ -28,7 +29,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 use wire::{Attr, ErrorCode, FileKind, Ino, LockKind, LockRange, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
 
@@ -104,6 +105,8 @@ pub(crate) struct Shared {
     /// (inode, lock owner) pairs that may hold cluster locks: close and release must free them,
     /// and only these need the round trip.
     held_locks: Mutex<HashSet<(Ino, u64)>>,
+    /// Directory attributes for answering GETATTR without a round trip (see `dircache.rs`).
+    dir_attrs: Mutex<DirCache>,
 }
 
 /// The file system handed to fuser.
@@ -116,6 +119,7 @@ impl TroveFs {
     pub(crate) fn new(client: Client, runtime: Handle, options: MountOptions) -> TroveFs {
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let mount_id = (u64::from(std::process::id()) << 32) ^ now.as_nanos() as u64;
+        let options_attr_timeout = options.attr_timeout;
         let fs = TroveFs {
             shared: Arc::new(Shared {
                 client,
@@ -129,9 +133,23 @@ impl TroveFs {
                 orphan_dir: tokio::sync::OnceCell::new(),
                 mount_id,
                 held_locks: Mutex::new(HashSet::new()),
+                dir_attrs: Mutex::new(DirCache::new(options_attr_timeout)),
             }),
             runtime,
         };
+        // The metadata service answers this mount's changes with the directory's attributes
+        // after them: keep those, so the GETATTR the kernel sends next is answered here.
+        let weak = Arc::downgrade(&fs.shared);
+        fs.shared.client.observe_dir_changes(move |change| {
+            if let Some(s) = weak.upgrade() {
+                let now = Instant::now();
+                let mut cache = lock(&s.dir_attrs);
+                cache.put(&change.dir, now);
+                if let Some(ino) = change.removed {
+                    cache.forget(ino, now);
+                }
+            }
+        });
         if fs.shared.options.cluster_locks {
             fs.start_lease_renewal();
         }
@@ -184,6 +202,17 @@ impl TroveFs {
 impl Shared {
     fn attr_ttl(&self) -> Duration {
         self.options.attr_timeout
+    }
+
+    /// Keeps a directory's attributes, read from the metadata service by a request that
+    /// started at `at`.
+    fn remember_dir(&self, a: &Attr, at: Instant) {
+        lock(&self.dir_attrs).put(a, at);
+    }
+
+    /// Forgets every kept directory attribute (after a change that moves directories).
+    fn forget_dirs(&self) {
+        lock(&self.dir_attrs).clear(Instant::now());
     }
 
     /// The kernel's view of `a`: local size and mtime while this mount has unflushed writes,
@@ -277,7 +306,9 @@ impl Shared {
         let result = async {
             let dir = self.orphan_dir().await?;
             let orphan = format!("{:016x}.{:016x}", target.ino, self.mount_id);
-            self.client.rename_mode(parent, name, dir, &orphan, RenameMode::NoReplace).await.map_err(fail)?;
+            let renamed = self.client.rename_mode(parent, name, dir, &orphan, RenameMode::NoReplace).await;
+            self.forget_dirs();
+            renamed.map_err(fail)?;
             inode.set_orphan(dir, orphan);
             Ok(true)
         }
@@ -488,7 +519,10 @@ impl Shared {
                 }
             }
         }
-        self.client.rename_mode(parent, name, new_parent, new_name, mode).await.map_err(fail)
+        let renamed = self.client.rename_mode(parent, name, new_parent, new_name, mode).await;
+        // A rename changes two directories and may move one: no post-operation attributes.
+        self.forget_dirs();
+        renamed.map_err(fail)
     }
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
@@ -673,7 +707,9 @@ impl Filesystem for TroveFs {
         self.spawn(
             reply,
             move |s| async move {
+                let started = Instant::now();
                 let a = s.client.lookup(parent.0, &name).await.map_err(fail)?;
+                s.remember_dir(&a, started);
                 Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
             },
             |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
@@ -681,10 +717,17 @@ impl Filesystem for TroveFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
+        let cached = lock(&self.shared.dir_attrs).get(ino.0, Instant::now());
+        if let Some((a, left)) = cached {
+            // Answered on this thread: no round trip, no hand-over to the runtime.
+            return reply.attr(&left, &self.shared.kernel_attr(a));
+        }
         self.spawn(
             reply,
             move |s| async move {
+                let started = Instant::now();
                 let a = s.client.getattr(ino.0).await.map_err(fail)?;
+                s.remember_dir(&a, started);
                 Ok((s.kernel_attr(a), s.attr_ttl()))
             },
             |r, (a, ttl)| r.attr(&ttl, &a),
@@ -713,6 +756,7 @@ impl Filesystem for TroveFs {
             reply,
             move |s| async move {
                 let a = s.setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime).await?;
+                s.remember_dir(&a, Instant::now());
                 Ok((s.kernel_attr(a), s.attr_ttl()))
             },
             |r, (a, ttl)| r.attr(&ttl, &a),
@@ -763,6 +807,7 @@ impl Filesystem for TroveFs {
             move |s| async move {
                 let (gid, mode) = s.new_owner(parent.0, gid, attr::creation_mode(mode, umask), true).await?;
                 let a = s.client.mkdir_as(parent.0, &name, mode, uid, gid).await.map_err(fail)?;
+                s.remember_dir(&a, Instant::now());
                 Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
             },
             |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
@@ -1061,7 +1106,11 @@ impl Filesystem for TroveFs {
         let value = value.to_vec();
         self.spawn(
             reply,
-            move |s| async move { s.client.setxattr(ino.0, &name, &value, mode).await.map_err(fail) },
+            move |s| async move {
+                let done = s.client.setxattr(ino.0, &name, &value, mode).await;
+                lock(&s.dir_attrs).forget(ino.0, Instant::now());
+                done.map_err(fail)
+            },
             |r, ()| r.ok(),
         );
     }
@@ -1118,7 +1167,11 @@ impl Filesystem for TroveFs {
         }
         self.spawn(
             reply,
-            move |s| async move { s.client.removexattr(ino.0, &name).await.map_err(fail) },
+            move |s| async move {
+                let done = s.client.removexattr(ino.0, &name).await;
+                lock(&s.dir_attrs).forget(ino.0, Instant::now());
+                done.map_err(fail)
+            },
             |r, ()| r.ok(),
         );
     }

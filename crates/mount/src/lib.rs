@@ -9,6 +9,8 @@
 //!   deleted at the last close, like NFS's "silly rename");
 //! - page-cache policy: close-to-open. An open keeps the kernel's cached pages only when the
 //!   file's `data_version` on the metadata service is the one the cache was filled from;
+//! - directory attributes for the attribute timeout (`dircache.rs`), so that the GETATTR the
+//!   kernel sends after every change in a directory is answered without a round trip;
 //! - the mount lifecycle (`mountinfo.rs`): checks with clear errors, the kernel read-ahead
 //!   window, unmounting.
 //!
@@ -22,6 +24,7 @@
 
 mod attr;
 mod dir;
+mod dircache;
 mod fs;
 pub mod mountinfo;
 mod open;

@@ -155,6 +155,13 @@ pub enum MetaReply {
     Lock { granted: bool, conflict: Option<LockRange> },
     /// The answer to `ScanChunks`: (file, record) pairs, and whether there may be more.
     ChunkPage { chunks: Vec<(Ino, ChunkRecord)>, more: bool },
+    /// The answer to `Create` (of a new file), `Mkdir`, `Mknod`, `Symlink` and `Link`: the
+    /// entry's inode, and the directory's attributes after the change (post-operation
+    /// attributes, as NFS's: a client can cache them instead of asking again).
+    Entry { attr: Attr, dir: Attr },
+    /// The answer to `Unlink` and `Rmdir`: the inode the removed entry named, and the
+    /// directory's attributes after the change.
+    Removed { ino: Ino, dir: Attr },
 }
 
 /// What the metadata service sends back for a [`MetaCall`].

@@ -187,7 +187,9 @@ async fn reset_during_handshake_is_unreachable() {
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            // Linger 0: closing sends RST instead of FIN.
+            // Linger 0: closing sends RST instead of FIN. (Deprecated because a non-zero linger
+            // blocks the thread that drops the socket; a zero one closes at once.)
+            #[allow(deprecated)]
             stream.set_linger(Some(std::time::Duration::ZERO)).ok();
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             drop(stream);

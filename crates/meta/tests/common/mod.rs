@@ -97,8 +97,8 @@ pub async fn err(svc: &MetaService, op: MetaOp, code: ErrorCode) -> String {
 
 pub fn attr_of(reply: MetaReply) -> Attr {
     match reply {
-        MetaReply::Attr(attr) => attr,
-        other => panic!("expected an Attr reply, got {other:?}"),
+        MetaReply::Attr(attr) | MetaReply::Entry { attr, .. } => attr,
+        other => panic!("expected an Attr or Entry reply, got {other:?}"),
     }
 }
 

@@ -534,6 +534,35 @@ def dir_link_counts(d):
 
 
 @check
+def dir_times_follow_changes(d):
+    """Every entry change moves the directory's mtime and ctime, and stat shows it at once."""
+    a = os.path.join(d, "a")
+    os.mkdir(a)
+    j = lambda n: os.path.join(a, n)
+    steps = []
+
+    def changed(what, fn):
+        before = os.stat(a)
+        time.sleep(0.02)
+        fn()
+        after = os.stat(a)
+        expect(after.st_mtime_ns > before.st_mtime_ns, f"{what}: directory mtime did not move")
+        expect(after.st_ctime_ns > before.st_ctime_ns, f"{what}: directory ctime did not move")
+        steps.append([what, after.st_nlink - before.st_nlink])
+
+    changed("create", lambda: write_file(j("f"), b""))
+    changed("mkdir", lambda: os.mkdir(j("s")))
+    changed("symlink", lambda: os.symlink("f", j("l")))
+    changed("link", lambda: os.link(j("f"), j("g")))
+    changed("rename within", lambda: os.rename(j("g"), j("h")))
+    changed("mkfifo", lambda: os.mkfifo(j("p")))
+    changed("unlink", lambda: os.unlink(j("h")))
+    changed("rmdir", lambda: os.rmdir(j("s")))
+    changed("rename out", lambda: os.rename(j("f"), os.path.join(d, "f")))
+    return steps
+
+
+@check
 def readdir_contents_and_types(d):
     j = lambda *p: os.path.join(d, *p)
     for n in ["c", "a", "b"]:
