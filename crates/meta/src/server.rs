@@ -23,7 +23,9 @@ pub const REQUEST_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum EngineConfig {
-    /// The embedded engine: one redb file on this machine.
+    /// The embedded engine: one redb file on this machine, with its write-ahead log beside it
+    /// (`<file>.wal`, 16 MiB). Both belong to the metadata: copy or move them together, with
+    /// the service stopped.
     Redb(PathBuf),
     /// PostgreSQL, by connection URL (`postgres://user:password@host:port/database`, or libpq's
     /// `key=value` form). Several metadata servers may share one database.

@@ -321,6 +321,43 @@ async fn mkdir_rmdir_keep_nlink_and_times() {
     err(svc, MetaOp::GetAttr { ino: a.ino }, ErrorCode::NotFound).await;
 }
 
+/// Creates, links and removes answer the directory's attributes after the change (clients cache
+/// them instead of asking again): exactly what GetAttr returns right after.
+#[tokio::test]
+async fn changes_answer_the_directory_attributes_after_them() {
+    let env = env().await;
+    let svc = &env.svc;
+    let d = mkdir(svc, ROOT_INO, "d").await;
+    let entry_dir = |reply: MetaReply| match reply {
+        MetaReply::Entry { attr, dir } => (attr, dir),
+        other => panic!("expected an Entry reply, got {other:?}"),
+    };
+    let removed_dir = |reply: MetaReply| match reply {
+        MetaReply::Removed { ino, dir } => (ino, dir),
+        other => panic!("expected a Removed reply, got {other:?}"),
+    };
+    let create_op = MetaOp::Create { parent: d.ino, name: "f".into(), mode: 0o644, uid: 1, gid: 2, exclusive: true };
+    let (f, dir) = entry_dir(ok(svc, create_op).await);
+    assert_eq!(dir, getattr(svc, d.ino).await, "after create");
+    assert!(dir.mtime >= f.ctime && dir.ctime >= f.ctime);
+    let mkdir_op = MetaOp::Mkdir { parent: d.ino, name: "s".into(), mode: 0o755, uid: 1, gid: 2 };
+    let (s, dir) = entry_dir(ok(svc, mkdir_op).await);
+    assert_eq!((dir.nlink, dir.clone()), (3, getattr(svc, d.ino).await), "after mkdir");
+    let symlink_op = MetaOp::Symlink { parent: d.ino, name: "l".into(), target: "f".into(), uid: 1, gid: 2 };
+    let (_, dir) = entry_dir(ok(svc, symlink_op).await);
+    assert_eq!(dir, getattr(svc, d.ino).await, "after symlink");
+    let link_op = MetaOp::Link { ino: f.ino, new_parent: d.ino, new_name: "g".into() };
+    let (linked, dir) = entry_dir(ok(svc, link_op).await);
+    assert_eq!((linked.nlink, dir.clone()), (2, getattr(svc, d.ino).await), "after link");
+    let (ino, dir) = removed_dir(ok(svc, MetaOp::Unlink { parent: d.ino, name: "g".into() }).await);
+    assert_eq!((ino, dir.clone()), (f.ino, getattr(svc, d.ino).await), "after unlink");
+    let (ino, dir) = removed_dir(ok(svc, MetaOp::Rmdir { parent: d.ino, name: "s".into() }).await);
+    assert_eq!((ino, dir.nlink, dir.clone()), (s.ino, 2, getattr(svc, d.ino).await), "after rmdir");
+    // Opening an existing file with a non-exclusive create changes no directory.
+    let reopen = MetaOp::Create { parent: d.ino, name: "f".into(), mode: 0o644, uid: 1, gid: 2, exclusive: false };
+    assert_eq!(ok(svc, reopen).await, MetaReply::Attr(getattr(svc, f.ino).await));
+}
+
 #[tokio::test]
 async fn mknod_makes_special_files() {
     let env = env().await;

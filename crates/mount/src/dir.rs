@@ -78,30 +78,10 @@ impl DirListing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::{Attr, EcScheme, FileKind, Timestamp};
+    use wire::{Attr, FileKind};
 
     fn entry(name: &str) -> DirEntry {
-        let t = Timestamp::default();
-        DirEntry {
-            name: name.to_string(),
-            attr: Attr {
-                ino: 7,
-                kind: FileKind::File,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                nlink: 1,
-                rdev: 0,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                crtime: t,
-                data_version: 0,
-                ec: EcScheme::DEFAULT,
-                chunk_bytes: 4 << 20,
-            },
-        }
+        DirEntry { name: name.to_string(), attr: Attr { ino: 7, ..crate::attr::test_attr(FileKind::File) } }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! Layout of a cluster directory:
 //! ```text
 //! DIR/cluster.toml          addresses, pids, scheme (this module's state)
-//! DIR/meta/meta.toml        metadata service config;  DIR/meta/meta.redb its engine (redb)
+//! DIR/meta/meta.toml        metadata service config;  DIR/meta/meta.redb its engine (redb),
+//!                           DIR/meta/meta.redb.wal the engine's write-ahead log
 //! DIR/node-I/storage.toml   storage node I's config;  DIR/node-I/drive0 its drive
 //! DIR/logs/*.log            each process's output
 //! ```

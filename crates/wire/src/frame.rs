@@ -184,12 +184,23 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>
         got += n;
     }
     let header = FrameHeader::decode(&head)?;
-    let mut body = BytesMut::zeroed(header.body_len as usize);
-    r.read_exact(&mut body).await?;
+    let body = read_section(r, header.body_len as usize).await?;
     header.verify(&head, &body)?;
-    let mut data = BytesMut::zeroed(header.data_len as usize);
-    r.read_exact(&mut data).await?;
+    let data = read_section(r, header.data_len as usize).await?;
     Ok(Some(Frame { header, body: body.freeze(), data: data.freeze() }))
+}
+
+/// Reads exactly `len` bytes into a new buffer, without zeroing it first (shard data is most of
+/// what crosses the wire; zeroing it before overwriting it cost a pass over every byte).
+async fn read_section<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<BytesMut> {
+    let mut buf = BytesMut::with_capacity(len);
+    while buf.len() < len {
+        let want = (len - buf.len()) as u64;
+        if (&mut *r).take(want).read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]
