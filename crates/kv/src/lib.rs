@@ -19,6 +19,7 @@
 
 pub mod conformance;
 pub mod memory;
+pub mod model_test;
 
 use async_trait::async_trait;
 use std::future::Future;
