@@ -1,16 +1,7 @@
-//! Crash test of [`PostgresEngine`]: a child process commits numbered transactions and reports
-//! each acknowledged commit on stdout; the parent SIGKILLs it at a random moment (usually with
-//! transactions open and commits in flight on the server), connects anew and checks that every
-//! acknowledged commit is present and that every transaction is all-or-nothing. Several rounds
-//! continue on the same tables.
-//!
-//! The child is this test binary re-executed to run this same test, which acts as the writer when started with
-//! `KV_POSTGRES_CRASH_CHILD_SCHEMA` (and the server's URL) set. Two writer tasks commit concurrently, each in its own key space:
-//! transaction `i` of writer `w` puts `w{w}/t/{i}/{j}` for `j < parts(i)` (one of them a 100 KB
-//! value every 16th transaction), deletes `w{w}/t/{i-3}/0`, and sets `w{w}/last` to `i`. So
-//! after any crash, with `L` the value of `w{w}/last`, exactly the pairs of transactions `0..=L`
-//! must exist, minus the deletions those transactions made, and `L` must be at least the last
-//! acknowledged `i`.
+//! The crash test of the `kv` crate (`kv::crash_test`) on [`PostgresEngine`]: a child process
+//! commits with two writers and is SIGKILLed at a random moment (usually with transactions open
+//! and commits in flight on the server); a new connection must show every acknowledged commit
+//! and nothing of a transaction that did not commit. Six rounds continue on the same tables.
 //!
 //! This kills the client, not the server: it checks that a commit the engine acknowledged is
 //! committed, and that a client dying mid-transaction leaves nothing half-written (the server
@@ -19,294 +10,35 @@
 //!
 //! Reproducible kill timing: the seed is printed; `KV_POSTGRES_CRASH_SEED=<seed>` replays it.
 
-use kv::{KvEngine, KvTxn, END_OF_KEYSPACE};
+use kv::crash_test::{self, CrashTest};
+use kv::KvEngine;
 use kv_postgres::{PostgresEngine, PostgresOptions};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-const CHILD_ENV: &str = "KV_POSTGRES_CRASH_CHILD_SCHEMA";
-const WRITERS: usize = 2;
-const ROUNDS: usize = 6;
-/// The child stops by itself after this long, in case nobody kills it.
-const CHILD_RUN_MAX: Duration = Duration::from_secs(20);
-const BIG_VALUE_BYTES: usize = 100_000;
-
-fn parts(i: u64) -> u64 {
-    1 + i % 4
-}
-
-fn pair_key(writer: usize, i: u64, j: u64) -> Vec<u8> {
-    format!("w{writer}/t/{i:010}/{j}").into_bytes()
-}
-
-fn last_key(writer: usize) -> Vec<u8> {
-    format!("w{writer}/last").into_bytes()
-}
-
-fn pair_value(writer: usize, i: u64, j: u64) -> Vec<u8> {
-    if i.is_multiple_of(16) && j == 0 {
-        vec![(i % 251) as u8; BIG_VALUE_BYTES]
-    } else {
-        format!("{writer}:{i}:{j}").into_bytes()
-    }
-}
-
-fn parse_last(value: Option<Vec<u8>>) -> Option<u64> {
-    value.map(|bytes| {
-        let text = String::from_utf8(bytes).expect("w/last is UTF-8");
-        text.parse()
-            .unwrap_or_else(|_| panic!("w/last is {text:?}"))
-    })
-}
+const ENV: &str = "KV_POSTGRES_CRASH";
 
 /// An engine on the crash test's schema of the test server.
-async fn open(schema: &str) -> PostgresEngine {
-    let options = PostgresOptions {
-        schema: Some(schema.to_string()),
-        ..PostgresOptions::default()
-    };
-    PostgresEngine::connect(kv_postgres::test_server::url(), options)
+async fn open(schema: String) -> Arc<dyn KvEngine> {
+    let options = PostgresOptions { schema: Some(schema.clone()), ..PostgresOptions::default() };
+    let engine = PostgresEngine::connect(kv_postgres::test_server::url(), options)
         .await
-        .unwrap_or_else(|err| panic!("connect to schema {schema}: {err}"))
-}
-
-/// Commits transaction `i` of `writer`, retrying it when PostgreSQL reports a serialization
-/// failure: the writers' keys are disjoint, but they share B-tree pages, and PostgreSQL's
-/// serializable mode tracks reads by page, so concurrent writers do conflict at times.
-async fn commit_numbered(engine: &dyn KvEngine, writer: usize, i: u64) {
-    for attempt in 1.. {
-        match try_commit_numbered(engine, writer, i).await {
-            Ok(()) => return,
-            Err(err) if err.is_retryable() && attempt < kv::RETRY_COUNT_MAX => {
-                tokio::time::sleep(kv::retry_backoff(attempt)).await;
-            }
-            Err(err) => panic!("writer {writer}: commit {i} (attempt {attempt}): {err}"),
-        }
-    }
-}
-
-async fn try_commit_numbered(
-    engine: &dyn KvEngine,
-    writer: usize,
-    i: u64,
-) -> Result<(), kv::KvError> {
-    let mut txn: Box<dyn KvTxn> = engine.begin().await.expect("begin");
-    for j in 0..parts(i) {
-        txn.put(&pair_key(writer, i, j), &pair_value(writer, i, j))
-            .await
-            .expect("put");
-    }
-    if i >= 3 {
-        txn.delete(&pair_key(writer, i - 3, 0))
-            .await
-            .expect("delete");
-    }
-    txn.put(&last_key(writer), i.to_string().as_bytes())
-        .await
-        .expect("put last");
-    txn.commit().await
-}
-
-/// The child: commits numbered transactions until killed, printing `ack <writer> <i>` after each
-/// successful commit.
-fn crash_child_writer() {
-    let Ok(schema) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
-        let engine: std::sync::Arc<dyn KvEngine> = std::sync::Arc::new(open(&schema).await);
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for writer in 0..WRITERS {
-            let engine = engine.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut txn = engine.begin().await.expect("begin");
-                let first = parse_last(txn.get(&last_key(writer)).await.expect("get last"))
-                    .map_or(0, |last| last + 1);
-                drop(txn);
-                for i in first.. {
-                    if started.elapsed() > CHILD_RUN_MAX {
-                        break;
-                    }
-                    commit_numbered(engine.as_ref(), writer, i).await;
-                    let mut stdout = std::io::stdout().lock();
-                    writeln!(stdout, "ack {writer} {i}")
-                        .and_then(|()| stdout.flush())
-                        .expect("report an ack");
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.expect("writer task");
-        }
-    });
-}
-
-/// Checks the state of the database against the invariants; returns each writer's last `i`.
-async fn verify(
-    schema: &str,
-    acked: &[Option<u64>; WRITERS],
-    context: &str,
-) -> [Option<u64>; WRITERS] {
-    let engine = open(schema).await;
-    let mut txn = engine.begin().await.expect("begin");
-    let all: BTreeMap<Vec<u8>, Vec<u8>> = txn
-        .scan(&[], END_OF_KEYSPACE, usize::MAX)
-        .await
-        .expect("scan")
-        .into_iter()
-        .collect();
-    let mut lasts = [None; WRITERS];
-    let mut expected_count = 0;
-    for writer in 0..WRITERS {
-        let last = parse_last(all.get(&last_key(writer)).cloned());
-        lasts[writer] = last;
-        if let Some(acked) = acked[writer] {
-            assert!(
-                last.is_some_and(|last| last >= acked),
-                "{context}: writer {writer}: commit {acked} was acknowledged but the database ends at {last:?}"
-            );
-        }
-        let Some(last) = last else { continue };
-        expected_count += 1;
-        for i in 0..=last {
-            for j in 0..parts(i) {
-                let key = pair_key(writer, i, j);
-                let deleted = j == 0 && i + 3 <= last;
-                match (all.get(&key), deleted) {
-                    (None, true) => {}
-                    (Some(value), false) if *value == pair_value(writer, i, j) => expected_count += 1,
-                    (found, _) => panic!(
-                        "{context}: writer {writer} transaction {i} (last {last}): key {} is {:?}, expected {}",
-                        String::from_utf8_lossy(&key),
-                        found.map(|v| v.len()),
-                        if deleted { "deleted" } else { "its value" }
-                    ),
-                }
-            }
-        }
-    }
-    assert_eq!(
-        all.len(),
-        expected_count,
-        "{context}: the database holds pairs of uncommitted or torn transactions (lasts {lasts:?})"
-    );
-    lasts
+        .unwrap_or_else(|err| panic!("connect to schema {schema}: {err}"));
+    Arc::new(engine)
 }
 
 #[test]
 fn kill_during_commits_loses_nothing_acknowledged() {
-    if std::env::var_os(CHILD_ENV).is_some() {
-        return crash_child_writer();
+    // The writers' keys are disjoint, but PostgreSQL's serializable mode tracks reads by page,
+    // so concurrent writers do conflict at times: their commits are retried.
+    if crash_test::child(ENV, true, open) {
+        return;
     }
-    let seed = match std::env::var("KV_POSTGRES_CRASH_SEED") {
-        Ok(text) => text
-            .parse()
-            .unwrap_or_else(|_| panic!("KV_POSTGRES_CRASH_SEED={text} is not a number")),
-        Err(_) => rand::random::<u32>() as u64,
+    let test = CrashTest {
+        env: ENV,
+        test_name: "kill_during_commits_loses_nothing_acknowledged",
+        target: kv_postgres::test_server::fresh_schema("crash"),
+        child_env: vec![(kv_postgres::test_server::URL_ENV.to_string(), kv_postgres::test_server::url().to_string())],
+        retry_conflicts: true,
     };
-    println!("crash seed: {seed} (replay with KV_POSTGRES_CRASH_SEED={seed})");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let schema = kv_postgres::test_server::fresh_schema("crash");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut acked: [Option<u64>; WRITERS] = [None; WRITERS];
-    let mut previous = [None; WRITERS];
-
-    for round in 0..ROUNDS {
-        let context = format!("seed {seed} round {round}");
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "kill_during_commits_loses_nothing_acknowledged",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &schema)
-            .env(
-                kv_postgres::test_server::URL_ENV,
-                kv_postgres::test_server::url(),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the child");
-        let stdout = child.stdout.take().expect("child stdout");
-        let (sender, acks) = mpsc::channel::<(usize, u64)>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let mut words = line.split_whitespace();
-                if words.next() != Some("ack") {
-                    continue; // the test harness's own output
-                }
-                let writer = words
-                    .next()
-                    .and_then(|w| w.parse().ok())
-                    .expect("ack writer");
-                let i = words
-                    .next()
-                    .and_then(|i| i.parse().ok())
-                    .expect("ack number");
-                if sender.send((writer, i)).is_err() {
-                    break;
-                }
-            }
-        });
-
-        let first = acks.recv_timeout(Duration::from_secs(30));
-        let delay = Duration::from_millis(rng.gen_range(0..300));
-        if first.is_ok() {
-            std::thread::sleep(delay);
-        }
-        let still_running = child.try_wait().expect("poll the child").is_none();
-        child.kill().expect("SIGKILL the child");
-        let status = child.wait().expect("reap the child");
-        reader.join().expect("stdout reader");
-        let first = first.unwrap_or_else(|err| {
-            panic!("{context}: no commit acknowledged ({err}); child {status}")
-        });
-        assert!(
-            still_running,
-            "{context}: the child exited by itself before the kill: {status}"
-        );
-
-        let mut count = 0;
-        for (writer, i) in std::iter::once(first).chain(acks.try_iter()) {
-            let slot = &mut acked[writer];
-            assert!(
-                slot.is_none_or(|previous| i > previous),
-                "{context}: writer {writer} acknowledged {i} twice"
-            );
-            *slot = Some(i);
-            count += 1;
-        }
-        let lasts = runtime.block_on(verify(&schema, &acked, &context));
-        println!(
-            "{context}: killed after {delay:?}, {count} acknowledged commits, last acknowledged {acked:?}, database at {lasts:?}"
-        );
-        for writer in 0..WRITERS {
-            assert!(
-                lasts[writer] >= previous[writer],
-                "{context}: writer {writer} went back"
-            );
-        }
-        previous = lasts;
-        // Unacknowledged but durable commits are fine: they count as the writer's progress.
-        acked = lasts;
-    }
+    crash_test::run(test, open);
 }

@@ -19,6 +19,7 @@
 
 pub mod conformance;
 pub mod memory;
+pub mod crash_test;
 pub mod model_test;
 
 use async_trait::async_trait;
