@@ -97,7 +97,6 @@ mod txn;
 use async_trait::async_trait;
 use kv::{KvEngine, KvError, KvTxn};
 use std::fmt;
-use std::hash::RandomState;
 use std::sync::Arc;
 use tokio_postgres::config::Host;
 
@@ -149,8 +148,8 @@ pub struct PostgresEngine {
 /// What the engine and its transactions share.
 struct Shared {
     pool: Arc<pool::Pool>,
-    /// Keys of the value digests of read sets (random per engine, like the redb engine's).
-    digest_keys: [RandomState; 2],
+    /// Digests of the values in read sets, under keys random per engine.
+    digester: kv::readset::Digester,
 }
 
 impl PostgresEngine {
@@ -186,7 +185,7 @@ impl PostgresEngine {
         Ok(PostgresEngine {
             shared: Arc::new(Shared {
                 pool,
-                digest_keys: [RandomState::new(), RandomState::new()],
+                digester: kv::readset::Digester::default(),
             }),
         })
     }

@@ -15,17 +15,14 @@
 use crate::pool::{error_text, join_in_order, BoxFuture, Conn, ConnState, Lease, Pool};
 use crate::{Shared, INDEX_KEY_BYTES_MAX};
 use async_trait::async_trait;
+use kv::readset::{Digest, ScanRead};
 use kv::{check_key, check_value, KeyValue, KvError, KvTxn};
 use std::collections::BTreeMap;
-use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
-
-/// Values up to this size are kept verbatim in the read set; larger ones as a keyed hash.
-const DIGEST_INLINE_BYTES_MAX: usize = 64;
 
 /// Starts the reading transaction. `READ ONLY` lets PostgreSQL's serializable mode protect a
 /// read-only Trove transaction cheaply; a writing one never writes in it anyway.
@@ -37,43 +34,6 @@ const END_READING_BEGIN_COMMIT: &str = "ROLLBACK; BEGIN ISOLATION LEVEL SERIALIZ
 
 type Param<'a> = &'a (dyn ToSql + Sync);
 type PgResult<T> = Result<T, tokio_postgres::Error>;
-
-/// What a read observed of one value, compared at commit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Digest {
-    Inline(Vec<u8>),
-    /// Length and two 64-bit SipHash values under the engine's random keys.
-    Hashed {
-        len: usize,
-        hash: [u64; 2],
-    },
-}
-
-impl Digest {
-    fn of(shared: &Shared, value: &[u8]) -> Digest {
-        if value.len() <= DIGEST_INLINE_BYTES_MAX {
-            Digest::Inline(value.to_vec())
-        } else {
-            let [first, second] = &shared.digest_keys;
-            Digest::Hashed {
-                len: value.len(),
-                hash: [first.hash_one(value), second.hash_one(value)],
-            }
-        }
-    }
-}
-
-/// A scan's dependency on committed data.
-struct ScanRead {
-    start: Vec<u8>,
-    /// `Excluded(end)` when the scan saw its whole range, `Included(last key)` when it stopped
-    /// at its limit.
-    end: Bound<Vec<u8>>,
-    /// Committed pairs in the range that the result showed, in key order.
-    seen: Vec<(Vec<u8>, Digest)>,
-    /// Keys in the range the transaction had written before the scan (ascending).
-    masked: Vec<Vec<u8>>,
-}
 
 /// The error a failed read left: later calls return it again (the PostgreSQL transaction is
 /// aborted or gone, so nothing more can be read in it).
@@ -430,7 +390,7 @@ impl PgTxn {
         let mut now: BTreeMap<Vec<u8>, Digest> = BTreeMap::new();
         for row in rows {
             let (key, value) = self.decode_pair(row)?;
-            now.insert(key, Digest::of(&self.shared, &value));
+            now.insert(key, self.shared.digester.digest(&value));
         }
         Ok(self
             .point_reads
@@ -448,7 +408,7 @@ impl PgTxn {
             }
             match seen.next() {
                 Some((seen_key, seen_digest))
-                    if *seen_key == key && *seen_digest == Digest::of(&self.shared, &value) => {}
+                    if *seen_key == key && *seen_digest == self.shared.digester.digest(&value) => {}
                 _ => return Ok(false),
             }
         }
@@ -562,7 +522,7 @@ impl KvTxn for PgTxn {
         if !self.point_reads.contains_key(key) {
             let digest = value
                 .as_deref()
-                .map(|value| Digest::of(&self.shared, value));
+                .map(|value| self.shared.digester.digest(value));
             self.point_reads.insert(key.to_vec(), digest);
         }
         Ok(value)
@@ -657,7 +617,7 @@ impl KvTxn for PgTxn {
                 let Some((key, value)) = committed.next() else {
                     break true;
                 };
-                seen.push((key.clone(), Digest::of(&self.shared, &value)));
+                seen.push((key.clone(), self.shared.digester.digest(&value)));
                 result.push((key, value));
             }
         };

@@ -45,7 +45,6 @@ use async_trait::async_trait;
 use kv::{KvEngine, KvError, KvTxn};
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use std::fmt;
-use std::hash::RandomState;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,9 +94,8 @@ struct Shared {
     commit_seq: AtomicU64,
     /// Transactions waiting to be committed, and whether a committer is running.
     queue: parking_lot::Mutex<txn::CommitQueue>,
-    /// Keys of the value digests of the read sets (per engine and random, so that nobody can
-    /// craft two values with equal digests).
-    digest_keys: [RandomState; 2],
+    /// Digests of the values in read sets, under keys random per engine.
+    digester: kv::readset::Digester,
     /// The write-ahead log; only the committer (one at a time) and `Drop` use it.
     log: parking_lot::Mutex<LogState>,
 }
@@ -180,7 +178,7 @@ impl RedbEngine {
                 path,
                 commit_seq: AtomicU64::new(0),
                 queue: parking_lot::Mutex::new(txn::CommitQueue::default()),
-                digest_keys: [RandomState::new(), RandomState::new()],
+                digester: kv::readset::Digester::default(),
                 log: parking_lot::Mutex::new(log),
             }),
         })

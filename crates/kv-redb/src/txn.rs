@@ -19,56 +19,15 @@
 use crate::wal::AppendError;
 use crate::{LogState, Shared, LOG_APPLIED, STATE, TABLE};
 use async_trait::async_trait;
+use kv::readset::{Digest, ScanRead};
 use kv::{check_key, check_value, KeyValue, KvError, KvTxn};
 use redb::{Durability, ReadOnlyTable, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
-use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
-
-/// Values up to this size are kept verbatim in the read set; larger ones as a keyed hash.
-const DIGEST_INLINE_BYTES_MAX: usize = 64;
-
-/// What a read observed of one value, compared at validation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Digest {
-    Inline(Vec<u8>),
-    /// Length and two 64-bit SipHash values under the engine's random keys.
-    Hashed {
-        len: usize,
-        hash: [u64; 2],
-    },
-}
-
-impl Digest {
-    fn of(shared: &Shared, value: &[u8]) -> Digest {
-        if value.len() <= DIGEST_INLINE_BYTES_MAX {
-            Digest::Inline(value.to_vec())
-        } else {
-            let [first, second] = &shared.digest_keys;
-            Digest::Hashed {
-                len: value.len(),
-                hash: [first.hash_one(value), second.hash_one(value)],
-            }
-        }
-    }
-}
-
-/// A scan's dependency on committed data.
-struct ScanRead {
-    start: Vec<u8>,
-    /// `Excluded(end)` when the scan saw its whole range, `Included(last key)` when it stopped at
-    /// its limit.
-    end: Bound<Vec<u8>>,
-    /// Committed pairs in the range that the result showed, in key order.
-    seen: Vec<(Vec<u8>, Digest)>,
-    /// Keys in the range that the transaction had written before the scan (ascending): their
-    /// committed state did not influence the result.
-    masked: Vec<Vec<u8>>,
-}
 
 pub(crate) struct RedbTxn {
     shared: Arc<Shared>,
@@ -155,7 +114,7 @@ impl RedbTxn {
             let now = table
                 .get(key.as_slice())
                 .map_err(|err| shared.error("re-read a key", err))?;
-            if now.map(|guard| Digest::of(shared, guard.value())) != *seen {
+            if now.map(|guard| shared.digester.digest(guard.value())) != *seen {
                 return Ok(false);
             }
         }
@@ -181,7 +140,7 @@ impl RedbTxn {
                 match seen.next() {
                     Some((seen_key, seen_digest))
                         if seen_key.as_slice() == key
-                            && *seen_digest == Digest::of(shared, value.value()) => {}
+                            && *seen_digest == shared.digester.digest(value.value()) => {}
                     _ => return Ok(false),
                 }
             }
@@ -429,7 +388,7 @@ impl KvTxn for RedbTxn {
         if !self.point_reads.contains_key(key) {
             let digest = value
                 .as_deref()
-                .map(|value| Digest::of(&self.shared, value));
+                .map(|value| self.shared.digester.digest(value));
             self.point_reads.insert(key.to_vec(), digest);
         }
         Ok(value)
@@ -509,7 +468,7 @@ impl KvTxn for RedbTxn {
                 let Some((key, value)) = committed_head.take() else {
                     break true;
                 };
-                seen.push((key.clone(), Digest::of(shared, &value)));
+                seen.push((key.clone(), shared.digester.digest(&value)));
                 result.push((key, value));
                 committed_head = next_committed()?;
             }

@@ -21,6 +21,7 @@ pub mod conformance;
 pub mod memory;
 pub mod crash_test;
 pub mod model_test;
+pub mod readset;
 
 use async_trait::async_trait;
 use std::future::Future;
