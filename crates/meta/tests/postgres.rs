@@ -10,297 +10,35 @@
 mod common;
 
 use common::*;
-use meta::keys::prefix;
 use meta::MetaService;
-use std::collections::HashSet;
 use std::sync::Arc;
-use wire::{ErrorCode, FileKind, MetaCall, MetaOp, MetaReply, RenameMode, ROOT_INO};
-
-fn rename(parent: u64, name: &str, new_parent: u64, new_name: &str, mode: RenameMode) -> MetaOp {
-    MetaOp::Rename {
-        parent,
-        name: name.into(),
-        new_parent,
-        new_name: new_name.into(),
-        mode,
-    }
-}
-
-fn entries(reply: MetaReply) -> (Vec<wire::DirEntry>, bool) {
-    match reply {
-        MetaReply::Entries { entries, more } => (entries, more),
-        other => panic!("expected entries, got {other:?}"),
-    }
-}
+use wire::{ErrorCode, MetaOp, ROOT_INO};
 
 #[tokio::test]
 async fn create_rename_and_lookup() {
-    let env = env_postgres().await;
-    let svc = &env.svc;
-    let a = mkdir(svc, ROOT_INO, "a").await;
-    let b = mkdir(svc, ROOT_INO, "b").await;
-    let f = create(svc, a.ino, "f").await;
-    assert_eq!(getattr(svc, f.ino).await.ino, f.ino);
-    ok(svc, rename(a.ino, "f", a.ino, "g", RenameMode::Replace)).await;
-    assert!(lookup(svc, a.ino, "f").await.is_err());
-    let found = lookup(svc, a.ino, "g")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(attr_of(found).ino, f.ino);
-    ok(svc, rename(a.ino, "g", b.ino, "f", RenameMode::NoReplace)).await;
-    assert_eq!(list(svc, a.ino).await, Vec::<String>::new());
-    assert_eq!(list(svc, b.ino).await, vec!["f".to_string()]);
-    let sub = mkdir(svc, a.ino, "sub").await;
-    ok(svc, rename(a.ino, "sub", b.ino, "sub", RenameMode::Replace)).await;
-    assert_eq!(
-        (
-            getattr(svc, a.ino).await.nlink,
-            getattr(svc, b.ino).await.nlink
-        ),
-        (2, 3),
-        "the moved directory's link moves with it"
-    );
-    let up = attr_of(
-        ok(
-            svc,
-            MetaOp::Resolve {
-                path: "/b/sub/..".into(),
-            },
-        )
-        .await,
-    );
-    assert_eq!(up.ino, b.ino);
-    assert!(getattr(svc, sub.ino).await.ctime >= sub.ctime);
-    err(
-        svc,
-        rename(a.ino, "missing", b.ino, "x", RenameMode::Replace),
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        rename(b.ino, "f", f.ino, "x", RenameMode::Replace),
-        ErrorCode::NotDir,
-    )
-    .await;
-    ok(
-        svc,
-        MetaOp::Unlink {
-            parent: b.ino,
-            name: "f".into(),
-        },
-    )
-    .await;
-    err(
-        svc,
-        MetaOp::Rmdir {
-            parent: ROOT_INO,
-            name: "b".into(),
-        },
-        ErrorCode::NotEmpty,
-    )
-    .await;
-    ok(
-        svc,
-        MetaOp::Rmdir {
-            parent: b.ino,
-            name: "sub".into(),
-        },
-    )
-    .await;
-    ok(
-        svc,
-        MetaOp::Rmdir {
-            parent: ROOT_INO,
-            name: "b".into(),
-        },
-    )
-    .await;
-    assert_eq!(list(svc, ROOT_INO).await, vec!["a".to_string()]);
+    cases::create_rename_and_lookup(&env_postgres().await).await;
 }
 
 #[tokio::test]
 async fn readdir_pages_through_thousands_of_entries() {
-    let env = env_postgres().await;
-    let svc = &env.svc;
-    let d = mkdir(svc, ROOT_INO, "big").await;
-    const ENTRIES: usize = 3_000;
-    const PER_BATCH: usize = 1_000;
-    for batch in 0..ENTRIES / PER_BATCH {
-        let calls = (0..PER_BATCH)
-            .map(|i| {
-                let n = batch * PER_BATCH + i;
-                // Names whose byte order differs from creation order.
-                let name = format!("{:05}-f", (n * 7919) % ENTRIES);
-                MetaCall {
-                    request_id: 0,
-                    op: MetaOp::Create {
-                        parent: d.ino,
-                        name,
-                        mode: 0o644,
-                        uid: 0,
-                        gid: 0,
-                        exclusive: true,
-                    },
-                }
-            })
-            .collect();
-        let replies = svc
-            .call_batch(calls)
-            .await
-            .unwrap_or_else(|e| panic!("batch {batch}: {e}"));
-        assert_eq!(replies.len(), PER_BATCH);
-    }
-    let names = list(svc, d.ino).await;
-    let expected: Vec<String> = (0..ENTRIES).map(|n| format!("{n:05}-f")).collect();
-    assert_eq!(names, expected, "every name exactly once, in order");
-    let (page, more) = entries(
-        ok(
-            svc,
-            MetaOp::ReadDir {
-                ino: d.ino,
-                after: String::new(),
-                limit: 1_000_000,
-            },
-        )
-        .await,
-    );
-    assert_eq!(
-        (page.len(), more),
-        (meta::namespace::READDIR_ENTRIES_MAX as usize, true)
-    );
-    let (page, more) = entries(
-        ok(
-            svc,
-            MetaOp::ReadDir {
-                ino: d.ino,
-                after: "02998-f".into(),
-                limit: 10,
-            },
-        )
-        .await,
-    );
-    assert_eq!(page.len(), 1);
-    assert!(!more);
-    let MetaReply::StatFs(stat) = ok(svc, MetaOp::StatFs).await else {
-        panic!("statfs")
-    };
-    assert_eq!(stat.inodes_used, ENTRIES as u64 + 2);
+    cases::readdir_pages_through_entries(&env_postgres().await, 3_000, 1_000).await;
 }
 
 #[tokio::test]
 async fn retried_request_ids_apply_once() {
-    let env = env_postgres().await;
-    let svc = &env.svc;
-    let id = rid();
-    let op = MetaOp::Create {
-        parent: ROOT_INO,
-        name: "once".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: true,
-    };
-    let first = svc
-        .call(MetaCall {
-            request_id: id,
-            op: op.clone(),
-        })
-        .await;
-    let second = svc
-        .call(MetaCall {
-            request_id: id,
-            op: op.clone(),
-        })
-        .await;
-    assert!(first.is_ok());
-    assert_eq!(first, second, "the retry gets the first reply, not Exists");
-    let again = svc
-        .call(MetaCall {
-            request_id: rid(),
-            op,
-        })
-        .await;
-    assert_eq!(again.err().map(|e| e.code), Some(ErrorCode::Exists));
-    assert_eq!(count_keys(svc, prefix::REQUEST).await, 1);
+    cases::retried_request_ids_apply_once(&env_postgres().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_exclusive_creates_have_one_winner() {
-    let env = env_postgres().await;
-    let svc = env.svc.clone();
-    let d = mkdir(&svc, ROOT_INO, "d").await;
-    let mut tasks = Vec::new();
-    for task in 0..16u32 {
-        let svc = svc.clone();
-        tasks.push(tokio::spawn(async move {
-            let op = MetaOp::Create {
-                parent: d.ino,
-                name: "contended".into(),
-                mode: 0o644,
-                uid: task,
-                gid: 0,
-                exclusive: true,
-            };
-            call(&svc, op).await
-        }));
-    }
-    let mut wins = 0;
-    for task in tasks {
-        match task.await.unwrap_or_else(|e| panic!("{e}")) {
-            Ok(_) => wins += 1,
-            Err(e) => assert_eq!(e.code, ErrorCode::Exists, "{}", e.message),
-        }
-    }
-    assert_eq!(wins, 1);
-    assert_eq!(list(&svc, d.ino).await, vec!["contended".to_string()]);
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        3,
-        "root, d and one file"
-    );
+    cases::concurrent_exclusive_creates_have_one_winner(&env_postgres().await).await;
 }
 
 /// Creates in many directories at once, from several tasks: all succeed (conflicts, including
 /// PostgreSQL's false ones between neighbouring keys, are retried inside the service).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_in_many_directories_all_succeed() {
-    let env = env_postgres().await;
-    let svc = env.svc.clone();
-    const DIRS: usize = 4;
-    const TASKS: usize = 8;
-    const FILES: usize = 20;
-    let mut dirs = Vec::new();
-    for i in 0..DIRS {
-        dirs.push(mkdir(&svc, ROOT_INO, &format!("d{i}")).await.ino);
-    }
-    let dirs = Arc::new(dirs);
-    let mut tasks = Vec::new();
-    for task in 0..TASKS {
-        let (svc, dirs) = (svc.clone(), dirs.clone());
-        tasks.push(tokio::spawn(async move {
-            for file in 0..FILES {
-                create(
-                    &svc,
-                    dirs[(task + file) % DIRS],
-                    &format!("t{task}-f{file}"),
-                )
-                .await;
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap_or_else(|e| panic!("{e}"));
-    }
-    let mut total = 0;
-    for &dir in dirs.iter() {
-        total += list(&svc, dir).await.len();
-    }
-    assert_eq!(total, TASKS * FILES);
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        1 + DIRS + TASKS * FILES
-    );
+    cases::concurrent_creates_in_many_directories_all_succeed(&env_postgres().await).await;
 }
 
 /// rmdir checks emptiness with a scan; a create racing it must either land before (rmdir then
@@ -308,190 +46,17 @@ async fn concurrent_creates_in_many_directories_all_succeed() {
 /// directory. This is the phantom case PostgreSQL's serializable mode alone does not catch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmdir_racing_a_create_never_orphans_an_entry() {
-    let env = env_postgres().await;
-    let svc = env.svc.clone();
-    for round in 0..12 {
-        let name = format!("r{round}");
-        let dir = mkdir(&svc, ROOT_INO, &name).await;
-        let remover = {
-            let svc = svc.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    MetaOp::Rmdir {
-                        parent: ROOT_INO,
-                        name,
-                    },
-                )
-                .await
-            })
-        };
-        let creator = {
-            let svc = svc.clone();
-            tokio::spawn(async move {
-                let op = MetaOp::Create {
-                    parent: dir.ino,
-                    name: "child".into(),
-                    mode: 0o644,
-                    uid: 0,
-                    gid: 0,
-                    exclusive: true,
-                };
-                call(&svc, op).await
-            })
-        };
-        let removed = remover.await.unwrap_or_else(|e| panic!("{e}"));
-        let created = creator.await.unwrap_or_else(|e| panic!("{e}"));
-        match (&removed, &created) {
-            (Ok(_), Err(e)) => assert_eq!(e.code, ErrorCode::NotFound, "round {round}: {e:?}"),
-            (Err(e), Ok(_)) => assert_eq!(e.code, ErrorCode::NotEmpty, "round {round}: {e:?}"),
-            other => panic!("round {round}: rmdir and create both {other:?}"),
-        }
-    }
-    // Every inode is reachable from the root: nothing was created in a removed directory.
-    let mut reachable = HashSet::from([ROOT_INO]);
-    let mut stack = vec![ROOT_INO];
-    while let Some(dir) = stack.pop() {
-        let (page, _) = entries(
-            ok(
-                &svc,
-                MetaOp::ReadDir {
-                    ino: dir,
-                    after: String::new(),
-                    limit: 100,
-                },
-            )
-            .await,
-        );
-        for entry in page {
-            reachable.insert(entry.attr.ino);
-            if entry.attr.kind == FileKind::Dir {
-                stack.push(entry.attr.ino);
-            }
-        }
-    }
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        reachable.len(),
-        "orphaned inodes"
-    );
+    cases::rmdir_racing_a_create_never_orphans_an_entry(&env_postgres().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renames_are_atomic_to_readers() {
-    let env = env_postgres().await;
-    let svc = env.svc.clone();
-    let d = mkdir(&svc, ROOT_INO, "d").await;
-    let f = create(&svc, d.ino, "a").await;
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renamer = {
-        let (svc, done) = (svc.clone(), done.clone());
-        tokio::spawn(async move {
-            for i in 0..40 {
-                let (from, to) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
-                ok(&svc, rename(d.ino, from, d.ino, to, RenameMode::Replace)).await;
-            }
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-        })
-    };
-    let mut readers = Vec::new();
-    for _ in 0..3 {
-        let (svc, done) = (svc.clone(), done.clone());
-        readers.push(tokio::spawn(async move {
-            let mut reads = 0;
-            while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 5 {
-                let (page, _) = entries(
-                    ok(
-                        &svc,
-                        MetaOp::ReadDir {
-                            ino: d.ino,
-                            after: String::new(),
-                            limit: 10,
-                        },
-                    )
-                    .await,
-                );
-                let names: Vec<_> = page.iter().map(|e| &e.name).collect();
-                assert_eq!(page.len(), 1, "saw {names:?}");
-                assert_eq!(page[0].attr.ino, f.ino);
-                for name in ["a", "b"] {
-                    match lookup(&svc, d.ino, name).await {
-                        Ok(reply) => assert_eq!(attr_of(reply).ino, f.ino),
-                        Err(e) => assert_eq!(e.code, ErrorCode::NotFound, "{}", e.message),
-                    }
-                }
-                reads += 1;
-            }
-        }));
-    }
-    renamer.await.unwrap_or_else(|e| panic!("{e}"));
-    for reader in readers {
-        reader.await.unwrap_or_else(|e| panic!("{e}"));
-    }
-    assert_eq!(list(&svc, d.ino).await, vec!["a".to_string()]);
+    cases::renames_are_atomic_to_readers(&env_postgres().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_crossing_moves_never_make_a_cycle() {
-    let env = env_postgres().await;
-    let svc = env.svc.clone();
-    for round in 0..6 {
-        let x = mkdir(&svc, ROOT_INO, &format!("x{round}")).await;
-        let y = mkdir(&svc, ROOT_INO, &format!("y{round}")).await;
-        let a = {
-            let svc = svc.clone();
-            let name = format!("x{round}");
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    rename(ROOT_INO, &name, y.ino, "x", RenameMode::Replace),
-                )
-                .await
-            })
-        };
-        let b = {
-            let svc = svc.clone();
-            let name = format!("y{round}");
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    rename(ROOT_INO, &name, x.ino, "y", RenameMode::Replace),
-                )
-                .await
-            })
-        };
-        let results = [
-            a.await.unwrap_or_else(|e| panic!("{e}")),
-            b.await.unwrap_or_else(|e| panic!("{e}")),
-        ];
-        let wins = results.iter().filter(|r| r.is_ok()).count();
-        assert_eq!(wins, 1, "round {round}: {results:?}");
-    }
-    let mut seen = HashSet::new();
-    let mut stack = vec![ROOT_INO];
-    while let Some(dir) = stack.pop() {
-        let (page, _) = entries(
-            ok(
-                &svc,
-                MetaOp::ReadDir {
-                    ino: dir,
-                    after: String::new(),
-                    limit: 100,
-                },
-            )
-            .await,
-        );
-        for e in page {
-            assert!(
-                seen.insert(e.attr.ino),
-                "inode {} reachable twice",
-                e.attr.ino
-            );
-            stack.push(e.attr.ino);
-        }
-    }
-    assert_eq!(seen.len(), 12, "a cycle cut directories off the root");
+    cases::concurrent_crossing_moves_never_make_a_cycle(&env_postgres().await).await;
 }
 
 /// Two services on one database through two engines (two connection pools), as two metadata

@@ -23,6 +23,8 @@ pub struct Env {
     pub svc: Arc<MetaService>,
 }
 
+pub mod cases;
+
 pub fn test_options() -> MetaOptions {
     MetaOptions {
         gc_grace_ms: 0,
