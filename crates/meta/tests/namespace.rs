@@ -51,82 +51,7 @@ async fn root_is_created_once() {
 
 #[tokio::test]
 async fn create_lookup_getattr_and_inheritance() {
-    let env = env().await;
-    let svc = &env.svc;
-    let dir = mkdir(svc, ROOT_INO, "d").await;
-    let layout = MetaOp::SetLayout {
-        ino: dir.ino,
-        ec: EcScheme { k: 8, m: 3 },
-        chunk_bytes: 1 << 20,
-    };
-    attr_of(ok(svc, layout).await);
-    let file = create(svc, dir.ino, "f").await;
-    assert_eq!(
-        (file.kind, file.mode, file.uid, file.gid, file.nlink, file.size),
-        (FileKind::File, 0o644, 1, 2, 1, 0)
-    );
-    assert_eq!(
-        (file.ec, file.chunk_bytes),
-        (EcScheme { k: 8, m: 3 }, 1 << 20)
-    );
-    let sub = mkdir(svc, dir.ino, "sub").await;
-    assert_eq!(
-        sub.ec,
-        EcScheme { k: 8, m: 3 },
-        "directories inherit the layout too"
-    );
-    let found = attr_of(
-        lookup(svc, dir.ino, "f")
-            .await
-            .unwrap_or_else(|e| panic!("{e}")),
-    );
-    assert_eq!(found, getattr(svc, file.ino).await);
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: dir.ino,
-            name: "nope".into(),
-        },
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: file.ino,
-            name: "x".into(),
-        },
-        ErrorCode::NotDir,
-    )
-    .await;
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: 999_999,
-            name: "x".into(),
-        },
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(svc, MetaOp::GetAttr { ino: 999_999 }, ErrorCode::NotFound).await;
-    let mode = MetaOp::Create {
-        parent: file.ino,
-        name: "x".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: true,
-    };
-    err(svc, mode, ErrorCode::NotDir).await;
-    let in_missing = MetaOp::Create {
-        parent: 424_242,
-        name: "x".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: false,
-    };
-    err(svc, in_missing, ErrorCode::NotFound).await;
+    cases::create_lookup_getattr_and_inheritance(&env().await).await;
 }
 
 #[tokio::test]
@@ -776,74 +701,7 @@ async fn set_attr_changes_what_is_asked() {
 
 #[tokio::test]
 async fn rename_within_and_across_directories() {
-    let env = env().await;
-    let svc = &env.svc;
-    let a = mkdir(svc, ROOT_INO, "a").await;
-    let b = mkdir(svc, ROOT_INO, "b").await;
-    let f = create(svc, a.ino, "f").await;
-    ok(svc, rename(a.ino, "f", a.ino, "g", RenameMode::Replace)).await;
-    assert!(lookup(svc, a.ino, "f").await.is_err());
-    assert_eq!(
-        attr_of(
-            lookup(svc, a.ino, "g")
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-        )
-        .ino,
-        f.ino
-    );
-    ok(svc, rename(a.ino, "g", b.ino, "f", RenameMode::NoReplace)).await;
-    assert_eq!(list(svc, a.ino).await, Vec::<String>::new());
-    assert_eq!(list(svc, b.ino).await, vec!["f".to_string()]);
-    // Moving a directory moves its ".." link: the link counts follow.
-    let sub = mkdir(svc, a.ino, "sub").await;
-    assert_eq!(getattr(svc, a.ino).await.nlink, 3);
-    ok(svc, rename(a.ino, "sub", b.ino, "sub", RenameMode::Replace)).await;
-    assert_eq!(
-        (
-            getattr(svc, a.ino).await.nlink,
-            getattr(svc, b.ino).await.nlink
-        ),
-        (2, 3)
-    );
-    let up = attr_of(
-        ok(
-            svc,
-            MetaOp::Resolve {
-                path: "/b/sub/..".into(),
-            },
-        )
-        .await,
-    );
-    assert_eq!(
-        up.ino, b.ino,
-        "the moved directory's parent pointer follows it"
-    );
-    assert!(getattr(svc, sub.ino).await.ctime >= sub.ctime);
-    err(
-        svc,
-        rename(a.ino, "missing", b.ino, "x", RenameMode::Replace),
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        rename(a.ino, "x", 55_555, "x", RenameMode::Replace),
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        rename(b.ino, "f", f.ino, "x", RenameMode::Replace),
-        ErrorCode::NotDir,
-    )
-    .await;
-    err(
-        svc,
-        rename(b.ino, "f", b.ino, "..", RenameMode::Replace),
-        ErrorCode::Invalid,
-    )
-    .await;
+    cases::rename_within_and_across_directories(&env().await).await;
 }
 
 #[tokio::test]
@@ -2056,11 +1914,6 @@ async fn directory_times_follow_concurrent_entry_changes_and_setattr() {
 }
 
 // Cases first written for the PostgreSQL engine, run on this one too.
-
-#[tokio::test]
-async fn create_rename_and_lookup() {
-    cases::create_rename_and_lookup(&env().await).await;
-}
 
 /// Creates in many directories at once, from several tasks: all succeed (conflicts, including
 /// PostgreSQL's false ones between neighbouring keys, are retried inside the service).

@@ -1,8 +1,8 @@
-//! The metadata service on the PostgreSQL engine: a subset of the namespace tests (create,
-//! rename, readdir paging, idempotent retries) and the concurrency cases whose correctness rests
-//! on the engine's conflict detection (one winner among exclusive creates, rmdir racing a create,
-//! renames atomic to readers, crossing moves never making a cycle), plus two services sharing one
-//! database as two metadata servers would.
+//! The metadata service on the PostgreSQL engine: the namespace cases shared with the redb
+//! tests (`common/cases.rs`: create and lookup, renames, readdir paging, idempotent retries, and
+//! the concurrency cases whose correctness rests on the engine's conflict detection: one winner
+//! among exclusive creates, rmdir racing a create, renames atomic to readers, crossing moves
+//! never making a cycle), plus two services sharing one database as two metadata servers would.
 //!
 //! The server is `kv_postgres::test_server`'s: `TROVE_TEST_POSTGRES_URL`, or one this test binary
 //! starts with `scripts/postgres.sh`. Each test gets empty tables in a schema of its own.
@@ -13,11 +13,6 @@ use common::*;
 use meta::MetaService;
 use std::sync::Arc;
 use wire::{ErrorCode, MetaOp, ROOT_INO};
-
-#[tokio::test]
-async fn create_rename_and_lookup() {
-    cases::create_rename_and_lookup(&env_postgres().await).await;
-}
 
 #[tokio::test]
 async fn readdir_pages_through_thousands_of_entries() {
@@ -91,4 +86,14 @@ async fn two_servers_share_one_database() {
         gid: 0,
     };
     err(&services[1], mkdir_a, ErrorCode::Exists).await;
+}
+
+#[tokio::test]
+async fn create_lookup_getattr_and_inheritance() {
+    cases::create_lookup_getattr_and_inheritance(&env_postgres().await).await;
+}
+
+#[tokio::test]
+async fn rename_within_and_across_directories() {
+    cases::rename_within_and_across_directories(&env_postgres().await).await;
 }
