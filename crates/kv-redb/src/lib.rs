@@ -45,6 +45,7 @@ use async_trait::async_trait;
 use kv::{KvEngine, KvError, KvTxn};
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,9 +56,11 @@ use std::time::{Duration, Instant};
 const TABLE: TableDefinition<&'static [u8], &'static [u8]> = TableDefinition::new("trove.kv.v1");
 
 /// The engine's own state, apart from the pairs: `"log_applied"` is the number of the last
-/// write-ahead log record the database file holds (written by every checkpoint).
+/// write-ahead log record the database file holds (written by every checkpoint), `"id"` a random
+/// number naming this database, also written in its log's header.
 const STATE: TableDefinition<&'static str, u64> = TableDefinition::new("trove.kv.state.v1");
 const LOG_APPLIED: &str = "log_applied";
+const DB_ID: &str = "id";
 
 /// A checkpoint is made once this long has passed since the last one (and something was
 /// logged), bounding the replay at the next open.
@@ -279,30 +282,44 @@ fn ensure_table(db: &Database, path: &Path) -> Result<(), KvError> {
         .map_err(|err| map_error(path, "commit the new tables", err.into()))
 }
 
+/// The database's id (made, durably, at its first open) and the last checkpoint's record number.
+fn engine_state(db: &Database, path: &Path) -> Result<(u64, u64), KvError> {
+    let read_state = || -> Result<(Option<u64>, u64), redb::Error> {
+        let read = db.begin_read()?;
+        let state = read.open_table(STATE)?;
+        let id = state.get(DB_ID)?.map(|v| v.value());
+        let applied = state.get(LOG_APPLIED)?.map_or(0, |v| v.value());
+        Ok((id, applied))
+    };
+    let (id, applied) = read_state().map_err(|err| map_error(path, "read the engine state", err))?;
+    if let Some(id) = id {
+        return Ok((id, applied));
+    }
+    let id = RandomState::new().hash_one(path).max(1);
+    let write_id = || -> Result<(), redb::Error> {
+        let mut write = db.begin_write()?;
+        write.set_durability(Durability::Immediate)?;
+        write.open_table(STATE)?.insert(DB_ID, id)?;
+        write.commit()?;
+        Ok(())
+    };
+    write_id().map_err(|err| map_error(path, "record the database id", err))?;
+    Ok((id, applied))
+}
+
 /// Opens the write-ahead log of the database at `path`, replays the records past the last
 /// checkpoint into `db` and checkpoints (one durable commit), so the log starts over empty.
 fn recover(db: &Database, path: &Path, options: &Options) -> Result<LogState, KvError> {
     let log_path = wal::Wal::path_for(path);
     let shown = log_path.display();
-    let (mut wal, bytes) = wal::Wal::open(&log_path, options.log_bytes).map_err(|err| {
+    let (db_id, applied) = engine_state(db, path)?;
+    let (mut wal, bytes) = wal::Wal::open(&log_path, options.log_bytes, db_id).map_err(|err| {
         if err.kind() == std::io::ErrorKind::InvalidData {
             KvError::Corrupt(format!("cannot open write-ahead log {shown}: {err}"))
         } else {
             KvError::Unavailable(format!("cannot open write-ahead log {shown}: {err}"))
         }
     })?;
-    let applied = {
-        let read = db
-            .begin_read()
-            .map_err(|err| map_error(path, "begin a read transaction", err.into()))?;
-        let state = read
-            .open_table(STATE)
-            .map_err(|err| map_error(path, "open the engine state table", err.into()))?;
-        state
-            .get(LOG_APPLIED)
-            .map_err(|err| map_error(path, "read the last checkpoint", err.into()))?
-            .map_or(0, |v| v.value())
-    };
     let scan = wal::scan(&bytes, applied)
         .map_err(|damage| KvError::Corrupt(format!("write-ahead log {shown}: {}", damage.0)))?;
     let last_lsn = scan.records.last().map_or(applied, |r| r.lsn);
@@ -444,6 +461,26 @@ mod tests {
         let err = RedbEngine::open(&path).expect_err("a damaged log is refused");
         let KvError::Corrupt(message) = &err else { panic!("expected Corrupt, got {err:?}") };
         assert!(message.contains("db.wal") && message.contains("record 2") && message.contains("damaged"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn the_log_of_another_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let engine = RedbEngine::open(&a).unwrap();
+        put(&engine, b"k", b"v").await;
+        engine.shared.log.lock().failed = Some("test: no checkpoint at close".into());
+        drop(engine);
+        drop(RedbEngine::open(&b).unwrap());
+        // b's file replaced by a new one, a's log left beside it: its records must not be
+        // replayed into b.
+        std::fs::remove_file(&b).unwrap();
+        std::fs::copy(wal::Wal::path_for(&a), wal::Wal::path_for(&b)).unwrap();
+        let err = RedbEngine::open(&b).expect_err("another database's log is refused");
+        let KvError::Corrupt(message) = &err else { panic!("expected Corrupt, got {err:?}") };
+        assert!(message.contains("b.wal") && message.contains("another database"), "{message}");
+        // a itself still replays its log.
+        assert_eq!(get(&RedbEngine::open(&a).unwrap(), b"k").await, Some(b"v".to_vec()));
     }
 
     #[tokio::test]

@@ -28,7 +28,8 @@
 //! offset  size  field
 //!      0     8  magic b"TROVEWAL"
 //!      8     4  format version, u32 little-endian (1)
-//!     12  4084  zeros
+//!     12     8  id of the database the log belongs to, u64 LE (random, kept in the database)
+//!     20  4076  zeros
 //!   4096        records, back to back:
 //!               +0   4  payload length, u32 LE
 //!               +4   4  CRC-32C of (lsn bytes ‖ payload), u32 LE
@@ -218,18 +219,20 @@ impl Wal {
         PathBuf::from(name)
     }
 
-    /// Opens the log at `path`, creating it (with `capacity` bytes of zeros, synced) when
-    /// missing; returns it with the bytes after the header, for [`scan`]. The write position is
-    /// the first record: the caller checkpoints whatever [`scan`] finds before appending.
-    pub(crate) fn open(path: &Path, capacity: u64) -> io::Result<(Wal, Vec<u8>)> {
+    /// Opens the log of database `db_id` at `path`, creating it (with `capacity` bytes of
+    /// zeros, synced) when missing; returns it with the bytes after the header, for [`scan`].
+    /// A log of another database is refused (`InvalidData`): its records would be replayed
+    /// into the wrong one. The write position is the first record: the caller checkpoints
+    /// whatever [`scan`] finds before appending.
+    pub(crate) fn open(path: &Path, capacity: u64, db_id: u64) -> io::Result<(Wal, Vec<u8>)> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        let mut header = [0u8; 12];
+        let mut header = [0u8; 20];
         if file.metadata()?.len() < HEADER_BYTES || {
             file.read_exact_at(&mut header, 0)?;
-            header == [0; 12]
+            header[..12] == [0; 12]
         } {
             // New, or cut short before its header was written (so never used): lay it out.
-            create_layout(&file, path, capacity)?;
+            create_layout(&file, path, capacity, db_id)?;
             file.read_exact_at(&mut header, 0)?;
         }
         let len = file.metadata()?.len();
@@ -244,6 +247,17 @@ impl Wal {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: write-ahead log format version {version}, this build reads {VERSION}", path.display()),
+            ));
+        }
+        let owner = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
+        if owner != db_id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is the write-ahead log of another database (id {owner:016x}, this one is {db_id:016x}); \
+                     move it away if the database file was replaced on purpose",
+                    path.display()
+                ),
             ));
         }
         let mut log = vec![0u8; (len - HEADER_BYTES) as usize];
@@ -296,7 +310,7 @@ pub(crate) enum AppendError {
 }
 
 /// Writes the header and `capacity` bytes of zeros, synced, and syncs the directory.
-fn create_layout(file: &File, path: &Path, capacity: u64) -> io::Result<()> {
+fn create_layout(file: &File, path: &Path, capacity: u64, db_id: u64) -> io::Result<()> {
     let capacity = capacity.max(HEADER_BYTES * 2);
     let zeros = vec![0u8; 1 << 20];
     let mut at = HEADER_BYTES;
@@ -308,6 +322,7 @@ fn create_layout(file: &File, path: &Path, capacity: u64) -> io::Result<()> {
     let mut header = vec![0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[12..20].copy_from_slice(&db_id.to_le_bytes());
     // The header last: a log cut short before it is laid out again at the next open.
     file.sync_data()?;
     file.write_all_at(&header, 0)?;
@@ -450,7 +465,7 @@ mod tests {
     fn file_is_laid_out_once_and_appends_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = Wal::path_for(&dir.path().join("db"));
-        let (mut wal, log) = Wal::open(&path, 64 * 1024).unwrap();
+        let (mut wal, log) = Wal::open(&path, 64 * 1024, 9).unwrap();
         assert_eq!(log.len(), 60 * 1024);
         assert!(log.iter().all(|&b| b == 0));
         assert_eq!(scan(&log, 0).unwrap().records, vec![]);
@@ -458,7 +473,7 @@ mod tests {
             wal.append(&record(lsn, &entries(lsn))).unwrap();
         }
         drop(wal);
-        let (_, log) = Wal::open(&path, 64 * 1024).unwrap();
+        let (_, log) = Wal::open(&path, 64 * 1024, 9).unwrap();
         assert_eq!(scan(&log, 0).unwrap().records.len(), 3);
         assert_eq!(scan(&log, 3).unwrap().records.len(), 0);
     }
@@ -468,7 +483,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.wal");
         std::fs::write(&path, vec![7u8; 8192]).unwrap();
-        let err = Wal::open(&path, 64 * 1024).err().unwrap();
+        let err = Wal::open(&path, 64 * 1024, 9).err().unwrap();
         assert!(err.to_string().contains("x.wal") && err.to_string().contains("magic"), "{err}");
     }
 }
