@@ -62,21 +62,20 @@ const STATE: TableDefinition<&'static str, u64> = TableDefinition::new("trove.kv
 const LOG_APPLIED: &str = "log_applied";
 const DB_ID: &str = "id";
 
-/// A checkpoint is made once this long has passed since the last one (and something was
-/// logged), bounding the replay at the next open.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
-
 /// Tunables of the embedded engine.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Size of the write-ahead log file; a checkpoint is made when half of it is used. Larger
     /// means fewer checkpoints (each a durable redb commit) and a longer replay after a crash.
     pub log_bytes: u64,
+    /// A checkpoint is also made once this long has passed since the last one (and something
+    /// was logged), bounding the replay at the next open.
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { log_bytes: 16 << 20 }
+        Options { log_bytes: 16 << 20, checkpoint_interval: Duration::from_secs(30) }
     }
 }
 
@@ -109,6 +108,7 @@ pub(crate) struct LogState {
     /// Number of the last record logged (or checkpointed).
     last_lsn: u64,
     checkpointed_at: Instant,
+    checkpoint_interval: Duration,
     /// Why the engine stopped taking commits, if it did.
     failed: Option<String>,
 }
@@ -128,7 +128,7 @@ impl LogState {
     fn checkpoint_due(&self, record_bytes: usize) -> bool {
         !self.wal.fits(record_bytes)
             || self.wal.used() >= self.wal.capacity() / 2
-            || (self.wal.used() > 0 && self.checkpointed_at.elapsed() >= CHECKPOINT_INTERVAL)
+            || (self.wal.used() > 0 && self.checkpointed_at.elapsed() >= self.checkpoint_interval)
     }
 }
 
@@ -349,7 +349,13 @@ fn recover(db: &Database, path: &Path, options: &Options) -> Result<LogState, Kv
         replay().map_err(|err| map_error(path, &format!("replay write-ahead log {shown}"), err))?;
     }
     wal.restart();
-    Ok(LogState { wal, last_lsn, checkpointed_at: Instant::now(), failed: None })
+    Ok(LogState {
+        wal,
+        last_lsn,
+        checkpointed_at: Instant::now(),
+        checkpoint_interval: options.checkpoint_interval,
+        failed: None,
+    })
 }
 
 fn map_open_error(path: &Path, err: redb::DatabaseError) -> KvError {
@@ -484,6 +490,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_idle_log_is_checkpointed_after_the_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { checkpoint_interval: Duration::from_millis(200), ..Options::default() };
+        let engine = RedbEngine::open_with(dir.path().join("db"), &options).unwrap();
+        put(&engine, b"a", b"1").await;
+        put(&engine, b"b", b"2").await;
+        assert!(engine.shared.log.lock().wal.used() > 0, "logged, not checkpointed");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        put(&engine, b"c", b"3").await;
+        assert_eq!(engine.shared.log.lock().wal.used(), 0, "the commit after the interval is a checkpoint");
+    }
+
+    #[tokio::test]
     async fn a_log_cut_short_before_its_header_is_laid_out_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
@@ -499,7 +518,7 @@ mod tests {
     async fn a_full_log_checkpoints_and_a_record_larger_than_the_log_is_committed_directly() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let options = Options { log_bytes: 64 << 10 };
+        let options = Options { log_bytes: 64 << 10, ..Options::default() };
         let engine = RedbEngine::open_with(&path, &options).unwrap();
         let value = |i: u32| vec![(i % 251) as u8; if i.is_multiple_of(50) { 100_000 } else { 1000 }];
         let mut checkpoints = 0;

@@ -97,10 +97,7 @@ where
     Fut: Future<Output = Arc<dyn KvEngine>>,
 {
     let env = test.env;
-    let seed = match std::env::var(format!("{env}_SEED")) {
-        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{env}_SEED={text} is not a number")),
-        Err(_) => rand::random::<u32>() as u64,
-    };
+    let seed = crate::env_number(&format!("{env}_SEED")).unwrap_or_else(|| rand::random::<u32>() as u64);
     println!("crash seed: {seed} (replay with {env}_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -28,6 +28,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+/// The number in environment variable `name`, if it is set: the replay knobs of the test
+/// drivers (`model_test`, `crash_test`).
+pub(crate) fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let text = std::env::var(name).ok()?;
+    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text} is not a number")))
+}
+
 /// Largest key an engine must accept.
 pub const KEY_BYTES_MAX: usize = 4096;
 /// Largest value an engine must accept.

@@ -48,14 +48,8 @@ where
     Fut: Future<Output = Box<dyn KvEngine>>,
 {
     let env = test.env;
-    let seed = match std::env::var(format!("{env}_SEED")) {
-        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{env}_SEED={text} is not a number")),
-        Err(_) => rand::random::<u32>() as u64,
-    };
-    let ops = match std::env::var(format!("{env}_OPS")) {
-        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{env}_OPS={text} is not a number")),
-        Err(_) => OPS_PER_ROUND_DEFAULT,
-    };
+    let seed = crate::env_number(&format!("{env}_SEED")).unwrap_or_else(|| rand::random::<u32>() as u64);
+    let ops = crate::env_number(&format!("{env}_OPS")).unwrap_or(OPS_PER_ROUND_DEFAULT);
     println!("model seed: {seed} (replay with {env}_SEED={seed}), {ops} operations per round");
     for round in 0..ROUNDS {
         // Each round has its own seed, printed when it fails.
@@ -117,6 +111,8 @@ struct ModelTxn {
     steps: Vec<Step>,
 }
 
+// The model below is written independently of the reference engine (`memory.rs`) on purpose:
+// that engine is one of the engines it checks.
 fn model_get(base: &Map, writes: &Writes, key: &[u8]) -> Option<Vec<u8>> {
     match writes.get(key) {
         Some(value) => value.clone(),
