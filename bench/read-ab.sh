@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Sequential read through the mount against the native client, for two builds side by side:
+# a 6-node 4+2 cluster per build, one file written through the mount, then RUNS rounds
+# alternating the builds, each a cold read (page cache dropped) through the mount (fio, 1 MiB)
+# and with the native client (`trove cat` to /dev/null). For telling a change of the code from
+# a change of the machine: both builds measured in one sitting.
+#
+#   bench/record.sh read-ab bench/read-ab.sh OLD_TROVE NEW_TROVE
+#
+# Needs root (mounting, drop_caches) and fio. Tunables: SIZE_MB (default 1024), RUNS (default 3),
+# WORK (scratch directory, default /var/tmp/trove-bench-read-ab).
+set -euo pipefail
+old=${1:?usage: read-ab.sh OLD_TROVE NEW_TROVE}
+new=${2:?usage: read-ab.sh OLD_TROVE NEW_TROVE}
+size_mb=${SIZE_MB:-1024}
+runs=${RUNS:-3}
+work=${WORK:-/var/tmp/trove-bench-read-ab}
+command -v fio >/dev/null || { echo "fio is missing (scripts/deps.sh installs it)" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || { echo "run as root (mounting, dropping caches)" >&2; exit 1; }
+
+rm -rf "$work"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    for b in old new; do [ -d "$work/$b" ] && "${!b}" cluster stop --dir "$work/$b/cluster" >/dev/null 2>&1 || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+fio_mbs() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["io_bytes"]/(j["read"]["runtime"]/1000)/1e6))'; }
+
+for b in old new; do
+    bin=${!b}
+    mkdir -p "$work/$b/cluster" "$work/$b/mnt"
+    "$bin" cluster start --dir "$work/$b/cluster" --nodes 6 --ec 4+2 --scrub-interval-ms 0 >/dev/null
+    "$bin" mount "$work/$b/cluster" "$work/$b/mnt" 2> "$work/$b/mount.log" &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q " $work/$b/mnt " /proc/self/mountinfo && break; sleep 0.1; done
+    fio --name=seq --rw=write --bs=1M --size="${size_mb}M" --ioengine=psync --end_fsync=1 \
+        --filename="$work/$b/mnt/seq" --output-format=terse >/dev/null
+done
+for i in $(seq "$runs"); do
+    for b in old new; do
+        bin=${!b}
+        drop
+        m=$(fio --name=seq --rw=read --bs=1M --size="${size_mb}M" --ioengine=psync \
+            --filename="$work/$b/mnt/seq" --output-format=json | fio_mbs)
+        drop
+        start=$(date +%s%N)
+        "$bin" -c "$work/$b/cluster" cat /seq > /dev/null
+        end=$(date +%s%N)
+        n=$(( size_mb * 1048576 * 1000 / (end - start) ))
+        echo "round $i $b: mount $m MB/s, native client $n MB/s, mount/native $(( 100 * m / n ))%"
+    done
+done
