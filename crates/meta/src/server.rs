@@ -193,6 +193,7 @@ pub async fn run_with<G>(
     });
     service.set_advertise(&advertise);
     tracing::info!(
+        target: "trove::ready",
         "metadata service of cluster {:?} listening on {bound} (advertised as {advertise})",
         config.cluster
     );

@@ -199,7 +199,7 @@ pub async fn run_until(
     if config.advertise.is_none() && bound.ip().is_unspecified() {
         tracing::warn!("listening on {bound} without `advertise`: clients will be told to connect to {advertise}");
     }
-    tracing::info!("storage node {uuid:032x} listening on {bound}, advertised as {advertise}");
+    tracing::info!(target: "trove::ready", "storage node {uuid:032x} listening on {bound}, advertised as {advertise}");
 
     let service = Arc::new(StorageService::new(Arc::new(store)));
     let server = AbortOnDrop(tokio::spawn(serve_on(

@@ -150,10 +150,101 @@ pub fn meta_addr_of(cluster: &str) -> Result<String> {
     bail!("--cluster {cluster:?} is neither HOST:PORT nor a directory containing {STATE_FILE}")
 }
 
+/// Picks `n` distinct loopback ports that are free now, below the kernel's ephemeral range
+/// when there is room: outgoing connections take their local ports from that range, so a
+/// port chosen there can be taken by any client between choosing it and the role binding it
+/// (and again while a killed node is down, before it is restarted on the same port).
 fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<std::net::TcpListener> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>().context("cannot find free loopback ports")?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    let (low, _) = ephemeral_range().unwrap_or((32768, 60999));
+    let below = 1024u16.max(low.saturating_sub(12_000))..low;
+    let mut held = Vec::new();
+    if below.len() >= 4 * n {
+        let span = below.len() as u32;
+        let first = rand_u32() % span;
+        for i in 0..span {
+            if held.len() == n {
+                break;
+            }
+            let port = below.start + ((first + i) % span) as u16;
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                held.push(l);
+            }
+        }
+    }
+    while held.len() < n {
+        held.push(std::net::TcpListener::bind("127.0.0.1:0").context("cannot find free loopback ports")?);
+    }
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// The kernel's range of local ports for outgoing connections.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// How a freshly spawned role's start ended.
+enum Bound {
+    Listening,
+    /// It exited because its port was taken; the log line saying so.
+    PortTaken(String),
+}
+
+/// How many ports a role is tried on before `start` gives up.
+const BIND_ATTEMPTS: usize = 5;
+
+/// Spawns `role` on a free loopback port, `configure` writing its config for an address and
+/// returning the config's path. A port taken by another process between choosing and binding
+/// is replaced by a new one; any other exit at start is an error quoting the log.
+async fn spawn_bound(role: &str, log: &Path, mut configure: impl FnMut(&str) -> Result<PathBuf>) -> Result<(String, PathBuf, std::process::Child)> {
+    let mut last = String::new();
+    for _ in 0..BIND_ATTEMPTS {
+        let addr = format!("127.0.0.1:{}", free_ports(1)?[0]);
+        let config = configure(&addr)?;
+        let from = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+        let mut child = spawn_role(role, &config, log)?;
+        match wait_bound(&mut child, role, log, from).await? {
+            Bound::Listening => return Ok((addr, config, child)),
+            Bound::PortTaken(line) => last = line,
+        }
+    }
+    bail!("the {role} process found no free port in {BIND_ATTEMPTS} attempts; last: {last}")
+}
+
+/// Waits until `child` logs (after byte `from` of `log`) that it listens, or exits.
+async fn wait_bound(child: &mut std::process::Child, role: &str, log: &Path, from: u64) -> Result<Bound> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let written = log_since(log, from);
+        if written.contains("listening on") {
+            return Ok(Bound::Listening);
+        }
+        if child.try_wait()?.is_some() {
+            let written = log_since(log, from);
+            let line = written.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string();
+            if written.contains("cannot listen on") && written.contains("in use") {
+                return Ok(Bound::PortTaken(line));
+            }
+            bail!("the {role} process exited at start: {line} (see {})", log.display());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the {role} process did not listen within {} s (see {})", START_TIMEOUT.as_secs(), log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What `log` holds after byte `from` (lossily decoded).
+fn log_since(log: &Path, from: u64) -> String {
+    let bytes = std::fs::read(log).unwrap_or_default();
+    String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default()).into_owned()
+}
+
+/// The last non-empty line of `log`, for error messages.
+fn last_line(log: &Path) -> String {
+    log_since(log, 0).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string()
 }
 
 /// Whether a process with this pid is alive (and not a zombie).
@@ -184,7 +275,9 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
         .arg(role)
         .arg("--config")
         .arg(config)
-        .env("TROVE_LOG", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into()))
+        // `start` waits for the line a role logs once it listens (target `trove::ready`),
+        // whatever level the user chose for the rest.
+        .env("TROVE_LOG", format!("{},trove::ready=info", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into())))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -258,27 +351,30 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         if args.nodes < args.ec.width() {
             bail!("erasure scheme {} needs at least {} storage nodes; --nodes is {}", args.ec, args.ec.width(), args.nodes);
         }
-        let ports = free_ports(args.nodes + 1)?;
         let cluster = format!("trove-{:08x}", rand_u32());
         for sub in ["meta", "logs"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
-        let meta_addr = format!("127.0.0.1:{}", ports[0]);
         let meta_cfg = dir.join("meta").join("meta.toml");
-        std::fs::write(&meta_cfg, meta_config(&dir, &meta_addr, &cluster, args.ec, args.chunk_bytes, args))?;
         let meta_log = dir.join("logs").join("meta.log");
-        let child = spawn_role("meta", &meta_cfg, &meta_log)?;
+        let (meta_addr, meta_cfg, child) = spawn_bound("meta", &meta_log, |addr| {
+            std::fs::write(&meta_cfg, meta_config(&dir, addr, &cluster, args.ec, args.chunk_bytes, args))?;
+            Ok(meta_cfg.clone())
+        })
+        .await?;
         let meta = Proc { addr: meta_addr.clone(), config: meta_cfg, log: meta_log, pid: child.id() };
         children.push(child);
         let mut nodes = Vec::new();
         for i in 1..=args.nodes {
             let node_dir = dir.join(format!("node-{i}"));
             std::fs::create_dir_all(node_dir.join("drive0"))?;
-            let addr = format!("127.0.0.1:{}", ports[i]);
             let cfg = node_dir.join("storage.toml");
-            std::fs::write(&cfg, storage_config(&dir, i, &addr, &meta_addr, &cluster))?;
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let child = spawn_role("storage", &cfg, &log)?;
+            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, &meta_addr, &cluster))?;
+                Ok(cfg.clone())
+            })
+            .await?;
             nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
             children.push(child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
@@ -320,6 +416,12 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     }
     if !quiet {
         eprintln!("logs are in {}", state.meta.log.parent().map(|p| p.display().to_string()).unwrap_or_default());
+    }
+    // Name the nodes that are not running, with the last thing each logged.
+    for (i, n) in state.nodes.iter().enumerate() {
+        if !alive(n.pid) {
+            last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line(&n.log)));
+        }
     }
     bail!("cluster did not come up within {} s: {last}", START_TIMEOUT.as_secs())
 }
@@ -435,11 +537,13 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             let i = state.nodes.len() + 1;
             let node_dir = dir.join(format!("node-{i}"));
             std::fs::create_dir_all(node_dir.join("drive0"))?;
-            let addr = format!("127.0.0.1:{}", free_ports(1)?[0]);
             let cfg = node_dir.join("storage.toml");
-            std::fs::write(&cfg, storage_config(&dir, i, &addr, &state.meta.addr, &state.cluster))?;
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let child = spawn_role("storage", &cfg, &log)?;
+            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, &state.meta.addr, &state.cluster))?;
+                Ok(cfg.clone())
+            })
+            .await?;
             state.nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
             state.save(&dir)?;
             println!("added storage node {i} (pid {})", child.id());
@@ -460,4 +564,60 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
 pub async fn wait_node_up(state: &State, _node: usize) -> Result<()> {
     let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
     wait_up(state, running, true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let (low, high) = ephemeral_range().expect("Linux names its ephemeral range");
+        let ports = free_ports(8).unwrap();
+        let mut sorted = ports.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 8, "{ports:?}");
+        for &p in &ports {
+            assert!(!(low..=high).contains(&p), "port {p} is in the ephemeral range {low}-{high}");
+            // A process forked by a concurrent test holds the listeners free_ports used until it
+            // execs (they are close-on-exec): allow it a moment.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while let Err(e) = std::net::TcpListener::bind(("127.0.0.1", p)) {
+                assert!(Instant::now() < deadline, "port {p} of {ports:?}: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Runs `script` as a stand-in for a role process, its output going to a log.
+    async fn bound_of(script: &str) -> Result<Bound> {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("role.log");
+        // What an earlier run left in the log must not count.
+        std::fs::write(&log, "old run: listening on 127.0.0.1:1\n").unwrap();
+        let from = std::fs::metadata(&log).unwrap().len();
+        let out = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        let mut child = Command::new("sh").arg("-c").arg(script).stdout(out).spawn().unwrap();
+        let bound = wait_bound(&mut child, "test", &log, from).await;
+        let _ = child.kill();
+        let _ = child.wait();
+        bound
+    }
+
+    #[tokio::test]
+    async fn a_start_is_told_apart_by_what_the_process_logs() {
+        let listening = bound_of("echo 'INFO trove::ready: storage node 1 listening on 127.0.0.1:2'; sleep 30").await;
+        assert!(matches!(listening, Ok(Bound::Listening)));
+
+        let taken = bound_of("echo 'trove: cannot listen on 127.0.0.1:2: Address already in use (os error 98)'; exit 1").await;
+        match taken {
+            Ok(Bound::PortTaken(line)) => assert!(line.contains("127.0.0.1:2"), "{line}"),
+            _ => panic!("a taken port is not told apart"),
+        }
+
+        let failed = bound_of("echo 'trove: drive /d: in use by another storage process'; exit 1").await;
+        let message = format!("{:#}", failed.err().expect("any other exit is an error"));
+        assert!(message.contains("exited at start") && message.contains("drive /d"), "{message}");
+    }
 }
