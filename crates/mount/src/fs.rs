@@ -15,6 +15,7 @@ use crate::attr::{self, file_attr, name_str, XattrAnswer};
 use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
 use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
+use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
 use client::Client;
 use fuser::{
@@ -107,6 +108,8 @@ pub(crate) struct Shared {
     held_locks: Mutex<HashSet<(Ino, u64)>>,
     /// Directory attributes for answering GETATTR without a round trip (see `dircache.rs`).
     dir_attrs: Mutex<DirCache>,
+    /// Listings fetched ahead of LOOKUPs (see `statahead.rs`).
+    statahead: Mutex<Statahead>,
 }
 
 /// The file system handed to fuser.
@@ -120,6 +123,7 @@ impl TroveFs {
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let mount_id = (u64::from(std::process::id()) << 32) ^ now.as_nanos() as u64;
         let options_attr_timeout = options.attr_timeout;
+        let options_entry_timeout = options.entry_timeout;
         let fs = TroveFs {
             shared: Arc::new(Shared {
                 client,
@@ -134,6 +138,7 @@ impl TroveFs {
                 mount_id,
                 held_locks: Mutex::new(HashSet::new()),
                 dir_attrs: Mutex::new(DirCache::new(options_attr_timeout)),
+                statahead: Mutex::new(Statahead::new(options_entry_timeout)),
             }),
             runtime,
         };
@@ -147,6 +152,8 @@ impl TroveFs {
                 cache.put(&change.dir, now);
                 if let Some(ino) = change.removed {
                     cache.forget(ino, now);
+                    drop(cache);
+                    lock(&s.statahead).unlinked(ino);
                 }
             }
         });
@@ -196,6 +203,33 @@ impl TroveFs {
                 Err(e) => reply.fail(e),
             }
         });
+    }
+
+    /// Whether flushing or closing `fh` can change what the metadata service holds of its
+    /// file: writes not yet flushed, or the last close of a file unlinked while open.
+    fn handle_changes(&self, fh: u64) -> bool {
+        self.shared.open.file(fh).is_none_or(|f| f.inode.local_overlay().is_some() || f.inode.orphan().is_some())
+    }
+
+    /// [`Self::spawn`] for an operation that can move a file's attributes: the listings kept
+    /// for LOOKUPs are dropped when it starts and again when it is done (see `statahead.rs`).
+    fn spawn_change<R, T, F>(&self, reply: R, work: impl FnOnce(Arc<Shared>) -> F, done: impl FnOnce(R, T) + Send + 'static)
+    where
+        R: Fail + Send + 'static,
+        T: Send + 'static,
+        F: Future<Output = Result<T, Errno>> + Send + 'static,
+    {
+        lock(&self.shared.statahead).changed();
+        let fut = work(self.shared.clone());
+        self.spawn(
+            reply,
+            |s| async move {
+                let out = fut.await;
+                lock(&s.statahead).changed();
+                out
+            },
+            done,
+        );
     }
 }
 
@@ -646,6 +680,36 @@ impl Shared {
         }
     }
 
+    /// Fetches a directory's listing for the LOOKUPs that follow (see `statahead.rs`).
+    async fn fetch_listing(&self, ticket: Ticket) {
+        let dir = ticket.dir();
+        let mut entries = Vec::new();
+        let mut after = String::new();
+        let fetched = loop {
+            match self.client.readdir_page(dir, &after, READDIR_PAGE_ENTRIES).await {
+                Ok((page, more)) => {
+                    if let Some(last) = page.last() {
+                        after = last.name.clone();
+                    }
+                    let empty = page.is_empty();
+                    entries.extend(page);
+                    if !more || empty || entries.len() >= LISTING_ENTRIES_MAX {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        let mut statahead = lock(&self.statahead);
+        match fetched {
+            Ok(()) => statahead.fetched(ticket, entries),
+            Err(e) => {
+                tracing::debug!("listing directory {dir} ahead of lookups failed: {e}");
+                statahead.fetch_failed(ticket);
+            }
+        }
+    }
+
     /// Flushes every open file (at unmount: the kernel releases files before, this is a guard).
     async fn flush_all(&self) {
         for inode in self.open.all_inodes() {
@@ -704,12 +768,23 @@ impl Filesystem for TroveFs {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
+        let kept = lock(&self.shared.statahead).lookup(parent.0, &name, Instant::now());
+        if let Some((a, left)) = kept {
+            // Answered on this thread from a listing younger than the entry timeout.
+            let attr_ttl = self.shared.attr_ttl().min(left);
+            return reply.entry_with_ttls(&attr_ttl, &left, &self.shared.kernel_attr(a), GENERATION);
+        }
         self.spawn(
             reply,
             move |s| async move {
                 let started = Instant::now();
                 let a = s.client.lookup(parent.0, &name).await.map_err(fail)?;
                 s.remember_dir(&a, started);
+                let ticket = lock(&s.statahead).found(parent.0, started);
+                if let Some(ticket) = ticket {
+                    let shared = s.clone();
+                    tokio::spawn(async move { shared.fetch_listing(ticket).await });
+                }
                 Ok((s.kernel_attr(a), s.attr_ttl(), s.options.entry_timeout))
             },
             |r, (a, attr_ttl, entry_ttl)| r.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GENERATION),
@@ -752,7 +827,7 @@ impl Filesystem for TroveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move {
                 let a = s.setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime).await?;
@@ -819,7 +894,15 @@ impl Filesystem for TroveFs {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
-        self.spawn(reply, move |s| async move { s.unlink(parent.0, &name).await }, |r, ()| r.ok());
+        self.spawn(
+            reply,
+            move |s| async move {
+                let done = s.unlink(parent.0, &name).await;
+                lock(&s.statahead).removed(parent.0, &name);
+                done
+            },
+            |r, ()| r.ok(),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -865,7 +948,7 @@ impl Filesystem for TroveFs {
             Ok(m) => m,
             Err(e) => return reply.error(e),
         };
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move { s.rename(parent.0, &name, newparent.0, &newname, mode).await },
             |r, ()| r.ok(),
@@ -877,7 +960,7 @@ impl Filesystem for TroveFs {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move {
                 let a = s.client.link(ino.0, newparent.0, &newname).await.map_err(fail)?;
@@ -928,11 +1011,16 @@ impl Filesystem for TroveFs {
     ) {
         // The request buffer is fuser's, reused for the next request: the task needs a copy.
         let data = data.to_vec();
-        self.spawn(reply, move |s| async move { s.write(fh.0, offset, data).await }, |r, n| r.written(n));
+        self.spawn_change(reply, move |s| async move { s.write(fh.0, offset, data).await }, |r, n| r.written(n));
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.spawn(reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await }, |r, ()| r.ok());
+        let work = move |s: Arc<Shared>| async move { s.close(ino.0, fh.0, lock_owner.0).await };
+        if self.handle_changes(fh.0) {
+            self.spawn_change(reply, work, |r, ()| r.ok());
+        } else {
+            self.spawn(reply, work, |r, ()| r.ok());
+        }
     }
 
     fn release(
@@ -946,13 +1034,23 @@ impl Filesystem for TroveFs {
         reply: ReplyEmpty,
     ) {
         // The kernel names a lock owner here only for files locked with flock.
-        self.spawn(reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await }, |r, ()| r.ok());
+        let work = move |s: Arc<Shared>| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await };
+        if self.handle_changes(fh.0) {
+            self.spawn_change(reply, work, |r, ()| r.ok());
+        } else {
+            self.spawn(reply, work, |r, ()| r.ok());
+        }
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
         // Shards are written durably (fdatasync on every node) before a commit publishes them,
         // so fsync and fdatasync are the same flush.
-        self.spawn(reply, move |s| async move { s.flush(fh.0).await }, |r, ()| r.ok());
+        let work = move |s: Arc<Shared>| async move { s.flush(fh.0).await };
+        if self.handle_changes(fh.0) {
+            self.spawn_change(reply, work, |r, ()| r.ok());
+        } else {
+            self.spawn(reply, work, |r, ()| r.ok());
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1104,7 +1202,7 @@ impl Filesystem for TroveFs {
             Err(e) => return reply.error(e),
         };
         let value = value.to_vec();
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move {
                 let done = s.client.setxattr(ino.0, &name, &value, mode).await;
@@ -1165,7 +1263,7 @@ impl Filesystem for TroveFs {
         if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
             return reply.error(Errno::ENODATA);
         }
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move {
                 let done = s.client.removexattr(ino.0, &name).await;
@@ -1196,7 +1294,7 @@ impl Filesystem for TroveFs {
             Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
-        self.spawn(
+        self.spawn_change(
             reply,
             move |s| async move {
                 let (a, fh, keep) = s.create(parent.0, name, mode, umask, flags, uid, gid).await?;
@@ -1267,7 +1365,7 @@ impl Filesystem for TroveFs {
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        self.spawn(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
+        self.spawn_change(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
     }
 }
 

@@ -28,6 +28,7 @@ mod dircache;
 mod fs;
 pub mod mountinfo;
 mod open;
+mod statahead;
 
 use std::io;
 use std::path::{Path, PathBuf};

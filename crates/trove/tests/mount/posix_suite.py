@@ -69,6 +69,11 @@ def write_file(path, data, mode=0o644):
         os.close(fd)
 
 
+def append_file(path, data):
+    with open(path, "ab") as f:
+        f.write(data)
+
+
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()
@@ -560,6 +565,55 @@ def dir_times_follow_changes(d):
     changed("rmdir", lambda: os.rmdir(j("s")))
     changed("rename out", lambda: os.rename(j("f"), os.path.join(d, "f")))
     return steps
+
+
+@check
+def changes_show_through_names_looked_up_later(d):
+    """A change made through one name of a file shows at once through another name looked up
+    after it, also when many names of the directory are looked up after their entries expired
+    (a Trove mount then answers LOOKUPs from a listing fetched ahead)."""
+    j = lambda n: os.path.join(d, n)
+    changes = {
+        "append": lambda a: append_file(a, b"more bytes"),
+        "truncate": lambda a: os.truncate(a, 3),
+        "chmod": lambda a: os.chmod(a, 0o600),
+        "link": lambda a: os.link(a, a + ".3"),
+        "unlink": lambda a: os.unlink(a),
+        "rename": lambda a: os.rename(a, a + ".moved"),
+    }
+    for k in changes:
+        for i in range(12):
+            write_file(j(f"{k}.p{i}"), b"p")
+        write_file(j(f"{k}.a"), b"0123456789")
+        os.link(j(f"{k}.a"), j(f"{k}.b"))
+    for i in range(12):
+        write_file(j(f"gone.p{i}"), b"p")
+        write_file(j(f"gone.q{i}"), b"q")
+    time.sleep(1.5)  # past the entry and attribute timeouts
+    seen = {}
+    for k, change in changes.items():
+        # Names found one after another: a listing of the directory is fetched ahead.
+        for i in range(12):
+            os.stat(j(f"{k}.p{i}"))
+        time.sleep(0.2)
+        change(j(f"{k}.a"))
+        st = os.stat(j(f"{k}.b"))
+        seen[k] = {"size": st.st_size, "nlink": st.st_nlink, "mode": oct(stat.S_IMODE(st.st_mode))}
+    expect(seen["append"]["size"] == 20, f"append: {seen['append']}")
+    expect(seen["truncate"]["size"] == 3, f"truncate: {seen['truncate']}")
+    expect(seen["chmod"]["mode"] == "0o600", f"chmod: {seen['chmod']}")
+    expect(seen["link"]["nlink"] == 3, f"link: {seen['link']}")
+    expect(seen["unlink"]["nlink"] == 1, f"unlink: {seen['unlink']}")
+    expect(seen["rename"]["nlink"] == 2, f"rename: {seen['rename']}")
+    # Names unlinked here are gone at once, also when the listing fetched ahead still had them.
+    for i in range(12):
+        os.stat(j(f"gone.p{i}"))
+    time.sleep(0.2)
+    for i in range(12):
+        os.unlink(j(f"gone.q{i}"))
+    gone = [err(os.stat, j(f"gone.q{i}")) for i in range(12)]
+    expect(gone == ["ENOENT"] * 12, f"unlinked names: {gone}")
+    return seen
 
 
 @check
