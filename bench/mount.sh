@@ -2,9 +2,10 @@
 # Benchmarks the POSIX mount (`trove mount`) in one run on one machine, against the native
 # client and the local disk:
 #   - 1 MiB sequential read of one large file, cold caches (page cache dropped before every
-#     read, so storage nodes read their shard files from disk as well): fio on the mount, the
-#     native client (`trove cat` of the same file, one stream with the client's read-ahead),
-#     fio on a local directory of the same disk;
+#     read, so storage nodes read their shard files from disk as well): fio on the mount
+#     (buffered, through the kernel page cache, and with O_DIRECT, which the kernel serves
+#     without it), the native client (`trove cat` of the same file, one stream with the
+#     client's read-ahead), fio on a local directory of the same disk;
 #   - create/stat/remove rates of empty files: `trove bench meta` (mdtest-like) on the mount and
 #     on the local directory, the same harness for both, twice: TASKS tasks in one shared
 #     directory, and UNIQUE_TASKS tasks each in its own directory (mdtest -u).
@@ -64,10 +65,12 @@ mount_write=$(fio "${write_job[@]}" --filename="$work/mnt/seq" | fio_mbs)
 local_write=$(fio "${write_job[@]}" --filename="$work/local/seq" | fio_mbs)
 
 read_job=(--name=seq --rw=read --bs=1M --size="${size_mb}M" --ioengine=psync --output-format=json)
-mount_reads=() native_reads=() local_reads=()
+mount_reads=() direct_reads=() native_reads=() local_reads=()
 for i in $(seq "$runs"); do
     drop
     mount_reads+=("$(fio "${read_job[@]}" --filename="$work/mnt/seq" | fio_mbs)")
+    drop
+    direct_reads+=("$(fio "${read_job[@]}" --direct=1 --filename="$work/mnt/seq" | fio_mbs)")
     drop
     start=$(date +%s%N)
     "$trove" -c "$work/cluster" cat /seq > /dev/null
@@ -75,9 +78,10 @@ for i in $(seq "$runs"); do
     native_reads+=("$(python3 -c "print(round($size_mb * 1048576 / (($end - $start) / 1e9) / 1e6, 1))")")
     drop
     local_reads+=("$(fio "${read_job[@]}" --filename="$work/local/seq" | fio_mbs)")
-    echo "read run $i: mount ${mount_reads[-1]} MB/s, native client ${native_reads[-1]} MB/s, local disk ${local_reads[-1]} MB/s"
+    echo "read run $i: mount ${mount_reads[-1]} MB/s, mount O_DIRECT ${direct_reads[-1]} MB/s, native client ${native_reads[-1]} MB/s, local disk ${local_reads[-1]} MB/s"
 done
 m=$(median "${mount_reads[@]}")
+md=$(median "${direct_reads[@]}")
 n=$(median "${native_reads[@]}")
 l=$(median "${local_reads[@]}")
 
@@ -95,18 +99,20 @@ mkdir -p "$work/mnt/metau" "$work/local/metau"
 
 echo
 echo "== summary"
-python3 - "$mount_write" "$local_write" "$m" "$n" "$l" "$work/meta.json" "$work/mnt/meta" "$work/metau.json" "$work/mnt/metau" "$tasks" "$utasks" <<'EOF_PY'
+python3 - "$mount_write" "$local_write" "$m" "$n" "$l" "$work/meta.json" "$work/mnt/meta" "$work/metau.json" "$work/mnt/metau" "$tasks" "$utasks" "$md" <<'EOF_PY'
 import json, sys
 mw, lw, m, n, l = map(float, sys.argv[1:6])
+md = float(sys.argv[12])
 meta = json.load(open(sys.argv[6]))
 mount_target = f"dir {sys.argv[7]}"
 print(f"{'1 MiB sequential':<22} {'MB/s':>9}")
 print(f"{'write, mount (fio)':<22} {mw:>9.1f}")
 print(f"{'write, local (fio)':<22} {lw:>9.1f}")
 print(f"{'read, mount (fio)':<22} {m:>9.1f}")
+print(f"{'read, mount O_DIRECT':<22} {md:>9.1f}")
 print(f"{'read, native client':<22} {n:>9.1f}")
 print(f"{'read, local (fio)':<22} {l:>9.1f}")
-print(f"mount / native client, sequential read: {100 * m / n:.0f}% (aim: >= 85%)")
+print(f"mount / native client, sequential read: {100 * m / n:.0f}% (aim: >= 85%); with O_DIRECT: {100 * md / n:.0f}%")
 print()
 def table(path, mount_target, title):
     meta = json.load(open(path))
