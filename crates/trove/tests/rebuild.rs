@@ -181,7 +181,7 @@ async fn rolling_restart_of_every_process_fails_no_client_operation() {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let path = format!("/load{i}");
-                let data = content(1000 + i, 1 << 20 | (i as usize * 4099) % 65536);
+                let data = content(1000 + i, (1 << 20) | ((i as usize * 4099) % 65536));
                 let result = async {
                     client.write_file(&path, &data).await?;
                     let back = client.read_file(&path).await?;
