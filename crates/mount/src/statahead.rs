@@ -7,6 +7,8 @@
 //! (names it does not find are not counted: creating a file looks its name up first), the mount
 //! fetches the directory's listing with attributes (pages of [`crate::dir::READDIR_PAGE_ENTRIES`],
 //! in the background) and answers the following LOOKUPs of names in it without a round trip.
+//! A listing that answered fewer LOOKUPs than one per 16 of its entries (a few files opened
+//! at random in a large directory) is not fetched again for 8 entry timeouts.
 //!
 //! What it answers is what the kernel would hold had it looked each name up when the listing
 //! was fetched: an entry is used only until the entry timeout after the fetch *started*, with
@@ -32,6 +34,10 @@ use wire::{Attr, DirEntry, FileKind, Ino};
 pub(crate) const MISSES_TO_FETCH: u32 = 8;
 /// Most entries fetched for one directory's listing; a larger directory keeps its first ones.
 pub(crate) const LISTING_ENTRIES_MAX: usize = 16_384;
+/// A listing that answered fewer LOOKUPs than one per this many of its entries before it
+/// expired is not fetched again for [`QUIET_TIMEOUTS`] entry timeouts.
+const HITS_PER_ENTRIES_MIN: usize = 16;
+const QUIET_TIMEOUTS: u32 = 8;
 /// Most entries kept over all directories; beyond, every listing is dropped.
 const KEPT_ENTRIES_MAX: usize = 65_536;
 
@@ -57,6 +63,8 @@ struct Dir {
     fetching: Option<u64>,
     /// Names this mount unlinked while it was in flight: not kept from what it brings back.
     removed: Vec<String>,
+    /// No fetch before then: the last listing answered too few LOOKUPs to pay for itself.
+    quiet_until: Option<Instant>,
     listing: Option<Listing>,
 }
 
@@ -64,6 +72,8 @@ struct Listing {
     /// When the fetch started.
     at: Instant,
     entries: HashMap<String, Attr>,
+    /// LOOKUPs it answered.
+    hits: usize,
 }
 
 /// Identifies a fetch: where it started.
@@ -92,14 +102,21 @@ impl Statahead {
     pub(crate) fn lookup(&mut self, dir: Ino, name: &str, now: Instant) -> Option<(Attr, Duration)> {
         let ttl = self.ttl;
         let d = self.dirs.get_mut(&dir)?;
-        let l = d.listing.as_ref()?;
+        let l = d.listing.as_mut()?;
         if let Some(left) = ttl.checked_sub(now.saturating_duration_since(l.at)).filter(|left| !left.is_zero()) {
             // A name the listing does not have goes to the service; no refetch until the
             // listing expires.
-            return l.entries.get(name).map(|a| (a.clone(), left));
+            let a = l.entries.get(name)?;
+            l.hits += 1;
+            return Some((a.clone(), left));
         }
-        let old = d.listing.take().map(|l| l.entries).unwrap_or_default();
-        self.forget_entries(&old);
+        let old = d.listing.take().expect("a listing is kept");
+        if old.hits * HITS_PER_ENTRIES_MIN < old.entries.len() {
+            // Lookups spread over a directory much larger than they are many (a shuffled
+            // dataset opened file by file): fetching it again would cost more than it saves.
+            d.quiet_until = Some(now + QUIET_TIMEOUTS * ttl);
+        }
+        self.forget_entries(&old.entries);
         None
     }
 
@@ -120,7 +137,8 @@ impl Statahead {
             d.misses = 0;
         }
         d.misses += 1;
-        if d.misses < MISSES_TO_FETCH || d.fetching.is_some() || d.listing.is_some() {
+        let quiet = d.quiet_until.is_some_and(|until| at < until);
+        if d.misses < MISSES_TO_FETCH || d.fetching.is_some() || d.listing.is_some() || quiet {
             return None;
         }
         d.fetching = Some(id);
@@ -152,7 +170,7 @@ impl Statahead {
             *self.linked.entry(a.ino).or_default() += 1;
         }
         self.kept += entries.len();
-        if let Some(old) = d.listing.replace(Listing { at: ticket.at, entries }) {
+        if let Some(old) = d.listing.replace(Listing { at: ticket.at, entries, hits: 0 }) {
             self.forget_entries(&old.entries);
         }
         if self.kept > KEPT_ENTRIES_MAX {
@@ -350,6 +368,34 @@ mod tests {
         s.unlinked(10);
         assert!(!hit(&mut s, 7, "b", t0));
         assert!(!hit(&mut s, 7, "c", t0));
+    }
+
+    #[test]
+    fn a_listing_that_answered_few_lookups_is_not_fetched_again_for_a_while() {
+        let mut s = Statahead::new(TTL);
+        let t0 = Instant::now();
+        let t = ticket(&mut s, 7, t0);
+        let many: Vec<DirEntry> = (0..HITS_PER_ENTRIES_MIN as u64 * 10).map(|i| entry(&format!("f{i}"), 100 + i)).collect();
+        s.fetched(t, many.clone());
+        for i in 0..9 {
+            assert!(hit(&mut s, 7, &format!("f{i}"), t0));
+        }
+        // Expired after 9 hits for 160 entries: quiet for QUIET_TIMEOUTS timeouts.
+        let expired = t0 + TTL;
+        assert!(!hit(&mut s, 7, "f50", expired));
+        for _ in 0..4 * MISSES_TO_FETCH {
+            assert_eq!(s.found(7, expired), None);
+        }
+        let later = expired + QUIET_TIMEOUTS * TTL;
+        let t = ticket(&mut s, 7, later);
+        s.fetched(t, many);
+        // Enough hits: fetched again as soon as more misses come.
+        for i in 0..10 {
+            assert!(hit(&mut s, 7, &format!("f{i}"), later));
+        }
+        let expired = later + TTL;
+        assert!(!hit(&mut s, 7, "f50", expired));
+        assert!(matches!(ticket(&mut s, 7, expired), Ticket { dir: 7, .. }));
     }
 
     #[test]
