@@ -271,11 +271,14 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
         println!("schemes in use: {}", schemes.join(", "));
     }
     println!();
-    println!("{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "state", "capacity", "free", "shards", "hb age");
+    println!("{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "state", "capacity", "free", "shards ", "hb age");
+    // A node that is down or out sends no heartbeats: its figures are the last it reported.
+    let stale = |n: &wire::NodeInfo| matches!(n.state, wire::NodeState::Down | wire::NodeState::Out);
     for n in &s.nodes {
         let total: u64 = n.drives.iter().map(|d| d.bytes_total).sum();
         let free: u64 = n.drives.iter().map(|d| d.bytes_free).sum();
         let shards: u64 = n.drives.iter().map(|d| d.shards).sum();
+        let shards = if stale(n) { format!("{shards}*") } else { format!("{shards} ") };
         let errors: Vec<String> = n.drives.iter().filter(|d| !d.error.is_empty()).map(|d| format!("{}: {}", d.path, d.error)).collect();
         let health = if errors.is_empty() { format!("{} ok", n.drives.len()) } else { errors.join("; ") };
         println!(
@@ -289,6 +292,9 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
             n.heartbeat_age_ms / 1000,
             health
         );
+    }
+    if s.nodes.iter().any(stale) {
+        println!("* as last reported: the node has sent no heartbeat for its hb age");
     }
     Ok(())
 }

@@ -80,6 +80,13 @@ async fn lost_node_is_rebuilt_then_two_more_losses_lose_nothing() {
     let degraded = write_files(&client, "b", 6).await;
     let status = cluster.wait_status(Duration::from_secs(60), "node 2 out and every chunk rebuilt", |s| node_state(s, 2) == "out" && settled(s));
     assert_eq!(status["nodes"].as_array().map(|n| n.iter().filter(|n| n["state"] == "up").count()), Some(7));
+    // The status table marks the figures of a node that is out as its last report.
+    let table = common::run_ok(&["--cluster", &cluster.dir_str(), "status"]);
+    let row = table.lines().find(|l| l.split_whitespace().next() == Some("2")).expect("node 2's row");
+    assert!(row.contains(" out ") && row.contains('*'), "{table}");
+    assert!(table.contains("* as last reported"), "{table}");
+    let up_row = table.lines().find(|l| l.split_whitespace().next() == Some("1")).expect("node 1's row");
+    assert!(!up_row.contains('*'), "{table}");
     stop.store(true, Ordering::Relaxed);
     reader.await.expect("reader");
     assert!(reads.load(Ordering::Relaxed) > 0);
