@@ -4,7 +4,7 @@
 
 /// Fills `buf` with the content of file `file` starting at `offset` (a multiple of 8).
 pub fn fill(seed: u64, file: u64, offset: u64, buf: &mut [u8]) {
-    assert!(offset % 8 == 0, "offsets are 8-byte aligned");
+    assert!(offset.is_multiple_of(8), "offsets are 8-byte aligned");
     let base = seed ^ file.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let mut word = offset / 8;
     let mut chunks = buf.chunks_exact_mut(8);
