@@ -211,6 +211,19 @@ impl TroveFs {
         self.shared.open.file(fh).is_none_or(|f| f.inode.local_overlay().is_some() || f.inode.orphan().is_some())
     }
 
+    /// [`Self::spawn`] for a flush, fsync or release of `fh`: a change (see
+    /// [`Self::spawn_change`]) when it can commit something.
+    fn spawn_closing<F>(&self, fh: u64, reply: ReplyEmpty, work: impl FnOnce(Arc<Shared>) -> F)
+    where
+        F: Future<Output = Result<(), Errno>> + Send + 'static,
+    {
+        if self.handle_changes(fh) {
+            self.spawn_change(reply, work, |r, ()| r.ok());
+        } else {
+            self.spawn(reply, work, |r, ()| r.ok());
+        }
+    }
+
     /// [`Self::spawn`] for an operation that can move a file's attributes: the listings kept
     /// for LOOKUPs are dropped when it starts and again when it is done (see `statahead.rs`).
     fn spawn_change<R, T, F>(&self, reply: R, work: impl FnOnce(Arc<Shared>) -> F, done: impl FnOnce(R, T) + Send + 'static)
@@ -1015,12 +1028,7 @@ impl Filesystem for TroveFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
-        let work = move |s: Arc<Shared>| async move { s.close(ino.0, fh.0, lock_owner.0).await };
-        if self.handle_changes(fh.0) {
-            self.spawn_change(reply, work, |r, ()| r.ok());
-        } else {
-            self.spawn(reply, work, |r, ()| r.ok());
-        }
+        self.spawn_closing(fh.0, reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await });
     }
 
     fn release(
@@ -1034,23 +1042,13 @@ impl Filesystem for TroveFs {
         reply: ReplyEmpty,
     ) {
         // The kernel names a lock owner here only for files locked with flock.
-        let work = move |s: Arc<Shared>| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await };
-        if self.handle_changes(fh.0) {
-            self.spawn_change(reply, work, |r, ()| r.ok());
-        } else {
-            self.spawn(reply, work, |r, ()| r.ok());
-        }
+        self.spawn_closing(fh.0, reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await });
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
         // Shards are written durably (fdatasync on every node) before a commit publishes them,
         // so fsync and fdatasync are the same flush.
-        let work = move |s: Arc<Shared>| async move { s.flush(fh.0).await };
-        if self.handle_changes(fh.0) {
-            self.spawn_change(reply, work, |r, ()| r.ok());
-        } else {
-            self.spawn(reply, work, |r, ()| r.ok());
-        }
+        self.spawn_closing(fh.0, reply, move |s| async move { s.flush(fh.0).await });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
