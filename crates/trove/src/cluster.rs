@@ -222,7 +222,7 @@ async fn wait_bound(child: &mut std::process::Child, role: &str, log: &Path, fro
         }
         if child.try_wait()?.is_some() {
             let written = log_since(log, from);
-            let line = written.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string();
+            let line = last_line_of(&written);
             if written.contains("cannot listen on") && written.contains("in use") {
                 return Ok(Bound::PortTaken(line));
             }
@@ -242,9 +242,9 @@ fn log_since(log: &Path, from: u64) -> String {
     String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default()).into_owned()
 }
 
-/// The last non-empty line of `log`, for error messages.
-fn last_line(log: &Path) -> String {
-    log_since(log, 0).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string()
+/// The last non-empty line of `text`, for error messages.
+fn last_line_of(text: &str) -> String {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string()
 }
 
 /// Whether a process with this pid is alive (and not a zombie).
@@ -275,9 +275,7 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
         .arg(role)
         .arg("--config")
         .arg(config)
-        // `start` waits for the line a role logs once it listens (target `trove::ready`),
-        // whatever level the user chose for the rest.
-        .env("TROVE_LOG", format!("{},trove::ready=info", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into())))
+        .env("TROVE_LOG", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into()))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -420,7 +418,7 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     // Name the nodes that are not running, with the last thing each logged.
     for (i, n) in state.nodes.iter().enumerate() {
         if !alive(n.pid) {
-            last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line(&n.log)));
+            last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line_of(&log_since(&n.log, 0))));
         }
     }
     bail!("cluster did not come up within {} s: {last}", START_TIMEOUT.as_secs())

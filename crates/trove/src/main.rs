@@ -128,6 +128,12 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TROVE_LOG").unwrap_or_else(|_| "warn".into());
+    // The line a service logs once it listens (target `trove::ready`) is always kept: `trove
+    // cluster start` waits for it, whatever level TROVE_LOG asks for.
+    let filter = match "trove::ready=info".parse() {
+        Ok(ready) => filter.add_directive(ready),
+        Err(_) => filter,
+    };
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
