@@ -38,6 +38,8 @@ pub(crate) const LISTING_ENTRIES_MAX: usize = 16_384;
 /// expired is not fetched again for [`QUIET_TIMEOUTS`] entry timeouts.
 const HITS_PER_ENTRIES_MIN: usize = 16;
 const QUIET_TIMEOUTS: u32 = 8;
+/// Most directories whose LOOKUPs are counted; beyond, those without a listing are forgotten.
+const DIRS_MAX: usize = 4096;
 /// Most entries kept over all directories; beyond, every listing is dropped.
 const KEPT_ENTRIES_MAX: usize = 65_536;
 
@@ -131,6 +133,13 @@ impl Statahead {
         }
         let ttl = self.ttl;
         let (epoch, id) = (self.epoch, self.next_fetch);
+        if self.dirs.len() >= DIRS_MAX && !self.dirs.contains_key(&dir) {
+            self.dirs.retain(|_, d| d.listing.is_some() || d.fetching.is_some());
+            if self.dirs.len() >= DIRS_MAX {
+                self.drop_listings();
+                self.dirs.clear();
+            }
+        }
         let d = self.dirs.entry(dir).or_default();
         if d.since.is_none_or(|s| at.saturating_duration_since(s) > ttl) {
             d.since = Some(at);
@@ -396,6 +405,19 @@ mod tests {
         let expired = later + TTL;
         assert!(!hit(&mut s, 7, "f50", expired));
         assert!(matches!(ticket(&mut s, 7, expired), Ticket { dir: 7, .. }));
+    }
+
+    #[test]
+    fn the_directories_counted_stay_few() {
+        let mut s = Statahead::new(TTL);
+        let t0 = Instant::now();
+        let t = ticket(&mut s, 7, t0);
+        s.fetched(t, vec![entry("a", 10)]);
+        for dir in 100..100 + 3 * DIRS_MAX as u64 {
+            assert_eq!(s.found(dir, t0), None);
+            assert!(s.dirs.len() <= DIRS_MAX);
+        }
+        assert!(hit(&mut s, 7, "a", t0), "a directory with a listing is kept while others come and go");
     }
 
     #[test]
