@@ -18,9 +18,8 @@
 //! with every change inside them and are kept by `dircache.rs`).
 //!
 //! This mount's own changes must show at once. A change that can move a kept file's
-//! attributes (a write, truncate, chmod, link, rename, xattr change, a commit at close, an open
-//! for writing) calls [`Statahead::changed`], which drops every listing and every fetch in
-//! flight: listings are cheap to refetch, and a stale size handed to the kernel is not. An
+//! attributes (a write, truncate, chmod, link, rename, xattr change, create, a commit at
+//! close) calls [`Statahead::changed`], which drops every listing and every fetch in flight: listings are cheap to refetch, and a stale size handed to the kernel is not. An
 //! unlink only drops the removed name from its directory's listing (and from the listing a
 //! fetch in flight brings back), unless the unlinked inode has other names kept (their link
 //! count moved).
@@ -197,10 +196,14 @@ impl Statahead {
         }
     }
 
-    /// This mount changed something that can move a kept file's attributes.
+    /// This mount changed something that can move a kept file's attributes. Called before and
+    /// after every write, so it costs only a counter while nothing is kept: the new epoch
+    /// already keeps out what the fetches in flight bring back.
     pub(crate) fn changed(&mut self) {
         self.epoch += 1;
-        self.drop_listings();
+        if self.kept > 0 {
+            self.drop_listings();
+        }
     }
 
     /// This mount unlinked `name` from `dir`.
@@ -243,7 +246,7 @@ impl Statahead {
     }
 
     fn drop_listings(&mut self) {
-        // Directories with nothing in flight or kept are forgotten, so the map stays small.
+        // Directories with no LOOKUPs counted lately are forgotten, so the map stays small.
         self.dirs.retain(|_, d| {
             d.listing = None;
             d.fetching = None;
@@ -332,6 +335,13 @@ mod tests {
         assert!(!hit(&mut s, 7, "a", t0));
         s.fetched(in_flight, vec![entry("b", 11)]);
         assert!(!hit(&mut s, 8, "b", t0), "a fetch started before the change is not kept");
+        // Also when nothing was kept at the change.
+        let mut s = Statahead::new(TTL);
+        let in_flight = ticket(&mut s, 8, t0);
+        s.changed();
+        s.fetched(in_flight, vec![entry("b", 11)]);
+        assert!(!hit(&mut s, 8, "b", t0), "a fetch in flight at a change with nothing kept is not kept");
+        assert!(matches!(ticket(&mut s, 8, t0), Ticket { dir: 8, .. }), "and the directory may be fetched again");
         // A failed fetch lets the directory be fetched again.
         let t = ticket(&mut s, 9, t0);
         s.fetch_failed(t);
