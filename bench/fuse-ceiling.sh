@@ -5,7 +5,9 @@
 #     answers every request on the thread that read it, mounted like `trove mount`;
 #   - the Trove mount of a local 6-node 4+2 cluster, and the native client on the same cluster;
 #   - a directory on the local disk.
-# Twice: TASKS tasks in one shared directory, then UNIQUE_TASKS tasks each in its own directory.
+# Three times: TASKS tasks in one shared directory, UNIQUE_TASKS tasks each in its own directory,
+# and the latter again with the file phases only (no directory removes right before the creates).
+# On a local directory every task is an OS thread making the system calls itself, as in mdtest.
 # What memfs reaches is what the kernel's FUSE round trips alone allow; the distance from there
 # to the Trove mount is the mount's and the metadata service's own cost.
 #
@@ -74,6 +76,7 @@ run() { # NAME [bench meta options]
 }
 run shared --tasks "$tasks" --items "$items"
 run unique --tasks "$utasks" --items "$uitems" --unique
+run files --tasks "$utasks" --items "$uitems" --unique --files-only
 
 python3 - "$work" "$tasks" "$utasks" <<'EOF_PY'
 import json, sys
@@ -90,6 +93,8 @@ def table(name, title):
     print(title)
     print(f"{'operation':<12} {'local':>9} {'memfs':>9} {'memfs/local':>12} {'mount':>9} {'mount/local':>12} {'mount/memfs':>12} {'native':>9}")
     for phase in ["file create", "file stat", "file remove", "dir create", "dir stat", "dir remove"]:
+        if phase not in rates:
+            continue
         r = rates[phase]
         print(f"{phase:<12} {r['local']:>9.0f} {r['memfs']:>9.0f} {100 * r['memfs'] / r['local']:>11.0f}% "
               f"{r['mount']:>9.0f} {100 * r['mount'] / r['local']:>11.0f}% {100 * r['mount'] / r['memfs']:>11.0f}% {r['native']:>9.0f}")
@@ -97,4 +102,5 @@ def table(name, title):
 print("ops/s; memfs = FUSE with nothing behind it; mount = trove mount; native = client library")
 table("shared", f"{tasks} tasks in one shared directory:")
 table("unique", f"{utasks} tasks, one directory each (mdtest -u):")
+table("files", f"{utasks} tasks, one directory each, files only (mdtest -u -F: no directory removes before the file creates):")
 EOF_PY

@@ -127,6 +127,9 @@ struct MetaArgs {
     /// Bytes written into each file and read back.
     #[arg(long, default_value_t = 0)]
     file_bytes: usize,
+    /// Only the file phases, no directory create/stat/remove (mdtest -F).
+    #[arg(long)]
+    files_only: bool,
 }
 
 #[derive(Args)]
@@ -420,6 +423,7 @@ async fn run_meta(a: MetaArgs, cluster: Option<String>) -> Result<()> {
             iterations: a.iterations,
             unique_dir: a.unique,
             file_bytes: a.file_bytes,
+            files_only: a.files_only,
             dir: "meta".to_string(),
         };
         if world.rank == 0 && !a.common.quiet {
