@@ -27,6 +27,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeId, Peer, PlacementMap, RpcError, Service};
 
+/// A metadata operation's name (`Lookup`, `GetAttr`, ...): what the client logs at trace level
+/// under the target `trove::meta_call` for every call it sends, so that round trips can be
+/// counted from outside (`TROVE_LOG=trove::meta_call=trace`). Formatted only when enabled.
+struct OpName<'a>(&'a MetaOp);
+
+impl std::fmt::Display for OpName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = format!("{:?}", self.0);
+        let end = text.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(text.len());
+        f.write_str(&text[..end])
+    }
+}
+
 /// Errors returned by the client: a stable code and a message naming what failed.
 pub type Error = WireError;
 /// Result of client operations.
@@ -190,6 +203,7 @@ impl Client {
     /// Sends one metadata operation. Mutations get a request id, so retrying after a lost
     /// connection cannot apply them twice; the call is retried until `meta_deadline`.
     pub async fn meta(&self, op: MetaOp) -> Result<MetaReply> {
+        tracing::trace!(target: "trove::meta_call", "{}", OpName(&op));
         let request_id = if is_mutation(&op) {
             (u128::from(self.inner.client_id) << 64) | u128::from(self.inner.next_seq.fetch_add(1, Ordering::Relaxed))
         } else {
@@ -581,4 +595,16 @@ fn is_mutation(op: &MetaOp) -> bool {
 /// The uid and gid new files get when created through the library directly.
 fn ids() -> (u32, u32) {
     (0, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_names_are_the_variant_names() {
+        let lookup = MetaOp::Lookup { parent: 1, name: "a b{c".into() };
+        assert_eq!(OpName(&lookup).to_string(), "Lookup");
+        assert_eq!(OpName(&MetaOp::StatFs).to_string(), "StatFs");
+    }
 }

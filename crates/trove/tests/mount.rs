@@ -51,11 +51,16 @@ struct Mount {
 
 impl Mount {
     fn start(cluster: &TestCluster, name: &str, extra: &[&str]) -> Mount {
+        Mount::start_logging(cluster, name, extra, "warn")
+    }
+
+    /// [`Mount::start`] with `TROVE_LOG` set to `filter`.
+    fn start_logging(cluster: &TestCluster, name: &str, extra: &[&str], filter: &str) -> Mount {
         let dir = tempfile::Builder::new().prefix("trove-mnt-").tempdir().expect("mount point");
         let log = cluster.path().join(format!("mount-{name}.log"));
         let mut cmd = trove();
         cmd.args(["mount", &cluster.dir_str()]).arg(dir.path()).args(extra);
-        cmd.env("TROVE_LOG", "warn").stdout(Stdio::null()).stderr(std::fs::File::create(&log).expect("log file"));
+        cmd.env("TROVE_LOG", filter).stdout(Stdio::null()).stderr(std::fs::File::create(&log).expect("log file"));
         let mut child = cmd.spawn().expect("trove mount starts");
         let started = Instant::now();
         while !mounted_at(dir.path()) {
@@ -423,6 +428,72 @@ fn two_mounts_of_one_cluster() {
     let mut child = b.child.take().expect("running");
     let status = wait_timeout(&mut child, UNMOUNT_TIMEOUT);
     assert!(status.is_some_and(|s| s.success()), "trove mount after trove umount: {status:?}: {}", b.log_text());
+}
+
+/// Metadata calls of kind `op` that a mount started with [`CALL_LOG`] has logged so far.
+fn calls_logged(mount: &Mount, op: &str) -> usize {
+    mount.log_text().lines().filter(|l| l.contains("trove::meta_call") && l.trim_end().ends_with(op)).count()
+}
+
+/// The log filter that makes a mount log every metadata call it sends.
+const CALL_LOG: &str = "warn,trove::meta_call=trace";
+
+/// The caches that spare round trips do: stats of many files of one directory after their
+/// entries expired are answered from one listing (statahead), and the directory's own
+/// attributes after each change in it come from the change's reply (dircache). Each is checked
+/// against a mount where it is off (zero timeouts), which must make the round trips, so the
+/// count itself is shown to work.
+#[test]
+fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
+    if fuse_missing() {
+        return;
+    }
+    const FILES: usize = 200;
+    let cluster = TestCluster::start(3, "2+1");
+    let cached = Mount::start_logging(&cluster, "cached", &[], CALL_LOG);
+    let uncached = Mount::start_logging(&cluster, "uncached", &["--entry-timeout-ms", "0", "--attr-timeout-ms", "0"], CALL_LOG);
+    std::fs::create_dir(cached.join("many")).expect("mkdir");
+    for i in 0..FILES {
+        std::fs::write(cached.join(&format!("many/f{i}")), b"x").expect("create");
+    }
+    // Past the 1 s entry timeout: the kernel asks the mount again for every name.
+    std::thread::sleep(Duration::from_millis(1500));
+    let stat_all = |m: &Mount| {
+        for i in 0..FILES {
+            let meta = std::fs::metadata(m.join(&format!("many/f{i}"))).expect("stat");
+            assert_eq!(meta.len(), 1);
+        }
+    };
+    let (before_cached, before_uncached) = (calls_logged(&cached, "Lookup"), calls_logged(&uncached, "Lookup"));
+    stat_all(&cached);
+    stat_all(&uncached);
+    let cached_lookups = calls_logged(&cached, "Lookup") - before_cached;
+    let uncached_lookups = calls_logged(&uncached, "Lookup") - before_uncached;
+    eprintln!("stat of {FILES} files: {cached_lookups} lookups sent with statahead, {uncached_lookups} without");
+    assert!(uncached_lookups >= FILES, "without caches every stat is a lookup: {uncached_lookups} for {FILES} stats");
+    assert!(cached_lookups <= FILES / 2, "statahead left {cached_lookups} of {FILES} lookups to the service");
+    assert!(calls_logged(&cached, "ReadDir") >= 1, "statahead fetched no listing");
+
+    // A change in a directory, then a stat of the directory: its attributes come with the
+    // change's reply.
+    let change_and_stat = |m: &Mount, dir: &str| {
+        std::fs::create_dir(m.join(dir)).expect("mkdir");
+        for i in 0..20 {
+            std::fs::write(m.join(&format!("{dir}/g{i}")), b"").expect("create");
+            let meta = std::fs::metadata(m.join(dir)).expect("stat dir");
+            assert!(meta.is_dir());
+        }
+    };
+    let (before_cached, before_uncached) = (calls_logged(&cached, "GetAttr"), calls_logged(&uncached, "GetAttr"));
+    change_and_stat(&cached, "changing-a");
+    change_and_stat(&uncached, "changing-b");
+    let cached_getattrs = calls_logged(&cached, "GetAttr") - before_cached;
+    let uncached_getattrs = calls_logged(&uncached, "GetAttr") - before_uncached;
+    eprintln!("20 creates, each followed by a stat of the directory: {cached_getattrs} getattrs sent with the dircache, {uncached_getattrs} without");
+    assert!(uncached_getattrs >= 20, "without caches every stat of the directory is a getattr: {uncached_getattrs}");
+    assert_eq!(cached_getattrs, 0, "directory attributes after this mount's changes went to the service");
+    cached.stop();
+    uncached.stop();
 }
 
 fn lock_probe_spawn(action: &str, path: &Path, how: &str) -> Child {
