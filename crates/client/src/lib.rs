@@ -17,7 +17,7 @@ pub mod mover;
 mod file;
 mod posix;
 
-pub use file::FileHandle;
+pub use file::{FileHandle, FirstChunks};
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
 
 use parking_lot::RwLock;

@@ -17,7 +17,7 @@ use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
-use client::Client;
+use client::{Client, FirstChunks};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle as Fh, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -393,9 +393,10 @@ impl Shared {
         }
     }
 
-    /// Opens `attr`'s file (fresh from the metadata service) for a kernel file handle; returns
-    /// the handle number and whether the kernel may keep its cached pages.
-    async fn open_attr(&self, attr: Attr) -> Result<(u64, bool), Errno> {
+    /// Opens `attr`'s file (fresh from the metadata service, with its first chunk records when
+    /// `first` has them) for a kernel file handle; returns the handle number and whether the
+    /// kernel may keep its cached pages.
+    async fn open_attr(&self, attr: Attr, first: Option<FirstChunks>) -> Result<(u64, bool), Errno> {
         let ino = attr.ino;
         if attr.kind != FileKind::File {
             return Err(if attr.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EINVAL });
@@ -403,7 +404,13 @@ impl Shared {
         let keep_cache = !self.options.direct_io && self.versions.pages(ino) == Some(attr.data_version);
         let client = self.client.clone();
         let fresh = attr.clone();
-        let (inode, existed) = self.open.pin_or_insert(ino, move || client.open_with_attr(fresh)).map_err(fail)?;
+        let (inode, existed) = self
+            .open
+            .pin_or_insert(ino, move || match first {
+                Some(first) => client.open_with_first_chunks(first),
+                None => client.open_with_attr(fresh),
+            })
+            .map_err(fail)?;
         if existed {
             // Close-to-open: the shared handle may hold another client's older data; start a
             // new one if the file changed elsewhere (after publishing our own writes).
@@ -411,8 +418,8 @@ impl Shared {
             if h.attr().data_version != attr.data_version {
                 let refreshed = async {
                     h.flush().await?;
-                    let now = self.client.getattr(ino).await?;
-                    self.client.open_with_attr(now)
+                    let now = self.client.getattr_for_open(ino).await?;
+                    self.client.open_with_first_chunks(now)
                 }
                 .await;
                 match refreshed {
@@ -537,7 +544,7 @@ impl Shared {
         if flags & libc::O_TRUNC != 0 && a.size != 0 {
             a = self.truncate(a.ino, 0).await?;
         }
-        let (fh, keep_cache) = self.open_attr(a.clone()).await?;
+        let (fh, keep_cache) = self.open_attr(a.clone(), None).await?;
         Ok((a, fh, keep_cache))
     }
 
@@ -987,9 +994,11 @@ impl Filesystem for TroveFs {
         self.spawn(
             reply,
             move |s| async move {
-                // Close-to-open: every open asks the metadata service for the current version.
-                let a = s.client.getattr(ino.0).await.map_err(fail)?;
-                let (fh, keep) = s.open_attr(a).await?;
+                // Close-to-open: every open asks the metadata service for the current version,
+                // and takes the records of the first chunks with it (a small file's first read
+                // then needs no metadata round trip of its own).
+                let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
                 Ok((fh, s.open_flags(keep)))
             },
             |r, (fh, f)| r.opened(Fh(fh), f),

@@ -492,6 +492,24 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     eprintln!("20 creates, each followed by a stat of the directory: {cached_getattrs} getattrs sent with the dircache, {uncached_getattrs} without");
     assert!(uncached_getattrs >= 20, "without caches every stat of the directory is a getattr: {uncached_getattrs}");
     assert_eq!(cached_getattrs, 0, "directory attributes after this mount's changes went to the service");
+
+    // Small files written through one mount, read whole through the other: each open's
+    // close-to-open check brings the file's chunk records along, so an open and read cost one
+    // metadata round trip, not a getattr and then a chunk lookup.
+    const SMALL: usize = 40;
+    std::fs::create_dir(uncached.join("small")).expect("mkdir");
+    for i in 0..SMALL {
+        std::fs::write(uncached.join(&format!("small/s{i}")), content(i as u64, 70_000 + i)).expect("write");
+    }
+    let before: Vec<usize> = ["GetAttr", "GetChunks"].iter().map(|op| calls_logged(&cached, op)).collect();
+    for i in 0..SMALL {
+        let got = std::fs::read(cached.join(&format!("small/s{i}"))).expect("read");
+        assert!(got == content(i as u64, 70_000 + i), "small/s{i} read back different bytes");
+    }
+    let getattrs = calls_logged(&cached, "GetAttr") - before[0];
+    let chunk_lookups = calls_logged(&cached, "GetChunks") - before[1];
+    eprintln!("open and read of {SMALL} small files: {getattrs} getattrs, {chunk_lookups} chunk lookups");
+    assert!(getattrs + chunk_lookups <= SMALL + SMALL / 4, "{getattrs} getattrs and {chunk_lookups} chunk lookups for {SMALL} opens");
     cached.stop();
     uncached.stop();
 }
