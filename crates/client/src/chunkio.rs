@@ -227,25 +227,32 @@ impl Client {
 
     /// Reads a whole chunk: the `k` data shards in parallel, then parity shards for any that
     /// failed, and rebuilds. `what` names the file for error messages.
-    pub(crate) async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
-        let data = self.read_chunk_stored(rec, what).await?;
-        Ok(data.slice(..(rec.len as usize).min(data.len())))
+    /// The chunk's `len` bytes are its data shards one after another, kept as the shards that
+    /// arrived (no copy into one buffer).
+    pub(crate) async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Chunk> {
+        Ok(Chunk::new(self.data_shards(rec, what).await?, rec.len as usize))
     }
 
     /// Reads a whole chunk as stored: all `shard_len * k` bytes the shards encode (at least
     /// `len`), which re-encode to exactly the shards the writer stored.
     pub(crate) async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
-        match self.read_chunk_stored_once(rec, what).await {
+        let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k)).max(rec.len);
+        Ok(Chunk::new(self.data_shards(rec, what).await?, stored_len as usize).to_bytes())
+    }
+
+    /// The chunk's `k` data shards as stored, rebuilt from parity where needed.
+    async fn data_shards(&self, rec: &ChunkRecord, what: &str) -> Result<Vec<Bytes>> {
+        match self.data_shards_once(rec, what).await {
             // One more try with fresh node states: a node that just restarted answers again.
             Err(e) if e.code == ErrorCode::Unavailable => {
                 let _ = self.refresh_nodes_forgiving().await;
-                self.read_chunk_stored_once(rec, what).await
+                self.data_shards_once(rec, what).await
             }
             other => other,
         }
     }
 
-    async fn read_chunk_stored_once(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+    async fn data_shards_once(&self, rec: &ChunkRecord, what: &str) -> Result<Vec<Bytes>> {
         self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
         let k = usize::from(rec.ec.k);
@@ -298,7 +305,7 @@ impl Client {
         // A truncation clamps a record's `len` but leaves its shards as written: decode them at
         // their stored size, then keep the record's valid bytes.
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k));
-        erasure::decode(rec.ec, stored_len.max(rec.len), &shards)
+        erasure::reconstruct_data(rec.ec, stored_len.max(rec.len), &shards)
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
     }
 
@@ -331,11 +338,77 @@ impl Client {
                 Ok((data, start)) => out.extend_from_slice(&data[(s - start) as usize..(e - start) as usize]),
                 Err(_) => {
                     let whole = self.read_chunk(rec, what).await?;
-                    return Ok(whole.slice(offset as usize..end as usize));
+                    return Ok(whole.slice_padded(offset as usize, (end - offset) as usize));
                 }
             }
         }
         Ok(out.freeze())
+    }
+}
+
+/// A chunk's bytes as the data shards they arrived in: `len` bytes, the concatenation of
+/// `parts` cut at `len`. A read within one shard is a slice of it, not a copy.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chunk {
+    parts: Vec<Bytes>,
+}
+
+impl Chunk {
+    /// The first `len` bytes of `shards` laid end to end (all of them if they hold fewer).
+    pub(crate) fn new(shards: Vec<Bytes>, len: usize) -> Chunk {
+        let mut left = len;
+        let mut parts = Vec::with_capacity(shards.len());
+        for shard in shards {
+            if left == 0 {
+                break;
+            }
+            let take = shard.len().min(left);
+            parts.push(shard.slice(..take));
+            left -= take;
+        }
+        Chunk { parts }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    /// `take` bytes from `start`, zero-filled past the end (holes and short chunks): a slice
+    /// of one shard when the range lies within it, a copy otherwise.
+    pub(crate) fn slice_padded(&self, start: usize, take: usize) -> Bytes {
+        let mut part_start = 0;
+        for part in &self.parts {
+            let part_end = part_start + part.len();
+            if start >= part_start && start + take <= part_end {
+                return part.slice(start - part_start..start - part_start + take);
+            }
+            part_start = part_end;
+        }
+        let mut out = vec![0u8; take];
+        let mut part_start = 0;
+        for part in &self.parts {
+            let (from, to) = (start.max(part_start), (start + take).min(part_start + part.len()));
+            if from < to {
+                out[from - start..to - start].copy_from_slice(&part[from - part_start..to - part_start]);
+            }
+            part_start += part.len();
+        }
+        Bytes::from(out)
+    }
+
+    /// All the bytes in one buffer (a copy unless there is at most one part).
+    pub(crate) fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            parts => Bytes::from(parts.concat()),
+        }
+    }
+}
+
+impl From<Bytes> for Chunk {
+    fn from(data: Bytes) -> Chunk {
+        Chunk { parts: if data.is_empty() { Vec::new() } else { vec![data] } }
     }
 }
 
@@ -361,4 +434,44 @@ fn unavailable(rec: &ChunkRecord, what: &str, ok: usize, failures: Vec<ShardFail
             nodes.join("; ")
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Chunk {
+        // Three shards of 4 bytes, cut at 10: "abcd" "efgh" "ij".
+        Chunk::new(vec![Bytes::from_static(b"abcd"), Bytes::from_static(b"efgh"), Bytes::from_static(b"ijkl")], 10)
+    }
+
+    #[test]
+    fn a_chunk_is_its_shards_cut_at_its_length() {
+        let c = parts();
+        assert_eq!(c.len(), 10);
+        assert_eq!(c.to_bytes(), Bytes::from_static(b"abcdefghij"));
+        assert_eq!(Chunk::new(vec![Bytes::from_static(b"abcd")], 0).len(), 0);
+        assert_eq!(Chunk::new(vec![Bytes::from_static(b"ab")], 5).to_bytes(), Bytes::from_static(b"ab"));
+    }
+
+    #[test]
+    fn reads_within_a_shard_are_slices_of_it() {
+        let shard = Bytes::from(vec![7u8; 4096]);
+        let c = Chunk::new(vec![Bytes::from(vec![1u8; 4096]), shard.clone()], 8192);
+        let read = c.slice_padded(4096 + 100, 1000);
+        assert_eq!(read.as_ptr(), shard[100..].as_ptr(), "copied instead of sliced");
+        assert_eq!(read.len(), 1000);
+    }
+
+    #[test]
+    fn reads_across_shards_and_past_the_end() {
+        let c = parts();
+        assert_eq!(c.slice_padded(2, 4), Bytes::from_static(b"cdef"));
+        assert_eq!(c.slice_padded(0, 10), Bytes::from_static(b"abcdefghij"));
+        assert_eq!(c.slice_padded(6, 4), Bytes::from_static(b"ghij"));
+        assert_eq!(c.slice_padded(7, 6), Bytes::from_static(b"hij\0\0\0"));
+        assert_eq!(c.slice_padded(12, 3), Bytes::from_static(b"\0\0\0"));
+        assert_eq!(Chunk::default().slice_padded(0, 2), Bytes::from_static(b"\0\0"));
+        assert_eq!(c.slice_padded(3, 0), Bytes::new());
+    }
 }

@@ -9,6 +9,7 @@
 //! Consistency is close-to-open: chunk records are fetched once per open (and after this
 //! handle's own commits), like NFS.
 
+use crate::chunkio::Chunk;
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -85,9 +86,9 @@ pub struct FileHandle {
     /// even though the handle's records still name the old chunks.
     written: HashMap<u64, Bytes>,
     /// Whole chunks read recently.
-    cache: VecDeque<(u64, Bytes)>,
+    cache: VecDeque<(u64, Chunk)>,
     /// Read-ahead fetches in flight.
-    prefetch: HashMap<u64, JoinHandle<Result<Bytes>>>,
+    prefetch: HashMap<u64, JoinHandle<Result<Chunk>>>,
     /// End offset of the last read (sequential detection).
     last_read_end: u64,
     /// Current read-ahead window in chunks.
@@ -176,11 +177,11 @@ impl FileHandle {
         }
     }
 
-    fn cached(&self, index: u64) -> Option<Bytes> {
+    fn cached(&self, index: u64) -> Option<Chunk> {
         self.cache.iter().find(|(i, _)| *i == index).map(|(_, b)| b.clone())
     }
 
-    fn remember(&mut self, index: u64, data: Bytes) {
+    fn remember(&mut self, index: u64, data: Chunk) {
         self.cache.retain(|(i, _)| *i != index);
         self.cache.push_back((index, data));
         while self.cache.len() > self.client.inner.options.cached_chunks_max {
@@ -190,9 +191,9 @@ impl FileHandle {
 
     /// The whole content of chunk `index` as stored (holes are empty), using the cache and
     /// read-ahead results.
-    async fn chunk_data(&mut self, index: u64) -> Result<Bytes> {
+    async fn chunk_data(&mut self, index: u64) -> Result<Chunk> {
         if let Some(b) = self.written.get(&index) {
-            return Ok(b.clone());
+            return Ok(Chunk::from(b.clone()));
         }
         if let Some(b) = self.cached(index) {
             return Ok(b);
@@ -216,7 +217,7 @@ impl FileHandle {
                 },
                 other => other?,
             },
-            None => Bytes::new(),
+            None => Chunk::default(),
         };
         self.remember(index, data.clone());
         Ok(data)
@@ -282,7 +283,7 @@ impl FileHandle {
             } else if let Some(b) = self.written.get(&index) {
                 slice_padded(b, in_chunk, take)
             } else if let Some((_, b)) = self.cache.iter().find(|(i, _)| *i == index) {
-                slice_padded(b, in_chunk, take)
+                b.slice_padded(in_chunk, take)
             } else if !sequential && take < cb as usize / 4 && !self.prefetch.contains_key(&index) {
                 // Small random read: fetch only the blocks that hold it.
                 match self.record(index).await? {
@@ -301,7 +302,7 @@ impl FileHandle {
                 }
             } else {
                 let data = self.chunk_data(index).await?;
-                slice_padded(&data, in_chunk, take)
+                data.slice_padded(in_chunk, take)
             };
             pieces.push(piece);
             pos += take as u64;
@@ -372,7 +373,7 @@ impl FileHandle {
         let data = self.chunk_data(index).await?;
         // Bytes past the file size (a truncated chunk) must read as zeros after an extension.
         let valid = (self.size - index * cb).min(cb) as usize;
-        Ok(data.slice(..data.len().min(valid)))
+        Ok(data.slice_padded(0, data.len().min(valid)))
     }
 
     async fn next_chunk_id(&mut self) -> Result<(ChunkId, Placement)> {
@@ -452,7 +453,7 @@ impl FileHandle {
         for c in chunks {
             // The cache keeps serving the content; the record now names the new chunk.
             if let Some(data) = self.written.remove(&c.index) {
-                self.remember(c.index, data);
+                self.remember(c.index, Chunk::from(data));
             }
             self.records.insert(c.index, Some(c));
         }
@@ -515,13 +516,5 @@ impl Drop for FileHandle {
 
 /// `take` bytes of `data` from `start`, zero-filled past its end (holes and short chunks).
 fn slice_padded(data: &Bytes, start: usize, take: usize) -> Bytes {
-    if start + take <= data.len() {
-        return data.slice(start..start + take);
-    }
-    let mut out = vec![0u8; take];
-    if start < data.len() {
-        let n = data.len() - start;
-        out[..n].copy_from_slice(&data[start..]);
-    }
-    Bytes::from(out)
+    Chunk::from(data.clone()).slice_padded(start, take)
 }
