@@ -20,23 +20,8 @@ runs=${RUNS:-3}
 work=${WORK:-/var/tmp/trove-bench-meta-ab}
 [ "$(id -u)" -eq 0 ] || { echo "run as root (mounting, dropping caches)" >&2; exit 1; }
 
-rm -rf "$work"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    for b in old new; do [ -d "$work/$b" ] && "${!b}" cluster stop --dir "$work/$b/cluster" >/dev/null 2>&1 || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-for b in old new; do
-    bin=${!b}
-    mkdir -p "$work/$b/cluster" "$work/$b/mnt"
-    "$bin" cluster start --dir "$work/$b/cluster" --nodes 6 --ec 4+2 --scrub-interval-ms 0 >/dev/null
-    "$bin" mount "$work/$b/cluster" "$work/$b/mnt" 2> "$work/$b/mount.log" &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q " $work/$b/mnt " /proc/self/mountinfo && break; sleep 0.1; done
-done
+source "$(dirname "$0")/ab-lib.sh"
+ab_start "$work" "$old" "$new"
 echo "ops/s, $tasks tasks x $items files of $file_bytes bytes, one directory per task"
 for i in $(seq "$runs"); do
     for b in old new; do

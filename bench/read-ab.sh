@@ -19,36 +19,23 @@ work=${WORK:-/var/tmp/trove-bench-read-ab}
 command -v fio >/dev/null || { echo "fio is missing (scripts/deps.sh installs it)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "run as root (mounting, dropping caches)" >&2; exit 1; }
 
-rm -rf "$work"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    for b in old new; do [ -d "$work/$b" ] && "${!b}" cluster stop --dir "$work/$b/cluster" >/dev/null 2>&1 || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/ab-lib.sh"
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 fio_mbs() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["io_bytes"]/(j["read"]["runtime"]/1000)/1e6))'; }
 # CPU time (user + system) a process has used so far, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks_per_s=$(getconf CLK_TCK)
 
+ab_start "$work" "$old" "$new"
 for b in old new; do
-    bin=${!b}
-    mkdir -p "$work/$b/cluster" "$work/$b/mnt"
-    "$bin" cluster start --dir "$work/$b/cluster" --nodes 6 --ec 4+2 --scrub-interval-ms 0 >/dev/null
-    "$bin" mount "$work/$b/cluster" "$work/$b/mnt" 2> "$work/$b/mount.log" &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q " $work/$b/mnt " /proc/self/mountinfo && break; sleep 0.1; done
     fio --name=seq --rw=write --bs=1M --size="${size_mb}M" --ioengine=psync --end_fsync=1 \
         --filename="$work/$b/mnt/seq" --output-format=terse >/dev/null
 done
-mount_pid() { [ "$1" = old ] && echo "${pids[0]}" || echo "${pids[1]}"; }
 echo "MB/s; CPU = user + system seconds per GiB read of the mount process / of \`trove cat\`"
 for i in $(seq "$runs"); do
     for b in old new; do
         bin=${!b}
-        pid=$(mount_pid "$b")
+        pid=$(ab_mount_pid "$b")
         drop
         before=$(cpu_ticks "$pid")
         m=$(fio --name=seq --rw=read --bs=1M --size="${size_mb}M" --ioengine=psync \
