@@ -8,9 +8,8 @@
 ab_pids=()
 ab_cleanup() {
     for p in "${ab_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    for bin in "${ab_bins[@]}"; do
-        for b in old new; do "$bin" cluster stop --dir "$ab_work/$b/cluster" >/dev/null 2>&1 || true; done
-    done
+    "${ab_bins[0]}" cluster stop --dir "$ab_work/old/cluster" >/dev/null 2>&1 || true
+    "${ab_bins[1]}" cluster stop --dir "$ab_work/new/cluster" >/dev/null 2>&1 || true
     rm -rf "$ab_work"
 }
 ab_start() {

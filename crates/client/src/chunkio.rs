@@ -302,8 +302,8 @@ impl Client {
         if !failures.is_empty() {
             tracing::debug!("chunk {:016x} of {what}: rebuilt around {} failed shards", rec.id, failures.len());
         }
-        // A truncation clamps a record's `len` but leaves its shards as written: decode them at
-        // their stored size, then keep the record's valid bytes.
+        // A truncation clamps a record's `len` but leaves its shards as written: rebuild them at
+        // their stored size; callers keep the record's valid bytes (`Chunk::new`).
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k));
         erasure::reconstruct_data(rec.ec, stored_len.max(rec.len), &shards)
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
@@ -376,24 +376,7 @@ impl Chunk {
     /// `take` bytes from `start`, zero-filled past the end (holes and short chunks): a slice
     /// of one shard when the range lies within it, a copy otherwise.
     pub(crate) fn slice_padded(&self, start: usize, take: usize) -> Bytes {
-        let mut part_start = 0;
-        for part in &self.parts {
-            let part_end = part_start + part.len();
-            if start >= part_start && start + take <= part_end {
-                return part.slice(start - part_start..start - part_start + take);
-            }
-            part_start = part_end;
-        }
-        let mut out = vec![0u8; take];
-        let mut part_start = 0;
-        for part in &self.parts {
-            let (from, to) = (start.max(part_start), (start + take).min(part_start + part.len()));
-            if from < to {
-                out[from - start..to - start].copy_from_slice(&part[from - part_start..to - part_start]);
-            }
-            part_start += part.len();
-        }
-        Bytes::from(out)
+        slice_parts(&self.parts, start, take)
     }
 
     /// All the bytes in one buffer (a copy unless there is at most one part).
@@ -404,6 +387,29 @@ impl Chunk {
             parts => Bytes::from(parts.concat()),
         }
     }
+}
+
+/// `take` bytes from `start` of `parts` laid end to end, zero-filled past their end: a slice of
+/// one part when the range lies within it, a copy otherwise.
+pub(crate) fn slice_parts(parts: &[Bytes], start: usize, take: usize) -> Bytes {
+    let mut part_start = 0;
+    for part in parts {
+        let part_end = part_start + part.len();
+        if start >= part_start && start + take <= part_end {
+            return part.slice(start - part_start..start - part_start + take);
+        }
+        part_start = part_end;
+    }
+    let mut out = vec![0u8; take];
+    let mut part_start = 0;
+    for part in parts {
+        let (from, to) = (start.max(part_start), (start + take).min(part_start + part.len()));
+        if from < to {
+            out[from - start..to - start].copy_from_slice(&part[from - part_start..to - part_start]);
+        }
+        part_start += part.len();
+    }
+    Bytes::from(out)
 }
 
 impl From<Bytes> for Chunk {

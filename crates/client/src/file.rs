@@ -9,7 +9,7 @@
 //! Consistency is close-to-open: chunk records are fetched once per open (and after this
 //! handle's own commits), like NFS.
 
-use crate::chunkio::Chunk;
+use crate::chunkio::{slice_parts, Chunk};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -516,5 +516,5 @@ impl Drop for FileHandle {
 
 /// `take` bytes of `data` from `start`, zero-filled past its end (holes and short chunks).
 fn slice_padded(data: &Bytes, start: usize, take: usize) -> Bytes {
-    Chunk::from(data.clone()).slice_padded(start, take)
+    slice_parts(std::slice::from_ref(data), start, take)
 }
