@@ -45,6 +45,21 @@ pub type Error = WireError;
 /// Result of client operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Files being written under a temporary name, renamed onto their final name only once complete
+/// (`trove put`, the S3 gateway's PUT, copy and part uploads), carry this prefix, so a failed or
+/// interrupted write never shows as a file that looks finished.
+pub const TMP_PREFIX: &str = ".trove-tmp.";
+
+/// A fresh temporary name for a file being written in some directory (see [`TMP_PREFIX`]).
+pub fn tmp_name() -> String {
+    format!("{TMP_PREFIX}{:016x}", rand::random::<u64>())
+}
+
+/// Whether `name` is a temporary name of a write in progress (see [`TMP_PREFIX`]).
+pub fn is_tmp_name(name: &str) -> bool {
+    name.starts_with(TMP_PREFIX)
+}
+
 /// How often reads and writes refresh the storage nodes' states from the metadata service.
 pub const NODE_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
 
