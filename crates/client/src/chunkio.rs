@@ -12,8 +12,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Instant;
 use wire::{
-    ChunkId, ChunkRecord, EcScheme, ErrorCode, NodeId, Placement, PlacementMap, RpcError, ShardInfo, ShardKey, StorageOp,
-    StorageReply, WireError, SHARD_BLOCK_BYTES,
+    ChunkId, ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, Placement, PlacementMap, RpcError, ShardInfo,
+    ShardKey, StorageOp, StorageReply, WireError, SHARD_BLOCK_BYTES,
 };
 
 /// Why one shard could not be used, for error messages.
@@ -26,142 +26,200 @@ pub(crate) struct ShardFailure {
     pub(crate) code: Option<ErrorCode>,
 }
 
+/// Where and how one chunk is to be written: a fresh id, its placement, the scheme (the file's,
+/// or narrower while too few nodes can take writes) and the map the placement refers to.
+#[derive(Clone, Debug)]
+pub(crate) struct Allocation {
+    pub(crate) id: ChunkId,
+    pub(crate) placement: Placement,
+    pub(crate) ec: EcScheme,
+    pub(crate) map: Arc<PlacementMap>,
+}
+
+impl Allocation {
+    /// The nodes its shards go to, in slot order.
+    fn nodes(&self) -> Vec<Option<NodeId>> {
+        (0..self.ec.width()).map(|i| self.map.node_for(self.placement.pg, i)).collect()
+    }
+}
+
+/// What sending one chunk's shards gave: the record as written (`missing` marks the shards not
+/// stored) and why each missing shard failed.
+struct Sent {
+    rec: ChunkRecord,
+    failures: Vec<(NodeId, WireError)>,
+}
+
+/// Placements one chunk upload tries before it gives up (or accepts a chunk with shards
+/// missing, if it still has redundancy). Each retry is a fresh allocation that avoids the
+/// nodes that failed, so it costs one metadata call, never a wait.
+pub const UPLOAD_ATTEMPTS_MAX: u32 = 4;
+
 impl Client {
-    /// Encodes `data` (one chunk's bytes) and stores its shards on the nodes of `placement`,
-    /// all in parallel. Succeeds when at least `k` shards are durable (missing ones are
-    /// recorded in the returned record so the chunk shows as degraded); otherwise fails
-    /// naming every node that refused.
+    /// Reserves `count` chunk ids for file `ino`, placed on nodes that are up and not in
+    /// `avoid`, with the scheme to write them in.
+    pub(crate) async fn alloc_chunks(&self, ino: Ino, count: u32, avoid: Vec<NodeId>) -> Result<Vec<Allocation>> {
+        match self.meta(MetaOp::AllocChunks { ino, count, avoid }).await? {
+            MetaReply::Alloc { chunks, map, ec } => {
+                self.remember_map(map.clone());
+                let map = Arc::new(map);
+                Ok(chunks.into_iter().map(|(id, placement)| Allocation { id, placement, ec, map: map.clone() }).collect())
+            }
+            other => Err(crate::unexpected(&other)),
+        }
+    }
+
+    /// Gives up chunks that were (partly) uploaded for `ino` and will not be committed, so GC
+    /// deletes their shards. Best effort: a failure is logged, and the shards stay behind.
+    pub(crate) async fn abandon_chunks(&self, ino: Ino, chunks: Vec<ChunkRecord>) {
+        if chunks.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = chunks.iter().map(|c| format!("{:016x}", c.id)).collect();
+        if let Err(e) = self.meta(MetaOp::AbandonChunks { ino, chunks }).await {
+            tracing::debug!("cannot give up chunks {} of inode {ino}: {e}", ids.join(", "));
+        }
+    }
+
+    /// Stores one chunk of file `ino`: encodes `data` in the allocation's scheme and sends
+    /// every shard to its node, all in parallel. When a node fails to take its shard (down,
+    /// full, refusing), the chunk is not written degraded and not retried in place: the partial
+    /// upload is given up and the chunk goes to a fresh allocation that avoids the nodes that
+    /// failed (narrower if too few nodes are left for the file's scheme), at once. Only the
+    /// last attempt accepts a chunk with shards missing, and only while it keeps some
+    /// redundancy. When no node answers at all (the cluster or this client's network is out),
+    /// the upload waits for them with backoff until `write_retry_deadline`.
     ///
-    /// When fewer than `k` nodes take their shard (nodes restarting, a stale belief about
-    /// which are down), the upload is retried with fresh node states until
-    /// `write_retry_deadline`, so a rolling restart does not fail writes.
-    pub(crate) async fn upload_chunk(
-        &self,
-        index: u64,
-        id: ChunkId,
-        placement: Placement,
-        map: &PlacementMap,
-        ec: EcScheme,
-        data: Bytes,
-    ) -> Result<ChunkRecord> {
+    /// Fails naming the chunk, every node that failed and why; the code is `NoSpace` when
+    /// nodes were full.
+    pub(crate) async fn upload_chunk(&self, ino: Ino, index: u64, first: Allocation, data: Bytes) -> Result<ChunkRecord> {
         let started = Instant::now();
-        let mut delay = std::time::Duration::from_millis(100);
-        let mut skip_known_down = true;
+        let mut delay = std::time::Duration::from_millis(50);
+        let mut alloc = first;
+        let mut avoid: Vec<NodeId> = Vec::new();
+        let mut attempts = 0u32;
+        let mut reasons: Vec<String> = Vec::new();
+        let mut full = false;
         loop {
-            let in_time = started.elapsed() < self.inner.options.write_retry_deadline;
-            match self.upload_chunk_once(index, id, placement, map, ec, data.clone(), skip_known_down).await {
-                // Stored, but without any redundancy left: try for a better copy first (a node
-                // may be back in a moment), and accept this one only at the deadline.
-                Ok(rec) if ec.m > 0 && rec.missing.count_ones() >= u32::from(ec.m) && in_time => {
-                    tracing::debug!("chunk {id:016x} stored without redundancy; retrying for more shards");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
-                    let _ = self.refresh_nodes_forgiving().await;
-                    skip_known_down = false;
+            // Nodes this client saw fail moments ago are not tried again: place elsewhere.
+            let known_bad: Vec<NodeId> = {
+                let bad = self.nodes_to_avoid();
+                alloc.nodes().into_iter().flatten().filter(|n| bad.contains(n) && !avoid.contains(n)).collect()
+            };
+            if !known_bad.is_empty() && attempts + 1 < UPLOAD_ATTEMPTS_MAX {
+                avoid.extend(known_bad);
+                attempts += 1;
+                match self.alloc_chunks(ino, 1, avoid.clone()).await {
+                    Ok(mut fresh) if !fresh.is_empty() => {
+                        alloc = fresh.swap_remove(0);
+                        continue;
+                    }
+                    // No placement without those nodes: try them after all (the belief may
+                    // be stale).
+                    Ok(_) | Err(_) => {}
                 }
-                Err(e) if e.code == ErrorCode::Unavailable && in_time => {
-                    tracing::debug!("retrying chunk {id:016x}: {e}");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
-                    let _ = self.refresh_nodes_forgiving().await;
-                    skip_known_down = false;
+            }
+            attempts += 1;
+            let sent = self.send_shards(index, &alloc, data.clone()).await;
+            if sent.failures.is_empty() {
+                return Ok(sent.rec);
+            }
+            let ec = alloc.ec;
+            let written = ec.width() - sent.failures.len();
+            let last = attempts >= UPLOAD_ATTEMPTS_MAX;
+            let redundant = if ec.m == 0 { written == ec.width() } else { written > usize::from(ec.k) };
+            if last && redundant {
+                tracing::warn!(
+                    "chunk {:016x} of inode {ino} written with {} of {} shards: {}",
+                    alloc.id,
+                    written,
+                    ec.width(),
+                    sent.failures.iter().map(|(_, e)| e.message.as_str()).collect::<Vec<_>>().join("; ")
+                );
+                return Ok(sent.rec);
+            }
+            self.abandon_chunks(ino, vec![sent.rec]).await;
+            full |= sent.failures.iter().any(|(_, e)| e.code == ErrorCode::NoSpace);
+            let unreachable = sent.failures.iter().all(|(_, e)| e.code == ErrorCode::Unavailable);
+            for (node, e) in &sent.failures {
+                reasons.push(e.message.clone());
+                if !avoid.contains(node) {
+                    avoid.push(*node);
                 }
-                other => return other,
+            }
+            if written == 0 && unreachable && started.elapsed() < self.inner.options.write_retry_deadline {
+                // Nothing answered: not a placement problem. Wait for the nodes, then start over.
+                tracing::debug!("chunk {index} of inode {ino}: no storage node answered; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                let _ = self.refresh_nodes_forgiving().await;
+                avoid.clear();
+                attempts = attempts.saturating_sub(1);
+            } else if last {
+                return Err(upload_failed(ino, index, full, &reasons, None));
+            }
+            match self.alloc_chunks(ino, 1, avoid.clone()).await {
+                Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0),
+                Ok(_) => return Err(upload_failed(ino, index, full, &reasons, Some("the metadata service allocated nothing"))),
+                Err(e) => return Err(upload_failed(ino, index, full, &reasons, Some(&e.message))),
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn upload_chunk_once(
-        &self,
-        index: u64,
-        id: ChunkId,
-        placement: Placement,
-        map: &PlacementMap,
-        ec: EcScheme,
-        data: Bytes,
-        skip_known_down: bool,
-    ) -> Result<ChunkRecord> {
+    /// Encodes `data` in the allocation's scheme and sends every shard to its node in parallel.
+    async fn send_shards(&self, index: u64, alloc: &Allocation, data: Bytes) -> Sent {
         self.maybe_refresh_nodes();
+        let ec = alloc.ec;
         let len = data.len() as u32;
         let shards = erasure::encode(ec, &data);
         let shard_len = ec.shard_len(len);
         let mut table_crcs = Vec::with_capacity(shards.len());
-        // Nodes known to be down are written around at once, as long as enough others remain
-        // to store the chunk; otherwise every node is tried (the belief may be stale).
-        let retry_after = self.inner.options.node_retry_after;
-        let known_down: Vec<bool> = {
-            let nodes = self.inner.nodes.read();
-            (0..ec.width())
-                .map(|i| map.node_for(placement.pg, i).and_then(|n| nodes.get(&n)).is_some_and(|h| h.recently_failed(retry_after)))
-                .collect()
-        };
-        // Skipping must leave room for at least one shard of redundancy.
-        let skip_down = skip_known_down && known_down.iter().filter(|d| !**d).count() > usize::from(ec.k);
         let mut sends = FuturesUnordered::new();
         for (i, shard) in shards.into_iter().enumerate() {
-            let skip = skip_down && known_down[i];
             let block_crcs = erasure::block_crcs(&shard);
             table_crcs.push(erasure::table_crc(&block_crcs));
-            let info = ShardInfo { key: ShardKey { chunk: id, index: i as u8 }, ec, len: shard_len, block_crcs };
-            let node_id = map.node_for(placement.pg, i);
+            let info = ShardInfo { key: ShardKey { chunk: alloc.id, index: i as u8 }, ec, len: shard_len, block_crcs };
+            let node_id = alloc.map.node_for(alloc.placement.pg, i);
             let client = self.clone();
             sends.push(async move {
+                let Some(node_id) = node_id else {
+                    let e = WireError::new(ErrorCode::Internal, format!("placement group {} has no node for shard {i}", alloc.placement.pg));
+                    return (i, 0, Err(e));
+                };
                 let result = async {
-                    let node_id = node_id.ok_or_else(|| {
-                        WireError::new(ErrorCode::Internal, format!("placement group {} has no node for shard {i}", placement.pg))
-                    })?;
                     let node = client.node(node_id).await?;
-                    if skip {
-                        // Known to be down: written around at once (the chunk is recorded
-                        // degraded and repaired by the mover) rather than after a timeout.
-                        return Err(WireError::new(ErrorCode::Unavailable, format!("node {node_id} ({}) is down", node.peer.addr())));
-                    }
                     let op = StorageOp::PutShard { info };
-                    let outcome = node.peer.call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout).await;
-                    match outcome {
+                    match node.peer.call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout).await {
                         Ok(_) => {
                             *node.failed_at.lock() = None;
                             Ok(())
                         }
                         Err(e) => {
+                            let code = rpc_error(e.clone()).code;
                             if e.is_unreachable() {
                                 *node.failed_at.lock() = Some(Instant::now());
                             }
-                            Err(WireError::new(rpc_error(e.clone()).code, format!("node {node_id} ({}): {e}", node.peer.addr())))
+                            if code == ErrorCode::NoSpace {
+                                *node.full_at.lock() = Some(Instant::now());
+                            }
+                            Err(WireError::new(code, format!("node {node_id} ({}): {e}", node.peer.addr())))
                         }
                     }
                 }
                 .await;
-                (i, result)
+                (i, node_id, result)
             });
         }
         let mut missing = 0u64;
-        let mut failures: Vec<WireError> = Vec::new();
-        while let Some((i, result)) = sends.next().await {
+        let mut failures = Vec::new();
+        while let Some((i, node, result)) = sends.next().await {
             if let Err(e) = result {
                 missing |= 1 << i;
-                failures.push(e);
+                failures.push((node, e));
             }
         }
-        let written = ec.width() - missing.count_ones() as usize;
-        if written < usize::from(ec.k) {
-            let code = if failures.iter().any(|f| f.code == ErrorCode::NoSpace) { ErrorCode::NoSpace } else { ErrorCode::Unavailable };
-            let reasons: Vec<String> = failures.iter().map(|f| f.message.clone()).collect();
-            return Err(WireError::new(
-                code,
-                format!(
-                    "cannot store chunk {index} ({id:016x}): only {written} of {} shards written, {} needed: {}",
-                    ec.width(),
-                    ec.k,
-                    reasons.join("; ")
-                ),
-            ));
-        }
-        if missing != 0 {
-            tracing::warn!("chunk {id:016x} written degraded: {}", failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; "));
-        }
-        Ok(ChunkRecord { index, id, len, ec, shard_len, placement, table_crcs, missing })
+        let rec = ChunkRecord { index, id: alloc.id, len, ec, shard_len, placement: alloc.placement, table_crcs, missing };
+        Sent { rec, failures }
     }
 
     /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
@@ -416,6 +474,16 @@ impl From<Bytes> for Chunk {
     fn from(data: Bytes) -> Chunk {
         Chunk { parts: if data.is_empty() { Vec::new() } else { vec![data] } }
     }
+}
+
+/// The error of a chunk upload that gave up: which chunk, what every node said, and why no
+/// other placement was possible.
+fn upload_failed(ino: Ino, index: u64, full: bool, reasons: &[String], no_placement: Option<&str>) -> WireError {
+    let code = if full { ErrorCode::NoSpace } else { ErrorCode::Unavailable };
+    let mut reasons: Vec<&str> = reasons.iter().map(String::as_str).collect();
+    reasons.dedup();
+    let tail = no_placement.map(|why| format!("; no other placement: {why}")).unwrap_or_default();
+    WireError::new(code, format!("cannot store chunk {index} of inode {ino}: {}{tail}", reasons.join("; ")))
 }
 
 fn unavailable(rec: &ChunkRecord, what: &str, ok: usize, failures: Vec<ShardFailure>) -> WireError {

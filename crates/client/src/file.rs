@@ -8,13 +8,21 @@
 //!
 //! Consistency is close-to-open: chunk records are fetched once per open (and after this
 //! handle's own commits), like NFS.
+//!
+//! A failed write never looks like success: the size this handle publishes never covers bytes
+//! that are not stored. A commit publishes the file only up to the first chunk still buffered,
+//! uploading or failed (unless that chunk lies within the size already published, whose old
+//! content stays readable until the new one replaces it); when an upload fails, the writer is
+//! told at its next write, flush or close, what was stored up to there is published, and the
+//! uploads that cannot be are given up (their shards go to GC). So a reader afterwards sees
+//! the data or a shorter file, never zeros where data was meant to be.
 
-use crate::chunkio::{slice_parts, Chunk};
+use crate::chunkio::{slice_parts, Allocation, Chunk};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use tokio::task::JoinHandle;
-use wire::{Attr, ChunkId, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, Placement, SetAttr, Timestamp, WireError};
+use wire::{Attr, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, SetAttr, Timestamp, WireError};
 
 /// Chunk records fetched per metadata call.
 const RECORDS_PER_FETCH: u64 = 64;
@@ -70,6 +78,9 @@ pub struct FileHandle {
     attr: Attr,
     /// Size including this handle's uncommitted writes.
     size: u64,
+    /// The size the metadata service has for the file as this handle last saw it (at open or
+    /// from its last commit): bytes below it are stored, in old or new chunks.
+    committed_size: u64,
     /// Chunk records known to this handle (None = known absent, i.e. a hole).
     records: HashMap<u64, Option<ChunkRecord>>,
     /// Chunks being written: index -> bytes from the chunk's start (len = valid bytes).
@@ -80,8 +91,11 @@ pub struct FileHandle {
     uploaded: Vec<ChunkRecord>,
     /// Size to publish at the next commit when it shrank or must be exact.
     size_dirty: bool,
-    /// Chunk ids reserved for writing.
-    alloc: VecDeque<(ChunkId, Placement)>,
+    /// Chunk ids reserved for writing, with their placements and scheme.
+    alloc: VecDeque<Allocation>,
+    /// Chunks whose upload failed since the last flush: the published size must not cover
+    /// them.
+    failed: BTreeSet<u64>,
     /// Content of chunks uploaded (or uploading) but not yet committed: reads must see them
     /// even though the handle's records still name the old chunks.
     written: HashMap<u64, Bytes>,
@@ -114,6 +128,7 @@ impl FileHandle {
             client,
             ino,
             size: attr.size,
+            committed_size: attr.size,
             attr,
             records: HashMap::new(),
             dirty: BTreeMap::new(),
@@ -121,6 +136,7 @@ impl FileHandle {
             uploaded: Vec::new(),
             size_dirty: false,
             alloc: VecDeque::new(),
+            failed: BTreeSet::new(),
             written: HashMap::new(),
             cache: VecDeque::new(),
             prefetch: HashMap::new(),
@@ -225,11 +241,24 @@ impl FileHandle {
 
     /// After a read of chunk `index` found too few shards where `rec` places them: the chunk's
     /// current record if the same chunk has moved since this handle fetched `rec` (rebuild,
-    /// drain, rebalance; its old copies are deleted after a grace period), else `None`. A chunk
-    /// replaced by a newer write is not followed (close-to-open: the open sees one version).
+    /// drain, rebalance; its old copies are deleted after a grace period), or if the same bytes
+    /// were re-encoded under a new id (widened or narrowed by the mover: the file's data
+    /// version is still the one this handle saw), else `None`. A chunk replaced by a newer
+    /// write is not followed (close-to-open: the open sees one version).
     async fn moved_record(&mut self, index: u64, rec: &ChunkRecord) -> Result<Option<ChunkRecord>> {
         self.records.remove(&index);
-        Ok(self.record(index).await?.filter(|fresh| fresh.id == rec.id && fresh.placement != rec.placement))
+        let reply = self.client.meta(MetaOp::GetChunks { ino: self.ino, first: index, count: 1 }).await?;
+        let MetaReply::Chunks { attr, chunks } = reply else {
+            return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
+        };
+        let same_data = attr.data_version == self.attr.data_version;
+        let fresh = chunks.into_iter().find(|c| c.index == index).filter(|fresh| {
+            (fresh.id == rec.id && fresh.placement != rec.placement) || (same_data && fresh.id != rec.id && fresh.len == rec.len)
+        });
+        if let Some(fresh) = &fresh {
+            self.records.insert(index, Some(fresh.clone()));
+        }
+        Ok(fresh)
     }
 
     /// Starts fetching the chunks after `index` in the background.
@@ -376,14 +405,10 @@ impl FileHandle {
         Ok(data.slice_padded(0, data.len().min(valid)))
     }
 
-    async fn next_chunk_id(&mut self) -> Result<(ChunkId, Placement)> {
+    async fn next_allocation(&mut self) -> Result<Allocation> {
         if self.alloc.is_empty() {
-            let reply = self.client.meta(MetaOp::AllocChunks { ino: self.ino, count: ALLOC_BATCH }).await?;
-            let MetaReply::Alloc { chunks, map } = reply else {
-                return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to AllocChunks: {reply:?}")));
-            };
-            self.client.remember_map(map);
-            self.alloc.extend(chunks);
+            let avoid = self.client.nodes_to_avoid();
+            self.alloc.extend(self.client.alloc_chunks(self.ino, ALLOC_BATCH, avoid).await?);
         }
         self.alloc.pop_front().ok_or_else(|| WireError::new(ErrorCode::Internal, "metadata service allocated no chunk ids"))
     }
@@ -403,14 +428,21 @@ impl FileHandle {
         while self.uploads.len() >= self.client.inner.options.write_chunks_inflight_max.max(1) {
             self.reap_one().await;
         }
-        let (id, placement) = self.next_chunk_id().await?;
-        let map = self.client.map(placement.map_version).await?;
-        let client = self.client.clone();
-        let ec = self.attr.ec;
         let data = buf.freeze();
+        let alloc = match self.next_allocation().await {
+            Ok(alloc) => alloc,
+            Err(e) => {
+                // The chunk's bytes are lost to this handle: the published size must stop
+                // before them, and the writer is told.
+                self.failed.insert(index);
+                self.deferred_error.get_or_insert(e.clone());
+                return Err(e);
+            }
+        };
+        let client = self.client.clone();
+        let ino = self.ino;
         self.written.insert(index, data.clone());
-        self.uploads
-            .push_back((index, tokio::spawn(async move { client.upload_chunk(index, id, placement, &map, ec, data).await })));
+        self.uploads.push_back((index, tokio::spawn(async move { client.upload_chunk(ino, index, alloc, data).await })));
         if self.uploaded.len() >= COMMIT_EVERY_CHUNKS {
             self.commit().await?;
         }
@@ -418,36 +450,70 @@ impl FileHandle {
     }
 
     async fn reap_one(&mut self) {
-        if let Some((_, task)) = self.uploads.pop_front() {
-            match task.await {
-                Ok(Ok(rec)) => self.uploaded.push(rec),
-                Ok(Err(e)) => {
-                    self.deferred_error.get_or_insert(e);
+        if let Some((index, task)) = self.uploads.pop_front() {
+            let failure = match task.await {
+                Ok(Ok(rec)) => {
+                    self.uploaded.push(rec);
+                    return;
                 }
-                Err(e) => {
-                    self.deferred_error.get_or_insert(WireError::new(ErrorCode::Internal, format!("upload task failed: {e}")));
-                }
-            }
+                Ok(Err(e)) => e,
+                Err(e) => WireError::new(ErrorCode::Internal, format!("upload task failed: {e}")),
+            };
+            self.failed.insert(index);
+            self.deferred_error.get_or_insert(failure);
         }
     }
 
-    /// Publishes uploaded chunks and the size to the metadata service.
+    /// The size this handle may publish now: its size, cut where the first chunk that is not
+    /// stored yet (buffered, uploading, or failed) begins, unless that chunk lies wholly within
+    /// the size already published (its old content stays readable until the new one is
+    /// committed). Never below the published size.
+    fn publishable_size(&self) -> u64 {
+        let cb = self.chunk_bytes();
+        let pending = self.dirty.keys().chain(self.uploads.iter().map(|(index, _)| index)).chain(self.failed.iter());
+        let mut size = self.size;
+        for &index in pending {
+            let start = index.saturating_mul(cb);
+            let end = start.saturating_add(cb).min(self.size);
+            if end > self.committed_size {
+                size = size.min(start.max(self.committed_size));
+            }
+        }
+        size
+    }
+
+    /// Publishes the uploaded chunks that lie within [`FileHandle::publishable_size`], and that
+    /// size, to the metadata service; later chunks wait for the gap before them to be stored.
     async fn commit(&mut self) -> Result<()> {
-        if self.uploaded.is_empty() && !self.size_dirty {
+        let size = self.publishable_size();
+        let cb = self.chunk_bytes();
+        let (chunks, later): (Vec<ChunkRecord>, Vec<ChunkRecord>) = std::mem::take(&mut self.uploaded)
+            .into_iter()
+            .partition(|c| c.index.saturating_mul(cb).saturating_add(u64::from(c.len)) <= size);
+        self.uploaded = later;
+        if chunks.is_empty() && size <= self.committed_size && !self.size_dirty {
             return Ok(());
         }
-        let chunks = std::mem::take(&mut self.uploaded);
         let reply = self
             .client
             .meta(MetaOp::CommitChunks {
                 ino: self.ino,
                 chunks: chunks.clone(),
-                size: self.size,
+                size,
                 set_size: self.size_dirty,
                 mtime: Timestamp::now(),
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                // Not published: kept for the next commit (or given up by the flush).
+                self.uploaded.extend(chunks);
+                return Err(e);
+            }
+        };
         if let MetaReply::Attr(a) = reply {
+            self.committed_size = a.size;
             self.attr = a;
         }
         for c in chunks {
@@ -463,20 +529,44 @@ impl FileHandle {
 
     /// Uploads every buffered chunk and commits them: afterwards the data is durable and
     /// visible to every client that opens the file.
+    ///
+    /// When an upload failed, publishes what was stored before the first failed chunk (see
+    /// [`FileHandle::publishable_size`]), gives up the uploads it cannot publish, takes the
+    /// handle back to the published size, and returns the first error: the file then reads
+    /// as its data or shorter, never with invented zeros.
     pub async fn flush(&mut self) -> Result<()> {
         let dirty: Vec<u64> = self.dirty.keys().copied().collect();
         for index in dirty {
-            self.start_upload(index).await?;
+            if self.start_upload(index).await.is_err() {
+                // Recorded as failed (or left uploaded when only a commit failed): handled
+                // below with the others.
+                break;
+            }
         }
         while !self.uploads.is_empty() {
             self.reap_one().await;
         }
-        if let Some(e) = self.deferred_error.take() {
-            // Keep going: commit what succeeded so nothing acknowledged earlier is lost.
-            let _ = self.commit().await;
-            return Err(e);
+        let Some(error) = self.deferred_error.take() else {
+            return self.commit().await;
+        };
+        // Publish what was stored before the first failed chunk; nothing acknowledged earlier
+        // is lost.
+        let committed = self.commit().await;
+        let unpublished = std::mem::take(&mut self.uploaded);
+        let mut dropped: Vec<u64> = unpublished.iter().map(|c| c.index).collect();
+        dropped.extend(std::mem::take(&mut self.failed));
+        dropped.extend(std::mem::take(&mut self.dirty).into_keys());
+        for index in dropped {
+            self.written.remove(&index);
+            self.cache.retain(|(i, _)| *i != index);
+            self.records.remove(&index);
         }
-        self.commit().await
+        self.client.abandon_chunks(self.ino, unpublished).await;
+        self.size = self.committed_size;
+        if let Err(e) = committed {
+            tracing::debug!("inode {}: publishing what was stored before a failed upload: {e}", self.ino);
+        }
+        Err(error)
     }
 
     /// Same as [`FileHandle::flush`]: shards are written durably before they are acknowledged.
@@ -489,6 +579,7 @@ impl FileHandle {
         self.flush().await?;
         self.attr = self.client.setattr(self.ino, SetAttr { size: Some(size), ..Default::default() }).await?;
         self.size = size;
+        self.committed_size = self.attr.size;
         self.records.clear();
         self.cache.clear();
         for (_, t) in self.prefetch.drain() {
@@ -510,6 +601,25 @@ impl Drop for FileHandle {
     fn drop(&mut self) {
         for (_, t) in self.prefetch.drain() {
             t.abort();
+        }
+        // Chunks uploaded (or uploading) but never committed would leave their shards behind:
+        // give them up once their uploads end.
+        let uploaded = std::mem::take(&mut self.uploaded);
+        let uploads = std::mem::take(&mut self.uploads);
+        if uploaded.is_empty() && uploads.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (client, ino) = (self.client.clone(), self.ino);
+            runtime.spawn(async move {
+                let mut chunks = uploaded;
+                for (_, task) in uploads {
+                    if let Ok(Ok(rec)) = task.await {
+                        chunks.push(rec);
+                    }
+                }
+                client.abandon_chunks(ino, chunks).await;
+            });
         }
     }
 }

@@ -79,7 +79,8 @@ pub struct ClientOptions {
     pub write_chunks_inflight_max: usize,
     /// After a node fails to answer, how long reads route around it before trying it again.
     pub node_retry_after: Duration,
-    /// How long a chunk upload that could not reach `k` nodes is retried.
+    /// How long a chunk upload waits for storage nodes when none of them answers at all
+    /// (nodes that fail while others answer are written around at once instead).
     pub write_retry_deadline: Duration,
 }
 
@@ -137,11 +138,29 @@ pub(crate) struct NodeHandle {
     pub(crate) peer: Peer,
     /// When the node last failed to answer; reads avoid it for `node_retry_after`.
     pub(crate) failed_at: parking_lot::Mutex<Option<Instant>>,
+    /// When the node last refused a shard for lack of space; writes avoid it for
+    /// [`NODE_FULL_RETRY_AFTER`].
+    pub(crate) full_at: parking_lot::Mutex<Option<Instant>>,
 }
 
+/// How long writers keep off a storage node that said it is full.
+pub const NODE_FULL_RETRY_AFTER: Duration = Duration::from_secs(10);
+
 impl NodeHandle {
+    fn new(addr: String) -> NodeHandle {
+        NodeHandle {
+            peer: Peer::new(addr, Service::Storage),
+            failed_at: parking_lot::Mutex::new(None),
+            full_at: parking_lot::Mutex::new(None),
+        }
+    }
+
     pub(crate) fn recently_failed(&self, retry_after: Duration) -> bool {
         matches!(*self.failed_at.lock(), Some(t) if t.elapsed() < retry_after)
+    }
+
+    fn recently_full(&self) -> bool {
+        matches!(*self.full_at.lock(), Some(t) if t.elapsed() < NODE_FULL_RETRY_AFTER)
     }
 }
 
@@ -391,8 +410,9 @@ impl Client {
     }
 
     /// Sets the erasure scheme and chunk size new files under directory `ino` inherit.
-    pub async fn set_layout(&self, ino: Ino, ec: EcScheme, chunk_bytes: u32) -> Result<()> {
-        self.meta_ok(MetaOp::SetLayout { ino, ec, chunk_bytes }).await
+    /// The scheme is checked as `check` says (see [`wire::LayoutCheck`]).
+    pub async fn set_layout(&self, ino: Ino, ec: EcScheme, chunk_bytes: u32, check: wire::LayoutCheck) -> Result<()> {
+        self.meta_ok(MetaOp::SetLayout { ino, ec, chunk_bytes, check }).await
     }
 
     pub async fn setxattr(&self, ino: Ino, name: &str, value: &[u8], mode: wire::XattrMode) -> Result<()> {
@@ -514,13 +534,7 @@ impl Client {
         for n in status.nodes {
             let stale = nodes.get(&n.id).map(|h| h.peer.addr() != n.addr).unwrap_or(true);
             if stale {
-                nodes.insert(
-                    n.id,
-                    Arc::new(NodeHandle {
-                        peer: Peer::new(n.addr.clone(), Service::Storage),
-                        failed_at: parking_lot::Mutex::new(None),
-                    }),
-                );
+                nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone())));
             }
             // Nodes the cluster manager sees as down are routed around like nodes that just
             // failed to answer: a read does not first wait for a connection to time out.
@@ -555,6 +569,19 @@ impl Client {
                 }
             });
         }
+    }
+
+    /// Storage nodes a writer should keep off now: they failed to answer moments ago, or said
+    /// they are full. Allocations avoid them.
+    pub(crate) fn nodes_to_avoid(&self) -> Vec<NodeId> {
+        let retry_after = self.inner.options.node_retry_after;
+        self.inner
+            .nodes
+            .read()
+            .iter()
+            .filter(|(_, h)| h.recently_failed(retry_after) || h.recently_full())
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// The handle of a storage node, refreshing the node list once if it is unknown.

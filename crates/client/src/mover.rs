@@ -16,8 +16,17 @@
 //! only after a grace period (readers holding the old record finish their reads), and only if
 //! the chunk's current record does not place them there again.
 //!
+//! Re-encoding: a chunk coded narrower than its file's scheme (written while too few nodes were
+//! up) is re-encoded in the widest scheme the nodes now allow, under a new chunk id, and a chunk
+//! whose scheme the newest map cannot hold (a node removed knowingly with too few left) is
+//! re-encoded narrower to fit, keeping full parity where it can. The new chunk replaces the old
+//! one with `MetaOp::ReplaceChunk` (refused if the file changed meanwhile); the old one goes to
+//! GC. The bytes are the same, so the file's data version does not change.
+//!
 //! The mover runs in the metadata server holding the cluster manager's lease (see the `trove`
-//! binary); it is a client of the cluster like any other, throttled to a byte rate.
+//! binary); it is a client of the cluster like any other, throttled to a byte rate. A chunk it
+//! cannot move is logged at debug; a pass's failures are summed up by kind in its report, so a
+//! cause that affects every chunk costs one line per pass, not one per chunk.
 
 use crate::{Client, Result};
 use bytes::Bytes;
@@ -25,8 +34,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ShardInfo, ShardKey,
-    StorageOp, StorageReply, WireError,
+    ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ScannedChunk,
+    ShardInfo, ShardKey, StorageOp, StorageReply, WireError,
 };
 
 /// Chunk records read per `ScanChunks` page.
@@ -46,8 +55,12 @@ pub struct MoveReport {
     pub bytes_written: u64,
     /// Shards scrub found damaged or missing on a node that serves.
     pub shards_bad: u64,
+    /// Chunks re-encoded in another scheme (widened back, or narrowed to fit fewer nodes).
+    pub chunks_recoded: u64,
     /// Chunks that could not be moved this pass (unreadable, nodes refusing); retried later.
     pub chunks_failed: u64,
+    /// Why chunks could not be moved, by kind: (error code, chunks, the first message).
+    pub failures: Vec<(ErrorCode, u64, String)>,
     /// Chunks still on an older map or with missing shards after the pass.
     pub chunks_left: u64,
     /// The placement map version the pass moved chunks to.
@@ -146,21 +159,30 @@ impl Mover {
                 MetaReply::ChunkPage { chunks, more } => (chunks, more),
                 other => return Err(crate::unexpected(&other)),
             };
-            for (ino, rec) in &chunks {
+            for found in &chunks {
                 report.chunks_seen += 1;
-                match self.move_chunk(*ino, rec, &newest, &serving, scrub, throttle, &mut report).await {
+                let (ino, rec) = (found.ino, &found.rec);
+                match self.move_chunk(found, &newest, &serving, scrub, throttle, &mut report).await {
                     Ok(true) => {}
                     Ok(false) => report.chunks_left += 1,
                     Err(e) => {
                         report.chunks_failed += 1;
                         report.chunks_left += 1;
-                        tracing::warn!("mover: chunk {} of file {ino} ({:016x}): {e}", rec.index, rec.id);
+                        tracing::debug!("mover: chunk {} of file {ino} ({:016x}): {e}", rec.index, rec.id);
+                        match report.failures.iter_mut().find(|(code, _, _)| *code == e.code) {
+                            Some((_, count, _)) => *count += 1,
+                            None => report.failures.push((
+                                e.code,
+                                1,
+                                format!("chunk {} of file {ino} ({:016x}): {}", rec.index, rec.id, e.message),
+                            )),
+                        }
                     }
                 }
             }
             self.delete_stale(false, &node_states).await;
             match chunks.last() {
-                Some((ino, rec)) if more => after = Some((*ino, rec.index)),
+                Some(last) if more => after = Some((last.ino, last.rec.index)),
                 _ => break,
             }
         }
@@ -168,30 +190,40 @@ impl Mover {
     }
 
     /// Moves or repairs one chunk; `Ok(true)` when it is now on `newest` with every shard in
-    /// place, `Ok(false)` when something is left for a later pass.
-    #[allow(clippy::too_many_arguments)]
+    /// place and in its file's scheme, `Ok(false)` when something is left for a later pass.
     async fn move_chunk(
         &mut self,
-        ino: Ino,
-        rec: &ChunkRecord,
+        found: &ScannedChunk,
         newest: &PlacementMap,
         serving: &HashSet<NodeId>,
         scrub: bool,
         throttle: &mut Throttle,
         report: &mut MoveReport,
     ) -> Result<bool> {
+        let (ino, rec) = (found.ino, &found.rec);
         let client = self.client.clone();
         let width = rec.ec.width();
         let old_map = client.map(rec.placement.map_version).await?;
         let pg = rec.placement.pg;
         let group = |map: &PlacementMap| -> Vec<NodeId> { map.pgs.get(pg as usize).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
         let (old, new) = (group(&old_map), group(newest));
-        if new.len() < width {
-            return Err(WireError::new(
-                ErrorCode::Unavailable,
-                format!("the newest placement map has {} nodes for a {} chunk", new.len(), rec.ec),
-            ));
+        let fits = new.len() >= width;
+        if rec.ec != found.file_ec || !fits {
+            // Narrower than its file (written while nodes were down), or wider than the nodes
+            // left: re-encode it if the nodes now allow a better scheme.
+            match self.better_scheme(ino, rec.ec, fits).await? {
+                Some(_) => return self.recode(ino, rec, throttle, report).await,
+                None if !fits => {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!("the newest placement map has {} nodes for a {} chunk, and no narrower scheme fits the nodes up", new.len(), rec.ec),
+                    ));
+                }
+                // Stays narrow for now; moved like any other chunk, widened in a later pass.
+                None => {}
+            }
         }
+        let settled = rec.ec == found.file_ec;
         let mut bad = 0u64;
         if scrub {
             bad = self.scrub_chunk(rec, &old_map, serving).await;
@@ -200,12 +232,12 @@ impl Mover {
         let slots = slots_to_write(&old, &new, width, rec.missing, bad);
         if slots.is_empty() {
             if rec.placement.map_version == newest.version {
-                return Ok(true);
+                return Ok(settled);
             }
             let placement = Placement { map_version: newest.version, pg };
             self.commit(ino, rec, placement, 0).await?;
             report.chunks_relabelled += 1;
-            return Ok(true);
+            return Ok(settled);
         }
         // Rebuild: the chunk as stored, re-encoded; each shard must be the writer's exactly.
         let data = client.read_chunk_stored(rec, &format!("file {ino}")).await?;
@@ -254,6 +286,7 @@ impl Mover {
             return Err(e);
         }
         report.chunks_moved += 1;
+        let settled = settled && missing == 0;
         let due = Instant::now() + self.grace;
         for &slot in &slots {
             if let Some(&node) = old.get(slot) {
@@ -264,7 +297,55 @@ impl Mover {
                 }
             }
         }
-        Ok(missing == 0)
+        Ok(settled)
+    }
+
+    /// The scheme a chunk coded `current` of file `ino` would be written in now, if it is
+    /// better: wider than `current` (when `current` fits the newest map), or any scheme that
+    /// fits (when it does not). Asks the metadata service without reserving anything.
+    async fn better_scheme(&self, ino: Ino, current: EcScheme, fits: bool) -> Result<Option<EcScheme>> {
+        let probe = match self.client.meta(MetaOp::AllocChunks { ino, count: 0, avoid: Vec::new() }).await {
+            Ok(MetaReply::Alloc { ec, .. }) => ec,
+            Ok(other) => return Err(crate::unexpected(&other)),
+            // Too few nodes up for any scheme: nothing better now.
+            Err(e) if e.code == ErrorCode::Unavailable => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let wider = (probe.k, probe.m) > (current.k, current.m) && probe.k >= current.k && probe.m >= current.m;
+        Ok((wider || (!fits && probe != current)).then_some(probe))
+    }
+
+    /// Re-encodes chunk `rec` of file `ino` in the scheme the nodes allow now, under a new chunk
+    /// id, and replaces the old chunk with it (queued for GC). `Ok(true)` when the new chunk is
+    /// in its file's scheme with every shard stored.
+    async fn recode(&self, ino: Ino, rec: &ChunkRecord, throttle: &mut Throttle, report: &mut MoveReport) -> Result<bool> {
+        let client = &self.client;
+        let data = client.read_chunk(rec, &format!("file {ino}")).await?.to_bytes();
+        let mut alloc = client.alloc_chunks(ino, 1, Vec::new()).await?;
+        let Some(alloc) = alloc.pop() else {
+            return Err(WireError::new(ErrorCode::Internal, "the metadata service allocated nothing"));
+        };
+        let new = client.upload_chunk(ino, rec.index, alloc, data).await?;
+        let written = u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
+        let op = MetaOp::ReplaceChunk { ino, expected: rec.clone(), new: new.clone() };
+        match client.meta(op).await {
+            Ok(MetaReply::Ok) => {}
+            Ok(other) => {
+                client.abandon_chunks(ino, vec![new]).await;
+                return Err(crate::unexpected(&other));
+            }
+            Err(e) => {
+                client.abandon_chunks(ino, vec![new]).await;
+                return Err(e);
+            }
+        }
+        tracing::debug!("mover: chunk {} of file {ino} re-encoded from {} to {}", rec.index, rec.ec, new.ec);
+        report.chunks_recoded += 1;
+        report.shards_written += (new.ec.width() - new.missing.count_ones() as usize) as u64;
+        report.bytes_written += written;
+        throttle.take(written).await;
+        // Whether it is now in its file's scheme is seen on the next pass.
+        Ok(false)
     }
 
     async fn commit(&self, ino: Ino, rec: &ChunkRecord, placement: Placement, missing: u64) -> Result<()> {

@@ -36,6 +36,8 @@ pub const PG_COUNT_MAX: u32 = 1 << 16;
 pub const NODE_ADDR_BYTES_MAX: usize = 256;
 /// Most drives a node may report.
 pub const NODE_DRIVES_MAX: usize = 256;
+/// Most directories `Status` lists by path whose scheme the cluster cannot hold.
+pub const DIRS_TOO_WIDE_LISTED_MAX: usize = 16;
 /// Block size reported by `StatFs`.
 pub const STATFS_BLOCK_BYTES: u32 = 4096;
 
@@ -269,14 +271,18 @@ impl Cluster {
         map.ok_or_else(|| wire::werr!(NotFound, "no placement map version {version}"))
     }
 
-    /// Reserves `count` chunk ids for file `ino` and picks each one's placement group: the PG
-    /// the id hashes to, or the next one whose first `k + m` nodes are all up, so that writes
-    /// are not degraded while a healthy group exists.
+    /// Reserves `count` chunk ids for file `ino` and picks the scheme and placement group they
+    /// are written with: the file's scheme when some group's first `k + m` nodes are all up
+    /// (and not in `avoid`), else the widest narrower scheme that such a group can hold (see
+    /// [`narrowed`]), so that writes keep full redundancy on the nodes there are instead of
+    /// waiting for the others or storing chunks with shards missing. Each chunk starts from the
+    /// group its id hashes to and takes the next group that can hold the scheme.
     pub async fn alloc_chunks(
         &self,
         engine: &dyn KvEngine,
         ino: Ino,
         count: u32,
+        avoid: &[NodeId],
     ) -> Result<MetaReply, WireError> {
         if count > ALLOC_CHUNKS_MAX {
             return Err(wire::werr!(
@@ -295,24 +301,34 @@ impl Cluster {
             })
         })
         .await?;
-        let width = ec.width();
-        let members = map.as_ref().and_then(|m| m.pgs.first()).map_or(0, Vec::len);
-        let Some(map) = map.filter(|_| members >= width) else {
+        let Some(map) = map else {
             return Err(wire::werr!(
                 Unavailable,
-                "erasure scheme {ec} needs {width} storage nodes; the cluster has {members}"
+                "no storage node has joined the cluster yet"
             ));
         };
         let up: HashSet<NodeId> = nodes
             .iter()
-            .filter(|n| self.node_state(n).0 == NodeState::Up)
+            .filter(|n| self.node_state(n).0 == NodeState::Up && !avoid.contains(&n.id))
             .map(|n| n.id)
             .collect();
-        let healthy: Vec<bool> = map
-            .pgs
-            .iter()
-            .map(|pg| pg.iter().take(width).all(|n| up.contains(n)))
-            .collect();
+        let Some((scheme, fits)) = choose_scheme(ec, &map, &up) else {
+            let members = map.pgs.first().map_or(0, Vec::len);
+            let avoided = if avoid.is_empty() {
+                String::new()
+            } else {
+                format!(", not counting nodes {avoid:?} that the writer could not use")
+            };
+            return Err(wire::werr!(
+                Unavailable,
+                "only {} of the {members} storage nodes can take writes now{avoided}; {ec} needs at least {} to store a chunk with any redundancy",
+                up.len(),
+                narrowest_width(ec)
+            ));
+        };
+        if scheme != ec {
+            tracing::debug!("file {ino}: writing {scheme} instead of {ec} (nodes up: {up:?})");
+        }
         let ids = self.chunk_ids.take(engine, u64::from(count)).await?;
         let pg_count = map.pgs.len() as u32;
         let chunks = ids
@@ -321,7 +337,7 @@ impl Cluster {
                 let start = pg_for_chunk(id, pg_count);
                 let pg = (0..pg_count)
                     .map(|step| (start + step) % pg_count)
-                    .find(|&pg| healthy[pg as usize])
+                    .find(|&pg| fits[pg as usize])
                     .unwrap_or(start);
                 (
                     id,
@@ -335,7 +351,46 @@ impl Cluster {
         Ok(MetaReply::Alloc {
             chunks,
             map: (*map).clone(),
+            ec: scheme,
         })
+    }
+
+    /// Refuses a chosen layout `ec` that the cluster's storage nodes cannot hold (wider than
+    /// its members; a node that is down still counts, it is expected back), and one without
+    /// parity unless chosen so on purpose. A copied layout is taken as it is.
+    pub async fn check_layout_fits(
+        &self,
+        engine: &dyn KvEngine,
+        ec: EcScheme,
+        check: wire::LayoutCheck,
+    ) -> Result<(), WireError> {
+        if check == wire::LayoutCheck::Copied {
+            return Ok(());
+        }
+        if ec.m == 0 && check != wire::LayoutCheck::ChosenWithoutRedundancy {
+            return Err(wire::werr!(
+                Invalid,
+                "{ec} keeps no parity: losing any one node loses data; say so explicitly to use it (trove mkdir --no-redundancy)"
+            ));
+        }
+        let members = self
+            .nodes(engine)
+            .await?
+            .iter()
+            .filter(|n| is_member(n.state))
+            .count();
+        if ec.width() > members {
+            return Err(wire::werr!(
+                Invalid,
+                "{ec} needs {} storage nodes; the cluster has {members}{}",
+                ec.width(),
+                match fitting_example(ec, members) {
+                    Some(fit) => format!(" (a scheme that fits: {fit})"),
+                    None => String::new(),
+                }
+            ));
+        }
+        Ok(())
     }
 
     /// Capacity from the nodes' drives, scaled to what the default scheme can store.
@@ -411,6 +466,9 @@ impl Cluster {
             leader,
             ec_schemes: Vec::new(),
             engine: engine.describe(),
+            chunks_narrow: 0,
+            dirs_too_wide: Vec::new(),
+            dirs_too_wide_count: 0,
         };
         if scan_chunks {
             let serving: HashSet<NodeId> = nodes
@@ -420,6 +478,14 @@ impl Cluster {
                 .collect();
             self.scan_chunk_health(engine, &serving, &mut status)
                 .await?;
+            let members = nodes.iter().filter(|n| is_member(n.state)).count();
+            let schemes = namespace::scheme_use(engine, members, DIRS_TOO_WIDE_LISTED_MAX).await?;
+            status.dirs_too_wide = schemes
+                .too_wide
+                .into_iter()
+                .map(|dir| (dir.path, dir.ec))
+                .collect();
+            status.dirs_too_wide_count = schemes.too_wide_count;
         }
         Ok(MetaReply::Status(status))
     }
@@ -431,12 +497,16 @@ impl Cluster {
         engine: &dyn KvEngine,
         node: NodeId,
         state: NodeState,
+        force: bool,
     ) -> Result<MetaReply, WireError> {
         if state == NodeState::Down {
             return Err(wire::werr!(
                 Invalid,
                 "a node is down when it stops heartbeating; it cannot be set down"
             ));
+        }
+        if matches!(state, NodeState::Draining | NodeState::Out) && !force {
+            self.check_leaving(engine, node, state).await?;
         }
         let pg_count = self.options.pg_count;
         let published = transact(engine, move |txn| {
@@ -477,6 +547,49 @@ impl Cluster {
         Ok(MetaReply::Ok)
     }
 
+    /// Refuses to drain or remove `node` when the nodes left could not hold a scheme that a
+    /// directory or file uses: its chunks would have to be re-encoded narrower (and new writes
+    /// there would be), which an operator must ask for knowingly (`force`).
+    async fn check_leaving(
+        &self,
+        engine: &dyn KvEngine,
+        node: NodeId,
+        state: NodeState,
+    ) -> Result<(), WireError> {
+        let nodes = self.nodes(engine).await?;
+        let Some(rec) = nodes.iter().find(|n| n.id == node) else {
+            return Err(wire::werr!(NotFound, "no storage node {node}"));
+        };
+        if !is_member(rec.state) {
+            // Already leaving (draining to out, or out): no more capacity is lost.
+            return Ok(());
+        }
+        let left = nodes
+            .iter()
+            .filter(|n| n.id != node && is_member(n.state))
+            .count();
+        let Some(widest) = namespace::widest_scheme(engine).await? else {
+            return Ok(());
+        };
+        if widest.ec.width() <= left {
+            return Ok(());
+        }
+        let verb = if state == NodeState::Draining {
+            "draining"
+        } else {
+            "removing"
+        };
+        Err(wire::werr!(
+            NoSpace,
+            "{verb} node {node} leaves {left} storage node{}; {} uses {}, which needs {}: add a node first, or pass --force to re-encode such chunks narrower ({}) until nodes are added",
+            if left == 1 { "" } else { "s" },
+            widest.path,
+            widest.ec,
+            widest.ec.width(),
+            narrowed(widest.ec, left).map_or_else(|| "impossible: too few nodes".to_string(), |n| format!("{n} on {left} nodes"))
+        ))
+    }
+
     /// Marks out every node that has been down (as this server sees it) for longer than
     /// `after`, publishing a new map without them, so that rebuild moves their shards to the
     /// remaining nodes. Run by the lease holder only. Returns the nodes marked out.
@@ -501,7 +614,9 @@ impl Cluster {
                 "node {node} has been down for more than {} ms: marking it out to rebuild its shards",
                 after.as_millis()
             );
-            self.set_node_state(engine, node, NodeState::Out).await?;
+            // A dead node is gone whether or not its chunks fit the nodes left: the mover
+            // re-encodes them narrower rather than leave them degraded.
+            self.set_node_state(engine, node, NodeState::Out, true).await?;
         }
         Ok(dead)
     }
@@ -575,11 +690,24 @@ impl Cluster {
                 let page = txn.scan(&from, &end, limit).await?;
                 let more = page.len() == limit;
                 let mut chunks = Vec::with_capacity(page.len());
+                // The page is in file order: each file's inode is read once.
+                let mut file: Option<(Ino, EcScheme)> = None;
                 for (key, value) in page {
                     let Some((ino, _)) = keys::parse_chunk(&key) else {
                         fail!(Internal, "malformed chunk key {}", keys::describe(&key));
                     };
-                    chunks.push((ino, keys::decode(&key, &value).map_err(abort)?));
+                    let rec: wire::ChunkRecord = keys::decode(&key, &value).map_err(abort)?;
+                    let file_ec = match file {
+                        Some((known, ec)) if known == ino => ec,
+                        _ => {
+                            let ec = get::<keys::InodeRec>(txn, &keys::inode(ino))
+                                .await?
+                                .map_or(rec.ec, |inode| inode.attr.ec);
+                            file = Some((ino, ec));
+                            ec
+                        }
+                    };
+                    chunks.push(wire::ScannedChunk { ino, rec, file_ec });
                 }
                 Ok(MetaReply::ChunkPage { chunks, more })
             })
@@ -635,26 +763,23 @@ impl Cluster {
         serving: &HashSet<NodeId>,
         status: &mut ClusterStatus,
     ) -> Result<(), WireError> {
-        let prefix = [keys::prefix::CHUNK];
-        let end = kv::prefix_end(&prefix);
-        let mut from = prefix.to_vec();
         let mut schemes: HashMap<EcScheme, u64> = HashMap::new();
         let mut chunks = 0u64;
+        let mut after = None;
         loop {
-            let page = {
-                let (from, end) = (from.clone(), end.clone());
-                transact(engine, move |txn| {
-                    let (from, end) = (from.clone(), end.clone());
-                    Box::pin(async move {
-                        Ok(txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?)
-                    })
-                })
-                .await?
+            let limit = store::SCAN_PAGE_ENTRIES_MAX as u32;
+            let MetaReply::ChunkPage { chunks: page, more } =
+                self.scan_chunks(engine, after, limit).await?
+            else {
+                return Err(wire::werr!(Internal, "a chunk scan answered something else"));
             };
-            for (key, value) in &page {
-                let chunk: wire::ChunkRecord = keys::decode(key, value)?;
+            for found in &page {
+                let chunk = &found.rec;
                 chunks += 1;
                 *schemes.entry(chunk.ec).or_default() += 1;
+                if chunk.ec != found.file_ec {
+                    status.chunks_narrow += 1;
+                }
                 let map = self.map(engine, chunk.placement.map_version).await.ok();
                 let unavailable = (0..chunk.ec.width())
                     .filter(|&i| {
@@ -674,9 +799,7 @@ impl Cluster {
                 }
             }
             match page.last() {
-                Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
-                    from = store::after(last)
-                }
+                Some(last) if more => after = Some((last.ino, last.rec.index)),
                 _ => break,
             }
         }
@@ -784,6 +907,75 @@ async fn publish_map(txn: &mut dyn KvTxn, pg_count: u32) -> TxResult<PlacementMa
 }
 
 // ---------------------------------------------------------------------------------------------
+// Schemes that fit the nodes there are.
+
+/// The scheme to write a chunk of scheme `ec` with when only `nodes` nodes can take its
+/// shards: `ec` itself if they suffice; else fewer data shards with all `m` parity shards
+/// (full redundancy, more overhead); with fewer than `m + 1` nodes, one data shard and as many
+/// copies as the nodes allow (replication with less redundancy). `None` when no redundancy is
+/// possible (fewer than two nodes) for a scheme that has parity. A scheme without parity
+/// (chosen explicitly) narrows to fewer data shards.
+pub fn narrowed(ec: EcScheme, nodes: usize) -> Option<EcScheme> {
+    let (k, m) = (usize::from(ec.k), usize::from(ec.m));
+    if nodes >= k + m {
+        return Some(ec);
+    }
+    let (k, m) = if m == 0 {
+        (nodes, 0)
+    } else if nodes > m {
+        (nodes - m, m)
+    } else if nodes >= 2 {
+        (1, nodes - 1)
+    } else {
+        return None;
+    };
+    if k == 0 {
+        return None;
+    }
+    Some(EcScheme {
+        k: k as u8,
+        m: m as u8,
+    })
+}
+
+/// The fewest nodes a chunk of scheme `ec` can be written on (with some redundancy if `ec`
+/// has parity).
+pub fn narrowest_width(ec: EcScheme) -> usize {
+    if ec.m == 0 {
+        1
+    } else {
+        2
+    }
+}
+
+/// A scheme of the same kind as `ec` (same parity where possible) that fits `nodes` nodes,
+/// for error messages.
+fn fitting_example(ec: EcScheme, nodes: usize) -> Option<EcScheme> {
+    narrowed(ec, nodes).filter(|fit| *fit != ec)
+}
+
+/// Chooses the scheme to write `ec` chunks with on map `map` when the nodes in `up` can take
+/// shards: the widest [`narrowed`] scheme whose width some placement group has all up at its
+/// head. Returns it with, per group, whether the group can hold it; `None` if no group can
+/// hold any scheme with redundancy.
+pub fn choose_scheme(
+    ec: EcScheme,
+    map: &PlacementMap,
+    up: &HashSet<NodeId>,
+) -> Option<(EcScheme, Vec<bool>)> {
+    let width = ec.width();
+    let leading: Vec<usize> = map
+        .pgs
+        .iter()
+        .map(|pg| pg.iter().take(width).take_while(|n| up.contains(n)).count())
+        .collect();
+    let best = leading.iter().copied().max()?;
+    let scheme = narrowed(ec, best)?;
+    let fits = leading.iter().map(|&l| l >= scheme.width()).collect();
+    Some((scheme, fits))
+}
+
+// ---------------------------------------------------------------------------------------------
 // Placement.
 
 /// A 64-bit finalizer (SplitMix64): fixed here, not `std`'s hasher, because placement must be
@@ -836,6 +1028,45 @@ pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> Placement
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn narrowing_keeps_parity_before_data() {
+        let ec = EcScheme { k: 4, m: 2 };
+        let n = |nodes| narrowed(ec, nodes).map(|e| e.to_string());
+        assert_eq!(n(7).as_deref(), Some("4+2"));
+        assert_eq!(n(6).as_deref(), Some("4+2"));
+        assert_eq!(n(5).as_deref(), Some("3+2"));
+        assert_eq!(n(4).as_deref(), Some("2+2"));
+        assert_eq!(n(3).as_deref(), Some("1+2"));
+        assert_eq!(n(2).as_deref(), Some("1+1"));
+        assert_eq!(n(1), None);
+        assert_eq!(n(0), None);
+        let plain = EcScheme { k: 3, m: 0 };
+        assert_eq!(narrowed(plain, 2), Some(EcScheme { k: 2, m: 0 }));
+        assert_eq!(narrowed(plain, 0), None);
+        assert_eq!(narrowed(EcScheme { k: 1, m: 2 }, 2), Some(EcScheme { k: 1, m: 1 }));
+    }
+
+    #[test]
+    fn the_scheme_chosen_fits_groups_whose_head_is_up() {
+        let map = compute_map(1, 256, &[1, 2, 3, 4, 5, 6]);
+        let ec = EcScheme { k: 4, m: 2 };
+        let all: HashSet<NodeId> = (1..=6).collect();
+        let (scheme, fits) = choose_scheme(ec, &map, &all).expect("fits");
+        assert_eq!(scheme, ec);
+        assert!(fits.iter().all(|f| *f));
+        // Two nodes down: 2+2 on the four others, in the groups that list them first.
+        let four: HashSet<NodeId> = [1, 3, 4, 6].into_iter().collect();
+        let (scheme, fits) = choose_scheme(ec, &map, &four).expect("fits");
+        assert_eq!(scheme, EcScheme { k: 2, m: 2 });
+        assert!(fits.iter().any(|f| *f));
+        for (pg, fit) in map.pgs.iter().zip(&fits) {
+            assert_eq!(*fit, pg[..4].iter().all(|n| four.contains(n)), "group {pg:?}");
+        }
+        // One node left: no redundancy possible.
+        let one: HashSet<NodeId> = [2].into_iter().collect();
+        assert!(choose_scheme(ec, &map, &one).is_none());
+    }
 
     #[test]
     fn small_maps_are_complete() {

@@ -174,8 +174,8 @@ impl MetaService {
         }
         match call.op {
             MetaOp::StatFs => self.cluster.statfs(engine).await,
-            MetaOp::AllocChunks { ino, count } => {
-                self.cluster.alloc_chunks(engine, ino, count).await
+            MetaOp::AllocChunks { ino, count, avoid } => {
+                self.cluster.alloc_chunks(engine, ino, count, &avoid).await
             }
             MetaOp::GetMap { version } => Ok(MetaReply::Map(
                 (*self.cluster.map(engine, version).await?).clone(),
@@ -200,11 +200,14 @@ impl MetaService {
                     .move_chunk(engine, ino, expected, placement, missing)
                     .await
             }
-            MetaOp::SetNodeState { node, state } => {
-                self.cluster.set_node_state(engine, node, state).await
+            MetaOp::SetNodeState { node, state, force } => {
+                self.cluster.set_node_state(engine, node, state, force).await
             }
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
+                if let MetaOp::SetLayout { ec, check, .. } = &op {
+                    self.cluster.check_layout_fits(engine, *ec, *check).await?;
+                }
                 let mut replies = self
                     .call_batch(vec![MetaCall {
                         request_id: call.request_id,

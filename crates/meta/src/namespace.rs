@@ -75,6 +75,8 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::SetLayout { .. }
             | MetaOp::CommitChunks { .. }
             | MetaOp::AppendFile { .. }
+            | MetaOp::AbandonChunks { .. }
+            | MetaOp::ReplaceChunk { .. }
     )
 }
 
@@ -438,11 +440,18 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             store_inode(txn, &rec).await?;
             Ok(MetaReply::Ok)
         }
+        // Whether the cluster can hold the scheme is checked by the service before the
+        // transaction (`Cluster::check_layout_fits`).
         MetaOp::SetLayout {
             ino,
             ec,
             chunk_bytes,
+            check: _,
         } => set_layout(txn, ctx, *ino, *ec, *chunk_bytes).await,
+        MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
+        MetaOp::ReplaceChunk { ino, expected, new } => {
+            replace_chunk(txn, ctx, *ino, expected, new).await
+        }
         MetaOp::GetChunks { ino, first, count } => get_chunks(txn, *ino, *first, *count).await,
         MetaOp::CommitChunks {
             ino,
@@ -1304,40 +1313,7 @@ async fn commit_chunks(
         if !indices.insert(index) {
             fail!(Invalid, "chunk index {index} appears twice in one commit");
         }
-        if chunk.id == 0 {
-            fail!(Invalid, "chunk index {index}: chunk id 0 is not a valid id");
-        }
-        if chunk.ec != rec.attr.ec {
-            fail!(
-                Invalid,
-                "chunk index {index} is coded {} but file {ino} uses {}",
-                chunk.ec,
-                rec.attr.ec
-            );
-        }
-        let width = chunk.ec.width();
-        if chunk.table_crcs.len() != width {
-            fail!(
-                Invalid,
-                "chunk index {index} has {} shard checksums for {width} shards",
-                chunk.table_crcs.len()
-            );
-        }
-        if width < 64 && chunk.missing >> width != 0 {
-            fail!(
-                Invalid,
-                "chunk index {index} marks shards beyond its width {width} missing"
-            );
-        }
-        let missing = chunk.missing.count_ones();
-        if missing > u32::from(chunk.ec.m) {
-            fail!(
-                Invalid,
-                "chunk index {index} lacks {missing} shards; with {} at most {} may be missing",
-                chunk.ec,
-                chunk.ec.m
-            );
-        }
+        check_chunk_record(ino, rec.attr.ec, chunk).map_err(abort)?;
         if chunk.len == 0 || u64::from(chunk.len) > chunk_bytes {
             fail!(
                 Invalid,
@@ -1387,6 +1363,277 @@ async fn commit_chunks(
     rec.attr.ctime = ctx.now;
     store_inode(txn, &rec).await?;
     Ok(MetaReply::Attr(rec.attr))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schemes in use (for refusing drains the nodes left could not hold, and for `trove status`).
+
+/// Most entries of a directory searched for a child directory's name when naming it by path.
+const PATH_SEARCH_ENTRIES_MAX: usize = 16 * store::SCAN_PAGE_ENTRIES_MAX;
+
+/// A directory or file and the scheme it uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemeAt {
+    pub ino: Ino,
+    /// Its path, or `inode N` if it cannot be named cheaply.
+    pub path: String,
+    pub ec: EcScheme,
+}
+
+/// What a walk over every inode found about the schemes in use.
+#[derive(Clone, Debug, Default)]
+pub struct SchemeUse {
+    /// The widest scheme any directory or file uses (a directory preferred as the example).
+    pub widest: Option<SchemeAt>,
+    /// Directories whose scheme is wider than the nodes given to [`scheme_use`], at most
+    /// `limit` of them.
+    pub too_wide: Vec<SchemeAt>,
+    /// How many directories are too wide in all.
+    pub too_wide_count: u64,
+}
+
+/// The widest scheme a directory or file uses, with an example. Walks every inode, one page
+/// per transaction: for operator commands (drain, remove), not for the data path.
+pub async fn widest_scheme(engine: &dyn KvEngine) -> Result<Option<SchemeAt>, WireError> {
+    Ok(scheme_use(engine, usize::MAX, 0).await?.widest)
+}
+
+/// Walks every inode: the widest scheme in use, and the directories (at most `limit`) whose
+/// scheme needs more than `nodes` storage nodes.
+pub async fn scheme_use(
+    engine: &dyn KvEngine,
+    nodes: usize,
+    limit: usize,
+) -> Result<SchemeUse, WireError> {
+    let prefix = [keys::prefix::INODE];
+    let end = kv::prefix_end(&prefix);
+    let mut from = prefix.to_vec();
+    let mut found = SchemeUse::default();
+    let mut widest: Option<(EcScheme, Ino, FileKind)> = None;
+    let mut too_wide: Vec<(EcScheme, Ino)> = Vec::new();
+    loop {
+        let page = {
+            let (from, end) = (from.clone(), end.clone());
+            transact(engine, move |txn| {
+                let (from, end) = (from.clone(), end.clone());
+                Box::pin(async move { Ok(txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?) })
+            })
+            .await?
+        };
+        for (key, value) in &page {
+            let rec: InodeRec = keys::decode(key, value)?;
+            let attr = &rec.attr;
+            if !matches!(attr.kind, FileKind::Dir | FileKind::File) {
+                continue;
+            }
+            let better = match widest {
+                None => true,
+                Some((ec, _, kind)) => {
+                    attr.ec.width() > ec.width()
+                        || (attr.ec.width() == ec.width() && kind != FileKind::Dir && attr.kind == FileKind::Dir)
+                }
+            };
+            if better {
+                widest = Some((attr.ec, attr.ino, attr.kind));
+            }
+            if attr.kind == FileKind::Dir && attr.ec.width() > nodes {
+                found.too_wide_count += 1;
+                if too_wide.len() < limit {
+                    too_wide.push((attr.ec, attr.ino));
+                }
+            }
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
+            _ => break,
+        }
+    }
+    if let Some((ec, ino, _)) = widest {
+        found.widest = Some(SchemeAt { ino, path: path_of(engine, ino).await, ec });
+    }
+    for (ec, ino) in too_wide {
+        found.too_wide.push(SchemeAt { ino, path: path_of(engine, ino).await, ec });
+    }
+    Ok(found)
+}
+
+/// The path of a directory or file, for messages a person reads: a directory by its parent
+/// pointers and its name in each parent; a file (which may have several names) as `file N`.
+/// Falls back to `inode N` when a name cannot be found cheaply.
+pub async fn path_of(engine: &dyn KvEngine, ino: Ino) -> String {
+    let found = transact(engine, move |txn| Box::pin(async move { dir_path(txn, ino).await })).await;
+    match found {
+        Ok(Some(path)) => path,
+        Ok(None) | Err(_) => format!("inode {ino}"),
+    }
+}
+
+/// The path of directory `ino` (`None` if it is not a directory or a name is not found within
+/// [`PATH_SEARCH_ENTRIES_MAX`] entries of its parent).
+async fn dir_path(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Option<String>> {
+    let mut names: Vec<String> = Vec::new();
+    let mut cur = ino;
+    for _ in 0..DEPTH_MAX {
+        if cur == ROOT_INO {
+            names.reverse();
+            return Ok(Some(format!("/{}", names.join("/"))));
+        }
+        let Some(rec) = get::<InodeRec>(txn, &keys::inode(cur)).await? else {
+            return Ok(None);
+        };
+        if rec.attr.kind != FileKind::Dir || rec.parent == 0 {
+            return Ok(None);
+        }
+        let Some(name) = entry_name(txn, rec.parent, cur).await? else {
+            return Ok(None);
+        };
+        names.push(name);
+        cur = rec.parent;
+    }
+    Ok(None)
+}
+
+/// The name under which directory `parent` lists `child`, searching at most
+/// [`PATH_SEARCH_ENTRIES_MAX`] entries.
+async fn entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResult<Option<String>> {
+    let prefix = keys::dentry_prefix(parent);
+    let end = kv::prefix_end(&prefix);
+    let mut from = prefix.clone();
+    let mut searched = 0usize;
+    while searched < PATH_SEARCH_ENTRIES_MAX {
+        let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
+        for (key, value) in &page {
+            let entry: DentryRec = keys::decode(key, value).map_err(abort)?;
+            if entry.ino == child {
+                return Ok(keys::dentry_name(parent, key).map(str::to_string));
+            }
+        }
+        searched += page.len();
+        match page.last() {
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
+            _ => break,
+        }
+    }
+    Ok(None)
+}
+
+/// Checks a chunk record a client made before it is stored or queued: its scheme is one the
+/// file allows (the file's, or narrower: never more data or parity shards), and its checksum
+/// table and missing shards match its width.
+fn check_chunk_record(ino: Ino, file_ec: EcScheme, chunk: &ChunkRecord) -> Result<(), WireError> {
+    let index = chunk.index;
+    if chunk.id == 0 {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk index {index}: chunk id 0 is not a valid id"
+        ));
+    }
+    chunk
+        .ec
+        .validate()
+        .map_err(|e| wire::werr!(Invalid, "chunk index {index}: {e}"))?;
+    if chunk.ec.k > file_ec.k || chunk.ec.m > file_ec.m {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk index {index} is coded {} but file {ino} uses {file_ec}: a chunk may be narrower than its file's scheme, never wider",
+            chunk.ec
+        ));
+    }
+    let width = chunk.ec.width();
+    if chunk.table_crcs.len() != width {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk index {index} has {} shard checksums for {width} shards",
+            chunk.table_crcs.len()
+        ));
+    }
+    if width < 64 && chunk.missing >> width != 0 {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk index {index} marks shards beyond its width {width} missing"
+        ));
+    }
+    let missing = chunk.missing.count_ones();
+    if missing > u32::from(chunk.ec.m) {
+        return Err(wire::werr!(
+            Invalid,
+            "chunk index {index} lacks {missing} shards; with {} at most {} may be missing",
+            chunk.ec,
+            chunk.ec.m
+        ));
+    }
+    Ok(())
+}
+
+/// Queues chunks a client uploaded (perhaps in part) for `ino` but gave up on, so their shards
+/// are deleted like those of replaced chunks. A chunk the file references, or one queued
+/// already, is left alone; the file itself may be gone.
+async fn abandon_chunks(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    chunks: &[ChunkRecord],
+) -> TxResult<MetaReply> {
+    if chunks.len() as u64 > CHUNKS_PER_CALL_MAX {
+        fail!(
+            TooLarge,
+            "{} chunks in one call exceed the limit of {CHUNKS_PER_CALL_MAX}",
+            chunks.len()
+        );
+    }
+    for chunk in chunks {
+        if chunk.id == 0 || chunk.ec.validate().is_err() {
+            fail!(Invalid, "chunk index {} is not a valid record", chunk.index);
+        }
+        let referenced = get::<ChunkRecord>(txn, &keys::chunk(ino, chunk.index))
+            .await?
+            .is_some_and(|current| current.id == chunk.id);
+        if referenced || txn.get(&keys::gc(chunk.id)).await?.is_some() {
+            continue;
+        }
+        queue_gc(txn, ctx, ino, chunk.clone()).await?;
+    }
+    Ok(MetaReply::Ok)
+}
+
+/// Replaces chunk `expected` of `ino` by `new`, the same bytes re-encoded (see
+/// `MetaOp::ReplaceChunk`). The data is unchanged, so the file's size, times and data version
+/// are too: caches of its content stay valid.
+async fn replace_chunk(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    expected: &ChunkRecord,
+    new: &ChunkRecord,
+) -> TxResult<MetaReply> {
+    let file = load_file(txn, ino).await?;
+    let key = keys::chunk(ino, expected.index);
+    match get::<ChunkRecord>(txn, &key).await? {
+        Some(current) if current == *expected => {}
+        _ => fail!(
+            Changed,
+            "chunk {} of file {ino} changed while it was being re-encoded",
+            expected.index
+        ),
+    }
+    if new.index != expected.index || new.len != expected.len || new.id == expected.id {
+        fail!(
+            Invalid,
+            "a replacement of chunk {} must hold the same index and length under a new id",
+            expected.index
+        );
+    }
+    check_chunk_record(ino, file.attr.ec, new).map_err(abort)?;
+    if txn.get(&keys::gc(new.id)).await?.is_some() {
+        fail!(
+            Invalid,
+            "chunk {:016x} was given up earlier; it cannot replace another",
+            new.id
+        );
+    }
+    put(txn, &key, new).await?;
+    queue_gc(txn, ctx, ino, expected.clone()).await?;
+    Ok(MetaReply::Ok)
 }
 
 /// Moves the chunk records of file `name` in `parent` to the end of file `target` (re-indexed,

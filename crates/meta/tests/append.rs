@@ -138,6 +138,7 @@ async fn append_refuses_misaligned_or_mismatched_files() {
             ino: other.ino,
             ec,
             chunk_bytes: (cb / 2) as u32,
+            check: wire::LayoutCheck::Copied,
         },
     )
     .await;

@@ -339,40 +339,59 @@ async fn heartbeats_and_liveness() {
 }
 
 #[tokio::test]
-async fn alloc_needs_enough_nodes() {
+async fn alloc_narrows_the_scheme_to_the_nodes_there_are() {
     let env = env().await;
     let svc = &env.svc;
     let f = create(svc, ROOT_INO, "f").await;
-    let message = err(
-        svc,
-        MetaOp::AllocChunks {
-            ino: f.ino,
-            count: 1,
-        },
-        ErrorCode::Unavailable,
-    )
-    .await;
-    assert!(message.contains("the cluster has 0"), "{message}");
-    nodes(svc, 5).await;
-    let message = err(
-        svc,
-        MetaOp::AllocChunks {
-            ino: f.ino,
-            count: 1,
-        },
-        ErrorCode::Unavailable,
-    )
-    .await;
-    assert_eq!(
-        message,
-        "erasure scheme 4+2 needs 6 storage nodes; the cluster has 5"
+    let alloc = |count: u32, avoid: Vec<NodeId>| MetaOp::AllocChunks {
+        ino: f.ino,
+        count,
+        avoid,
+    };
+    let message = err(svc, alloc(1, vec![]), ErrorCode::Unavailable).await;
+    assert!(message.contains("no storage node has joined"), "{message}");
+    // Five nodes for a 4+2 file: written 3+2 (full parity, one data shard less).
+    let five = nodes(svc, 5).await;
+    let MetaReply::Alloc { chunks, map, ec } = ok(svc, alloc(4, vec![])).await else {
+        panic!("alloc")
+    };
+    assert_eq!(ec, EcScheme { k: 3, m: 2 });
+    assert_eq!(chunks.len(), 4);
+    for (_, placement) in &chunks {
+        assert_eq!(placement.map_version, map.version);
+    }
+    // Nodes the writer could not use are avoided: 2+2 on the other four; 1+1 on two; one
+    // node left keeps no redundancy and is refused.
+    let MetaReply::Alloc { chunks, map, ec } = ok(svc, alloc(8, vec![five[0]])).await else {
+        panic!("alloc")
+    };
+    assert_eq!(ec, EcScheme { k: 2, m: 2 });
+    for (_, placement) in &chunks {
+        assert!(!map.pgs[placement.pg as usize][..4].contains(&five[0]));
+    }
+    let MetaReply::Alloc { ec, .. } = ok(svc, alloc(1, five[..3].to_vec())).await else {
+        panic!("alloc")
+    };
+    assert_eq!(ec, EcScheme { k: 1, m: 1 });
+    let message = err(svc, alloc(1, five[..4].to_vec()), ErrorCode::Unavailable).await;
+    assert!(
+        message.contains("only 1 of the 5 storage nodes can take writes")
+            && message.contains("needs at least 2"),
+        "{message}"
     );
+    // A count of 0 asks which scheme a write would get, reserving nothing.
+    let MetaReply::Alloc { chunks, ec, .. } = ok(svc, alloc(0, vec![])).await else {
+        panic!("alloc")
+    };
+    assert!(chunks.is_empty());
+    assert_eq!(ec, EcScheme { k: 3, m: 2 });
     nodes_from(svc, 5, 1).await;
-    let MetaReply::Alloc { chunks, map } = ok(
+    let MetaReply::Alloc { chunks, map, .. } = ok(
         svc,
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 10,
+            avoid: vec![],
         },
     )
     .await
@@ -396,6 +415,7 @@ async fn alloc_needs_enough_nodes() {
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 3,
+            avoid: vec![],
         },
     )
     .await
@@ -409,6 +429,7 @@ async fn alloc_needs_enough_nodes() {
         MetaOp::AllocChunks {
             ino: d.ino,
             count: 1,
+            avoid: vec![],
         },
         ErrorCode::IsDir,
     )
@@ -418,6 +439,7 @@ async fn alloc_needs_enough_nodes() {
         MetaOp::AllocChunks {
             ino: 123_456,
             count: 1,
+            avoid: vec![],
         },
         ErrorCode::NotFound,
     )
@@ -427,6 +449,7 @@ async fn alloc_needs_enough_nodes() {
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 100_000,
+            avoid: vec![],
         },
         ErrorCode::TooLarge,
     )
@@ -439,6 +462,8 @@ async fn alloc_needs_enough_nodes() {
             ino: g.ino,
             ec: EcScheme { k: 1, m: 2 },
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
     )
     .await;
@@ -447,6 +472,7 @@ async fn alloc_needs_enough_nodes() {
         MetaOp::AllocChunks {
             ino: g.ino,
             count: 1,
+            avoid: vec![],
         },
     )
     .await;
@@ -483,11 +509,12 @@ async fn alloc_avoids_groups_with_down_nodes() {
         )
         .await;
     }
-    let MetaReply::Alloc { chunks, map } = ok(
+    let MetaReply::Alloc { chunks, map, .. } = ok(
         svc,
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 200,
+            avoid: vec![],
         },
     )
     .await
@@ -510,29 +537,40 @@ async fn alloc_avoids_groups_with_down_nodes() {
         moved > 0,
         "some chunks hash to a PG with the down node and were moved"
     );
-    // With too many nodes down, no PG is healthy: the hashed PG is used (writes go degraded).
+    // With only four nodes up, no group has six up at its head: the chunks are written 2+2
+    // on groups whose first four nodes are up, never degraded.
     tokio::time::sleep(Duration::from_millis(350)).await;
-    ok(
-        svc,
-        MetaOp::Heartbeat {
-            node: ids[0],
-            drives: vec![],
-        },
-    )
-    .await;
-    let MetaReply::Alloc { chunks, .. } = ok(
+    let up = &ids[..4];
+    for &id in up {
+        ok(
+            svc,
+            MetaOp::Heartbeat {
+                node: id,
+                drives: vec![],
+            },
+        )
+        .await;
+    }
+    let MetaReply::Alloc { chunks, map, ec } = ok(
         svc,
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 20,
+            avoid: vec![],
         },
     )
     .await
     else {
         panic!("alloc")
     };
+    assert_eq!(ec, EcScheme { k: 2, m: 2 });
     for (id, placement) in &chunks {
-        assert_eq!(placement.pg, pg_for_chunk(*id, PGS));
+        let group = &map.pgs[placement.pg as usize][..4];
+        assert!(
+            group.iter().all(|n| up.contains(n)),
+            "chunk {id} in pg {} on {group:?}",
+            placement.pg
+        );
     }
 }
 
@@ -586,11 +624,12 @@ async fn status_counts_degraded_and_unavailable_chunks() {
     let ids = nodes(svc, 6).await;
     let f = create(svc, ROOT_INO, "f").await;
     let ec = EcScheme::DEFAULT;
-    let MetaReply::Alloc { chunks: alloc, map } = ok(
+    let MetaReply::Alloc { chunks: alloc, map, .. } = ok(
         svc,
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 3,
+            avoid: vec![],
         },
     )
     .await
@@ -663,7 +702,7 @@ async fn file_with_chunks(
     count: u32,
 ) -> (wire::Attr, Vec<wire::ChunkRecord>) {
     let f = create(svc, ROOT_INO, name).await;
-    let MetaReply::Alloc { chunks, .. } = ok(svc, MetaOp::AllocChunks { ino: f.ino, count }).await
+    let MetaReply::Alloc { chunks, .. } = ok(svc, MetaOp::AllocChunks { ino: f.ino, count, avoid: vec![] }).await
     else {
         panic!("alloc")
     };
@@ -718,6 +757,7 @@ async fn gc_deletes_shards_of_unreferenced_chunks() {
         MetaOp::AllocChunks {
             ino: f.ino,
             count: 1,
+            avoid: vec![],
         },
     )
     .await
@@ -1054,4 +1094,167 @@ async fn run_serves_from_a_config_file() {
         "the root takes the configured layout"
     );
     server.abort();
+}
+
+#[tokio::test]
+async fn layouts_the_cluster_cannot_hold_are_refused_when_chosen() {
+    let env = env().await;
+    let svc = &env.svc;
+    nodes(svc, 6).await;
+    let d = mkdir(svc, ROOT_INO, "checkpoints").await;
+    let layout = |ec: EcScheme, check: wire::LayoutCheck| MetaOp::SetLayout {
+        ino: d.ino,
+        ec,
+        chunk_bytes: 1 << 20,
+        check,
+    };
+    let chosen = wire::LayoutCheck::Chosen;
+    let message = err(svc, layout(EcScheme { k: 8, m: 2 }, chosen), ErrorCode::Invalid).await;
+    assert!(
+        message.contains("8+2 needs 10 storage nodes; the cluster has 6") && message.contains("4+2"),
+        "{message}"
+    );
+    assert_eq!(getattr(svc, d.ino).await.ec, EcScheme::DEFAULT, "nothing changed");
+    let message = err(svc, layout(EcScheme { k: 1, m: 0 }, chosen), ErrorCode::Invalid).await;
+    assert!(message.contains("keeps no parity"), "{message}");
+    ok(svc, layout(EcScheme { k: 1, m: 0 }, wire::LayoutCheck::ChosenWithoutRedundancy)).await;
+    ok(svc, layout(EcScheme { k: 4, m: 2 }, chosen)).await;
+    // A layout copied from elsewhere is taken as it is (its chunks are written narrower).
+    ok(svc, layout(EcScheme { k: 8, m: 2 }, wire::LayoutCheck::Copied)).await;
+    let status = status_of(ok(svc, MetaOp::Status { scan_chunks: true }).await);
+    assert_eq!(status.dirs_too_wide, vec![("/checkpoints".to_string(), EcScheme { k: 8, m: 2 })]);
+    assert_eq!(status.dirs_too_wide_count, 1);
+}
+
+#[tokio::test]
+async fn drains_the_nodes_left_cannot_hold_are_refused_unless_forced() {
+    let env = env().await;
+    let svc = &env.svc;
+    let ids = nodes(svc, 7).await;
+    let set = |node: NodeId, state: NodeState, force: bool| MetaOp::SetNodeState { node, state, force };
+    // 7 nodes, 4+2 everywhere: one may go.
+    ok(svc, set(ids[6], NodeState::Draining, false)).await;
+    ok(svc, set(ids[6], NodeState::Up, false)).await;
+    let d = mkdir(svc, ROOT_INO, "checkpoints").await;
+    let top = mkdir(svc, d.ino, "wide").await;
+    ok(
+        svc,
+        MetaOp::SetLayout {
+            ino: top.ino,
+            ec: EcScheme { k: 5, m: 2 },
+            chunk_bytes: 1 << 20,
+            check: wire::LayoutCheck::Chosen,
+        },
+    )
+    .await;
+    let message = err(svc, set(ids[5], NodeState::Draining, false), ErrorCode::NoSpace).await;
+    assert!(
+        message.contains(&format!("draining node {} leaves 6 storage nodes", ids[5]))
+            && message.contains("/checkpoints/wide uses 5+2, which needs 7")
+            && message.contains("--force"),
+        "{message}"
+    );
+    let message = err(svc, set(ids[5], NodeState::Out, false), ErrorCode::NoSpace).await;
+    assert!(message.starts_with(&format!("removing node {}", ids[5])), "{message}");
+    let status = status_of(ok(svc, MetaOp::Status { scan_chunks: false }).await);
+    assert!(status.nodes.iter().all(|n| n.state == NodeState::Up), "nothing changed");
+    ok(svc, set(ids[5], NodeState::Draining, true)).await;
+    let status = status_of(ok(svc, MetaOp::Status { scan_chunks: true }).await);
+    assert_eq!(status.dirs_too_wide, vec![("/checkpoints/wide".to_string(), EcScheme { k: 5, m: 2 })]);
+}
+
+#[tokio::test]
+async fn abandoned_chunks_go_to_gc_and_replacements_keep_the_data_version() {
+    let env = env().await;
+    let svc = &env.svc;
+    nodes(svc, 6).await;
+    let (f, records) = file_with_chunks(svc, "f", 2).await;
+    let before = getattr(svc, f.ino).await;
+    let MetaReply::Alloc { chunks, ec, .. } = ok(
+        svc,
+        MetaOp::AllocChunks {
+            ino: f.ino,
+            count: 2,
+            avoid: vec![],
+        },
+    )
+    .await
+    else {
+        panic!("alloc")
+    };
+    // A partial upload given up: queued for GC; committing it afterwards is refused.
+    let lost = chunk(1, chunks[0].0, f.chunk_bytes, ec, chunks[0].1);
+    let gc_before = count_keys(svc, prefix::GC).await;
+    ok(svc, MetaOp::AbandonChunks { ino: f.ino, chunks: vec![lost.clone()] }).await;
+    assert_eq!(count_keys(svc, prefix::GC).await, gc_before + 1);
+    ok(svc, MetaOp::AbandonChunks { ino: f.ino, chunks: vec![lost.clone()] }).await;
+    assert_eq!(count_keys(svc, prefix::GC).await, gc_before + 1, "idempotent");
+    err(svc, commit(f.ino, vec![lost], before.size), ErrorCode::Invalid).await;
+    // A referenced chunk is never given up.
+    ok(svc, MetaOp::AbandonChunks { ino: f.ino, chunks: vec![records[0].clone()] }).await;
+    assert_eq!(count_keys(svc, prefix::GC).await, gc_before + 1);
+    // Re-encoded narrower under a new id: replaced, the old one queued, the data version kept.
+    let narrow_ec = EcScheme { k: 3, m: 2 };
+    let narrow = chunk(0, chunks[1].0, f.chunk_bytes, narrow_ec, chunks[1].1);
+    ok(
+        svc,
+        MetaOp::ReplaceChunk {
+            ino: f.ino,
+            expected: records[0].clone(),
+            new: narrow.clone(),
+        },
+    )
+    .await;
+    let after = getattr(svc, f.ino).await;
+    assert_eq!((after.data_version, after.size), (before.data_version, before.size));
+    assert_eq!(count_keys(svc, prefix::GC).await, gc_before + 2);
+    let status = status_of(ok(svc, MetaOp::Status { scan_chunks: true }).await);
+    assert_eq!(status.chunks_narrow, 1);
+    // The record changed: a replacement based on the old one is refused.
+    let MetaReply::Alloc { chunks: more, .. } = ok(
+        svc,
+        MetaOp::AllocChunks {
+            ino: f.ino,
+            count: 1,
+            avoid: vec![],
+        },
+    )
+    .await
+    else {
+        panic!("alloc")
+    };
+    let again = chunk(0, more[0].0, f.chunk_bytes, f.ec, more[0].1);
+    err(
+        svc,
+        MetaOp::ReplaceChunk {
+            ino: f.ino,
+            expected: records[0].clone(),
+            new: again.clone(),
+        },
+        ErrorCode::Changed,
+    )
+    .await;
+    // Never wider than the file's scheme.
+    let wide = chunk(0, more[0].0, f.chunk_bytes, EcScheme { k: 5, m: 2 }, more[0].1);
+    err(
+        svc,
+        MetaOp::ReplaceChunk {
+            ino: f.ino,
+            expected: narrow.clone(),
+            new: wide,
+        },
+        ErrorCode::Invalid,
+    )
+    .await;
+    ok(
+        svc,
+        MetaOp::ReplaceChunk {
+            ino: f.ino,
+            expected: narrow,
+            new: again,
+        },
+    )
+    .await;
+    let status = status_of(ok(svc, MetaOp::Status { scan_chunks: true }).await);
+    assert_eq!(status.chunks_narrow, 0);
 }

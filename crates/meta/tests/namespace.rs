@@ -1187,6 +1187,8 @@ async fn set_layout_rules() {
             ino: d.ino,
             ec: EcScheme { k: 0, m: 1 },
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1197,6 +1199,8 @@ async fn set_layout_rules() {
             ino: d.ino,
             ec: EcScheme { k: 30, m: 3 },
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1207,6 +1211,8 @@ async fn set_layout_rules() {
             ino: d.ino,
             ec: EcScheme::DEFAULT,
             chunk_bytes: 1000,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1217,6 +1223,8 @@ async fn set_layout_rules() {
             ino: d.ino,
             ec: EcScheme::DEFAULT,
             chunk_bytes: 1 << 30,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1228,6 +1236,8 @@ async fn set_layout_rules() {
             ino: d.ino,
             ec: replicated,
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
     )
     .await;
@@ -1241,6 +1251,8 @@ async fn set_layout_rules() {
                 ino: f.ino,
                 ec: EcScheme::DEFAULT,
                 chunk_bytes: 1 << 16,
+                // Namespace semantics only: no storage nodes here to check the scheme against.
+                check: wire::LayoutCheck::Copied,
             },
         )
         .await,
@@ -1260,6 +1272,8 @@ async fn set_layout_rules() {
             ino: f.ino,
             ec: replicated,
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1283,6 +1297,8 @@ async fn set_layout_rules() {
             ino: l.ino,
             ec: replicated,
             chunk_bytes: 1 << 20,
+            // Namespace semantics only: no storage nodes here to check the scheme against.
+            check: wire::LayoutCheck::Copied,
         },
         ErrorCode::Invalid,
     )
@@ -1299,6 +1315,8 @@ async fn small_chunk_file(svc: &MetaService, name: &str) -> wire::Attr {
                 ino: f.ino,
                 ec: EcScheme::DEFAULT,
                 chunk_bytes: 1 << 16,
+                // Namespace semantics only: no storage nodes here to check the scheme against.
+                check: wire::LayoutCheck::Copied,
             },
         )
         .await,
@@ -1404,8 +1422,10 @@ async fn commit_and_get_chunks_copy_on_write() {
     )
     .await;
     // Validation.
-    let mut wrong_ec = chunk(2, 300, 10, EcScheme { k: 2, m: 1 }, P);
-    wrong_ec.table_crcs = vec![0; 3];
+    // A chunk may be coded narrower than its file (written while nodes were down), never
+    // wider.
+    let mut wrong_ec = chunk(2, 300, 10, EcScheme { k: 5, m: 2 }, P);
+    wrong_ec.table_crcs = vec![0; 7];
     err(
         svc,
         commit(f.ino, vec![wrong_ec], 3 * cb),

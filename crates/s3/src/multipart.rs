@@ -174,7 +174,7 @@ impl Gateway {
         let id = names::hex(&rand::random::<[u8; 16]>());
         let dir = self.client.mkdir(uploads.ino, &id, 0o700).await.or_s3(Target::ObjectWrite)?;
         let setup = async {
-            self.client.set_layout(dir.ino, layout.ec, layout.chunk_bytes).await?;
+            self.client.set_layout(dir.ino, layout.ec, layout.chunk_bytes, wire::LayoutCheck::Copied).await?;
             self.client.setxattr(dir.ino, XATTR_UPLOAD_KEY, input.key.as_bytes(), XattrMode::Create).await?;
             meta.store(&self.client, dir.ino).await
         };
@@ -218,7 +218,7 @@ impl Gateway {
             }
         };
         if chunk != dir.chunk_bytes {
-            self.client.set_layout(dir.ino, dir.ec, chunk).await?;
+            self.client.set_layout(dir.ino, dir.ec, chunk, wire::LayoutCheck::Copied).await?;
         }
         Ok(())
     }

@@ -30,9 +30,17 @@ pub fn progress(bytes: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// `trove put`: copies a local file into the cluster atomically, like an S3 PUT: the bytes go to
+/// a hidden temporary file in the destination directory, renamed onto the final name only once
+/// all of them are stored. A failed or interrupted put leaves the old file (or nothing), never a
+/// partial one; its temporary file is removed.
 pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
+    let meta = std::fs::metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
+    if meta.is_dir() {
+        bail!("{} is a directory; trove put copies one file (mount the cluster with `trove mount` to copy trees)", local.display());
+    }
     let mut file = std::fs::File::open(local).with_context(|| format!("cannot open {}", local.display()))?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let len = meta.len();
     let remote = match client.resolve(remote).await {
         Ok(a) if a.kind == FileKind::Dir => {
             let name = local.file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{} has no file name", local.display()))?;
@@ -40,22 +48,62 @@ pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
         }
         _ => remote.to_string(),
     };
-    let mut handle = client.create_path(&remote, 0o644).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
-    let bar = progress(len, "put");
-    let mut buf = vec![0u8; COPY_BLOCK_BYTES];
-    let mut offset = 0u64;
-    loop {
-        let n = read_full(&mut file, &mut buf).with_context(|| format!("cannot read {}", local.display()))?;
-        if n == 0 {
-            break;
-        }
-        handle.write_at(offset, &buf[..n]).await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
-        offset += n as u64;
-        bar.set_position(offset);
+    let (parent, name) = client.parent_of(&remote).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
+    let name = name.to_string();
+    if client::is_tmp_name(&name) {
+        bail!("cannot create {remote}: names beginning with {:?} are reserved for writes in progress", client::TMP_PREFIX);
     }
-    handle.close().await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
-    bar.finish_and_clear();
-    Ok(())
+    if let Ok(existing) = client.lookup(parent, &name).await {
+        if existing.kind == FileKind::Dir {
+            bail!("cannot create {remote}: it is a directory");
+        }
+    }
+    let tmp = client::tmp_name();
+    let created = client.create(parent, &tmp, 0o644, true).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
+    let copy = async {
+        let mut handle = client.open(created.ino).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
+        let bar = progress(len, "put");
+        let mut buf = vec![0u8; COPY_BLOCK_BYTES];
+        let mut offset = 0u64;
+        loop {
+            let n = read_full(&mut file, &mut buf).with_context(|| format!("cannot read {}", local.display()))?;
+            if n == 0 {
+                break;
+            }
+            handle.write_at(offset, &buf[..n]).await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
+            offset += n as u64;
+            bar.set_position(offset);
+        }
+        handle.close().await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
+        bar.finish_and_clear();
+        client.rename(parent, &tmp, parent, &name).await.map_err(|e| anyhow!("cannot move the new {remote} into place: {e}"))
+    };
+    // Interrupted (Ctrl-C, SIGTERM) or failed: the temporary file goes, the old file stays.
+    let outcome = tokio::select! {
+        outcome = copy => outcome,
+        _ = interrupted() => Err(anyhow!("interrupted; {remote} is unchanged")),
+    };
+    if outcome.is_err() {
+        if let Err(e) = client.unlink(parent, &tmp).await {
+            eprintln!("trove: cannot remove the temporary file {tmp:?} of {remote}: {e}");
+        }
+    }
+    outcome
+}
+
+/// Resolves when the process is asked to stop (SIGINT or SIGTERM).
+async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        // Without signal handlers the default action (exit) applies.
+        _ => std::future::pending::<()>().await,
+    }
 }
 
 fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -70,27 +118,55 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
     Ok(got)
 }
 
+/// `trove get`: copies a file from the cluster to a local path atomically: into a temporary
+/// file beside the target, synced, then renamed onto it; a failed get leaves the old local file
+/// (or nothing). Targets that are not regular files (`/dev/null`, a pipe) are written directly.
 pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
     let mut handle = client.open_path(remote).await.map_err(|e| anyhow!("cannot open {remote}: {e}"))?;
     let size = handle.size();
-    let mut out = std::fs::File::create(local).with_context(|| format!("cannot create {}", local.display()))?;
-    let bar = progress(size, "get");
-    let mut offset = 0u64;
-    while offset < size {
-        let data = handle.read_at(offset, COPY_BLOCK_BYTES).await.map_err(|e| anyhow!("reading {remote}: {e}"))?;
-        if data.is_empty() {
-            break;
+    let direct = std::fs::metadata(local).map(|m| !m.is_file()).unwrap_or(false);
+    let target = if direct {
+        local.to_path_buf()
+    } else {
+        let name = local.file_name().ok_or_else(|| anyhow!("{} names no file", local.display()))?;
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(client::tmp_name());
+        local.with_file_name(tmp)
+    };
+    let copy = async {
+        let mut out = if direct {
+            std::fs::OpenOptions::new().write(true).open(&target)
+        } else {
+            std::fs::File::create(&target)
         }
-        out.write_all(&data).with_context(|| format!("cannot write {}", local.display()))?;
-        offset += data.len() as u64;
-        bar.set_position(offset);
+        .with_context(|| format!("cannot create {}", local.display()))?;
+        let bar = progress(size, "get");
+        let mut offset = 0u64;
+        while offset < size {
+            let data = handle.read_at(offset, COPY_BLOCK_BYTES).await.map_err(|e| anyhow!("reading {remote}: {e}"))?;
+            if data.is_empty() {
+                break;
+            }
+            out.write_all(&data).with_context(|| format!("cannot write {}", local.display()))?;
+            offset += data.len() as u64;
+            bar.set_position(offset);
+        }
+        if !direct {
+            out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
+            std::fs::rename(&target, local).with_context(|| format!("cannot move the copy into place as {}", local.display()))?;
+        }
+        bar.finish_and_clear();
+        Ok(())
+    };
+    let outcome = tokio::select! {
+        outcome = copy => outcome,
+        _ = interrupted() => Err(anyhow!("interrupted; {} is unchanged", local.display())),
+    };
+    if outcome.is_err() && !direct {
+        let _ = std::fs::remove_file(&target);
     }
-    // Only regular files can be synced (not /dev/null or a pipe).
-    if out.metadata().map(|m| m.is_file()).unwrap_or(false) {
-        out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
-    }
-    bar.finish_and_clear();
-    Ok(())
+    outcome
 }
 
 pub async fn cat(client: &Client, remote: &str) -> Result<()> {
@@ -169,10 +245,33 @@ pub async fn stat(client: &Client, remote: &str) -> Result<()> {
     Ok(())
 }
 
-pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>) -> Result<()> {
+/// `trove mkdir [--ec K+M]`: creates a directory (and its parents). When the scheme is refused
+/// (wider than the cluster's nodes, or without parity unasked), the directories this command
+/// created are removed again: a refused mkdir leaves nothing behind.
+pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no_redundancy: bool) -> Result<()> {
+    if ec.is_none() && no_redundancy {
+        bail!("--no-redundancy goes with --ec K+0");
+    }
+    // The paths this command is about to create, outermost first.
+    let parts: Vec<&str> = remote.split('/').filter(|p| !p.is_empty()).collect();
+    let mut created = Vec::new();
+    for i in 1..=parts.len() {
+        let path = format!("/{}", parts[..i].join("/"));
+        if created.is_empty() && client.resolve(&path).await.is_ok() {
+            continue;
+        }
+        created.push(path);
+    }
     let attr = client.mkdir_p(remote).await.map_err(|e| anyhow!("cannot create directory {remote}: {e}"))?;
-    if let Some(ec) = ec {
-        client.set_layout(attr.ino, ec, attr.chunk_bytes).await.map_err(|e| anyhow!("cannot set layout of {remote}: {e}"))?;
+    let Some(ec) = ec else { return Ok(()) };
+    let check = if no_redundancy { wire::LayoutCheck::ChosenWithoutRedundancy } else { wire::LayoutCheck::Chosen };
+    if let Err(e) = client.set_layout(attr.ino, ec, attr.chunk_bytes, check).await {
+        for path in created.iter().rev() {
+            if let Ok((parent, name)) = client.parent_of(path).await {
+                let _ = client.rmdir(parent, name).await;
+            }
+        }
+        bail!("cannot use {ec} for {remote}: {e}");
     }
     Ok(())
 }
@@ -254,7 +353,9 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
             "engine": s.engine, "map_version": s.map_version, "default_ec": s.default_ec.to_string(),
             "chunk_bytes": s.chunk_bytes, "files": s.files, "chunks": s.chunks,
             "chunks_degraded": s.chunks_degraded, "chunks_unavailable": s.chunks_unavailable,
-            "chunks_misplaced": s.chunks_misplaced, "leader": s.leader,
+            "chunks_misplaced": s.chunks_misplaced, "chunks_narrow": s.chunks_narrow, "leader": s.leader,
+            "dirs_too_wide": s.dirs_too_wide.iter().map(|(path, ec)| serde_json::json!({"path": path, "ec": ec.to_string()})).collect::<Vec<_>>(),
+            "dirs_too_wide_count": s.dirs_too_wide_count,
             "ec_schemes": s.ec_schemes.iter().map(|(ec, n)| serde_json::json!({"ec": ec.to_string(), "chunks": n})).collect::<Vec<_>>(),
             "nodes": nodes,
         });
@@ -269,6 +370,19 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     let schemes: Vec<String> = s.ec_schemes.iter().map(|(ec, n)| format!("{ec}: {n} chunks")).collect();
     if !schemes.is_empty() {
         println!("schemes in use: {}", schemes.join(", "));
+    }
+    if s.chunks_narrow > 0 {
+        println!("narrower than their file's scheme: {} chunks (written while too few nodes were up; widened when the nodes allow)", s.chunks_narrow);
+    }
+    if s.dirs_too_wide_count > 0 {
+        let listed: Vec<String> = s.dirs_too_wide.iter().map(|(path, ec)| format!("{path} ({ec})")).collect();
+        let more = s.dirs_too_wide_count.saturating_sub(s.dirs_too_wide.len() as u64);
+        println!(
+            "directories whose scheme needs more storage nodes than the cluster has ({}): {}{}; new files there are written narrower",
+            s.dirs_too_wide_count,
+            listed.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        );
     }
     println!();
     println!("{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "state", "capacity", "free", "shards ", "hb age");
@@ -299,9 +413,9 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// `trove node drain|undrain|remove ID`: operator changes of a storage node's state.
-pub async fn node_state(client: &Client, node: wire::NodeId, state: wire::NodeState) -> Result<()> {
-    match client.meta(wire::MetaOp::SetNodeState { node, state }).await {
+/// `trove node drain|undrain|remove ID [--force]`: operator changes of a storage node's state.
+pub async fn node_state(client: &Client, node: wire::NodeId, state: wire::NodeState, force: bool) -> Result<()> {
+    match client.meta(wire::MetaOp::SetNodeState { node, state, force }).await {
         Ok(_) => {
             let what = match state {
                 wire::NodeState::Draining => "draining: its data moves to the other nodes while it serves; it is marked out when none is left (see `trove status`)",

@@ -34,13 +34,27 @@ struct Cli {
 #[derive(Subcommand)]
 enum NodeCmd {
     /// Moves all data off a node while it keeps serving (SmartFail); it is marked out when
-    /// nothing is left on it.
-    Drain { id: wire::NodeId },
+    /// nothing is left on it. Refused when the nodes left could not hold a scheme in use.
+    Drain {
+        /// The node's id (see `trove status`).
+        id: wire::NodeId,
+        /// Drain even if the nodes left cannot hold a scheme in use: such chunks are then
+        /// re-encoded narrower (fewer data shards, same parity) until nodes are added.
+        #[arg(long)]
+        force: bool,
+    },
     /// Cancels a drain: the node takes new data again.
     Undrain { id: wire::NodeId },
     /// Removes a node at once: its shards are rebuilt from the others (use drain to move them
-    /// first while it still serves).
-    Remove { id: wire::NodeId },
+    /// first while it still serves). Refused when the nodes left could not hold a scheme in use.
+    Remove {
+        /// The node's id (see `trove status`).
+        id: wire::NodeId,
+        /// Remove even if the nodes left cannot hold a scheme in use: such chunks are then
+        /// re-encoded narrower until nodes are added.
+        #[arg(long)]
+        force: bool,
+    },
     /// Joins a new storage node: runs its storage service from a TOML config (as `trove
     /// storage`). It registers, a placement map including it is published, and the lease
     /// holder's mover rebalances shards onto it.
@@ -99,9 +113,13 @@ enum Command {
     /// Creates directories (with parents).
     Mkdir {
         remote: String,
-        /// Erasure scheme new files below inherit, e.g. 8+2 or 1+2 (replication).
+        /// Erasure scheme new files below inherit, e.g. 8+2 or 1+2 (replication); refused when
+        /// wider than the cluster's storage nodes.
         #[arg(long)]
         ec: Option<wire::EcScheme>,
+        /// Allow a scheme without parity (K+0): losing any one node then loses data.
+        #[arg(long)]
+        no_redundancy: bool,
     },
     /// Renames or moves a file or directory.
     Mv { from: String, to: String },
@@ -173,15 +191,19 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Mount(args) => mount::mount(args).await,
         Command::Umount(args) => mount::umount(args),
         Command::Status { json } => cmds::status(&cmds::connect(cluster).await?, json).await,
-        Command::Node(NodeCmd::Drain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining).await,
-        Command::Node(NodeCmd::Undrain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up).await,
-        Command::Node(NodeCmd::Remove { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out).await,
+        Command::Node(NodeCmd::Drain { id, force }) => {
+            cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining, force).await
+        }
+        Command::Node(NodeCmd::Undrain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up, false).await,
+        Command::Node(NodeCmd::Remove { id, force }) => {
+            cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out, force).await
+        }
         Command::Put { local, remote } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
         Command::Get { remote, local } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
         Command::Cat { remote } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
         Command::Ls { remote, long } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
         Command::Stat { remote } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
-        Command::Mkdir { remote, ec } => cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec).await,
+        Command::Mkdir { remote, ec, no_redundancy } => cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy).await,
         Command::Mv { from, to } => cmds::mv(&cmds::connect(cluster).await?, &from, &to).await,
         Command::Rm { remote, recursive } => cmds::rm(&cmds::connect(cluster).await?, &remote, recursive).await,
     }

@@ -22,6 +22,9 @@ pub const TICK: Duration = Duration::from_millis(500);
 pub const RETRY_AFTER: Duration = Duration::from_secs(3);
 /// Longest time between two passes while this server leads.
 pub const PASS_INTERVAL_MAX: Duration = Duration::from_secs(10);
+/// How often the same kinds of failure are logged again while they last (a cause that keeps
+/// every chunk from moving would otherwise fill the log, pass after pass).
+pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What the mover takes from the metadata server's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -69,6 +72,9 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
     // Draining nodes with nothing referenced left on them, to mark out once their old copies
     // are deleted.
     let mut drained: Vec<wire::NodeId> = Vec::new();
+    // The kinds of failure logged last, and when: logged again when they change or after
+    // FAILURE_LOG_INTERVAL.
+    let mut failures_logged: Option<(Vec<wire::ErrorCode>, Instant)> = None;
     loop {
         tokio::time::sleep(TICK).await;
         if !service.is_leader() {
@@ -125,7 +131,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
                     still.push(node);
                     continue;
                 }
-                let op = MetaOp::SetNodeState { node, state: NodeState::Out };
+                let op = MetaOp::SetNodeState { node, state: NodeState::Out, force: true };
                 match service.call(wire::MetaCall { request_id: 0, op }).await {
                     Ok(_) => tracing::info!("mover: node {node} is drained; marked out"),
                     Err(e) => {
@@ -151,9 +157,10 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
         if scrub {
             last_scrub = Instant::now();
         }
-        if report.chunks_moved + report.chunks_relabelled + report.chunks_failed + report.shards_bad > 0 || scrub {
+        let progress = report.chunks_moved + report.chunks_relabelled + report.chunks_recoded + report.shards_bad > 0;
+        if progress || scrub {
             tracing::info!(
-                "mover: pass to map {} in {:.1}s{}: {} chunks seen, {} moved ({} shards, {} bytes), {} relabelled, {} bad shards, {} failed, {} left",
+                "mover: pass to map {} in {:.1}s{}: {} chunks seen, {} moved ({} shards, {} bytes), {} relabelled, {} re-encoded, {} bad shards, {} failed, {} left",
                 report.map_version,
                 started.elapsed().as_secs_f64(),
                 if scrub { " with scrub" } else { "" },
@@ -162,10 +169,32 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
                 report.shards_written,
                 report.bytes_written,
                 report.chunks_relabelled,
+                report.chunks_recoded,
                 report.shards_bad,
                 report.chunks_failed,
                 report.chunks_left
             );
+        }
+        let kinds: Vec<wire::ErrorCode> = report.failures.iter().map(|(code, _, _)| *code).collect();
+        let repeat = failures_logged
+            .as_ref()
+            .is_some_and(|(logged, at)| *logged == kinds && at.elapsed() < FAILURE_LOG_INTERVAL);
+        if !report.failures.is_empty() && !repeat {
+            let summary: Vec<String> = report
+                .failures
+                .iter()
+                .map(|(code, count, example)| format!("{count} chunk(s) {code:?}, e.g. {example}"))
+                .collect();
+            tracing::warn!(
+                "mover: {} chunk(s) could not be moved in the pass to map {} (retried; this is logged again in {} s if it lasts): {}",
+                report.chunks_failed,
+                report.map_version,
+                FAILURE_LOG_INTERVAL.as_secs(),
+                summary.join("; ")
+            );
+            failures_logged = Some((kinds, Instant::now()));
+        } else if report.failures.is_empty() {
+            failures_logged = None;
         }
         if report.chunks_left == 0 && report.chunks_failed == 0 {
             clean_version = Some(report.map_version);

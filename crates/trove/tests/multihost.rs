@@ -109,7 +109,7 @@ fn status_counts(lab: &Lab, meta: usize) -> (u64, u64, usize) {
 
 /// No degraded, misplaced or unavailable chunk.
 fn settled(s: &serde_json::Value) -> bool {
-    s["chunks_degraded"] == 0 && s["chunks_misplaced"] == 0 && s["chunks_unavailable"] == 0
+    s["chunks_degraded"] == 0 && s["chunks_misplaced"] == 0 && s["chunks_unavailable"] == 0 && s["chunks_narrow"] == 0
 }
 
 /// The state of the node at `addr` in a status document ("unregistered" when absent).

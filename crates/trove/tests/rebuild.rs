@@ -40,7 +40,7 @@ fn node_state(status: &serde_json::Value, id: u64) -> String {
 }
 
 fn settled(status: &serde_json::Value) -> bool {
-    status["chunks_degraded"] == 0 && status["chunks_misplaced"] == 0 && status["chunks_unavailable"] == 0
+    status["chunks_degraded"] == 0 && status["chunks_misplaced"] == 0 && status["chunks_unavailable"] == 0 && status["chunks_narrow"] == 0
 }
 
 fn shards_in(dir: &std::path::Path) -> usize {

@@ -49,6 +49,21 @@ pub enum RenameMode {
     Exchange,
 }
 
+/// What `SetLayout` checks about the scheme it is given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutCheck {
+    /// A scheme a person chose: refused when wider than the cluster's storage nodes, or
+    /// without parity (`K+0`).
+    #[default]
+    Chosen,
+    /// Chosen, and without parity on purpose (`trove mkdir --no-redundancy`).
+    ChosenWithoutRedundancy,
+    /// Copied as it is from another directory or file (the S3 gateway's upload directories
+    /// take their target's): not refused; where the cluster cannot hold it, chunks are
+    /// written narrower.
+    Copied,
+}
+
 /// How `SetXattr` treats an existing attribute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum XattrMode {
@@ -85,13 +100,22 @@ pub enum MetaOp {
     ListXattr { ino: Ino },
     RemoveXattr { ino: Ino, name: String },
     StatFs,
-    /// Sets the erasure scheme and chunk size that new files under a directory inherit.
-    SetLayout { ino: Ino, ec: EcScheme, chunk_bytes: u32 },
+    /// Sets the erasure scheme and chunk size that new files under a directory inherit, checked
+    /// as `check` says.
+    SetLayout { ino: Ino, ec: EcScheme, chunk_bytes: u32, check: LayoutCheck },
     /// Returns the records of chunks `first .. first + count` that exist, and the file's
     /// attributes.
     GetChunks { ino: Ino, first: u64, count: u64 },
-    /// Reserves `count` fresh chunk ids and their placements for writing chunks of `ino`.
-    AllocChunks { ino: Ino, count: u32 },
+    /// Reserves `count` fresh chunk ids and their placements for writing chunks of `ino`,
+    /// placed on nodes that are up and not in `avoid` (nodes the writer just failed to reach or
+    /// found full). Answered with the scheme to write them in: the file's, or a narrower one
+    /// (fewer data shards, full parity where the nodes allow) when too few nodes are up to
+    /// place the file's scheme.
+    AllocChunks { ino: Ino, count: u32, avoid: Vec<NodeId> },
+    /// Gives up chunks that were (partly) uploaded for `ino` but will never be committed: their
+    /// shards are queued for deletion like replaced chunks. Chunks that `ino` references are
+    /// left alone.
+    AbandonChunks { ino: Ino, chunks: Vec<ChunkRecord> },
     /// Publishes written chunks (copy-on-write: replaced chunks are queued for deletion) and
     /// sets the file size to at least `size` (exactly `size` if `set_size`).
     CommitChunks { ino: Ino, chunks: Vec<ChunkRecord>, size: u64, set_size: bool, mtime: Timestamp },
@@ -128,10 +152,17 @@ pub enum MetaOp {
     /// after its shards were copied or rebuilt there. Refused with `Changed` unless the record
     /// is still exactly `expected` (the file was not rewritten or moved meanwhile).
     MoveChunk { ino: Ino, expected: ChunkRecord, placement: Placement, missing: u64 },
+    /// Replaces chunk `expected.index` of `ino` by `new`, the same bytes re-encoded under a new
+    /// chunk id in another scheme (a chunk written narrower while nodes were down, widened
+    /// again; or narrowed to fit fewer nodes); the replaced chunk is queued for deletion.
+    /// Refused with `Changed` unless the record is still exactly `expected`.
+    ReplaceChunk { ino: Ino, expected: ChunkRecord, new: ChunkRecord },
     /// Operator changes of a storage node's state: `Draining` (move its data off while it
     /// serves), `Up` (cancel a drain), `Out` (remove it from the cluster). Publishes a new
-    /// placement map when the set of nodes taking new data changes.
-    SetNodeState { node: NodeId, state: NodeState },
+    /// placement map when the set of nodes taking new data changes. Draining or removing a
+    /// node that would leave fewer nodes than a scheme in use needs is refused with the reason
+    /// unless `force` (chunks are then re-encoded narrower to fit).
+    SetNodeState { node: NodeId, state: NodeState, force: bool },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -145,7 +176,9 @@ pub enum MetaReply {
     Names(Vec<String>),
     StatFs(StatFs),
     Chunks { attr: Attr, chunks: Vec<ChunkRecord> },
-    Alloc { chunks: Vec<(ChunkId, Placement)>, map: PlacementMap },
+    /// The answer to `AllocChunks`: ids and placements, the map they refer to, and the scheme
+    /// to encode them in.
+    Alloc { chunks: Vec<(ChunkId, Placement)>, map: PlacementMap, ec: EcScheme },
     Map(PlacementMap),
     Node { id: NodeId, map_version: u32 },
     Heartbeat { map_version: u32 },
@@ -153,8 +186,9 @@ pub enum MetaReply {
     /// The answer to `Lock` and `TestLock`: whether the lock was (or would be) granted, and if
     /// not, one conflicting lock of another owner.
     Lock { granted: bool, conflict: Option<LockRange> },
-    /// The answer to `ScanChunks`: (file, record) pairs, and whether there may be more.
-    ChunkPage { chunks: Vec<(Ino, ChunkRecord)>, more: bool },
+    /// The answer to `ScanChunks`: the records, each with its file and the file's scheme, and
+    /// whether there may be more.
+    ChunkPage { chunks: Vec<ScannedChunk>, more: bool },
     /// The answer to `Create` (of a new file), `Mkdir`, `Mknod`, `Symlink` and `Link`: the
     /// entry's inode, and the directory's attributes after the change (post-operation
     /// attributes, as NFS's: a client can cache them instead of asking again).
@@ -162,6 +196,16 @@ pub enum MetaReply {
     /// The answer to `Unlink` and `Rmdir`: the inode the removed entry named, and the
     /// directory's attributes after the change.
     Removed { ino: Ino, dir: Attr },
+}
+
+/// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScannedChunk {
+    pub ino: Ino,
+    pub rec: ChunkRecord,
+    /// The file's scheme: a chunk coded narrower (written while nodes were down) is widened
+    /// back to it when the nodes allow.
+    pub file_ec: EcScheme,
 }
 
 /// What the metadata service sends back for a [`MetaCall`].

@@ -300,6 +300,14 @@ pub struct ClusterStatus {
     /// Schemes in use and how many chunks each has.
     pub ec_schemes: Vec<(EcScheme, u64)>,
     pub engine: String,
+    /// Chunks coded narrower than their file's scheme (written while too few nodes were up, or
+    /// re-encoded to fit fewer nodes): the mover widens them when the nodes allow.
+    pub chunks_narrow: u64,
+    /// Directories whose scheme needs more storage nodes than the cluster has, by path (the
+    /// first few): new files there are written narrower.
+    pub dirs_too_wide: Vec<(String, EcScheme)>,
+    /// How many directories need more storage nodes than the cluster has.
+    pub dirs_too_wide_count: u64,
 }
 
 /// What a byte-range lock request asks for (fcntl's F_RDLCK, F_WRLCK, F_UNLCK).

@@ -421,6 +421,8 @@ pub async fn create_lookup_getattr_and_inheritance(env: &Env) {
         ino: dir.ino,
         ec: EcScheme { k: 8, m: 3 },
         chunk_bytes: 1 << 20,
+        // Namespace semantics only: no storage nodes here to check the scheme against.
+        check: wire::LayoutCheck::Copied,
     };
     attr_of(ok(svc, layout).await);
     let file = create(svc, dir.ino, "f").await;
