@@ -98,8 +98,7 @@ impl Client {
         let mut alloc = first;
         let mut avoid: Vec<NodeId> = Vec::new();
         let mut attempts = 0u32;
-        let mut reasons: Vec<String> = Vec::new();
-        let mut full = false;
+        let mut reasons: Vec<(NodeId, WireError)> = Vec::new();
         loop {
             // Nodes this client saw fail moments ago are not tried again: place elsewhere.
             let known_bad: Vec<NodeId> = {
@@ -139,13 +138,12 @@ impl Client {
                 return Ok(sent.rec);
             }
             self.abandon_chunks(ino, vec![sent.rec]).await;
-            full |= sent.failures.iter().any(|(_, e)| e.code == ErrorCode::NoSpace);
             let unreachable = sent.failures.iter().all(|(_, e)| e.code == ErrorCode::Unavailable);
-            for (node, e) in &sent.failures {
-                reasons.push(e.message.clone());
-                if !avoid.contains(node) {
-                    avoid.push(*node);
+            for (node, e) in sent.failures {
+                if !avoid.contains(&node) {
+                    avoid.push(node);
                 }
+                reasons.push((node, e));
             }
             if written == 0 && unreachable && started.elapsed() < self.inner.options.write_retry_deadline {
                 // Nothing answered: not a placement problem. Wait for the nodes, then start over.
@@ -156,12 +154,12 @@ impl Client {
                 avoid.clear();
                 attempts = attempts.saturating_sub(1);
             } else if last {
-                return Err(upload_failed(ino, index, full, &reasons, None));
+                return Err(upload_failed(ino, index, &reasons, None));
             }
             match self.alloc_chunks(ino, 1, avoid.clone()).await {
                 Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0),
-                Ok(_) => return Err(upload_failed(ino, index, full, &reasons, Some("the metadata service allocated nothing"))),
-                Err(e) => return Err(upload_failed(ino, index, full, &reasons, Some(&e.message))),
+                Ok(_) => return Err(upload_failed(ino, index, &reasons, Some("the metadata service allocated nothing"))),
+                Err(e) => return Err(upload_failed(ino, index, &reasons, Some(&e.message))),
             }
         }
     }
@@ -476,14 +474,36 @@ impl From<Bytes> for Chunk {
     }
 }
 
-/// The error of a chunk upload that gave up: which chunk, what every node said, and why no
-/// other placement was possible.
-fn upload_failed(ino: Ino, index: u64, full: bool, reasons: &[String], no_placement: Option<&str>) -> WireError {
-    let code = if full { ErrorCode::NoSpace } else { ErrorCode::Unavailable };
-    let mut reasons: Vec<&str> = reasons.iter().map(String::as_str).collect();
-    reasons.dedup();
+/// The error of a chunk upload that gave up: which chunk, the nodes that failed by cause (with
+/// the first node's own words for each), and why no other placement was possible. `NoSpace`
+/// when nodes were full, so writers see ENOSPC.
+fn upload_failed(ino: Ino, index: u64, reasons: &[(NodeId, WireError)], no_placement: Option<&str>) -> WireError {
+    let mut causes: Vec<(ErrorCode, Vec<NodeId>, &str)> = Vec::new();
+    for (node, e) in reasons {
+        match causes.iter_mut().find(|(code, _, _)| *code == e.code) {
+            Some((_, nodes, _)) if nodes.contains(node) => {}
+            Some((_, nodes, _)) => nodes.push(*node),
+            None => causes.push((e.code, vec![*node], e.message.as_str())),
+        }
+    }
+    let full = causes.iter().any(|(code, _, _)| *code == ErrorCode::NoSpace);
+    let described: Vec<String> = causes
+        .iter()
+        .map(|(code, nodes, example)| {
+            let what = match code {
+                ErrorCode::NoSpace => "no space left",
+                ErrorCode::Unavailable => "unreachable",
+                _ => "refused the shard",
+            };
+            let list: Vec<String> = nodes.iter().map(u32::to_string).collect();
+            format!("{what} on node{} {} ({example})", if nodes.len() == 1 { "" } else { "s" }, list.join(", "))
+        })
+        .collect();
     let tail = no_placement.map(|why| format!("; no other placement: {why}")).unwrap_or_default();
-    WireError::new(code, format!("cannot store chunk {index} of inode {ino}: {}{tail}", reasons.join("; ")))
+    WireError::new(
+        if full { ErrorCode::NoSpace } else { ErrorCode::Unavailable },
+        format!("cannot store chunk {index} of inode {ino}: {}{tail}", described.join("; ")),
+    )
 }
 
 fn unavailable(rec: &ChunkRecord, what: &str, ok: usize, failures: Vec<ShardFailure>) -> WireError {

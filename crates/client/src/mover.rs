@@ -219,11 +219,12 @@ impl Mover {
                         format!("the newest placement map has {} nodes for a {} chunk, and no narrower scheme fits the nodes up", new.len(), rec.ec),
                     ));
                 }
-                // Stays narrow for now; moved like any other chunk, widened in a later pass.
+                // Stays narrow: as wide as the nodes allow now. Moved like any other chunk, and
+                // widened by a later pass (one runs when a node joins or comes back up).
                 None => {}
             }
         }
-        let settled = rec.ec == found.file_ec;
+        let settled = true;
         let mut bad = 0u64;
         if scrub {
             bad = self.scrub_chunk(rec, &old_map, serving).await;

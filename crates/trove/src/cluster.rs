@@ -94,6 +94,11 @@ pub struct StartArgs {
     /// Pause between scrub passes, 0 to disable (`scrub_interval_ms`).
     #[arg(long)]
     pub scrub_interval_ms: Option<u64>,
+    /// Free bytes each storage node keeps on its drive: shards that would leave less are
+    /// refused with "no space" (storage `reserve_bytes`; nodes of one local cluster share a
+    /// disk, so this bounds what they may fill).
+    #[arg(long, default_value_t = 0)]
+    pub reserve_bytes: u64,
 }
 
 /// The metadata engine of a new local cluster.
@@ -119,6 +124,9 @@ pub struct State {
     pub ec: String,
     pub meta: Proc,
     pub nodes: Vec<Proc>,
+    /// The storage nodes' `reserve_bytes` (nodes added later get it too).
+    #[serde(default)]
+    pub reserve_bytes: u64,
 }
 
 impl State {
@@ -304,10 +312,10 @@ fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes:
     format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
-fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str) -> String {
+fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str, reserve_bytes: u64) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     format!(
-        "listen = {addr:?}\nmeta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\n",
+        "listen = {addr:?}\nmeta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n",
         drive.display().to_string()
     )
 }
@@ -369,7 +377,7 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &meta_addr, &cluster))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, &meta_addr, &cluster, args.reserve_bytes))?;
                 Ok(cfg.clone())
             })
             .await?;
@@ -377,10 +385,16 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             children.push(child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
             // `kill-node --node I` means node I of `trove status`.
-            let partial = State { cluster: cluster.clone(), ec: args.ec.to_string(), meta: meta.clone(), nodes: nodes.clone() };
+            let partial = State {
+                cluster: cluster.clone(),
+                ec: args.ec.to_string(),
+                meta: meta.clone(),
+                nodes: nodes.clone(),
+                reserve_bytes: args.reserve_bytes,
+            };
             wait_up(&partial, i, quiet).await?;
         }
-        State { cluster, ec: args.ec.to_string(), meta, nodes }
+        State { cluster, ec: args.ec.to_string(), meta, nodes, reserve_bytes: args.reserve_bytes }
     };
     state.save(&dir)?;
     let started = Started { dir: dir.clone(), state, children };
@@ -538,7 +552,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &state.meta.addr, &state.cluster))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, &state.meta.addr, &state.cluster, state.reserve_bytes))?;
                 Ok(cfg.clone())
             })
             .await?;

@@ -10,6 +10,7 @@
 
 mod common;
 mod gw;
+mod mnt;
 
 #[path = "faults/gateways.rs"]
 mod gateways;

@@ -8,120 +8,21 @@
 //! tar) are failures, since scripts/deps.sh installs them.
 
 mod common;
+mod mnt;
 
 use common::*;
+use mnt::{fuse_missing, wait_timeout, Mount, UNMOUNT_TIMEOUT};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long a mount may take to appear in the mount table.
-const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long `trove mount` may take to exit after SIGTERM.
-const UNMOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Entries of the POSIX suite's big-directory check in the default run: several metadata pages
 /// and many kernel readdir calls. The full 100,000 is `readdir_of_100000_entries`.
 const BIG_DIR_ENTRIES_DEFAULT: usize = 3000;
 
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mount")
-}
-
-/// True (after saying why) when this machine cannot run FUSE tests.
-fn fuse_missing() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return false;
-    }
-    eprintln!("SKIPPED: /dev/fuse is absent, so no FUSE file system can be mounted here");
-    true
-}
-
-fn mounted_at(path: &Path) -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| t.lines().any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap_or_default())))
-        .unwrap_or(false)
-}
-
-/// A `trove mount` process and its mount point.
-struct Mount {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    log: PathBuf,
-}
-
-impl Mount {
-    fn start(cluster: &TestCluster, name: &str, extra: &[&str]) -> Mount {
-        Mount::start_logging(cluster, name, extra, "warn")
-    }
-
-    /// [`Mount::start`] with `TROVE_LOG` set to `filter`.
-    fn start_logging(cluster: &TestCluster, name: &str, extra: &[&str], filter: &str) -> Mount {
-        let dir = tempfile::Builder::new().prefix("trove-mnt-").tempdir().expect("mount point");
-        let log = cluster.path().join(format!("mount-{name}.log"));
-        let mut cmd = trove();
-        cmd.args(["mount", &cluster.dir_str()]).arg(dir.path()).args(extra);
-        cmd.env("TROVE_LOG", filter).stdout(Stdio::null()).stderr(std::fs::File::create(&log).expect("log file"));
-        let mut child = cmd.spawn().expect("trove mount starts");
-        let started = Instant::now();
-        while !mounted_at(dir.path()) {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("trove mount exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            assert!(started.elapsed() < MOUNT_TIMEOUT, "mount did not appear: {}", std::fs::read_to_string(&log).unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Mount { child: Some(child), dir, log }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn join(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    /// Sends SIGTERM and checks the process unmounts cleanly and exits with success.
-    fn stop(mut self) {
-        let mut child = self.child.take().expect("running");
-        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
-        let status = wait_timeout(&mut child, UNMOUNT_TIMEOUT);
-        assert!(status.is_some_and(|s| s.success()), "trove mount did not exit cleanly on SIGTERM ({status:?}): {}", self.log_text());
-        assert!(!mounted_at(self.path()), "still mounted after SIGTERM");
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-            if wait_timeout(&mut child, UNMOUNT_TIMEOUT).is_none() {
-                let _ = trove().args(["umount", "--lazy"]).arg(self.dir.path()).output();
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
-    let started = Instant::now();
-    loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            return Some(s);
-        }
-        if started.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Runs `cmd` in its own process group and returns its output; past `timeout` the whole group

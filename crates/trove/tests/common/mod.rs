@@ -54,6 +54,11 @@ impl TestCluster {
     /// Starts with more `trove cluster start` options (e.g. `--rebuild-after-ms`).
     pub fn start_with(nodes: usize, ec: &str, extra: &[&str]) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("trove-test-").tempdir().expect("temp dir");
+        Self::start_in(dir, nodes, ec, extra)
+    }
+
+    /// Starts in the given directory (for example one on a small file system).
+    pub fn start_in(dir: tempfile::TempDir, nodes: usize, ec: &str, extra: &[&str]) -> TestCluster {
         let d = dir.path().to_str().expect("utf-8 path").to_string();
         let n = nodes.to_string();
         let mut args = vec!["cluster", "start", "--dir", &d, "--nodes", &n, "--ec", ec];
