@@ -433,7 +433,7 @@ impl Gateway {
         let mut offset = 0u64;
         if let Some(mut body) = body {
             while let Some(piece) = body.next().await {
-                let piece = piece.map_err(|e| s3_error!(IncompleteBody, "reading the request body failed: {e}"))?;
+                let piece = piece.map_err(|e| crate::errors::body_error(&*e))?;
                 if offset + piece.len() as u64 > size_max {
                     return Err(s3_error!(
                         EntityTooLarge,
