@@ -370,14 +370,27 @@ impl Client {
     }
 
     /// One page of a directory listing: entries after `after`, and whether more follow.
+    ///
+    /// Files being written under a temporary name ([`is_tmp_name`]) are left out, so no front
+    /// end (the mount, NFS, S3, the CLI) ever lists a write in progress; they stay reachable by
+    /// their exact name ([`Client::lookup`]). A page may therefore hold fewer than `limit`
+    /// entries while more follow; it is empty only at the end of the directory. Callers
+    /// continue after the last name returned, as without hiding.
     pub async fn readdir_page(&self, ino: Ino, after: &str, limit: u32) -> Result<(Vec<DirEntry>, bool)> {
+        visible_page(after, |cursor| async move { self.readdir_page_with_tmp(ino, &cursor, limit).await }).await
+    }
+
+    /// One page of a directory listing including temporary names: for the few callers that
+    /// manage writes in progress themselves (sweeping those a crashed writer left behind).
+    pub async fn readdir_page_with_tmp(&self, ino: Ino, after: &str, limit: u32) -> Result<(Vec<DirEntry>, bool)> {
         match self.meta(MetaOp::ReadDir { ino, after: after.to_string(), limit }).await? {
             MetaReply::Entries { entries, more } => Ok((entries, more)),
             other => Err(unexpected(&other)),
         }
     }
 
-    /// The whole directory listing, fetched page by page.
+    /// The whole directory listing, fetched page by page (without temporary names, like
+    /// [`Client::readdir_page`]).
     pub async fn readdir(&self, ino: Ino) -> Result<Vec<DirEntry>> {
         let mut all = Vec::new();
         let mut after = String::new();
@@ -634,6 +647,27 @@ fn is_mutation(op: &MetaOp) -> bool {
     )
 }
 
+/// A page of the listing `fetch` reads (entries after a name, and whether more follow) with
+/// temporary names left out: see [`Client::readdir_page`].
+async fn visible_page<F, Fut>(after: &str, mut fetch: F) -> Result<(Vec<DirEntry>, bool)>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<DirEntry>, bool)>>,
+{
+    let mut cursor = after.to_string();
+    loop {
+        let (entries, more) = fetch(cursor).await?;
+        let last = entries.last().map(|e| e.name.clone());
+        let visible: Vec<DirEntry> = entries.into_iter().filter(|e| !is_tmp_name(&e.name)).collect();
+        match last {
+            // Every entry of this page was hidden: an empty page would read as the end of the
+            // directory, so read on from where the service stopped.
+            Some(last) if visible.is_empty() && more => cursor = last,
+            _ => return Ok((visible, more)),
+        }
+    }
+}
+
 /// The uid and gid new files get when created through the library directly.
 fn ids() -> (u32, u32) {
     (0, 0)
@@ -648,5 +682,81 @@ mod tests {
         let lookup = MetaOp::Lookup { parent: 1, name: "a b{c".into() };
         assert_eq!(OpName(&lookup).to_string(), "Lookup");
         assert_eq!(OpName(&MetaOp::StatFs).to_string(), "StatFs");
+    }
+
+    /// Pages through `names` (sorted) the way the metadata service does, `limit` per page,
+    /// through [`visible_page`], as a caller continuing after the last name returned does.
+    fn list_visible(names: &[&str], limit: usize) -> (Vec<String>, usize) {
+        let dir: Vec<DirEntry> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| DirEntry {
+                name: n.to_string(),
+                attr: Attr {
+                    ino: i as u64 + 2,
+                    kind: FileKind::File,
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    nlink: 1,
+                    rdev: 0,
+                    atime: wire::Timestamp::default(),
+                    mtime: wire::Timestamp::default(),
+                    ctime: wire::Timestamp::default(),
+                    crtime: wire::Timestamp::default(),
+                    data_version: 0,
+                    ec: EcScheme { k: 1, m: 0 },
+                    chunk_bytes: 1 << 20,
+                },
+            })
+            .collect();
+        let calls = std::cell::Cell::new(0usize);
+        let fetch = |after: String| {
+            calls.set(calls.get() + 1);
+            let rest: Vec<DirEntry> = dir.iter().filter(|e| e.name > after).cloned().collect();
+            let more = rest.len() > limit;
+            async move { Ok((rest.into_iter().take(limit).collect::<Vec<_>>(), more)) }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let mut seen = Vec::new();
+        let mut after = String::new();
+        rt.block_on(async {
+            loop {
+                let (page, more) = visible_page(&after, &fetch).await.expect("listing");
+                if let Some(last) = page.last() {
+                    after = last.name.clone();
+                }
+                let empty = page.is_empty();
+                seen.extend(page.into_iter().map(|e| e.name));
+                assert!(!empty || !more, "an empty page must be the end");
+                if !more {
+                    break;
+                }
+            }
+        });
+        (seen, calls.get())
+    }
+
+    #[test]
+    fn listings_hide_temporary_names_without_ending_early() {
+        let t = |n: u32| format!("{TMP_PREFIX}{n:04}");
+        let tmp: Vec<String> = (0..10).map(t).collect();
+        // Temporary names sort first ('.'), so whole pages of them come before real names.
+        let mut names: Vec<&str> = tmp.iter().map(String::as_str).collect();
+        names.extend(["a", "b", "c"]);
+        names.sort();
+        for limit in 1..=4 {
+            assert_eq!(list_visible(&names, limit).0, ["a", "b", "c"], "limit {limit}");
+        }
+        // Hidden names at the end: the listing still ends, with `more` false.
+        let tail = [".a", ".b", &tmp[0], &tmp[1], &tmp[2]];
+        assert_eq!(list_visible(&tail, 2).0, [".a", ".b"]);
+        // Only hidden names: an empty listing.
+        let only: Vec<&str> = tmp.iter().map(String::as_str).collect();
+        let (seen, calls) = list_visible(&only, 3);
+        assert!(seen.is_empty());
+        assert_eq!(calls, 4, "10 hidden names in pages of 3 take 4 reads");
+        assert!(is_tmp_name(&tmp_name()) && !is_tmp_name(".trove-tm"));
     }
 }

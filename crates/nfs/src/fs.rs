@@ -24,7 +24,7 @@ const COOKIES_MAX: usize = 1 << 16;
 /// Most directory parent links remembered for `..` lookups.
 const PARENTS_MAX: usize = 1 << 16;
 /// Largest READ or WRITE transfer advertised, in bytes.
-const TRANSFER_BYTES_MAX: u32 = 1 << 20;
+pub(crate) const TRANSFER_BYTES_MAX: u32 = 1 << 20;
 /// Directory entries fetched per READDIR at most.
 const READDIR_ENTRIES_MAX: usize = 1024;
 /// How often the write-back flusher looks for idle files, in milliseconds.

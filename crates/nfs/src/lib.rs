@@ -33,13 +33,35 @@
 //! through S3, the mount or another gateway are visible within that time, like NFS attribute
 //! caching; this gateway's own writes are visible at once. Namespace operations (create,
 //! rename, remove, readdir) are transactions of the metadata service and visible at once.
+//! Files being written under a temporary name (S3 uploads, `trove put`) are not listed (the
+//! client library hides them) but can be looked up by name.
+//!
+//! # Connections
+//!
+//! Clients connect to a guard in front of nfsserve (`guard.rs`) that bounds what one client
+//! can hold: calls of at most [`guard::CALL_BYTES_MAX`] bytes whose bytes never stall longer
+//! than `call_idle_timeout_ms`, connections idle at most `idle_timeout_ms`, and at most
+//! `connections_per_client_max` connections per client address (`connections_max` in all).
 
 mod fs;
+pub mod guard;
 
 pub use fs::{Export, TroveNfs, REVALIDATE_MS};
 
 use nfsserve::tcp::{NFSTcp, NFSTcpListener};
 use serde::Deserialize;
+use std::time::Duration;
+
+/// Default of [`Config::idle_timeout_ms`]: Linux's knfsd closes idle connections after 6
+/// minutes too.
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 360_000;
+/// Default of [`Config::call_idle_timeout_ms`].
+pub const CALL_IDLE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default of [`Config::connections_max`].
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Default of [`Config::connections_per_client_max`] (a Linux client opens one connection per
+/// server, or `nconnect` of them, at most 16).
+pub const CONNECTIONS_PER_CLIENT_MAX_DEFAULT: usize = 64;
 
 /// One exported directory.
 #[derive(Clone, Debug, Deserialize)]
@@ -59,12 +81,16 @@ pub struct ExportConfig {
 /// ```toml
 /// cluster = "127.0.0.1:7000"   # or a local cluster directory
 /// write_back_ms = 0            # 0: every WRITE is durable before its reply
+/// idle_timeout_ms = 360000     # a connection with no call for this long is closed
+/// call_idle_timeout_ms = 30000 # a call (or reply) that stalls this long closes its connection
+/// connections_max = 1024
+/// connections_per_client_max = 64
 /// [[exports]]
 /// path = "/datasets"
 /// listen = "0.0.0.0:2049"
 /// read_only = true
 /// ```
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub cluster: Option<String>,
@@ -72,11 +98,84 @@ pub struct Config {
     pub write_back_ms: u64,
     #[serde(default)]
     pub exports: Vec<ExportConfig>,
+    /// How long a connection may carry nothing (no call, no reply) before it is closed.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How long the bytes of a call that has begun may stall (or a reply go unread) before the
+    /// connection is closed.
+    #[serde(default = "default_call_idle_timeout_ms")]
+    pub call_idle_timeout_ms: u64,
+    /// Connections served at once per export; more are closed at once.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// Connections one client address may hold per export; more are closed at once.
+    #[serde(default = "default_connections_per_client_max")]
+    pub connections_per_client_max: usize,
+}
+
+fn default_idle_timeout_ms() -> u64 {
+    IDLE_TIMEOUT_MS_DEFAULT
+}
+
+fn default_call_idle_timeout_ms() -> u64 {
+    CALL_IDLE_TIMEOUT_MS_DEFAULT
+}
+
+fn default_connections_max() -> usize {
+    CONNECTIONS_MAX_DEFAULT
+}
+
+fn default_connections_per_client_max() -> usize {
+    CONNECTIONS_PER_CLIENT_MAX_DEFAULT
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            cluster: None,
+            write_back_ms: 0,
+            exports: Vec::new(),
+            idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            call_idle_timeout_ms: CALL_IDLE_TIMEOUT_MS_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            connections_per_client_max: CONNECTIONS_PER_CLIENT_MAX_DEFAULT,
+        }
+    }
+}
+
+impl Config {
+    /// Checks that the limits are usable.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("idle_timeout_ms", self.idle_timeout_ms as usize),
+            ("call_idle_timeout_ms", self.call_idle_timeout_ms as usize),
+            ("connections_max", self.connections_max),
+            ("connections_per_client_max", self.connections_per_client_max),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    fn limits(&self) -> guard::Limits {
+        guard::Limits {
+            idle: Duration::from_millis(self.idle_timeout_ms),
+            call_stall: Duration::from_millis(self.call_idle_timeout_ms),
+            connections_max: self.connections_max,
+            connections_per_client_max: self.connections_per_client_max,
+        }
+    }
 }
 
 /// A bound export, ready to serve.
 pub struct Listening {
-    listener: NFSTcpListener<TroveNfs>,
+    /// The address clients connect to (the guard's).
+    front: tokio::net::TcpListener,
+    /// nfsserve, on a loopback port of its own.
+    backend: NFSTcpListener<TroveNfs>,
+    limits: guard::Limits,
     pub path: String,
     pub read_only: bool,
 }
@@ -84,23 +183,35 @@ pub struct Listening {
 impl Listening {
     /// The address actually bound.
     pub fn local_addr(&self) -> String {
-        format!("{}:{}", self.listener.get_listen_ip(), self.listener.get_listen_port())
+        match self.front.local_addr() {
+            Ok(a) => a.to_string(),
+            Err(e) => format!("(unknown: {e})"),
+        }
     }
 
     /// Serves until the process ends.
     pub async fn run(self) -> std::io::Result<()> {
-        self.listener.handle_forever().await
+        let backend = std::net::SocketAddr::from(([127, 0, 0, 1], self.backend.get_listen_port()));
+        tokio::select! {
+            r = self.backend.handle_forever() => r,
+            r = guard::serve(self.front, backend, self.limits, self.path.clone()) => r,
+        }
     }
 }
 
-/// Resolves the export's directory and binds its address.
-pub async fn bind(client: client::Client, export: &ExportConfig, write_back_ms: u64) -> Result<Listening, String> {
+/// Resolves the export's directory and binds its address (and nfsserve's loopback one).
+pub async fn bind(client: client::Client, export: &ExportConfig, config: &Config) -> Result<Listening, String> {
+    config.validate()?;
     let fs =
-        TroveNfs::new(client, Export { path: export.path.clone(), read_only: export.read_only }, write_back_ms).await?;
-    let listener = NFSTcpListener::bind(&export.listen, fs)
+        TroveNfs::new(client, Export { path: export.path.clone(), read_only: export.read_only }, config.write_back_ms)
+            .await?;
+    let front = tokio::net::TcpListener::bind(&export.listen)
         .await
         .map_err(|e| format!("cannot listen on {} for export {}: {e}", export.listen, export.path))?;
-    Ok(Listening { listener, path: export.path.clone(), read_only: export.read_only })
+    let backend = NFSTcpListener::bind("127.0.0.1:0", fs)
+        .await
+        .map_err(|e| format!("cannot listen on a loopback port for export {}: {e}", export.path))?;
+    Ok(Listening { front, backend, limits: config.limits(), path: export.path.clone(), read_only: export.read_only })
 }
 
 #[cfg(test)]
@@ -119,5 +230,18 @@ mod tests {
             vec![("/a", true), ("/b", false)]
         );
         assert!(toml::from_str::<Config>("[[exports]]\npath = \"/a\"\n").is_err(), "an export needs an address");
+        assert_eq!(
+            (c.idle_timeout_ms, c.connections_per_client_max),
+            (IDLE_TIMEOUT_MS_DEFAULT, CONNECTIONS_PER_CLIENT_MAX_DEFAULT)
+        );
+        let limited: Config = toml::from_str(
+            "idle_timeout_ms = 1000\ncall_idle_timeout_ms = 200\nconnections_max = 5\nconnections_per_client_max = 2\n",
+        )
+        .expect("parses");
+        assert_eq!((limited.idle_timeout_ms, limited.call_idle_timeout_ms), (1000, 200));
+        assert_eq!((limited.connections_max, limited.connections_per_client_max), (5, 2));
+        assert!(limited.validate().is_ok());
+        let zero: Config = toml::from_str("connections_max = 0\n").expect("parses");
+        assert!(zero.validate().expect_err("refused").contains("connections_max"));
     }
 }

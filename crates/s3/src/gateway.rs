@@ -1,12 +1,14 @@
 //! The S3 operations over the client library: buckets, objects, listings and copies (multipart
 //! uploads are in `multipart.rs`).
 //!
-//! Writes never expose a partial object: PUT, CopyObject and CompleteMultipartUpload write a
-//! file under a temporary name ([`names::TMP_PREFIX`]) in the object's own directory, so it
-//! inherits that directory's layout, set its S3 metadata there, and rename it onto the key in
-//! one metadata transaction. Concurrent PUTs of one key therefore leave exactly one complete
-//! object: the one renamed last. A reader that opened the replaced file keeps reading it (its
-//! chunks are deleted only after the GC grace period).
+//! Writes never expose a partial object: PUT, CopyObject and part uploads write a file under a
+//! temporary name ([`client::tmp_name`]) in the object's own directory, so it inherits that
+//! directory's layout, set its S3 metadata there, and rename it onto the key in one metadata
+//! transaction. Concurrent PUTs of one key therefore leave exactly one complete object: the one
+//! renamed last. A reader that opened the replaced file keeps reading it (its chunks are deleted
+//! only after the GC grace period). No listing of any front end shows a temporary name, and a
+//! write that fails, or whose request is dropped half-way (the client went away, the body
+//! stopped arriving), removes its temporary file.
 
 use crate::errors::{s3_error, OrS3, Target};
 use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
@@ -173,6 +175,41 @@ impl Hasher {
     }
 }
 
+/// A temporary file of a write in progress, removed unless the write published it.
+struct TmpGuard {
+    client: Client,
+    parent: Ino,
+    /// None once published (or removed).
+    name: Option<String>,
+}
+
+impl TmpGuard {
+    async fn remove(&mut self) {
+        if let Some(name) = self.name.take() {
+            remove_tmp(&self.client, self.parent, &name).await;
+        }
+    }
+}
+
+impl Drop for TmpGuard {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            let (client, parent) = (self.client.clone(), self.parent);
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { remove_tmp(&client, parent, &name).await });
+            }
+        }
+    }
+}
+
+async fn remove_tmp(client: &Client, parent: Ino, name: &str) {
+    if let Err(e) = client.unlink(parent, name).await {
+        if e.code != ErrorCode::NotFound {
+            tracing::warn!("cannot remove temporary file {name} in directory {parent}: {e}");
+        }
+    }
+}
+
 /// Where a new object's file goes.
 #[derive(Clone, Copy)]
 pub(crate) enum Dest<'a> {
@@ -317,16 +354,16 @@ impl Gateway {
         meta: &ObjectMeta,
         size_max: u64,
     ) -> S3Result<Written> {
-        let tmp = names::tmp_name();
+        let tmp = client::tmp_name();
         let (parent, created) = self.create_tmp(dest, &tmp).await?;
+        // Removes the temporary file unless it was published, also when this future is dropped
+        // half-way (hyper drops a request whose connection fails).
+        let mut guard = TmpGuard { client: self.client.clone(), parent, name: Some(tmp.clone()) };
         let result =
             self.fill_and_publish(parent, &tmp, name, created, body, expected_len, content_md5, meta, size_max).await;
-        if result.is_err() {
-            if let Err(e) = self.client.unlink(parent, &tmp).await {
-                if e.code != ErrorCode::NotFound {
-                    tracing::warn!("cannot remove temporary file {tmp} in directory {parent}: {e}");
-                }
-            }
+        match &result {
+            Ok(_) => guard.name = None,
+            Err(_) => guard.remove().await,
         }
         result
     }
@@ -396,7 +433,7 @@ impl Gateway {
         let mut offset = 0u64;
         if let Some(mut body) = body {
             while let Some(piece) = body.next().await {
-                let piece = piece.map_err(|e| s3_error!(IncompleteBody, "reading the request body failed: {e}"))?;
+                let piece = piece.map_err(|e| crate::errors::body_error(&*e))?;
                 if offset + piece.len() as u64 > size_max {
                     return Err(s3_error!(
                         EntityTooLarge,

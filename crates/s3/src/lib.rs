@@ -23,14 +23,30 @@
 //! Requests are authenticated with AWS Signature V4 (headers or presigned URLs) against the
 //! access keys of the configuration; anonymous requests are refused unless the configuration
 //! allows them (read-only or read-write). TLS (rustls) is optional.
+//!
+//! # Bad input
+//!
+//! Every connection is bounded: the request head must arrive within `header_timeout_ms` (which
+//! also closes idle keep-alive connections), a body or response that stalls for
+//! `body_idle_timeout_ms` is cut (400 RequestTimeout; nothing is stored), one client address
+//! may hold `connections_per_client_max` connections and the gateway `connections_max` (the
+//! excess is answered 503 SlowDown), and bodies that are not object data are read only up to
+//! [`XML_BODY_BYTES_MAX`] (400 MaxMessageLengthExceeded). Client mistakes are 4xx answers with
+//! S3's code and a message, logged at DEBUG at most (see `conn.rs`, `front.rs`, `quiet.rs`).
 
+pub mod conn;
 pub mod errors;
+mod front;
 pub mod gateway;
 pub mod list;
 pub mod multipart;
 pub mod names;
 pub mod objmeta;
+mod quiet;
 mod server;
 
 pub use gateway::Gateway;
-pub use server::{serve, Anonymous, Config, KeyPair, Listening, TlsConfig};
+pub use server::{
+    serve, Anonymous, Config, KeyPair, Listening, TlsConfig, BODY_IDLE_TIMEOUT_MS_DEFAULT, CONNECTIONS_MAX_DEFAULT,
+    CONNECTIONS_PER_CLIENT_MAX_DEFAULT, HEADER_TIMEOUT_MS_DEFAULT, XML_BODY_BYTES_MAX,
+};

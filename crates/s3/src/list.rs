@@ -12,10 +12,11 @@
 //! prefix), so a continuation costs one directory read per level, whatever the bucket size.
 //! With the delimiter `/` (the common case) directories become common prefixes without being
 //! entered. Temporary files of uploads in progress, symlinks and special files are not
-//! objects and are skipped.
+//! objects and are skipped (the client library hides temporary names from every listing; this
+//! walk reads them anyway, to sweep those that a crashed gateway left behind).
 
 use crate::errors::{OrS3, Target};
-use crate::names::TMP_PREFIX;
+use crate::names::is_tmp;
 use client::{Attr, Client, DirEntry, FileKind, Ino};
 use s3s::S3Result;
 use std::collections::{BTreeMap, VecDeque};
@@ -140,8 +141,10 @@ impl Level {
     async fn next(&mut self, client: &Client, examined: &mut usize) -> S3Result<Option<DirEntry>> {
         loop {
             if self.buffer.is_empty() && self.more {
-                let (page, more) =
-                    client.readdir_page(self.ino, &self.cursor, ENTRIES_PER_READ).await.or_s3(Target::Object)?;
+                let (page, more) = client
+                    .readdir_page_with_tmp(self.ino, &self.cursor, ENTRIES_PER_READ)
+                    .await
+                    .or_s3(Target::Object)?;
                 *examined += page.len();
                 if let Some(last) = page.last() {
                     self.cursor = last.name.clone();
@@ -189,7 +192,7 @@ pub async fn list(client: &Client, bucket_ino: Ino, q: &Query<'_>) -> S3Result<P
             stack.pop();
             continue;
         };
-        if entry.name.starts_with(TMP_PREFIX) {
+        if is_tmp(&entry.name) {
             remove_if_stale(client, level.ino, &entry).await;
             continue;
         }
@@ -296,7 +299,7 @@ async fn has_more(
             stack.pop();
             continue;
         };
-        if entry.name.starts_with(TMP_PREFIX) {
+        if is_tmp(&entry.name) {
             continue;
         }
         let is_dir = entry.attr.kind == FileKind::Dir;

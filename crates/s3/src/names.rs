@@ -10,8 +10,8 @@
 //! Keys that no file name can express are refused before anything is touched, with an S3
 //! error that names the problem: empty components (`a//b`, a leading `/`), `.` and `..`
 //! components, NUL bytes (InvalidArgument), components longer than a file name may be or keys
-//! longer than S3 allows (KeyTooLongError). Names beginning with [`TMP_PREFIX`] are reserved for
-//! uploads in progress.
+//! longer than S3 allows (KeyTooLongError). Names beginning with [`client::TMP_PREFIX`] (files
+//! being written, which no listing shows) and the top-level name [`STATE_DIR`] are reserved.
 
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
@@ -19,9 +19,10 @@ use s3s::{S3Error, S3ErrorCode, S3Result};
 pub const KEY_BYTES_MAX: usize = 1024;
 /// Longest key component: a file name.
 pub const COMPONENT_BYTES_MAX: usize = wire::NAME_BYTES_MAX;
-/// Files being written by PUT, copy or part uploads carry this prefix until they are renamed
-/// into place; listings skip them.
-pub const TMP_PREFIX: &str = ".trove-s3-tmp.";
+/// The temporary-name prefix of gateways before the repository-wide one
+/// ([`client::TMP_PREFIX`]): still reserved, and skipped and swept by listings, so files such a
+/// gateway left behind never show as objects.
+pub const LEGACY_TMP_PREFIX: &str = ".trove-s3-tmp.";
 /// The gateway's own hidden directory under the root (not a valid bucket name, so never listed
 /// as a bucket): `/.trove-s3/uploads/<bucket>/<upload id>/` holds multipart uploads.
 pub const STATE_DIR: &str = ".trove-s3";
@@ -96,8 +97,20 @@ pub fn parse_key(key: &str) -> S3Result<ParsedKey<'_>> {
                 ),
             ));
         }
-        if part.starts_with(TMP_PREFIX) || (parts.is_empty() && part == STATE_DIR) {
-            return Err(invalid(key, &format!("names beginning with {TMP_PREFIX:?} are reserved")));
+        if is_tmp(part) {
+            return Err(invalid(
+                key,
+                &format!(
+                    "names beginning with {:?} are reserved for files being written",
+                    if part.starts_with(LEGACY_TMP_PREFIX) { LEGACY_TMP_PREFIX } else { client::TMP_PREFIX }
+                ),
+            ));
+        }
+        if parts.is_empty() && part == STATE_DIR {
+            return Err(invalid(
+                key,
+                &format!("the top-level name {STATE_DIR:?} is reserved for the gateway's multipart uploads"),
+            ));
         }
         parts.push(part);
     }
@@ -105,9 +118,9 @@ pub fn parse_key(key: &str) -> S3Result<ParsedKey<'_>> {
     Ok(ParsedKey { dirs: parts, name })
 }
 
-/// A fresh temporary name for a file being written in some directory.
-pub fn tmp_name() -> String {
-    format!("{TMP_PREFIX}{:016x}", rand::random::<u64>())
+/// Whether `name` is the temporary name of a write in progress (of this or an older gateway).
+pub fn is_tmp(name: &str) -> bool {
+    client::is_tmp_name(name) || name.starts_with(LEGACY_TMP_PREFIX)
 }
 
 /// The absolute path of a bucket's directory.
@@ -190,10 +203,16 @@ mod tests {
             "//",
             ".trove-s3-tmp.x",
             "d/.trove-s3-tmp.1",
+            ".trove-tmp.x",
+            "d/.trove-tmp.1",
             ".trove-s3/x",
         ] {
             assert_eq!(code(bad), S3ErrorCode::InvalidArgument, "{bad:?}");
         }
+        let message = |key: &str| parse_key(key).expect_err("refused").message().unwrap_or_default().to_string();
+        assert!(message(".trove-s3/x").contains("\".trove-s3\" is reserved"), "{}", message(".trove-s3/x"));
+        assert!(message("d/.trove-tmp.1").contains("\".trove-tmp.\" are reserved"), "{}", message("d/.trove-tmp.1"));
+        assert!(parse_key("d/.trove-tm").is_ok() && parse_key("d/x.trove-tmp.1").is_ok());
         assert_eq!(code(&"x".repeat(256)), S3ErrorCode::KeyTooLongError);
         assert_eq!(code(&format!("a/{}", "x".repeat(1030))), S3ErrorCode::KeyTooLongError);
         assert!(parse_key(&"x".repeat(255)).is_ok());

@@ -1,27 +1,49 @@
-//! The HTTP side: configuration, authentication (SigV4 through s3s, with our access policy for
-//! anonymous requests), optional TLS, and the connection loop.
+//! The HTTP side: configuration, authentication (SigV4 through s3s, against the configured
+//! keys, with our access policy for anonymous requests), optional TLS, and the connection loop
+//! with its limits: connections per client and overall (the excess is answered 503 SlowDown
+//! and closed at once), the request-head timeout (which also closes idle keep-alive
+//! connections), and the stall timeouts of bodies and of responses nobody reads.
 
+use crate::conn::{ConnLimiter, Refusal, TimedIo};
+use crate::errors;
+use crate::front::Front;
 use crate::Gateway;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use s3s::access::{S3Access, S3AccessContext};
-use s3s::auth::SimpleAuth;
+use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
 use s3s::{s3_error, S3Result};
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use crate::front::XML_BODY_BYTES_MAX;
+
 /// Largest request head (request line and headers) accepted; larger ones get 431.
 pub const HEAD_BYTES_MAX: usize = 64 << 10;
-/// Largest XML request body (DeleteObjects, CompleteMultipartUpload) accepted.
-pub const XML_BODY_BYTES_MAX: usize = 4 << 20;
-/// How long a TLS handshake may take before the connection is dropped, in seconds.
-const TLS_HANDSHAKE_SECS_MAX: u64 = 10;
+/// Default of [`Config::header_timeout_ms`].
+pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default of [`Config::body_idle_timeout_ms`].
+pub const BODY_IDLE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default of [`Config::connections_max`].
+pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
+/// Default of [`Config::connections_per_client_max`].
+pub const CONNECTIONS_PER_CLIENT_MAX_DEFAULT: usize = 512;
+/// Refused connections whose answer may still be waiting to be read by their client; beyond
+/// this, refused connections are closed without waiting.
+const REFUSALS_LINGERING_MAX: usize = 64;
+/// How long a refused connection stays open so that its client can read the 503 before the
+/// close (closing with unread request bytes would reset the connection and lose the answer).
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
 /// Who may use the gateway without signing requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -65,6 +87,10 @@ pub struct TlsConfig {
 /// listen = "0.0.0.0:9000"
 /// region = "us-east-1"
 /// anonymous = "off"               # off | read | read-write
+/// header_timeout_ms = 30000       # request head, and idle keep-alive connections
+/// body_idle_timeout_ms = 30000    # a body (or a response) that stalls this long is cut
+/// connections_max = 4096
+/// connections_per_client_max = 512
 /// [[keys]]
 /// access_key = "trove"
 /// secret_key = "a-long-secret"
@@ -84,14 +110,48 @@ pub struct Config {
     #[serde(default)]
     pub keys: Vec<KeyPair>,
     pub tls: Option<TlsConfig>,
+    /// How long a client may take to send a request's head (and a TLS handshake), counted
+    /// from the start of the connection or the end of the previous response; so an idle
+    /// keep-alive connection is closed after this long too (as Go's net/http does when no idle
+    /// timeout of its own is set). A slow head is cut without an answer.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// How long a request body may deliver no bytes while the gateway waits for them: the
+    /// request is then cut, answered 400 RequestTimeout, and nothing is stored. Also how long
+    /// a client may accept no bytes of a response before its connection is closed.
+    #[serde(default = "default_body_idle_timeout_ms")]
+    pub body_idle_timeout_ms: u64,
+    /// Connections served at once; more are answered 503 SlowDown and closed.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// Connections one client address may have open; more are answered 503 SlowDown and
+    /// closed.
+    #[serde(default = "default_connections_per_client_max")]
+    pub connections_per_client_max: usize,
 }
 
 fn default_listen() -> String {
     "127.0.0.1:9000".into()
 }
 
+fn default_header_timeout_ms() -> u64 {
+    HEADER_TIMEOUT_MS_DEFAULT
+}
+
+fn default_body_idle_timeout_ms() -> u64 {
+    BODY_IDLE_TIMEOUT_MS_DEFAULT
+}
+
+fn default_connections_max() -> usize {
+    CONNECTIONS_MAX_DEFAULT
+}
+
+fn default_connections_per_client_max() -> usize {
+    CONNECTIONS_PER_CLIENT_MAX_DEFAULT
+}
+
 impl Config {
-    /// Checks that someone can use the gateway at all.
+    /// Checks that someone can use the gateway at all, and that the limits are usable.
     pub fn validate(&self) -> Result<(), String> {
         if self.keys.is_empty() && self.anonymous == Anonymous::Off {
             return Err(
@@ -103,7 +163,32 @@ impl Config {
                 return Err("access keys and secret keys must not be empty".into());
             }
         }
+        for (name, v) in
+            [("header_timeout_ms", self.header_timeout_ms), ("body_idle_timeout_ms", self.body_idle_timeout_ms)]
+        {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1 (milliseconds)"));
+            }
+        }
+        for (name, v) in
+            [("connections_max", self.connections_max), ("connections_per_client_max", self.connections_per_client_max)]
+        {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1: the gateway would refuse every connection"));
+            }
+        }
         Ok(())
+    }
+}
+
+/// The configured access keys. Unlike s3s's `SimpleAuth`, an unknown key is answered with
+/// AWS's InvalidAccessKeyId (not NotSignedUp) and a message naming it.
+struct Keys(HashMap<String, SecretKey>);
+
+#[async_trait::async_trait]
+impl S3Auth for Keys {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        self.0.get(access_key).cloned().ok_or_else(|| errors::unknown_access_key(access_key))
     }
 }
 
@@ -154,42 +239,31 @@ fn tls_acceptor(tls: &TlsConfig) -> Result<tokio_rustls::TlsAcceptor, String> {
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Closes the connection after answering a request that carried `Expect: 100-continue` when
-/// the answer may have come without a `100 Continue` (an empty body, or an error answered
-/// before the body was read). botocore (awscli, boto3) mishandles the next response on such a
-/// connection and waits for its read timeout (boto/botocore#3010); a fresh connection avoids it.
-#[derive(Clone)]
-struct ExpectGuard {
-    inner: s3s::service::S3Service,
-}
-
-impl hyper::service::Service<http::Request<hyper::body::Incoming>> for ExpectGuard {
-    type Response = s3s::HttpResponse;
-    type Error = s3s::HttpError;
-    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
-        let expects = req
-            .headers()
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        let empty = req.headers().get(http::header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0");
-        let fut = hyper::service::Service::call(&self.inner, req);
-        Box::pin(async move {
-            let mut resp = fut.await?;
-            if expects && (empty || !resp.status().is_success()) {
-                resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-            }
-            Ok(resp)
-        })
-    }
-}
-
 /// A bound gateway, ready to serve.
 pub struct Listening {
     listener: TcpListener,
-    service: ExpectGuard,
+    front: Front,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    limiter: Arc<ConnLimiter>,
+    header_timeout: Duration,
+    body_stall: Duration,
+    /// The whole answer to a connection over the per-client limit, and to one over the total.
+    refusals: (Arc<[u8]>, Arc<[u8]>),
+}
+
+/// The raw HTTP/1.1 answer to a refused connection: 503 SlowDown, then close.
+fn refusal_bytes(refusal: Refusal, per_client_max: usize, total_max: usize) -> Result<Arc<[u8]>, String> {
+    let resp = errors::slow_down(refusal, per_client_max, total_max)
+        .to_http_response()
+        .map_err(|e| format!("cannot make the 503 answer: {e}"))?;
+    let body = resp.body().bytes().unwrap_or_default();
+    let mut out = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    Ok(out.into())
 }
 
 impl Listening {
@@ -203,46 +277,98 @@ impl Listening {
         self.tls.is_some()
     }
 
+    /// Answers a connection over a limit with 503 SlowDown (plain HTTP) and closes it. With
+    /// TLS nothing can be said before a handshake, which is not worth its cost here: the
+    /// connection is just closed.
+    fn refuse(&self, stream: TcpStream, refusal: Refusal, lingering: &Arc<AtomicUsize>) {
+        if self.tls.is_some() {
+            return;
+        }
+        let answer = match refusal {
+            Refusal::Client { .. } => self.refusals.0.clone(),
+            Refusal::Total { .. } => self.refusals.1.clone(),
+        };
+        // A fresh connection's send buffer is empty: the answer goes out without waiting.
+        if stream.try_write(&answer).is_err() {
+            return;
+        }
+        if lingering.fetch_add(1, Ordering::Relaxed) >= REFUSALS_LINGERING_MAX {
+            lingering.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let lingering = lingering.clone();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let _ = stream.shutdown().await;
+            // Read (and drop) what the client still sends until it closes or the time is up,
+            // so the close does not reset the connection before the answer is read.
+            let mut sink = [0u8; 4096];
+            let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+            })
+            .await;
+            lingering.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
     /// Serves connections until the process ends.
     pub async fn run(self) -> std::io::Result<()> {
         let mut http = ConnBuilder::new(TokioExecutor::new());
-        http.http1().max_buf_size(HEAD_BYTES_MAX.max(8192));
-        let http = Arc::new(http);
+        http.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .max_buf_size(HEAD_BYTES_MAX.max(8192));
+        // HTTP/2 only where TLS negotiated it (ALPN): pings find dead peers.
+        http.http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.header_timeout)
+            .keep_alive_timeout(self.header_timeout);
+        // The protocol is known before the first byte: sniffing for HTTP/2's preface (as an
+        // automatic builder does) would wait, without any timeout, for a client that sends
+        // nothing. So plain connections speak HTTP/1.1 (no S3 client uses HTTP/2 without TLS).
+        let h1 = Arc::new(http.clone().http1_only());
+        let h2 = Arc::new(http.http2_only());
+        let lingering = Arc::new(AtomicUsize::new(0));
         loop {
             let (stream, peer) = match self.listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a little rather than spin.
                     tracing::warn!("accepting a connection failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let permit = match self.limiter.admit(peer.ip()) {
+                Ok(p) => p,
+                Err(refusal) => {
+                    self.refuse(stream, refusal, &lingering);
                     continue;
                 }
             };
             let _ = stream.set_nodelay(true);
-            let service = self.service.clone();
-            let http = http.clone();
+            let front = self.front.clone();
+            let (h1, h2) = (h1.clone(), h2.clone());
             let tls = self.tls.clone();
+            let (header_timeout, body_stall) = (self.header_timeout, self.body_stall);
             tokio::spawn(async move {
+                let _permit = permit;
                 let result = match tls {
-                    Some(acceptor) => {
-                        let handshake = tokio::time::timeout(
-                            std::time::Duration::from_secs(TLS_HANDSHAKE_SECS_MAX),
-                            acceptor.accept(stream),
-                        )
-                        .await;
-                        match handshake {
-                            Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
-                            Ok(Err(e)) => {
-                                tracing::debug!("TLS handshake with {peer} failed: {e}");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!("TLS handshake with {peer} timed out");
-                                return;
-                            }
+                    Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => {
+                            let http = if s.get_ref().1.alpn_protocol() == Some(b"h2") { h2 } else { h1 };
+                            http.serve_connection(TokioIo::new(TimedIo::new(s, body_stall)), front).await
                         }
-                    }
-                    None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!("TLS handshake with {peer} failed: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake with {peer} timed out");
+                            return;
+                        }
+                    },
+                    None => h1.serve_connection(TokioIo::new(TimedIo::new(stream, body_stall)), front).await,
                 };
                 if let Err(e) = result {
                     tracing::debug!("connection from {peer} ended: {e}");
@@ -259,19 +385,31 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
         Some(t) => Some(tls_acceptor(t)?),
         None => None,
     };
-    let mut auth = SimpleAuth::new();
-    for k in &config.keys {
-        auth.register(k.access_key.clone(), k.secret_key.clone().into());
-    }
+    let keys = config.keys.iter().map(|k| (k.access_key.clone(), SecretKey::from(k.secret_key.clone()))).collect();
     let mut s3_config = s3s::config::S3Config::default();
+    // The front reads every body that s3s would buffer, within this same limit.
     s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
+    s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
     let mut builder = S3ServiceBuilder::new(gateway);
-    builder.set_auth(auth);
+    builder.set_auth(Keys(keys));
     builder.set_access(Policy { anonymous: config.anonymous });
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
     let listener =
         TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    Ok(Listening { listener, service: ExpectGuard { inner: builder.build() }, tls })
+    let body_stall = Duration::from_millis(config.body_idle_timeout_ms);
+    let (per_client, total) = (config.connections_per_client_max, config.connections_max);
+    Ok(Listening {
+        listener,
+        front: Front { inner: builder.build(), body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
+        tls,
+        limiter: ConnLimiter::new("S3 gateway", per_client, total),
+        header_timeout: Duration::from_millis(config.header_timeout_ms),
+        body_stall,
+        refusals: (
+            refusal_bytes(Refusal::Client { open: per_client }, per_client, total)?,
+            refusal_bytes(Refusal::Total { open: total }, per_client, total)?,
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -292,5 +430,27 @@ mod tests {
         assert!(nobody.validate().is_err(), "no keys and no anonymous access");
         assert!(toml::from_str::<Config>("anonymous = \"everyone\"").is_err());
         assert!(toml::from_str::<Config>("acces_key = \"typo\"").is_err(), "unknown fields are refused");
+        assert_eq!(
+            (nobody.header_timeout_ms, nobody.body_idle_timeout_ms, nobody.connections_per_client_max),
+            (HEADER_TIMEOUT_MS_DEFAULT, BODY_IDLE_TIMEOUT_MS_DEFAULT, CONNECTIONS_PER_CLIENT_MAX_DEFAULT)
+        );
+        let limited: Config = toml::from_str(
+            "anonymous = \"read\"\nheader_timeout_ms = 500\nbody_idle_timeout_ms = 700\nconnections_max = 9\nconnections_per_client_max = 3\n",
+        )
+        .expect("parses");
+        assert_eq!((limited.header_timeout_ms, limited.body_idle_timeout_ms), (500, 700));
+        assert_eq!((limited.connections_max, limited.connections_per_client_max), (9, 3));
+        let zero: Config = toml::from_str("anonymous = \"read\"\nbody_idle_timeout_ms = 0\n").expect("parses");
+        assert!(zero.validate().expect_err("refused").contains("body_idle_timeout_ms"));
+    }
+
+    #[test]
+    fn refusals_are_whole_http_answers() {
+        let bytes = refusal_bytes(Refusal::Client { open: 2 }, 2, 10).expect("answer");
+        let text = String::from_utf8_lossy(&bytes);
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        assert!(head.starts_with("HTTP/1.1 503 ") && head.contains("Connection: close"), "{head}");
+        assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
+        assert!(body.contains("<Code>SlowDown</Code>") && body.contains("connections_per_client_max = 2"), "{body}");
     }
 }

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct NfsArgs {
-    /// TOML configuration: cluster, write_back_ms, [[exports]] (path, listen, read_only).
+    /// TOML configuration: cluster, write_back_ms, timeouts and connection limits, [[exports]]
+    /// (path, listen, read_only).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to serve one export on, HOST:PORT (port 0 picks a free one).
@@ -29,6 +30,18 @@ pub struct NfsArgs {
     /// WRITE durable before its reply, as the FILE_SYNC answer promises; see `nfsgw`.
     #[arg(long)]
     pub write_back_ms: Option<u64>,
+    /// Close a connection that carries nothing for this long (ms) [default: 360000].
+    #[arg(long)]
+    pub idle_timeout_ms: Option<u64>,
+    /// Close a connection whose call (or reply) stalls for this long (ms) [default: 30000].
+    #[arg(long)]
+    pub call_idle_timeout_ms: Option<u64>,
+    /// Connections served at once per export; more are closed [default: 1024].
+    #[arg(long)]
+    pub connections_max: Option<usize>,
+    /// Connections one client address may hold per export; more are closed [default: 64].
+    #[arg(long)]
+    pub connections_per_client_max: Option<usize>,
 }
 
 pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
@@ -45,6 +58,18 @@ pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
     if let Some(ms) = args.write_back_ms {
         config.write_back_ms = ms;
     }
+    if let Some(ms) = args.idle_timeout_ms {
+        config.idle_timeout_ms = ms;
+    }
+    if let Some(ms) = args.call_idle_timeout_ms {
+        config.call_idle_timeout_ms = ms;
+    }
+    if let Some(n) = args.connections_max {
+        config.connections_max = n;
+    }
+    if let Some(n) = args.connections_per_client_max {
+        config.connections_per_client_max = n;
+    }
     if config.exports.is_empty() {
         bail!("nothing to export: pass --listen HOST:PORT (and --export DIR), or list [[exports]] in --config");
     }
@@ -57,7 +82,7 @@ pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
     let mut servers = Vec::new();
     let mut out = std::io::stdout();
     for export in &config.exports {
-        let listening = nfsgw::bind(client.clone(), export, config.write_back_ms).await.map_err(|e| anyhow!("{e}"))?;
+        let listening = nfsgw::bind(client.clone(), export, &config).await.map_err(|e| anyhow!("{e}"))?;
         let mode = if listening.read_only { "read-only" } else { "read-write" };
         writeln!(out, "trove nfs: listening on {} export {} ({mode})", listening.local_addr(), listening.path)?;
         servers.push(tokio::spawn(listening.run()));

@@ -1,7 +1,8 @@
 //! `trove s3`: the S3 gateway's command line. The gateway itself is the `s3gw` crate.
 //!
-//! Settings come from `--config s3.toml` (access keys, TLS, anonymous access; see
-//! `s3gw::Config`), and flags override them, so a quick start needs no file:
+//! Settings come from `--config s3.toml` (access keys, TLS, anonymous access, timeouts and
+//! connection limits; see `s3gw::Config`), and flags override them, so a quick start needs no
+//! file:
 //! `trove s3 --cluster DIR --listen 127.0.0.1:9000 --access-key K --secret-key S`.
 //! Once listening it prints `trove s3: listening on http(s)://ADDR` on standard output.
 
@@ -43,6 +44,20 @@ pub struct S3Args {
     /// The PEM private key of --tls-cert.
     #[arg(long)]
     pub tls_key: Option<PathBuf>,
+    /// How long a client may take to send a request's head (ms); idle keep-alive connections
+    /// are closed after this long too [default: 30000].
+    #[arg(long)]
+    pub header_timeout_ms: Option<u64>,
+    /// How long a request body (or a response) may stall before the request is cut with
+    /// 400 RequestTimeout and nothing stored (ms) [default: 30000].
+    #[arg(long)]
+    pub body_idle_timeout_ms: Option<u64>,
+    /// Connections served at once; more are answered 503 SlowDown [default: 4096].
+    #[arg(long)]
+    pub connections_max: Option<usize>,
+    /// Connections one client address may hold; more are answered 503 SlowDown [default: 512].
+    #[arg(long)]
+    pub connections_per_client_max: Option<usize>,
 }
 
 pub async fn run(args: S3Args, cluster: Option<String>) -> Result<()> {
@@ -70,6 +85,18 @@ pub async fn run(args: S3Args, cluster: Option<String>) -> Result<()> {
     }
     if args.region.is_some() {
         config.region = args.region;
+    }
+    if let Some(ms) = args.header_timeout_ms {
+        config.header_timeout_ms = ms;
+    }
+    if let Some(ms) = args.body_idle_timeout_ms {
+        config.body_idle_timeout_ms = ms;
+    }
+    if let Some(n) = args.connections_max {
+        config.connections_max = n;
+    }
+    if let Some(n) = args.connections_per_client_max {
+        config.connections_per_client_max = n;
     }
     match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => config.tls = Some(s3gw::TlsConfig { cert, key }),

@@ -107,6 +107,11 @@ impl Gateway {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The gateway's process id (to read its memory use from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
 }
 
 impl Drop for Gateway {

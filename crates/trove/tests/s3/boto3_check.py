@@ -113,7 +113,7 @@ s3.put_object(Bucket=B, Key="md5", Body=b"payload", ContentMD5=right)
 expect_error("failed put leaves no object", lambda: s3.head_object(Bucket=B, Key="md5x"), "404", 404)
 
 # --- keys that cannot be paths --------------------------------------------------------------------
-for key in ["a//b", "x/../y", "./a", "x/./y", "trail//", ".trove-s3-tmp.1"]:
+for key in ["a//b", "x/../y", "./a", "x/./y", "trail//", ".trove-tmp.1", "d/.trove-s3-tmp.1"]:
     expect_error(f"invalid key {key!r}", lambda: s3.put_object(Bucket=B, Key=key, Body=b"x"), "InvalidArgument", 400)
 expect_error("component too long", lambda: s3.put_object(Bucket=B, Key="d/" + "x" * 256, Body=b"x"), "KeyTooLongError", 400)
 expect_error("key too long", lambda: s3.put_object(Bucket=B, Key="d/" * 520, Body=b"x"), "KeyTooLongError", 400)

@@ -1,0 +1,232 @@
+//! The HTTP front of the gateway: what every request goes through before and after s3s.
+//!
+//! - **Bodies.** An object's data (PUT of an object or a part) streams to the operation through
+//!   [`IdleBody`], so a body that stops arriving is cut after `body_idle_timeout_ms` and
+//!   answered 400 RequestTimeout; nothing is published. Every other body (the XML of
+//!   CompleteMultipartUpload, DeleteObjects, bucket settings; none at all for most requests) is
+//!   read here, at most [`XML_BODY_BYTES_MAX`] bytes: a larger one is refused with 400
+//!   MaxMessageLengthExceeded as soon as its Content-Length (or its bytes) says so, without
+//!   reading or holding the rest. s3s would buffer it itself and answer a body over its limit
+//!   with 500 InternalError.
+//! - **Answers.** An error answer that s3s made with a code only (InvalidBucketName,
+//!   SignatureDoesNotMatch, MalformedXML, ...) gets a message ([`errors::default_message`]);
+//!   boto3 shows "Unknown" otherwise. A request that was cut, refused before its body was read,
+//!   or carried `Expect: 100-continue` and was answered without `100 Continue`, gets
+//!   `Connection: close`: botocore mishandles the next response on such a connection and waits
+//!   for its read timeout (boto/botocore#3010).
+//! - **Logs.** A 5xx answer is logged at WARN with its code and message, anything else at DEBUG
+//!   at most; s3s's own lines are held back (see `quiet.rs`).
+
+use crate::conn::IdleBody;
+use crate::errors;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, Request, Uri};
+use hyper::body::{Body, Incoming};
+use s3s::{HttpError, HttpResponse, S3Error, S3ErrorCode};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::instrument::WithSubscriber;
+
+/// Largest request body that is not object data (the XML of DeleteObjects with 1000 keys of
+/// 1 KiB, or of a completion listing 10,000 parts, fits with room to spare).
+pub const XML_BODY_BYTES_MAX: usize = 4 << 20;
+
+/// The service hyper calls for each request.
+#[derive(Clone)]
+pub struct Front {
+    pub inner: s3s::service::S3Service,
+    /// `body_idle_timeout_ms`.
+    pub body_stall: Duration,
+    /// Where requests run, so s3s's own log lines are held back.
+    pub quiet: tracing::Dispatch,
+}
+
+/// Whether a request's body is object data, streamed to the operation: a PUT of an object or
+/// a part (or a copy, which has no body). Subresource PUTs (`?tagging`, `?acl`, ...) carry XML.
+fn carries_object_data(method: &Method, uri: &Uri) -> bool {
+    if method != Method::PUT {
+        return false;
+    }
+    let path = uri.path().trim_start_matches('/');
+    let has_key = path.split_once('/').is_some_and(|(_, key)| !key.is_empty());
+    has_key
+        && uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()).all(|p| {
+            let name = p.split('=').next().unwrap_or("");
+            matches!(name, "partNumber" | "uploadId" | "x-id") || name.to_ascii_lowercase().starts_with("x-amz-")
+        })
+}
+
+/// The bucket a path-style request names, if any (for messages).
+fn bucket_of(uri: &Uri) -> Option<String> {
+    let first = uri.path().trim_start_matches('/').split('/').next().unwrap_or("");
+    (!first.is_empty()).then(|| first.chars().take(100).collect())
+}
+
+/// Reads a body that is not object data, refusing it once it is known to exceed `limit`.
+async fn read_bounded(
+    mut body: Incoming,
+    declared: Option<u64>,
+    limit: usize,
+    stall: Duration,
+) -> Result<Bytes, S3Error> {
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(errors::body_too_large(limit));
+    }
+    let mut buf = BytesMut::new();
+    loop {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+        let frame = match tokio::time::timeout(stall, next).await {
+            Err(_) => return Err(errors::request_timeout(stall)),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(e))) => return Err(errors::body_error(&e)),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(errors::body_too_large(limit));
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+}
+
+/// The `<Code>` and `<Message>` of an error answer's XML body, if it has them.
+fn code_and_message(xml: &str) -> (Option<&str>, Option<&str>) {
+    let inside = |tag: &str| {
+        let open = format!("<{tag}>");
+        let start = xml.find(&open)? + open.len();
+        let end = start + xml[start..].find(&format!("</{tag}>"))?;
+        Some(&xml[start..end])
+    };
+    (inside("Code"), inside("Message"))
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Gives an error answer without a message the default one for its code.
+fn add_missing_message(resp: &mut HttpResponse, bucket: Option<&str>) {
+    let Some(bytes) = resp.body().bytes() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return;
+    };
+    let (Some(code), None) = code_and_message(text) else {
+        return;
+    };
+    let Some(code_end) = text.find("</Code>").map(|i| i + "</Code>".len()) else {
+        return;
+    };
+    let parsed =
+        S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or_else(|| S3ErrorCode::Custom(code.to_string().into()));
+    let message = xml_escape(&errors::default_message(&parsed, bucket));
+    let body = format!("{}<Message>{message}</Message>{}", &text[..code_end], &text[code_end..]);
+    if resp.headers().contains_key(http::header::CONTENT_LENGTH) {
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    *resp.body_mut() = s3s::Body::from(body);
+}
+
+fn error_response(e: S3Error) -> Result<HttpResponse, HttpError> {
+    e.to_http_response().map_err(|e| HttpError::new(Box::new(e)))
+}
+
+impl Front {
+    async fn handle(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
+        let (parts, body) = req.into_parts();
+        let method = parts.method.clone();
+        let uri = parts.uri.clone();
+        let expects =
+            parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let declared: Option<u64> = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (mut resp, mut close) = if carries_object_data(&method, &uri) {
+            let body = s3s::Body::http_body(IdleBody::new(body, self.body_stall, stalled.clone()));
+            (self.inner.call(Request::from_parts(parts, body)).await?, false)
+        } else {
+            match read_bounded(body, declared, XML_BODY_BYTES_MAX, self.body_stall).await {
+                Ok(bytes) => (self.inner.call(Request::from_parts(parts, s3s::Body::from(bytes))).await?, false),
+                // The rest of the body is unread: this connection cannot carry another request.
+                Err(e) => (error_response(e)?, true),
+            }
+        };
+        if stalled.load(Ordering::Relaxed) {
+            // Whatever the operation made of the failed body, the client is told why.
+            resp = error_response(errors::request_timeout(self.body_stall))?;
+            close = true;
+        }
+        let status = resp.status();
+        if status.is_client_error() || status.is_server_error() {
+            add_missing_message(&mut resp, bucket_of(&uri).as_deref());
+            let text = resp.body().bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            let (code, message) = code_and_message(&text);
+            let (code, message) = (code.unwrap_or("-"), message.unwrap_or("-"));
+            if status.is_server_error() {
+                tracing::warn!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
+            } else {
+                tracing::debug!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
+            }
+        }
+        let empty = declared == Some(0);
+        if close || (expects && (empty || !status.is_success())) {
+            resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Ok(resp)
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for Front {
+    type Response = HttpResponse;
+    type Error = HttpError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let quiet = self.quiet.clone();
+        Box::pin(self.clone().handle(req).with_subscriber(quiet))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_data_is_only_put_to_a_key() {
+        let data = |m: Method, u: &str| carries_object_data(&m, &u.parse().expect("uri"));
+        assert!(data(Method::PUT, "/b/k"));
+        assert!(data(Method::PUT, "/b/a/b/c?partNumber=2&uploadId=00ff"));
+        assert!(data(Method::PUT, "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=00"));
+        assert!(!data(Method::PUT, "/b"));
+        assert!(!data(Method::PUT, "/b/"));
+        assert!(!data(Method::PUT, "/b/k?tagging"));
+        assert!(!data(Method::POST, "/b/k?uploadId=00ff"));
+        assert!(!data(Method::POST, "/b?delete"));
+        assert_eq!(bucket_of(&"/ab/k".parse().expect("uri")).as_deref(), Some("ab"));
+        assert_eq!(bucket_of(&"/".parse().expect("uri")), None);
+    }
+
+    #[test]
+    fn error_answers_without_a_message_get_one() {
+        let mut resp = error_response(S3Error::new(S3ErrorCode::InvalidBucketName)).expect("response");
+        add_missing_message(&mut resp, Some("ab"));
+        let text = String::from_utf8(resp.body().bytes().expect("bytes").to_vec()).expect("utf-8");
+        let (code, message) = code_and_message(&text);
+        assert_eq!(code, Some("InvalidBucketName"));
+        assert!(message.is_some_and(|m| m.contains("(&quot;ab&quot;)")), "{text}");
+        // One with a message keeps it.
+        let mut resp =
+            error_response(S3Error::with_message(S3ErrorCode::NoSuchKey, "no object \"k\"")).expect("response");
+        add_missing_message(&mut resp, None);
+        let text = String::from_utf8(resp.body().bytes().expect("bytes").to_vec()).expect("utf-8");
+        assert_eq!(text.matches("<Message>").count(), 1, "{text}");
+    }
+}
