@@ -59,21 +59,14 @@ pub(crate) fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start Trove's I/O runtime: {e}")))?;
     let runtime = Arc::new(runtime);
-    *slot = Some(ProcessRuntime {
-        pid,
-        runtime: runtime.clone(),
-    });
+    *slot = Some(ProcessRuntime { pid, runtime: runtime.clone() });
     Ok(runtime)
 }
 
 /// A Trove error as the matching `OSError` subclass (FileNotFoundError, FileExistsError, ...:
 /// Python picks the subclass from the errno), naming the path.
 pub(crate) fn os_error(e: client::WireError, path: &str) -> PyErr {
-    PyOSError::new_err((
-        e.code.errno(),
-        format!("{} ({:?})", e.message, e.code),
-        path.to_string(),
-    ))
+    PyOSError::new_err((e.code.errno(), format!("{} ({:?})", e.message, e.code), path.to_string()))
 }
 
 pub(crate) fn value_error(message: impl Into<String>) -> PyErr {

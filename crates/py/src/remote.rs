@@ -40,26 +40,17 @@ pub(crate) struct WritableBuffer<T: Element> {
 
 impl<T: Element> WritableBuffer<T> {
     pub(crate) fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Self> {
-        let buf = PyBuffer::<T>::get(obj).map_err(|e| {
-            value_error(format!(
-                "{what}: not a buffer of the right element type: {e}"
-            ))
-        })?;
+        let buf =
+            PyBuffer::<T>::get(obj).map_err(|e| value_error(format!("{what}: not a buffer of the right element type: {e}")))?;
         if buf.readonly() {
             return Err(value_error(format!("{what}: the buffer is read-only")));
         }
         let Some(slice) = buf.as_slice_ptr() else {
-            return Err(value_error(format!(
-                "{what}: the buffer is not C-contiguous"
-            )));
+            return Err(value_error(format!("{what}: the buffer is not C-contiguous")));
         };
         let len = slice.len();
         let ptr = slice.as_ptr() as *mut T as usize;
-        Ok(WritableBuffer {
-            _buf: buf,
-            ptr,
-            len,
-        })
+        Ok(WritableBuffer { _buf: buf, ptr, len })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -117,18 +108,12 @@ impl Client {
     }
 
     /// Runs `f` on the runtime with the GIL released.
-    fn call<T: Send, F>(
-        &self,
-        py: Python<'_>,
-        path: &str,
-        f: impl FnOnce(client::Client) -> F + Send,
-    ) -> PyResult<T>
+    fn call<T: Send, F>(&self, py: Python<'_>, path: &str, f: impl FnOnce(client::Client) -> F + Send) -> PyResult<T>
     where
         F: std::future::Future<Output = client::Result<T>>,
     {
         let (rt, c) = self.conn(py)?;
-        py.detach(move || rt.block_on(f(c)))
-            .map_err(|e| os_error(e, path))
+        py.detach(move || rt.block_on(f(c))).map_err(|e| os_error(e, path))
     }
 }
 
@@ -151,14 +136,8 @@ fn attr_dict<'py>(py: Python<'py>, name: &str, a: &client::Attr) -> PyResult<Bou
     d.set_item("uid", a.uid)?;
     d.set_item("gid", a.gid)?;
     d.set_item("nlink", a.nlink)?;
-    d.set_item(
-        "mtime",
-        a.mtime.secs as f64 + f64::from(a.mtime.nanos) / 1e9,
-    )?;
-    d.set_item(
-        "ctime",
-        a.ctime.secs as f64 + f64::from(a.ctime.nanos) / 1e9,
-    )?;
+    d.set_item("mtime", a.mtime.secs as f64 + f64::from(a.mtime.nanos) / 1e9)?;
+    d.set_item("ctime", a.ctime.secs as f64 + f64::from(a.ctime.nanos) / 1e9)?;
     d.set_item("data_version", a.data_version)?;
     d.set_item("ec", a.ec.to_string())?;
     d.set_item("chunk_bytes", a.chunk_bytes)?;
@@ -183,11 +162,7 @@ fn split_parent(path: &str) -> (&str, &str) {
 
 /// Reads `out.len()` bytes (fewer at the end of the file) at `offset` into `out`, a chunk at a
 /// time; returns how many were read.
-async fn read_into(
-    h: &mut client::FileHandle,
-    offset: u64,
-    out: &mut [u8],
-) -> client::Result<usize> {
+async fn read_into(h: &mut client::FileHandle, offset: u64, out: &mut [u8]) -> client::Result<usize> {
     let chunk_bytes = u64::from(h.attr().chunk_bytes.max(1));
     let size = h.size();
     let mut done = 0usize;
@@ -197,9 +172,7 @@ async fn read_into(
             break;
         }
         let in_chunk = chunk_bytes - pos % chunk_bytes;
-        let want = (out.len() - done)
-            .min(in_chunk as usize)
-            .min((size - pos) as usize);
+        let want = (out.len() - done).min(in_chunk as usize).min((size - pos) as usize);
         let piece: Bytes = h.read_at(pos, want).await?;
         if piece.is_empty() {
             break;
@@ -214,10 +187,7 @@ async fn read_into(
 async fn write_atomic(c: &client::Client, path: &str, data: &[u8]) -> client::Result<()> {
     let (dir, name) = split_parent(path);
     if name.is_empty() {
-        return Err(client::WireError::new(
-            client::ErrorCode::Invalid,
-            format!("path {path:?} names no file"),
-        ));
+        return Err(client::WireError::new(client::ErrorCode::Invalid, format!("path {path:?} names no file")));
     }
     let tmp = join(dir, &client::tmp_name());
     let written = async {
@@ -246,10 +216,7 @@ impl Client {
         if addr.trim().is_empty() {
             return Err(value_error("no metadata service address given"));
         }
-        let me = Client {
-            addr: addr.to_string(),
-            connection: Mutex::new(None),
-        };
+        let me = Client { addr: addr.to_string(), connection: Mutex::new(None) };
         me.conn(py)?;
         Ok(me)
     }
@@ -291,10 +258,7 @@ impl Client {
         let p = path.to_string();
         self.call(py, path, |c| async move {
             if !exist_ok && c.resolve(&p).await.is_ok() {
-                return Err(client::WireError::new(
-                    client::ErrorCode::Exists,
-                    format!("{p:?} exists"),
-                ));
+                return Err(client::WireError::new(client::ErrorCode::Exists, format!("{p:?} exists")));
             }
             c.mkdir_p(&p).await.map(|_| ())
         })
@@ -316,10 +280,7 @@ impl Client {
             let (parent, name) = c.parent_of(&p).await?;
             let a = c.lookup(parent, name).await?;
             if a.kind == client::FileKind::Dir {
-                return Err(client::WireError::new(
-                    client::ErrorCode::IsDir,
-                    format!("{p:?} is a directory"),
-                ));
+                return Err(client::WireError::new(client::ErrorCode::IsDir, format!("{p:?} is a directory")));
             }
             c.unlink(parent, name).await
         })
@@ -346,21 +307,11 @@ impl Client {
 
     /// `length` bytes of file `path` from `offset` (to the end with -1), as `bytes`.
     #[pyo3(signature = (path, offset = 0, length = -1))]
-    fn read<'py>(
-        &self,
-        py: Python<'py>,
-        path: &str,
-        offset: u64,
-        length: i64,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    fn read<'py>(&self, py: Python<'py>, path: &str, offset: u64, length: i64) -> PyResult<Bound<'py, PyBytes>> {
         let p = path.to_string();
         let mut h = self.call(py, path, |c| async move { c.open_path(&p).await })?;
         let available = h.size().saturating_sub(offset);
-        let n = if length < 0 {
-            available
-        } else {
-            available.min(length as u64)
-        } as usize;
+        let n = if length < 0 { available } else { available.min(length as u64) } as usize;
         let (rt, _) = self.conn(py)?;
         let mut failure = None;
         let bytes = PyBytes::new_with(py, n, |out| {
@@ -369,10 +320,7 @@ impl Client {
                 Ok(got) if got == n => {}
                 Ok(got) => {
                     failure = Some(os_error(
-                        client::WireError::new(
-                            client::ErrorCode::Io,
-                            format!("read {got} of {n} bytes: the file shrank"),
-                        ),
+                        client::WireError::new(client::ErrorCode::Io, format!("read {got} of {n} bytes: the file shrank")),
                         path,
                     ))
                 }
@@ -389,13 +337,7 @@ impl Client {
     /// Reads file `path` from `offset` into `buffer` (a writable bytes-like object: bytearray,
     /// memoryview, NumPy array) without an intermediate object; returns the bytes read.
     #[pyo3(signature = (path, buffer, offset = 0))]
-    fn readinto(
-        &self,
-        py: Python<'_>,
-        path: &str,
-        buffer: &Bound<'_, PyAny>,
-        offset: u64,
-    ) -> PyResult<usize> {
+    fn readinto(&self, py: Python<'_>, path: &str, buffer: &Bound<'_, PyAny>, offset: u64) -> PyResult<usize> {
         let mut out = WritableBuffer::<u8>::get(buffer, "readinto")?;
         let p = path.to_string();
         let (rt, c) = self.conn(py)?;
@@ -412,12 +354,7 @@ impl Client {
     /// Whole contents of several files, fetched concurrently (`concurrency` at a time): what a
     /// loader's read-ahead asks for. Fails with the first error, naming its path.
     #[pyo3(signature = (paths, concurrency = READ_MANY_CONCURRENCY_DEFAULT))]
-    fn read_many<'py>(
-        &self,
-        py: Python<'py>,
-        paths: Vec<String>,
-        concurrency: usize,
-    ) -> PyResult<Bound<'py, PyList>> {
+    fn read_many<'py>(&self, py: Python<'py>, paths: Vec<String>, concurrency: usize) -> PyResult<Bound<'py, PyList>> {
         let concurrency = concurrency.clamp(1, READ_MANY_CONCURRENCY_MAX);
         let (rt, c) = self.conn(py)?;
         let results: Vec<(String, client::Result<Bytes>)> = py.detach(move || {
@@ -439,10 +376,7 @@ impl Client {
                     out.push(t.await.unwrap_or_else(|e| {
                         (
                             String::new(),
-                            Err(client::WireError::new(
-                                client::ErrorCode::Internal,
-                                format!("read task failed: {e}"),
-                            )),
+                            Err(client::WireError::new(client::ErrorCode::Internal, format!("read task failed: {e}"))),
                         )
                     }));
                 }
@@ -460,15 +394,10 @@ impl Client {
     /// Writes `data` (bytes-like) as the whole content of file `path`, atomically: written under
     /// a temporary name and renamed into place once durable.
     fn write(&self, py: Python<'_>, path: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let buf = PyBuffer::<u8>::get(data)
-            .map_err(|e| value_error(format!("write: data is not bytes-like: {e}")))?;
+        let buf = PyBuffer::<u8>::get(data).map_err(|e| value_error(format!("write: data is not bytes-like: {e}")))?;
         let bytes = buf.to_vec(py)?;
         let p = path.to_string();
-        self.call(
-            py,
-            path,
-            |c| async move { write_atomic(&c, &p, &bytes).await },
-        )
+        self.call(py, path, |c| async move { write_atomic(&c, &p, &bytes).await })
     }
 
     /// Opens file `path`: mode "rb" (read) or "wb" (write a new content, published at close).
@@ -493,19 +422,14 @@ impl Client {
                     // The target's directory must exist and the target must not be one.
                     if let Ok(a) = c.resolve(&p).await {
                         if a.kind == client::FileKind::Dir {
-                            return Err(client::WireError::new(
-                                client::ErrorCode::IsDir,
-                                format!("{p:?} is a directory"),
-                            ));
+                            return Err(client::WireError::new(client::ErrorCode::IsDir, format!("{p:?} is a directory")));
                         }
                     }
                     c.create_path(&t, 0o644).await
                 })?;
                 Ok(File::new(self.addr.clone(), path, Some(tmp), c, h))
             }
-            other => Err(PyValueError::new_err(format!(
-                "mode {other:?} is not supported: use \"rb\" or \"wb\""
-            ))),
+            other => Err(PyValueError::new_err(format!("mode {other:?} is not supported: use \"rb\" or \"wb\""))),
         }
     }
 
@@ -515,11 +439,7 @@ impl Client {
         let (rt, c) = self.conn(py)?;
         match py.detach(move || rt.block_on(async move { c.resolve(&p).await })) {
             Ok(_) => Ok(true),
-            Err(e)
-                if e.code == client::ErrorCode::NotFound || e.code == client::ErrorCode::NotDir =>
-            {
-                Ok(false)
-            }
+            Err(e) if e.code == client::ErrorCode::NotFound || e.code == client::ErrorCode::NotDir => Ok(false),
             Err(e) => Err(os_error(e, path)),
         }
     }
@@ -536,16 +456,10 @@ impl Client {
         self.call(py, path, |c| async move {
             let a = c.resolve(&p).await?;
             if a.kind != client::FileKind::Dir {
-                return Err(client::WireError::new(
-                    client::ErrorCode::NotDir,
-                    format!("{p:?} is not a directory"),
-                ));
+                return Err(client::WireError::new(client::ErrorCode::NotDir, format!("{p:?} is not a directory")));
             }
             let entries = c.readdir(a.ino).await?;
-            Ok(entries
-                .into_iter()
-                .filter(|e| !client::is_tmp_name(&e.name))
-                .collect())
+            Ok(entries.into_iter().filter(|e| !client::is_tmp_name(&e.name)).collect())
         })
     }
 }
@@ -588,27 +502,13 @@ impl From<client::WireError> for FileError {
 }
 
 impl File {
-    fn new(
-        addr: String,
-        path: &str,
-        tmp: Option<String>,
-        client: client::Client,
-        handle: client::FileHandle,
-    ) -> File {
+    fn new(addr: String, path: &str, tmp: Option<String>, client: client::Client, handle: client::FileHandle) -> File {
         File {
             addr,
             path: path.to_string(),
             ino: handle.ino(),
             tmp,
-            state: Mutex::new(FileState {
-                open: Some(OpenFile {
-                    pid: pid(),
-                    client,
-                    handle,
-                }),
-                pos: 0,
-                closed: false,
-            }),
+            state: Mutex::new(FileState { open: Some(OpenFile { pid: pid(), client, handle }), pos: 0, closed: false }),
         }
     }
 
@@ -707,11 +607,7 @@ impl File {
     fn read<'py>(&self, py: Python<'py>, size: i64) -> PyResult<Bound<'py, PyBytes>> {
         let (file_size, at) = self.run(py, |_, o, pos| Ok((o.handle.size(), *pos)))?;
         let available = file_size.saturating_sub(at);
-        let n = if size < 0 {
-            available
-        } else {
-            available.min(size as u64)
-        } as usize;
+        let n = if size < 0 { available } else { available.min(size as u64) } as usize;
         let mut result = Ok(0);
         let bytes = PyBytes::new_with(py, n, |out| {
             // The new object is not visible to any other Python code yet.
@@ -745,13 +641,9 @@ impl File {
     /// and uploaded as they fill; published under the file's name by `close`.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<usize> {
         if self.tmp.is_none() {
-            return Err(value_error(format!(
-                "{:?} was not opened for writing",
-                self.path
-            )));
+            return Err(value_error(format!("{:?} was not opened for writing", self.path)));
         }
-        let buf = PyBuffer::<u8>::get(data)
-            .map_err(|e| value_error(format!("write: data is not bytes-like: {e}")))?;
+        let buf = PyBuffer::<u8>::get(data).map_err(|e| value_error(format!("write: data is not bytes-like: {e}")))?;
         let bytes = buf.to_vec(py)?;
         self.run(py, move |rt, o, pos| {
             rt.block_on(o.handle.write_at(*pos, &bytes))?;

@@ -34,30 +34,11 @@ fn transform(
         ("full", _) => Crop::Full,
         ("random", _) => Crop::Random { scale, ratio },
         ("center", _) => Crop::Center { fraction },
-        ("box", Some((left, top, width, height))) => Crop::Box(CropBox {
-            left,
-            top,
-            width,
-            height,
-        }),
-        ("box", None) => {
-            return Err(value_error(
-                "crop \"box\" needs box=(left, top, width, height)",
-            ))
-        }
-        (other, _) => {
-            return Err(value_error(format!(
-                "crop {other:?} is not one of full, random, center, box"
-            )))
-        }
+        ("box", Some((left, top, width, height))) => Crop::Box(CropBox { left, top, width, height }),
+        ("box", None) => return Err(value_error("crop \"box\" needs box=(left, top, width, height)")),
+        (other, _) => return Err(value_error(format!("crop {other:?} is not one of full, random, center, box"))),
     };
-    Ok(Transform {
-        crop,
-        out_width,
-        out_height,
-        flip_probability,
-        seed,
-    })
+    Ok(Transform { crop, out_width, out_height, flip_probability, seed })
 }
 
 fn plan_tuple<'py>(py: Python<'py>, plan: (CropBox, bool)) -> PyResult<Bound<'py, PyTuple>> {
@@ -68,16 +49,13 @@ fn plan_tuple<'py>(py: Python<'py>, plan: (CropBox, bool)) -> PyResult<Bound<'py
 /// (width, height) of a JPEG image from its headers.
 #[pyfunction]
 fn vision_jpeg_size(py: Python<'_>, data: &[u8]) -> PyResult<(u32, u32)> {
-    py.detach(|| vision::jpeg_size(data))
-        .map_err(pipeline_error)
+    py.detach(|| vision::jpeg_size(data)).map_err(pipeline_error)
 }
 
 /// Decodes a JPEG image; returns (width, height, RGB bytes in HWC order).
 #[pyfunction]
 fn vision_decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<(u32, u32, Bound<'py, PyBytes>)> {
-    let img = py
-        .detach(|| vision::decode_rgb(data))
-        .map_err(pipeline_error)?;
+    let img = py.detach(|| vision::decode_rgb(data)).map_err(pipeline_error)?;
     Ok((img.width, img.height, PyBytes::new(py, &img.rgb)))
 }
 
@@ -100,22 +78,10 @@ fn vision_transform_into<'py>(
     flip_probability: f64,
     seed: u64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let t = transform(
-        crop,
-        out_width,
-        out_height,
-        scale,
-        ratio,
-        fraction,
-        crop_box,
-        flip_probability,
-        seed,
-    )?;
+    let t = transform(crop, out_width, out_height, scale, ratio, fraction, crop_box, flip_probability, seed)?;
     let mut out = WritableBuffer::<u8>::get(out, "out")?;
     let dst = out.slice();
-    let plan = py
-        .detach(|| vision::decode_transform_into(data, &t, dst))
-        .map_err(pipeline_error)?;
+    let plan = py.detach(|| vision::decode_transform_into(data, &t, dst)).map_err(pipeline_error)?;
     plan_tuple(py, plan)
 }
 
@@ -139,23 +105,9 @@ fn vision_transform_batch_into<'py>(
     threads: usize,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     if seeds.len() != datas.len() {
-        return Err(value_error(format!(
-            "{} seeds for {} images",
-            seeds.len(),
-            datas.len()
-        )));
+        return Err(value_error(format!("{} seeds for {} images", seeds.len(), datas.len())));
     }
-    let t = transform(
-        crop,
-        out_width,
-        out_height,
-        scale,
-        ratio,
-        fraction,
-        None,
-        flip_probability,
-        0,
-    )?;
+    let t = transform(crop, out_width, out_height, scale, ratio, fraction, None, flip_probability, 0)?;
     let per = t.out_bytes();
     let mut out = WritableBuffer::<u8>::get(out, "out")?;
     if out.len() != per * datas.len() {
@@ -188,12 +140,8 @@ fn vision_transform_batch_into<'py>(
                         group
                             .into_iter()
                             .map(|(i, slot)| {
-                                let ti = Transform {
-                                    seed: seeds[i],
-                                    ..t
-                                };
-                                vision::decode_transform_into(inputs[i], &ti, slot)
-                                    .map_err(|e| format!("image {i}: {e}"))
+                                let ti = Transform { seed: seeds[i], ..t };
+                                vision::decode_transform_into(inputs[i], &ti, slot).map_err(|e| format!("image {i}: {e}"))
                             })
                             .collect::<Result<Vec<_>, String>>()
                     })
@@ -201,10 +149,7 @@ fn vision_transform_batch_into<'py>(
                 .collect();
             let mut all = Vec::new();
             for h in handles {
-                all.extend(
-                    h.join()
-                        .map_err(|_| "a decoding thread panicked".to_string())??,
-                );
+                all.extend(h.join().map_err(|_| "a decoding thread panicked".to_string())??);
             }
             Ok::<_, String>(all)
         })
@@ -227,27 +172,14 @@ fn vision_normalize_into(
     let mut src = WritableBuffer::<u8>::get(src, "src")?;
     let mut out = WritableBuffer::<f32>::get(out, "out")?;
     let (s, o) = (src.slice(), out.slice());
-    py.detach(|| vision::normalize_chw_into(s, width, height, mean, std, o))
-        .map_err(pipeline_error)
+    py.detach(|| vision::normalize_chw_into(s, width, height, mean, std, o)).map_err(pipeline_error)
 }
 
 /// Encodes HWC RGB bytes as JPEG at `quality`.
 #[pyfunction]
-fn vision_encode_jpeg<'py>(
-    py: Python<'py>,
-    rgb: &[u8],
-    width: u32,
-    height: u32,
-    quality: u8,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let img = vision::Image {
-        width,
-        height,
-        rgb: rgb.to_vec(),
-    };
-    let jpeg = py
-        .detach(|| vision::encode_jpeg(&img, quality))
-        .map_err(pipeline_error)?;
+fn vision_encode_jpeg<'py>(py: Python<'py>, rgb: &[u8], width: u32, height: u32, quality: u8) -> PyResult<Bound<'py, PyBytes>> {
+    let img = vision::Image { width, height, rgb: rgb.to_vec() };
+    let jpeg = py.detach(|| vision::encode_jpeg(&img, quality)).map_err(pipeline_error)?;
     Ok(PyBytes::new(py, &jpeg))
 }
 
@@ -261,13 +193,7 @@ fn vision_random_resized_crop_box(
     ratio: (f64, f64),
     seed: u64,
 ) -> (u32, u32, u32, u32) {
-    let b = vision::random_resized_crop_box(
-        width,
-        height,
-        scale,
-        ratio,
-        &mut vision::SplitMix64::new(seed),
-    );
+    let b = vision::random_resized_crop_box(width, height, scale, ratio, &mut vision::SplitMix64::new(seed));
     (b.left, b.top, b.width, b.height)
 }
 

@@ -84,10 +84,7 @@ impl std::fmt::Display for TransformError {
         match self {
             TransformError::Invalid(why) => f.write_str(why),
             TransformError::OutputSize { expected, got } => {
-                write!(
-                    f,
-                    "output buffer holds {got} elements, the output shape needs {expected}"
-                )
+                write!(f, "output buffer holds {got} elements, the output shape needs {expected}")
             }
         }
     }
@@ -146,12 +143,8 @@ impl From<TransformError> for PipelineError {
 /// Width and height of a JPEG image from its headers, without decoding it.
 pub fn jpeg_size(jpeg: &[u8]) -> Result<(u32, u32), DecodeError> {
     let mut decoder = JpegDecoder::new_with_options(ZCursor::new(jpeg), decoder_options());
-    decoder
-        .decode_headers()
-        .map_err(|e| DecodeError::Invalid(format!("{e:?}")))?;
-    let info = decoder
-        .info()
-        .ok_or_else(|| DecodeError::Invalid("no frame header".into()))?;
+    decoder.decode_headers().map_err(|e| DecodeError::Invalid(format!("{e:?}")))?;
+    let info = decoder.info().ok_or_else(|| DecodeError::Invalid("no frame header".into()))?;
     Ok((u32::from(info.width), u32::from(info.height)))
 }
 
@@ -166,26 +159,16 @@ fn decoder_options() -> DecoderOptions {
 pub fn decode_rgb(jpeg: &[u8]) -> Result<Image, DecodeError> {
     let (width, height) = jpeg_size(jpeg)?;
     if width == 0 || height == 0 {
-        return Err(DecodeError::Invalid(format!(
-            "image of {width}x{height} pixels"
-        )));
+        return Err(DecodeError::Invalid(format!("image of {width}x{height} pixels")));
     }
-    if width > SIDE_PIXELS_MAX
-        || height > SIDE_PIXELS_MAX
-        || u64::from(width) * u64::from(height) > IMAGE_PIXELS_MAX
-    {
+    if width > SIDE_PIXELS_MAX || height > SIDE_PIXELS_MAX || u64::from(width) * u64::from(height) > IMAGE_PIXELS_MAX {
         return Err(DecodeError::TooLarge { width, height });
     }
     let mut decoder = JpegDecoder::new_with_options(ZCursor::new(jpeg), decoder_options());
-    let rgb = decoder
-        .decode()
-        .map_err(|e| DecodeError::Invalid(format!("{e:?}")))?;
+    let rgb = decoder.decode().map_err(|e| DecodeError::Invalid(format!("{e:?}")))?;
     let expected = width as usize * height as usize * 3;
     if rgb.len() != expected {
-        return Err(DecodeError::Invalid(format!(
-            "decoder produced {} bytes for {width}x{height} RGB",
-            rgb.len()
-        )));
+        return Err(DecodeError::Invalid(format!("decoder produced {} bytes for {width}x{height} RGB", rgb.len())));
     }
     Ok(Image { width, height, rgb })
 }
@@ -202,12 +185,7 @@ pub struct CropBox {
 impl CropBox {
     /// The whole image.
     pub fn full(width: u32, height: u32) -> CropBox {
-        CropBox {
-            left: 0,
-            top: 0,
-            width,
-            height,
-        }
+        CropBox { left: 0, top: 0, width, height }
     }
 
     fn check(&self, width: u32, height: u32) -> Result<(), TransformError> {
@@ -218,9 +196,7 @@ impl CropBox {
         if fits {
             Ok(())
         } else {
-            Err(TransformError::Invalid(format!(
-                "crop box {self:?} is not inside the {width}x{height} image"
-            )))
+            Err(TransformError::Invalid(format!("crop box {self:?} is not inside the {width}x{height} image")))
         }
     }
 }
@@ -262,13 +238,7 @@ impl SplitMix64 {
 /// The crop box torchvision's `RandomResizedCrop.get_params` would choose: up to 10 tries of an
 /// area fraction in `scale` and a log-uniform aspect ratio in `ratio` that fit the image, else
 /// the largest centred box within the ratio bounds.
-pub fn random_resized_crop_box(
-    width: u32,
-    height: u32,
-    scale: (f64, f64),
-    ratio: (f64, f64),
-    rng: &mut SplitMix64,
-) -> CropBox {
+pub fn random_resized_crop_box(width: u32, height: u32, scale: (f64, f64), ratio: (f64, f64), rng: &mut SplitMix64) -> CropBox {
     let area = f64::from(width) * f64::from(height);
     let (log_lo, log_hi) = (ratio.0.ln(), ratio.1.ln());
     for _ in 0..10 {
@@ -280,34 +250,18 @@ pub fn random_resized_crop_box(
             let (w, h) = (w as u32, h as u32);
             let top = rng.up_to(height - h);
             let left = rng.up_to(width - w);
-            return CropBox {
-                left,
-                top,
-                width: w,
-                height: h,
-            };
+            return CropBox { left, top, width: w, height: h };
         }
     }
     let in_ratio = f64::from(width) / f64::from(height);
     let (w, h) = if in_ratio < ratio.0.min(ratio.1) {
-        (
-            width,
-            ((f64::from(width) / ratio.0.min(ratio.1)).round() as u32).clamp(1, height),
-        )
+        (width, ((f64::from(width) / ratio.0.min(ratio.1)).round() as u32).clamp(1, height))
     } else if in_ratio > ratio.0.max(ratio.1) {
-        (
-            ((f64::from(height) * ratio.0.max(ratio.1)).round() as u32).clamp(1, width),
-            height,
-        )
+        (((f64::from(height) * ratio.0.max(ratio.1)).round() as u32).clamp(1, width), height)
     } else {
         (width, height)
     };
-    CropBox {
-        left: (width - w) / 2,
-        top: (height - h) / 2,
-        width: w,
-        height: h,
-    }
+    CropBox { left: (width - w) / 2, top: (height - h) / 2, width: w, height: h }
 }
 
 /// Which part of the decoded image a transform keeps.
@@ -318,10 +272,7 @@ pub enum Crop {
     /// A given box (e.g. one chosen by another library, to compare results).
     Box(CropBox),
     /// torchvision's RandomResizedCrop box ([`random_resized_crop_box`]) drawn from the seed.
-    Random {
-        scale: (f64, f64),
-        ratio: (f64, f64),
-    },
+    Random { scale: (f64, f64), ratio: (f64, f64) },
     /// The centred box with `fraction` of each side (validation: resize 256, center-crop 224
     /// is a fraction of 0.875).
     Center { fraction: f64 },
@@ -345,8 +296,8 @@ impl Transform {
     }
 
     fn check(&self) -> Result<(), TransformError> {
-        let sides_ok = (1..=OUT_SIDE_PIXELS_MAX).contains(&self.out_width)
-            && (1..=OUT_SIDE_PIXELS_MAX).contains(&self.out_height);
+        let sides_ok =
+            (1..=OUT_SIDE_PIXELS_MAX).contains(&self.out_width) && (1..=OUT_SIDE_PIXELS_MAX).contains(&self.out_height);
         if !sides_ok {
             return Err(TransformError::Invalid(format!(
                 "output size {}x{} is outside 1..={OUT_SIDE_PIXELS_MAX} per side",
@@ -354,18 +305,11 @@ impl Transform {
             )));
         }
         if !(0.0..=1.0).contains(&self.flip_probability) {
-            return Err(TransformError::Invalid(format!(
-                "flip probability {} is not within 0..=1",
-                self.flip_probability
-            )));
+            return Err(TransformError::Invalid(format!("flip probability {} is not within 0..=1", self.flip_probability)));
         }
         match self.crop {
             Crop::Random { scale, ratio } => {
-                let ok = scale.0 > 0.0
-                    && scale.0 <= scale.1
-                    && scale.1 <= 1.0
-                    && ratio.0 > 0.0
-                    && ratio.0 <= ratio.1;
+                let ok = scale.0 > 0.0 && scale.0 <= scale.1 && scale.1 <= 1.0 && ratio.0 > 0.0 && ratio.0 <= ratio.1;
                 if !ok {
                     return Err(TransformError::Invalid(format!(
                         "random crop needs 0 < scale min <= max <= 1 and 0 < ratio min <= max, got scale {scale:?} ratio {ratio:?}"
@@ -373,9 +317,7 @@ impl Transform {
                 }
             }
             Crop::Center { fraction } if !(fraction > 0.0 && fraction <= 1.0) => {
-                return Err(TransformError::Invalid(format!(
-                    "center crop fraction {fraction} is not within (0, 1]"
-                )));
+                return Err(TransformError::Invalid(format!("center crop fraction {fraction} is not within (0, 1]")));
             }
             _ => {}
         }
@@ -389,18 +331,11 @@ impl Transform {
         let crop = match self.crop {
             Crop::Full => CropBox::full(width, height),
             Crop::Box(b) => b,
-            Crop::Random { scale, ratio } => {
-                random_resized_crop_box(width, height, scale, ratio, &mut rng)
-            }
+            Crop::Random { scale, ratio } => random_resized_crop_box(width, height, scale, ratio, &mut rng),
             Crop::Center { fraction } => {
                 let w = ((f64::from(width) * fraction).round() as u32).clamp(1, width);
                 let h = ((f64::from(height) * fraction).round() as u32).clamp(1, height);
-                CropBox {
-                    left: (width - w) / 2,
-                    top: (height - h) / 2,
-                    width: w,
-                    height: h,
-                }
+                CropBox { left: (width - w) / 2, top: (height - h) / 2, width: w, height: h }
             }
         };
         crop.check(width, height)?;
@@ -421,26 +356,19 @@ pub fn resize_crop_into(
     crop.check(image.width, image.height)?;
     let expected = out_width as usize * out_height as usize * 3;
     if out.len() != expected {
-        return Err(TransformError::OutputSize {
-            expected,
-            got: out.len(),
-        });
+        return Err(TransformError::OutputSize { expected, got: out.len() });
     }
     let src = fr::images::ImageRef::new(image.width, image.height, &image.rgb, fr::PixelType::U8x3)
         .map_err(|e| TransformError::Invalid(format!("source image: {e}")))?;
     let mut dst = fr::images::Image::from_slice_u8(out_width, out_height, out, fr::PixelType::U8x3)
         .map_err(|e| TransformError::Invalid(format!("output buffer: {e}")))?;
-    let options = fr::ResizeOptions::new()
-        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-        .crop(
-            f64::from(crop.left),
-            f64::from(crop.top),
-            f64::from(crop.width),
-            f64::from(crop.height),
-        );
-    fr::Resizer::new()
-        .resize(&src, &mut dst, &options)
-        .map_err(|e| TransformError::Invalid(format!("resize: {e}")))
+    let options = fr::ResizeOptions::new().resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear)).crop(
+        f64::from(crop.left),
+        f64::from(crop.top),
+        f64::from(crop.width),
+        f64::from(crop.height),
+    );
+    fr::Resizer::new().resize(&src, &mut dst, &options).map_err(|e| TransformError::Invalid(format!("resize: {e}")))
 }
 
 /// Mirrors an HWC RGB image left to right in place.
@@ -463,17 +391,9 @@ pub fn flip_horizontal(rgb: &mut [u8], width: u32) {
 
 /// Decodes `jpeg`, applies `transform`, and writes the HWC RGB result into `out`; returns the
 /// crop box and whether it flipped (so a caller can reproduce or check the augmentation).
-pub fn decode_transform_into(
-    jpeg: &[u8],
-    transform: &Transform,
-    out: &mut [u8],
-) -> Result<(CropBox, bool), PipelineError> {
+pub fn decode_transform_into(jpeg: &[u8], transform: &Transform, out: &mut [u8]) -> Result<(CropBox, bool), PipelineError> {
     if out.len() != transform.out_bytes() {
-        return Err(TransformError::OutputSize {
-            expected: transform.out_bytes(),
-            got: out.len(),
-        }
-        .into());
+        return Err(TransformError::OutputSize { expected: transform.out_bytes(), got: out.len() }.into());
     }
     let (width, height) = jpeg_size(jpeg)?;
     // Arguments are checked before the expensive decode.
@@ -498,21 +418,13 @@ pub fn normalize_chw_into(
 ) -> Result<(), TransformError> {
     let pixels = width as usize * height as usize;
     if rgb.len() != pixels * 3 {
-        return Err(TransformError::OutputSize {
-            expected: pixels * 3,
-            got: rgb.len(),
-        });
+        return Err(TransformError::OutputSize { expected: pixels * 3, got: rgb.len() });
     }
     if out.len() != pixels * 3 {
-        return Err(TransformError::OutputSize {
-            expected: pixels * 3,
-            got: out.len(),
-        });
+        return Err(TransformError::OutputSize { expected: pixels * 3, got: out.len() });
     }
     if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
-        return Err(TransformError::Invalid(format!(
-            "normalization std {std:?} has a zero or non-finite value"
-        )));
+        return Err(TransformError::Invalid(format!("normalization std {std:?} has a zero or non-finite value")));
     }
     for c in 0..3 {
         let scale = 1.0 / (255.0 * std[c]);
@@ -528,51 +440,29 @@ pub fn normalize_chw_into(
 /// Encodes an RGB image as a baseline JPEG (4:2:0) at `quality` (1..=100).
 pub fn encode_jpeg(image: &Image, quality: u8) -> Result<Vec<u8>, EncodeError> {
     if !(1..=100).contains(&quality) {
-        return Err(EncodeError::Invalid(format!(
-            "quality {quality} is not within 1..=100"
-        )));
+        return Err(EncodeError::Invalid(format!("quality {quality} is not within 1..=100")));
     }
     let (w, h) = match (u16::try_from(image.width), u16::try_from(image.height)) {
         (Ok(w), Ok(h)) if w > 0 && h > 0 => (w, h),
-        _ => {
-            return Err(EncodeError::Invalid(format!(
-                "{}x{} pixels is not a size JPEG can hold",
-                image.width, image.height
-            )))
-        }
+        _ => return Err(EncodeError::Invalid(format!("{}x{} pixels is not a size JPEG can hold", image.width, image.height))),
     };
     if image.rgb.len() != image.width as usize * image.height as usize * 3 {
-        return Err(EncodeError::Invalid(format!(
-            "{} bytes do not make a {}x{} RGB image",
-            image.rgb.len(),
-            w,
-            h
-        )));
+        return Err(EncodeError::Invalid(format!("{} bytes do not make a {}x{} RGB image", image.rgb.len(), w, h)));
     }
     let mut out = Vec::with_capacity(image.rgb.len() / 4);
     let mut encoder = jpeg_encoder::Encoder::new(&mut out, quality);
     encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
-    encoder
-        .encode(&image.rgb, w, h, jpeg_encoder::ColorType::Rgb)
-        .map_err(|e| EncodeError::Invalid(e.to_string()))?;
+    encoder.encode(&image.rgb, w, h, jpeg_encoder::ColorType::Rgb).map_err(|e| EncodeError::Invalid(e.to_string()))?;
     Ok(out)
 }
 
 /// Resizes a whole image to `width` x `height` (bilinear, antialiased).
 pub fn resize(image: &Image, width: u32, height: u32) -> Result<Image, TransformError> {
     if !(1..=u32::from(u16::MAX)).contains(&width) || !(1..=u32::from(u16::MAX)).contains(&height) {
-        return Err(TransformError::Invalid(format!(
-            "size {width}x{height} is out of range"
-        )));
+        return Err(TransformError::Invalid(format!("size {width}x{height} is out of range")));
     }
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
-    resize_crop_into(
-        image,
-        CropBox::full(image.width, image.height),
-        width,
-        height,
-        &mut rgb,
-    )?;
+    resize_crop_into(image, CropBox::full(image.width, image.height), width, height, &mut rgb)?;
     Ok(Image { width, height, rgb })
 }
 
@@ -640,11 +530,7 @@ pub fn synth_image(seed: u64, width: u32, height: u32) -> Image {
             }
         }
     }
-    Image {
-        width: w,
-        height: h,
-        rgb,
-    }
+    Image { width: w, height: h, rgb }
 }
 
 #[cfg(test)]
@@ -654,26 +540,14 @@ mod tests {
     #[test]
     fn encode_decode_round_trip_is_close() {
         // Smooth content: per-pixel grain does not survive 4:2:0 chroma subsampling.
-        let rgb = (0..90u32)
-            .flat_map(|y| {
-                (0..120u32).flat_map(move |x| [(x * 2) as u8, (y * 2) as u8, ((x + y) / 2) as u8])
-            })
-            .collect();
-        let img = Image {
-            width: 120,
-            height: 90,
-            rgb,
-        };
+        let rgb =
+            (0..90u32).flat_map(|y| (0..120u32).flat_map(move |x| [(x * 2) as u8, (y * 2) as u8, ((x + y) / 2) as u8])).collect();
+        let img = Image { width: 120, height: 90, rgb };
         let jpeg = encode_jpeg(&img, 95).expect("encode");
         assert_eq!(jpeg_size(&jpeg).expect("size"), (120, 90));
         let back = decode_rgb(&jpeg).expect("decode");
         assert_eq!((back.width, back.height), (120, 90));
-        let mad: f64 = img
-            .rgb
-            .iter()
-            .zip(&back.rgb)
-            .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs() as f64)
-            .sum::<f64>()
+        let mad: f64 = img.rgb.iter().zip(&back.rgb).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs() as f64).sum::<f64>()
             / img.rgb.len() as f64;
         assert!(mad < 2.0, "mean absolute difference {mad}");
     }
@@ -689,10 +563,7 @@ mod tests {
 
     #[test]
     fn garbage_and_bombs_are_refused() {
-        assert!(matches!(
-            decode_rgb(b"not a jpeg"),
-            Err(DecodeError::Invalid(_))
-        ));
+        assert!(matches!(decode_rgb(b"not a jpeg"), Err(DecodeError::Invalid(_))));
         assert!(matches!(decode_rgb(&[]), Err(DecodeError::Invalid(_))));
         let jpeg = encode_jpeg(&synth_image(3, 64, 48), 80).expect("encode");
         // A truncated file fails or decodes; it never panics.
@@ -701,10 +572,7 @@ mod tests {
         }
         // Claim a huge frame: patch the SOF0 height and width.
         let mut bomb = jpeg.clone();
-        let sof = bomb
-            .windows(2)
-            .position(|w| w == [0xff, 0xc0])
-            .expect("SOF0");
+        let sof = bomb.windows(2).position(|w| w == [0xff, 0xc0]).expect("SOF0");
         bomb[sof + 5..sof + 9].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
         assert!(decode_rgb(&bomb).is_err());
     }
@@ -713,31 +581,19 @@ mod tests {
     fn random_crop_boxes_follow_torchvision_bounds() {
         let mut rng = SplitMix64::new(5);
         for _ in 0..2000 {
-            let b =
-                random_resized_crop_box(500, 375, (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0), &mut rng);
+            let b = random_resized_crop_box(500, 375, (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0), &mut rng);
             b.check(500, 375).expect("inside");
         }
         // Impossible bounds fall back to the centred box within the ratio.
         let b = random_resized_crop_box(1000, 10, (0.9, 1.0), (1.0, 1.0), &mut rng);
-        assert_eq!(
-            b,
-            CropBox {
-                left: 495,
-                top: 0,
-                width: 10,
-                height: 10
-            }
-        );
+        assert_eq!(b, CropBox { left: 495, top: 0, width: 10, height: 10 });
     }
 
     #[test]
     fn transform_checks_arguments_and_is_reproducible() {
         let jpeg = encode_jpeg(&synth_image(4, 200, 150), 90).expect("encode");
         let t = Transform {
-            crop: Crop::Random {
-                scale: (0.08, 1.0),
-                ratio: (0.75, 4.0 / 3.0),
-            },
+            crop: Crop::Random { scale: (0.08, 1.0), ratio: (0.75, 4.0 / 3.0) },
             out_width: 64,
             out_height: 64,
             flip_probability: 0.5,
@@ -753,15 +609,7 @@ mod tests {
             decode_transform_into(&jpeg, &t, &mut small),
             Err(PipelineError::Transform(TransformError::OutputSize { .. }))
         ));
-        let outside = Transform {
-            crop: Crop::Box(CropBox {
-                left: 190,
-                top: 0,
-                width: 20,
-                height: 10,
-            }),
-            ..t
-        };
+        let outside = Transform { crop: Crop::Box(CropBox { left: 190, top: 0, width: 20, height: 10 }), ..t };
         assert!(decode_transform_into(&jpeg, &outside, &mut a).is_err());
         let zero = Transform { out_width: 0, ..t };
         assert!(decode_transform_into(&jpeg, &zero, &mut a).is_err());
@@ -778,8 +626,7 @@ mod tests {
     fn normalization_matches_the_formula() {
         let rgb = [255u8, 0, 51, 0, 255, 102];
         let mut out = [0f32; 6];
-        normalize_chw_into(&rgb, 2, 1, [0.5, 0.5, 0.0], [0.5, 0.25, 1.0], &mut out)
-            .expect("normalize");
+        normalize_chw_into(&rgb, 2, 1, [0.5, 0.5, 0.0], [0.5, 0.25, 1.0], &mut out).expect("normalize");
         let expect = [1.0, -1.0, -2.0, 2.0, 0.2, 0.4];
         for (o, e) in out.iter().zip(expect) {
             assert!((o - e).abs() < 1e-5, "{out:?}");
