@@ -652,6 +652,33 @@ impl File {
         })
     }
 
+    /// Discards a file being written: its temporary file is removed and the target is left as
+    /// it was (what leaving a `with` block by an exception does). For a read handle, closes it.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(tmp) = self.tmp.clone() else { return self.close(py) };
+        let r = self.run(py, move |rt, o, _| {
+            let client = o.client.clone();
+            rt.block_on(async {
+                let (parent, name) = client.parent_of(&tmp).await?;
+                match client.unlink(parent, name).await {
+                    Err(e) if e.code != client::ErrorCode::NotFound => Err(FileError::Trove(e)),
+                    _ => Ok(()),
+                }
+            })
+        });
+        let mut state = self.state.lock();
+        state.closed = true;
+        if let Some(o) = state.open.take() {
+            if o.pid != pid() {
+                std::mem::forget(o);
+            }
+        }
+        match r {
+            Err(e) if e.is_instance_of::<PyValueError>(py) => Ok(()),
+            other => other,
+        }
+    }
+
     /// Whether `close` has been called.
     #[getter]
     fn closed(&self) -> bool {

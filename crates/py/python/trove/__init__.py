@@ -82,11 +82,38 @@ class File(io.RawIOBase):
         return self._f.size()
 
     def close(self) -> None:
+        """Closes the file; one being written is published under its name (atomically)."""
         if not self.closed:
             try:
                 self._f.close()
             finally:
                 super().close()
+
+    def abort(self) -> None:
+        """Discards a file being written: the target keeps what it had."""
+        if not self.closed:
+            try:
+                self._f.abort()
+            finally:
+                super().close()
+
+    def __exit__(self, exc_type, exc, tb):
+        # A write cut short by an exception is not published as if it were complete.
+        if exc_type is not None and self.writable():
+            self.abort()
+        else:
+            self.close()
+        return False
+
+    def __del__(self):
+        # Unlike io's files, a write never closed is discarded, not published half done.
+        try:
+            if not self.closed and self._f.writable:
+                self.abort()
+            else:
+                self.close()
+        except Exception:
+            pass
 
 
 class Client:

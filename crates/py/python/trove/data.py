@@ -161,7 +161,7 @@ def iter_tfrecord(data: bytes, shard: str = "", check_crc: bool = True) -> Itera
             raise FormatError(f"{shard}: truncated TFRecord header at byte {pos}")
         (length,) = struct.unpack_from("<Q", data, pos)
         (length_crc,) = struct.unpack_from("<I", data, pos + 8)
-        if check_crc and _native.masked_crc32c(mv[pos : pos + 8]) != length_crc:
+        if check_crc and _native.masked_crc32c(bytes(mv[pos : pos + 8])) != length_crc:
             raise FormatError(f"{shard}: TFRecord length checksum mismatch at byte {pos}")
         start, end = pos + 12, pos + 12 + length
         if end + 4 > n:
