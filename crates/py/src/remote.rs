@@ -748,3 +748,19 @@ impl Drop for File {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_into_parent_and_name() {
+        assert_eq!(split_parent("/a/b/c.jpg"), ("/a/b", "c.jpg"));
+        assert_eq!(split_parent("/a/"), ("", "a"));
+        assert_eq!(split_parent("top"), ("", "top"));
+        assert_eq!(split_parent("/"), ("", ""));
+        assert_eq!(join("/a", "b"), "/a/b");
+        assert_eq!(join("/", "b"), "/b");
+        assert_eq!(join("", "b"), "/b");
+    }
+}
