@@ -126,6 +126,21 @@ class Datasets(unittest.TestCase):
             if ext == "jpg":
                 self.assertEqual(shard[int(off) : int(off) + int(size)], expected[key])
 
+    def test_read_ahead_stops_with_its_consumer(self):
+        import threading
+        import time
+
+        from trove.torch import ShardDataset
+
+        ds = ShardDataset(f"{self.d}/tar", read_ahead=1, rank=0, world_size=1, worker=0, num_workers=1)
+        it = iter(ds)
+        self.assertEqual(len([next(it) for _ in range(3)]), 3)
+        it.close()
+        deadline = time.monotonic() + 10
+        while any(t.name == "trove-read-ahead" for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(any(t.name == "trove-read-ahead" for t in threading.enumerate()), "the read-ahead thread outlived its iterator")
+
     def test_tfrecord_shards_hold_every_record_once(self):
         from trove.torch import ShardDataset
 

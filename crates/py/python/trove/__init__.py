@@ -36,8 +36,8 @@ def resolve_cluster(cluster: str | None = None) -> str:
 
 
 def _norm(path: str) -> str:
-    path = "/" + path.strip("/")
-    return path
+    """Cluster paths are absolute; "a/b", "/a/b/" and "/a/b" name the same file."""
+    return "/" + path.strip("/")
 
 
 class File(io.RawIOBase):
@@ -200,12 +200,11 @@ class Client:
 
 
 _default: Client | None = None
-_default_pid: int | None = None
 
 
 def default_client() -> Client:
-    """A client for ``TROVE_CLUSTER``, one per process."""
-    global _default, _default_pid
+    """A client for ``TROVE_CLUSTER`` (one, shared; a forked child reconnects on first use)."""
+    global _default
     if _default is None:
         _default = Client()
     return _default

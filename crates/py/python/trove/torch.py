@@ -172,6 +172,16 @@ class ShardDataset(_IterBase):
         q: queue.Queue = queue.Queue(maxsize=self.read_ahead)
         stop = threading.Event()
 
+        def put(item) -> bool:
+            """Hands an item over unless the consumer stopped; never blocks for good."""
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def fetch():
             for p in paths:
                 if stop.is_set():
@@ -180,15 +190,9 @@ class ShardDataset(_IterBase):
                     item = (p, self.client.read(p), None)
                 except Exception as e:  # handed to the consumer, raised there
                     item = (p, None, e)
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if item[2] is not None:
+                if not put(item) or item[2] is not None:
                     return
-            q.put(None)
+            put(None)
 
         t = threading.Thread(target=fetch, name="trove-read-ahead", daemon=True)
         t.start()
