@@ -23,6 +23,8 @@ command -v s3cmd >/dev/null 2>&1 || need_pkgs+=(s3cmd)
 command -v nfs-ls >/dev/null 2>&1 || need_pkgs+=(libnfs-utils)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
+# The Python package's test (crates/trove/tests/python.rs) makes a virtual environment.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
@@ -43,6 +45,13 @@ python3 -c 'import boto3' >/dev/null 2>&1 || need_pip+=(boto3)
 # The benchmark format tests read our npz and TFRecord files with independent readers.
 python3 -c 'import numpy' >/dev/null 2>&1 || need_pip+=(numpy)
 python3 -c 'import tfrecord' >/dev/null 2>&1 || need_pip+=(tfrecord)
+# The Python package: maturin builds its wheel; its tests use fsspec, pandas and pyarrow (a
+# Parquet file through trove://) and Pillow (the reference for trove.vision).
+python3 -m maturin --version >/dev/null 2>&1 || need_pip+=("maturin>=1.16,<2")
+for mod in fsspec pandas pyarrow; do
+  python3 -c "import $mod" >/dev/null 2>&1 || need_pip+=("$mod")
+done
+python3 -c 'import PIL' >/dev/null 2>&1 || need_pip+=(pillow)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing with pip: ${need_pip[*]}" >&2
   python3 -m pip install --quiet "${need_pip[@]}" >/dev/null 2>&1 \

@@ -10,6 +10,7 @@ mod bench;
 mod cluster;
 mod cmds;
 mod data;
+mod dataset;
 mod demo;
 mod mover;
 mod mount;
@@ -139,6 +140,9 @@ enum Command {
     S3(s3::S3Args),
     /// Serves the cluster over NFSv3 (exports configurable, read-only or read-write).
     Nfs(nfs::NfsArgs),
+    /// Dataset tools: synth, pack (WebDataset tar / TFRecord), expand, resize.
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCmd),
     /// Runs the demo: a 6-node 4+2 cluster, a dataset of mixed file sizes, node loss, verification.
     Demo(demo::DemoArgs),
 }
@@ -185,6 +189,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Cluster(cmd) => cluster::run(cmd).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Dataset(cmd) => dataset::run(cmd, cluster).await,
         Command::S3(args) => s3::run(args, cluster).await,
         Command::Nfs(args) => nfs::run(args, cluster).await,
         Command::Bench(args) => bench::run(args, cluster).await,

@@ -49,6 +49,8 @@ fn crate_dependencies_point_one_way() {
         ("bench", &["client"][..]),
         ("s3gw", &["client", "wire"][..]),
         ("nfsgw", &["client", "wire"][..]),
+        ("vision", &[][..]),
+        ("py", &["client", "vision"][..]),
     ]);
     for (name, set) in &deps {
         if let Some(ok) = allowed.get(name.as_str()) {
