@@ -67,7 +67,18 @@ pub struct Cluster {
     live: Mutex<HashMap<NodeId, Liveness>>,
     maps: MapCache,
     chunk_ids: IdPool,
+    /// The smallest parity of any directory or file, and when it was found (see
+    /// [`Cluster::mark_dead_out`]; the walk over every inode is not repeated on every check).
+    min_parity: Mutex<Option<(u8, String, Instant)>>,
+    /// When marking dead nodes out was last held back (logged once per
+    /// [`HELD_BACK_LOG_INTERVAL`]).
+    held_back_logged: Mutex<Option<Instant>>,
 }
+
+/// How long the smallest parity in use is trusted before it is looked up again.
+const MIN_PARITY_TTL: Duration = Duration::from_secs(60);
+/// How often a cluster that keeps too many nodes down says again why it marks none out.
+const HELD_BACK_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Cluster {
     pub fn new(options: ClusterOptions) -> Cluster {
@@ -78,6 +89,8 @@ impl Cluster {
             live: Mutex::new(HashMap::new()),
             maps: MapCache::default(),
             chunk_ids,
+            min_parity: Mutex::new(None),
+            held_back_logged: Mutex::new(None),
         }
     }
 
@@ -593,14 +606,24 @@ impl Cluster {
     /// Marks out every node that has been down (as this server sees it) for longer than
     /// `after`, publishing a new map without them, so that rebuild moves their shards to the
     /// remaining nodes. Run by the lease holder only. Returns the nodes marked out.
+    ///
+    /// Held back while more nodes are down than the smallest parity in use can lose: their
+    /// chunks could not be rebuilt, and a node marked out is never taken back, so marking them
+    /// out would turn an outage into data loss. They stay down (reads rebuild around what they
+    /// can) until they return or an operator removes them (`trove node remove --force`).
     pub async fn mark_dead_out(
         &self,
         engine: &dyn KvEngine,
         after: Duration,
     ) -> Result<Vec<NodeId>, WireError> {
-        let dead: Vec<NodeId> = self
-            .nodes(engine)
-            .await?
+        let nodes = self.nodes(engine).await?;
+        let down: Vec<NodeId> = nodes
+            .iter()
+            .filter(|rec| is_member(rec.state) || rec.state == NodeState::Draining)
+            .filter(|rec| self.node_state(rec).0 == NodeState::Down)
+            .map(|rec| rec.id)
+            .collect();
+        let dead: Vec<NodeId> = nodes
             .iter()
             .filter(|rec| is_member(rec.state) || rec.state == NodeState::Draining)
             .filter(|rec| {
@@ -609,6 +632,20 @@ impl Cluster {
             })
             .map(|rec| rec.id)
             .collect();
+        if dead.is_empty() {
+            return Ok(dead);
+        }
+        let (parity, example) = self.min_parity(engine).await?;
+        if down.len() > usize::from(parity) {
+            let mut logged = self.held_back_logged.lock();
+            if logged.is_none_or(|at| at.elapsed() >= HELD_BACK_LOG_INTERVAL) {
+                *logged = Some(Instant::now());
+                tracing::warn!(
+                    "storage nodes {down:?} are down; {example} can lose at most {parity} shards of a chunk, so their data could not be rebuilt: not marking any out. Bring them back, or remove them knowingly with `trove node remove ID --force`"
+                );
+            }
+            return Ok(Vec::new());
+        }
         for &node in &dead {
             tracing::warn!(
                 "node {node} has been down for more than {} ms: marking it out to rebuild its shards",
@@ -619,6 +656,20 @@ impl Cluster {
             self.set_node_state(engine, node, NodeState::Out, true).await?;
         }
         Ok(dead)
+    }
+
+    /// The smallest parity of any directory or file (with an example for messages), cached for
+    /// [`MIN_PARITY_TTL`]. `u8::MAX` when nothing is stored.
+    async fn min_parity(&self, engine: &dyn KvEngine) -> Result<(u8, String), WireError> {
+        if let Some((parity, example, at)) = self.min_parity.lock().clone() {
+            if at.elapsed() < MIN_PARITY_TTL {
+                return Ok((parity, example));
+            }
+        }
+        let found = namespace::least_parity(engine).await?;
+        let (parity, example) = found.map_or((u8::MAX, String::new()), |at| (at.ec.m, format!("{} ({})", at.path, at.ec)));
+        *self.min_parity.lock() = Some((parity, example.clone(), Instant::now()));
+        Ok((parity, example))
     }
 
     /// Tries to take or renew the cluster manager's lease for `holder`; returns whether it

@@ -1385,6 +1385,8 @@ pub struct SchemeAt {
 pub struct SchemeUse {
     /// The widest scheme any directory or file uses (a directory preferred as the example).
     pub widest: Option<SchemeAt>,
+    /// The scheme with the fewest parity shards any directory or file uses.
+    pub least_parity: Option<SchemeAt>,
     /// Directories whose scheme is wider than the nodes given to [`scheme_use`], at most
     /// `limit` of them.
     pub too_wide: Vec<SchemeAt>,
@@ -1396,6 +1398,12 @@ pub struct SchemeUse {
 /// per transaction: for operator commands (drain, remove), not for the data path.
 pub async fn widest_scheme(engine: &dyn KvEngine) -> Result<Option<SchemeAt>, WireError> {
     Ok(scheme_use(engine, usize::MAX, 0).await?.widest)
+}
+
+/// The scheme with the fewest parity shards a directory or file uses, with an example. Walks
+/// every inode.
+pub async fn least_parity(engine: &dyn KvEngine) -> Result<Option<SchemeAt>, WireError> {
+    Ok(scheme_use(engine, usize::MAX, 0).await?.least_parity)
 }
 
 /// Walks every inode: the widest scheme in use, and the directories (at most `limit`) whose
@@ -1410,6 +1418,7 @@ pub async fn scheme_use(
     let mut from = prefix.to_vec();
     let mut found = SchemeUse::default();
     let mut widest: Option<(EcScheme, Ino, FileKind)> = None;
+    let mut least: Option<(EcScheme, Ino)> = None;
     let mut too_wide: Vec<(EcScheme, Ino)> = Vec::new();
     loop {
         let page = {
@@ -1436,6 +1445,9 @@ pub async fn scheme_use(
             if better {
                 widest = Some((attr.ec, attr.ino, attr.kind));
             }
+            if least.is_none_or(|(ec, _)| attr.ec.m < ec.m) {
+                least = Some((attr.ec, attr.ino));
+            }
             if attr.kind == FileKind::Dir && attr.ec.width() > nodes {
                 found.too_wide_count += 1;
                 if too_wide.len() < limit {
@@ -1450,6 +1462,9 @@ pub async fn scheme_use(
     }
     if let Some((ec, ino, _)) = widest {
         found.widest = Some(SchemeAt { ino, path: path_of(engine, ino).await, ec });
+    }
+    if let Some((ec, ino)) = least {
+        found.least_parity = Some(SchemeAt { ino, path: path_of(engine, ino).await, ec });
     }
     for (ec, ino) in too_wide {
         found.too_wide.push(SchemeAt { ino, path: path_of(engine, ino).await, ec });

@@ -292,3 +292,36 @@ fn schemes_the_cluster_cannot_hold_are_refused_at_mkdir() {
     run_ok(&["--cluster", &dir, "mkdir", "/checkpoints", "--ec", "4+2"]);
     assert_eq!(ls(&cluster, "/"), vec!["checkpoints/", "scratch/"]);
 }
+
+/// More nodes down than the parity can lose: none is marked out (their data could not be
+/// rebuilt, and an out node never comes back), and everything reads once they return; with
+/// as many down as the parity allows, they are marked out and their chunks rebuilt (narrower,
+/// on the four left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_marked_out_only_while_their_data_can_be_rebuilt() {
+    let cluster = TestCluster::start_with(
+        6,
+        "4+2",
+        &["--chunk-bytes", CHUNK, "--down-after-ms", "1000", "--rebuild-after-ms", "2000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"],
+    );
+    let local = tempfile::tempdir().expect("local dir");
+    let a = content(40, 8 << 20);
+    assert!(put(&cluster, &local_file(local.path(), "a", &a), "/a").status.success());
+    for node in 4..=6 {
+        cluster.kill_node(node);
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    let status = cluster.status();
+    let states: Vec<&str> = status["nodes"].as_array().map(|n| n.iter().filter_map(|n| n["state"].as_str()).collect()).unwrap_or_default();
+    assert!(!states.contains(&"out"), "three of six down with 4+2: none marked out: {states:?}");
+    let log = std::fs::read_to_string(cluster.path().join("logs").join("meta.log")).expect("meta log");
+    assert!(log.contains("not marking any out"), "the reason is logged");
+    cluster.restart_node(4);
+    // Two down: within the parity; marked out and rebuilt on the four others.
+    cluster.wait_status(Duration::from_secs(60), "nodes 5 and 6 out, their chunks rebuilt", |s| {
+        let out = s["nodes"].as_array().map(|n| n.iter().filter(|n| n["state"] == "out").count()).unwrap_or(0);
+        out == 2 && s["chunks_misplaced"] == 0 && s["chunks_degraded"] == 0
+    });
+    assert!(cat(&cluster, "/a") == a);
+    assert!(chunks_of(&cluster, "/a").await.iter().all(|r| r.ec == EcScheme { k: 2, m: 2 } && r.missing == 0));
+}
