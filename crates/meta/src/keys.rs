@@ -296,7 +296,10 @@ pub struct InodeRec {
     /// to move a directory under itself, and resolves "..". 0 for other kinds, which may have
     /// several parents (hard links).
     pub parent: Ino,
-    /// For a symlink, its target; empty otherwise.
+    /// For a symlink, its target. For a directory, its name in its parent (as of its mkdir or
+    /// last rename; empty for the root), so that error messages can name a directory's path by
+    /// following parent pointers without scanning its parents' entries. Empty for other kinds,
+    /// and in directories made before names were recorded (readers then look the name up).
     pub target: String,
 }
 

@@ -49,14 +49,22 @@ impl EcScheme {
 
     /// Checks the scheme is one Trove supports.
     pub fn validate(self) -> Result<(), String> {
-        if self.k == 0 {
-            return Err("erasure coding needs at least 1 data shard".into());
+        Self::check(u64::from(self.k), u64::from(self.m))
+    }
+
+    /// Checks `k` data and `m` parity shards against Trove's limits, naming them.
+    fn check(k: u64, m: u64) -> Result<(), String> {
+        if k == 0 {
+            return Err(format!("{k}+{m} has no data shard; {}", Self::LIMITS));
         }
-        if self.width() > SHARDS_MAX {
-            return Err(format!("{self} has {} shards; at most {SHARDS_MAX} are supported", self.width()));
+        if k.saturating_add(m) > SHARDS_MAX as u64 {
+            return Err(format!("{k}+{m} has {} shards; {}", k.saturating_add(m), Self::LIMITS));
         }
         Ok(())
     }
+
+    /// The limits every scheme keeps, as error messages state them.
+    const LIMITS: &'static str = "a scheme K+M needs K >= 1 and K + M <= 32 shards in all (e.g. 4+2, 8+3, or 1+2 for three copies)";
 
     /// The size of each shard for a chunk holding `len` bytes: `len / k` rounded up to an even
     /// number of bytes (the Reed-Solomon codec works on 2-byte symbols), at least 2.
@@ -76,11 +84,20 @@ impl std::str::FromStr for EcScheme {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, m) = s.split_once('+').ok_or_else(|| format!("erasure scheme {s:?} is not of the form K+M (e.g. 4+2)"))?;
-        let k: u8 = k.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {k:?} is not a number"))?;
-        let m: u8 = m.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {m:?} is not a number"))?;
-        let ec = EcScheme { k, m };
-        ec.validate()?;
-        Ok(ec)
+        // Parsed wider than the fields, so that "300+2" is told it is over the limit rather
+        // than that 300 is not a number.
+        let number = |part: &str| -> Result<u64, String> {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("erasure scheme {s:?}: {part:?} is not a whole number; {}", Self::LIMITS));
+            }
+            // All digits: only overflow can fail, and such a number is over the limit anyway.
+            Ok(part.parse().unwrap_or(u64::MAX))
+        };
+        let (k, m) = (number(k)?, number(m)?);
+        Self::check(k, m).map_err(|e| format!("erasure scheme {s:?}: {e}"))?;
+        // `check` bounds both by SHARDS_MAX, so they fit in a byte.
+        Ok(EcScheme { k: k as u8, m: m as u8 })
     }
 }
 
@@ -342,5 +359,35 @@ impl LockRange {
     /// exclusive.
     pub fn conflicts_with(&self, other: &LockRange) -> bool {
         self.overlaps(other) && (self.kind == LockKind::Write || other.kind == LockKind::Write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_err(s: &str) -> String {
+        s.parse::<EcScheme>().err().unwrap_or_default()
+    }
+
+    #[test]
+    fn schemes_parse_and_errors_state_the_limits() {
+        assert_eq!("4+2".parse::<EcScheme>(), Ok(EcScheme { k: 4, m: 2 }));
+        assert_eq!(" 1 + 0 ".parse::<EcScheme>(), Ok(EcScheme { k: 1, m: 0 }));
+        assert_eq!("30+2".parse::<EcScheme>(), Ok(EcScheme { k: 30, m: 2 }));
+        // Over the limit, within a byte or not, is said to be over the limit.
+        for over in ["300+2", "31+2", "20+20", "99999999999999999999999+1"] {
+            let e = parse_err(over);
+            assert!(e.contains("K + M <= 32") && !e.contains("number"), "{over}: {e}");
+        }
+        let e = parse_err("0+2");
+        assert!(e.contains("no data shard") && e.contains("K >= 1"), "{e}");
+        let e = parse_err("x+2");
+        assert!(e.contains("\"x\" is not a whole number") && e.contains("K + M <= 32"), "{e}");
+        assert!(parse_err("-1+2").contains("not a whole number"));
+        assert!(parse_err("4").contains("K+M"));
+        assert!(EcScheme { k: 0, m: 1 }.validate().is_err());
+        assert!(EcScheme { k: 16, m: 17 }.validate().is_err());
+        assert!(EcScheme { k: 16, m: 16 }.validate().is_ok());
     }
 }
