@@ -504,16 +504,8 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
 // know the path the user gave add it.
 
 /// What a kind of inode is called in messages.
-pub fn kind_name(kind: FileKind) -> &'static str {
-    match kind {
-        FileKind::File => "regular file",
-        FileKind::Dir => "directory",
-        FileKind::Symlink => "symbolic link",
-        FileKind::Fifo => "FIFO",
-        FileKind::Socket => "socket",
-        FileKind::CharDevice => "character device",
-        FileKind::BlockDevice => "block device",
-    }
+fn kind_name(kind: FileKind) -> &'static str {
+    kind.name()
 }
 
 /// The path of directory `ino` from the root ("/" for the root, "/a/b" below it), for error
@@ -1545,9 +1537,6 @@ async fn commit_chunks(
 // ---------------------------------------------------------------------------------------------
 // Schemes in use (for refusing drains the nodes left could not hold, and for `trove status`).
 
-/// Most entries of a directory searched for a child directory's name when naming it by path.
-const PATH_SEARCH_ENTRIES_MAX: usize = 16 * store::SCAN_PAGE_ENTRIES_MAX;
-
 /// A directory or file and the scheme it uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemeAt {
@@ -1634,64 +1623,11 @@ pub async fn scheme_use(
     Ok(found)
 }
 
-/// The path of a directory or file, for messages a person reads: a directory by its parent
-/// pointers and its name in each parent; a file (which may have several names) as `file N`.
-/// Falls back to `inode N` when a name cannot be found cheaply.
+/// The path of a directory, for messages a person reads (see [`dir_path`]); anything else, or
+/// a path that cannot be read, shows as `<inode N>`.
 pub async fn path_of(engine: &dyn KvEngine, ino: Ino) -> String {
     let found = transact(engine, move |txn| Box::pin(async move { dir_path(txn, ino).await })).await;
-    match found {
-        Ok(Some(path)) => path,
-        Ok(None) | Err(_) => format!("inode {ino}"),
-    }
-}
-
-/// The path of directory `ino` (`None` if it is not a directory or a name is not found within
-/// [`PATH_SEARCH_ENTRIES_MAX`] entries of its parent).
-async fn dir_path(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Option<String>> {
-    let mut names: Vec<String> = Vec::new();
-    let mut cur = ino;
-    for _ in 0..DEPTH_MAX {
-        if cur == ROOT_INO {
-            names.reverse();
-            return Ok(Some(format!("/{}", names.join("/"))));
-        }
-        let Some(rec) = get::<InodeRec>(txn, &keys::inode(cur)).await? else {
-            return Ok(None);
-        };
-        if rec.attr.kind != FileKind::Dir || rec.parent == 0 {
-            return Ok(None);
-        }
-        let Some(name) = entry_name(txn, rec.parent, cur).await? else {
-            return Ok(None);
-        };
-        names.push(name);
-        cur = rec.parent;
-    }
-    Ok(None)
-}
-
-/// The name under which directory `parent` lists `child`, searching at most
-/// [`PATH_SEARCH_ENTRIES_MAX`] entries.
-async fn entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResult<Option<String>> {
-    let prefix = keys::dentry_prefix(parent);
-    let end = kv::prefix_end(&prefix);
-    let mut from = prefix.clone();
-    let mut searched = 0usize;
-    while searched < PATH_SEARCH_ENTRIES_MAX {
-        let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
-        for (key, value) in &page {
-            let entry: DentryRec = keys::decode(key, value).map_err(abort)?;
-            if entry.ino == child {
-                return Ok(keys::dentry_name(parent, key).map(str::to_string));
-            }
-        }
-        searched += page.len();
-        match page.last() {
-            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
-            _ => break,
-        }
-    }
-    Ok(None)
+    found.unwrap_or_else(|_| format!("<inode {ino}>"))
 }
 
 /// Checks a chunk record a client made before it is stored or queued: its scheme is one the

@@ -113,6 +113,21 @@ pub enum FileKind {
     BlockDevice,
 }
 
+impl FileKind {
+    /// What this kind is called in messages ("regular file", "directory", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::File => "regular file",
+            FileKind::Dir => "directory",
+            FileKind::Symlink => "symbolic link",
+            FileKind::Fifo => "FIFO",
+            FileKind::Socket => "socket",
+            FileKind::CharDevice => "character device",
+            FileKind::BlockDevice => "block device",
+        }
+    }
+}
+
 /// A point in time: seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Timestamp {
