@@ -526,3 +526,28 @@ pub async fn node_state(client: &Client, node: wire::NodeId, state: wire::NodeSt
         Err(e) => bail!("cannot change the state of node {node}: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        let at = |secs, nanos| wire::Timestamp { secs, nanos };
+        assert_eq!(date(at(0, 0), false), "1970-01-01 00:00 UTC");
+        assert_eq!(date(at(951_782_400, 0), false), "2000-02-29 00:00 UTC");
+        assert_eq!(date(at(1_795_581_511, 235_091_208), true), "2026-11-25 04:38:31.235091208 UTC");
+        assert_eq!(date(at(-1, 0), true), "1969-12-31 23:59:59.000000000 UTC");
+        assert_eq!(date(at(4_102_444_800, 0), false), "2100-01-01 00:00 UTC");
+    }
+
+    #[test]
+    fn names_with_control_bytes_are_quoted() {
+        assert_eq!(shown("plain name.txt"), "plain name.txt");
+        assert_eq!(shown("naïve"), "naïve");
+        assert_eq!(shown("new\nline"), r#""new\nline""#);
+        assert_eq!(shown("bell\u{7}\u{1b}[31m"), r#""bell\u{7}\u{1b}[31m""#);
+        assert_eq!(shown("\"quoted\""), r#""\"quoted\"""#);
+        assert_eq!(shown("back\\slash"), r#""back\\slash""#);
+    }
+}
