@@ -721,20 +721,25 @@ async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
     with_dir_times(txn, rec.attr).await
 }
 
-/// Queues a chunk no longer referenced for deletion of its shards.
-async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<()> {
+/// Queues a chunk no longer referenced for deletion of its shards; returns the bytes its shards
+/// hold, which the caller must add to `Stat::PendingDeleteBytes` (once per operation, not per
+/// chunk).
+async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<u64> {
     let key = keys::gc(chunk.id);
-    put(
-        txn,
-        &key,
-        &GcRec {
-            ino,
-            chunk,
-            queued_ms: ctx.now_ms,
-            done: 0,
-        },
-    )
-    .await
+    let rec = GcRec {
+        ino,
+        chunk,
+        queued_ms: ctx.now_ms,
+        done: 0,
+    };
+    put(txn, &key, &rec).await?;
+    Ok(rec.bytes_held())
+}
+
+/// Counts bytes newly queued for deletion (see `Stat::PendingDeleteBytes`).
+async fn add_pending_delete(txn: &mut dyn KvTxn, ino: Ino, bytes: u64) -> TxResult<()> {
+    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+    store::stat_add(txn, Stat::PendingDeleteBytes, ino, bytes).await
 }
 
 /// Removes the chunk records of `ino` from index `first` on, queueing them for GC; returns how
@@ -743,12 +748,13 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
     let end = kv::prefix_end(&keys::chunk_prefix(ino));
     let mut from = keys::chunk(ino, first);
     let mut removed = 0u64;
+    let mut queued_bytes = 0u64;
     loop {
         let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
         for (key, value) in &page {
             let chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
             txn.delete(key).await?;
-            queue_gc(txn, ctx, ino, chunk).await?;
+            queued_bytes += queue_gc(txn, ctx, ino, chunk).await?;
             removed += 1;
         }
         match page.last() {
@@ -759,6 +765,7 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
         }
     }
     store::stat_add(txn, Stat::Chunks, ino, -(removed as i64)).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(removed)
 }
 
@@ -1514,18 +1521,20 @@ async fn commit_chunks(
         truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, new_size).await?;
     }
     let mut added = 0i64;
+    let mut queued_bytes = 0u64;
     for chunk in chunks {
         let key = keys::chunk(ino, chunk.index);
         match get::<ChunkRecord>(txn, &key).await? {
             // Copy-on-write: the replaced version's shards go to GC, unless this is the same
             // chunk committed again (a retry), which must stay referenced.
-            Some(old) if old.id != chunk.id => queue_gc(txn, ctx, ino, old).await?,
+            Some(old) if old.id != chunk.id => queued_bytes += queue_gc(txn, ctx, ino, old).await?,
             Some(_) => {}
             None => added += 1,
         }
         put(txn, &key, chunk).await?;
     }
     store::stat_add(txn, Stat::Chunks, ino, added).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     rec.attr.size = new_size;
     rec.attr.data_version += 1;
     rec.attr.mtime = mtime;
@@ -1694,6 +1703,7 @@ async fn abandon_chunks(
             chunks.len()
         );
     }
+    let mut queued_bytes = 0u64;
     for chunk in chunks {
         if chunk.id == 0 || chunk.ec.validate().is_err() {
             fail!(Invalid, "chunk index {} is not a valid record", chunk.index);
@@ -1704,8 +1714,11 @@ async fn abandon_chunks(
         if referenced || txn.get(&keys::gc(chunk.id)).await?.is_some() {
             continue;
         }
-        queue_gc(txn, ctx, ino, chunk.clone()).await?;
+        // Counted at its full width (shards whose upload failed are not stored, and their
+        // deletion is confirmed at once), like every queued chunk until the GC deletes it.
+        queued_bytes += queue_gc(txn, ctx, ino, chunk.clone()).await?;
     }
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(MetaReply::Ok)
 }
 
@@ -1745,7 +1758,8 @@ async fn replace_chunk(
         );
     }
     put(txn, &key, new).await?;
-    queue_gc(txn, ctx, ino, expected.clone()).await?;
+    let queued_bytes = queue_gc(txn, ctx, ino, expected.clone()).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(MetaReply::Ok)
 }
 

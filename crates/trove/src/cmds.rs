@@ -429,8 +429,27 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+/// Raw capacity of the nodes in service, each file system counted once.
+struct Capacity {
+    total: u64,
+    free: u64,
+    /// File systems the drives are on (drives of unknown device count one each).
+    devices: usize,
+    drives: usize,
+}
+
+fn capacity(s: &wire::ClusterStatus) -> Capacity {
+    let drives: Vec<wire::DriveInfo> =
+        s.nodes.iter().filter(|n| n.state != wire::NodeState::Out).flat_map(|n| n.drives.iter().cloned()).collect();
+    let (total, free) = wire::capacity_once_per_device(&drives);
+    let known: std::collections::HashSet<u64> = drives.iter().map(|d| d.device).filter(|&d| d != 0).collect();
+    let devices = known.len() + drives.iter().filter(|d| d.device == 0).count();
+    Capacity { total, free, devices, drives: drives.len() }
+}
+
 pub async fn status(client: &Client, json: bool) -> Result<()> {
     let s = client.status(true).await.map_err(|e| anyhow!("cannot get cluster status: {e}"))?;
+    let capacity = capacity(&s);
     if json {
         let nodes: Vec<serde_json::Value> = s
             .nodes
@@ -442,11 +461,13 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
                     "bytes_total": n.drives.iter().map(|d| d.bytes_total).sum::<u64>(),
                     "bytes_free": n.drives.iter().map(|d| d.bytes_free).sum::<u64>(),
                     "shards": n.drives.iter().map(|d| d.shards).sum::<u64>(),
-                    "drives": n.drives.iter().map(|d| serde_json::json!({"path": d.path, "bytes_total": d.bytes_total, "bytes_free": d.bytes_free, "shards": d.shards, "error": d.error})).collect::<Vec<_>>(),
+                    "drives": n.drives.iter().map(|d| serde_json::json!({"path": d.path, "bytes_total": d.bytes_total, "bytes_free": d.bytes_free, "shards": d.shards, "error": d.error, "device": format!("{:016x}", d.device)})).collect::<Vec<_>>(),
                 })
             })
             .collect();
         let v = serde_json::json!({
+            "bytes_total": capacity.total, "bytes_free": capacity.free, "devices": capacity.devices,
+            "bytes_pending_delete": s.bytes_pending_delete, "pending_delete_within_ms": s.pending_delete_within_ms,
             "engine": s.engine, "map_version": s.map_version, "default_ec": s.default_ec.to_string(),
             "chunk_bytes": s.chunk_bytes, "files": s.files, "chunks": s.chunks,
             "chunks_degraded": s.chunks_degraded, "chunks_unavailable": s.chunks_unavailable,
@@ -464,6 +485,16 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     println!("placement map: version {}   default erasure: {}   chunk size: {}", s.map_version, s.default_ec, human_bytes(u64::from(s.chunk_bytes)));
     println!("cluster manager lease: {}", s.leader.as_deref().unwrap_or("(no leader)"));
     println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}   to move: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable, s.chunks_misplaced);
+    // Nodes sharing a disk report it each; the disk is counted once.
+    let shared = if capacity.devices < capacity.drives { format!(" ({} drives on {} file systems)", capacity.drives, capacity.devices) } else { String::new() };
+    println!("capacity: {} raw, {} free{shared}", human_bytes(capacity.total), human_bytes(capacity.free));
+    if s.bytes_pending_delete > 0 {
+        println!(
+            "pending deletion: {} of deleted and overwritten files' shards, freed within {} s (the GC's grace period); `df` counts it as free already",
+            human_bytes(s.bytes_pending_delete),
+            s.pending_delete_within_ms.div_ceil(1000)
+        );
+    }
     let schemes: Vec<String> = s.ec_schemes.iter().map(|(ec, n)| format!("{ec}: {n} chunks")).collect();
     if !schemes.is_empty() {
         println!("schemes in use: {}", schemes.join(", "));

@@ -199,10 +199,15 @@ pub struct DirEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatFs {
     pub bytes_total: u64,
+    /// Free space, counting what deleted and overwritten files still hold until the GC frees
+    /// it (`bytes_pending_delete`), so that `df` shows deletions at once.
     pub bytes_free: u64,
     pub inodes_used: u64,
     pub block_bytes: u32,
     pub name_bytes_max: u32,
+    /// The part of `bytes_free` that deleted and overwritten files still hold: the GC frees it
+    /// after its grace period (30 s by default). Until then a write may find the nodes full.
+    pub bytes_pending_delete: u64,
 }
 
 /// Where a chunk's shards live: shard `i` is on `pg_nodes[i]` of placement group `pg` in map
@@ -278,6 +283,48 @@ pub struct DriveInfo {
     pub shards: u64,
     /// Empty when healthy; otherwise what is wrong (e.g. "read-only file system").
     pub error: String,
+    /// The file system the drive is on ([`device_id`]); drives with the same non-zero id share
+    /// their space (several nodes on one disk), so capacity counts it once. 0: unknown.
+    pub device: u64,
+}
+
+/// Total and free bytes of `drives`, each file system counted once: drives reporting the same
+/// non-zero [`DriveInfo::device`] share one disk (several storage nodes on one host), so its
+/// space is counted once (the largest total and the smallest free any of them reported, as
+/// reports are taken at slightly different moments). Drives of unknown device count alone.
+pub fn capacity_once_per_device(drives: &[DriveInfo]) -> (u64, u64) {
+    let mut per_device: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
+    let (mut total, mut free) = (0u64, 0u64);
+    for d in drives {
+        if d.device == 0 {
+            total = total.saturating_add(d.bytes_total);
+            free = free.saturating_add(d.bytes_free);
+            continue;
+        }
+        let seen = per_device.entry(d.device).or_insert((d.bytes_total, d.bytes_free));
+        seen.0 = seen.0.max(d.bytes_total);
+        seen.1 = seen.1.min(d.bytes_free);
+    }
+    for (t, f) in per_device.into_values() {
+        total = total.saturating_add(t);
+        free = free.saturating_add(f);
+    }
+    (total, free)
+}
+
+/// The identity of a file system as [`DriveInfo::device`] reports it: a hash of the host's
+/// identity (its machine id), the device number (`st_dev`) and the file system id (`statvfs`'s
+/// `f_fsid`). The same for every directory of one file system on one host, different across
+/// hosts (device numbers repeat there), never 0.
+pub fn device_id(host: &str, st_dev: u64, fsid: u64) -> u64 {
+    // FNV-1a: fixed forever, as ids computed by different builds (a storage node and a client
+    // checking space) must agree.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in host.bytes().chain([0]).chain(st_dev.to_le_bytes()).chain(fsid.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(1)
 }
 
 /// A storage node as the cluster manager knows it.
@@ -340,6 +387,12 @@ pub struct ClusterStatus {
     pub dirs_too_wide: Vec<(String, EcScheme)>,
     /// How many directories need more storage nodes than the cluster has.
     pub dirs_too_wide_count: u64,
+    /// Bytes of shards (raw, on the nodes' drives) that deleted and overwritten files still
+    /// hold: the GC deletes them after its grace period.
+    pub bytes_pending_delete: u64,
+    /// At most how long until the GC has freed what is pending now (its grace period and a
+    /// pass), when every node holding those shards is reachable.
+    pub pending_delete_within_ms: u64,
 }
 
 /// What a byte-range lock request asks for (fcntl's F_RDLCK, F_WRLCK, F_UNLCK).
