@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use bench::report::{self, Report};
 use bench::target::Target;
 use bench::world::World;
-use bench::{io, meta, parse_bytes, scan, size, train, DirTarget, TroveTarget};
+use bench::{io, meta, parse_bytes, scan, size, space, train, DirTarget, TroveTarget};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -287,7 +287,8 @@ async fn targets(cluster: &Option<String>, common: &Common, direct: bool) -> Res
     let mut out: Vec<Arc<dyn Target>> = Vec::new();
     if let Some(c) = cluster {
         let addr = crate::cluster::meta_addr_of(c)?;
-        out.push(Arc::new(TroveTarget::connect(&addr, &common.root).await?));
+        let client = crate::cmds::connect(Some(c.clone())).await?;
+        out.push(Arc::new(TroveTarget::new(client, &addr, &common.root).await?));
     }
     for d in &common.dirs {
         let t = DirTarget::new(d, false)?;
@@ -549,7 +550,8 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
         drop_caches: drop,
     };
     let mut reports = Vec::new();
-    for target in targets(&cluster, &a.common, false).await? {
+    let all = targets(&cluster, &a.common, false).await?;
+    for target in plan_datasets(all, &cfg, &world).await? {
         if show {
             eprintln!("{} × {} {} on {} ...", if a.sweep { "sweep of".to_string() } else { a.accelerators.to_string() }, a.accelerator, a.workload, target.describe());
         }
@@ -584,6 +586,48 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
     report::train_report(&mut rep, &reports);
     let json = serde_json::json!({ "host": HOST_AT_START.get(), "config": cfg, "train": reports });
     emit(&a.common, &json, &report::train_text(&reports), Some(rep))
+}
+
+/// Decides, before anything is written, where `cfg`'s dataset is generated: once per storage
+/// (a target on the same storage as an earlier one, such as a mount of the cluster being
+/// measured, reads the dataset generated there), and only if every target and every file
+/// system has room for what the run writes (see `bench::space`). Returns the targets to run,
+/// those sharing another's dataset rooted where it is.
+async fn plan_datasets(targets: Vec<Arc<dyn Target>>, cfg: &train::TrainConfig, world: &World) -> Result<Vec<Arc<dyn Target>>> {
+    let ds = train::plan_dataset(cfg)?;
+    let mut out = Vec::with_capacity(targets.len());
+    let mut needs = Vec::new();
+    let mut generated_on: Vec<(Arc<dyn Target>, space::Storage)> = Vec::new();
+    for target in targets {
+        let storage = target.storage().await?;
+        if let Some((owner, at)) = generated_on.iter().find(|(_, s)| s.store == storage.store) {
+            let reader = target.at_root(&at.root)?;
+            if world.rank == 0 {
+                eprintln!(
+                    "trove bench: {} is on the same storage as {} ({}): it reads the dataset written there ({}) instead of writing another copy",
+                    target.describe(),
+                    owner.describe(),
+                    storage.store,
+                    reader.describe()
+                );
+            }
+            needs.push(space::Need { target: target.describe(), bytes: 0, storage });
+            out.push(reader);
+            continue;
+        }
+        let bytes = train::bytes_to_generate(&*target, cfg, &ds).await;
+        needs.push(space::Need { target: target.describe(), bytes, storage: storage.clone() });
+        generated_on.push((target.clone(), storage));
+        out.push(target);
+    }
+    let what = format!("the {} dataset ({} files, {})", ds.workload, ds.files, space::gb(ds.total_bytes));
+    space::check(&what, &needs)?;
+    if world.rank == 0 {
+        for n in needs.iter().filter(|n| n.bytes > 0) {
+            eprintln!("trove bench: {what} is written to {} ({} free there)", n.target, space::gb(n.storage.bytes_free));
+        }
+    }
+    Ok(out)
 }
 
 async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {
