@@ -40,19 +40,14 @@ pub struct StorageService {
     permits: u32,
     /// Bytes of shards the cluster's GC is waiting to delete, at most how long until it has (from
     /// heartbeat replies, which may be a second or two old), and when a put that found the
-    /// drives full last asked for them (see [`StorageService::explain_no_space`]).
+    /// drives full last started asking for them (see [`StorageService::explain_no_space`]).
     pending_delete: parking_lot::Mutex<(u64, u64, Option<std::time::Instant>)>,
-    /// The metadata services, asked for the pending figure when it is older than
-    /// [`PENDING_DELETE_FRESH`] and a put finds the drives full.
+    /// The metadata services, asked for the pending figure when a put finds the drives full.
     metas: parking_lot::Mutex<Vec<Arc<wire::Peer>>>,
     /// Held while asking, so that a burst of full puts asks once.
     asking: tokio::sync::Mutex<()>,
 }
 
-/// How long the figure of bytes pending deletion that a put which found the drives full asked
-/// for serves the next such puts; after that they ask again (a delete just before the put is
-/// then seen, which a heartbeat's figure may not show yet).
-const PENDING_DELETE_FRESH: Duration = Duration::from_millis(300);
 /// How long a put that found the drives full waits for that figure.
 const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -82,30 +77,30 @@ impl StorageService {
         *self.metas.lock() = addrs.iter().map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta))).collect();
     }
 
-    /// The pending figure, asked for again when older than [`PENDING_DELETE_FRESH`].
+    /// The pending figure as of now: asked for, unless an ask that started after this call
+    /// arrived has answered meanwhile (a burst of full puts asks once, and no put is answered
+    /// with a figure from before it arrived, which a delete just before it would make wrong).
     async fn fresh_pending_delete(&self) -> (u64, u64) {
-        let fresh = |p: &(u64, u64, Option<std::time::Instant>)| p.2.is_some_and(|at| at.elapsed() < PENDING_DELETE_FRESH);
-        let known = *self.pending_delete.lock();
-        if fresh(&known) {
-            return (known.0, known.1);
-        }
+        let arrived = std::time::Instant::now();
         let _asking = self.asking.lock().await;
         let known = *self.pending_delete.lock();
-        if fresh(&known) {
+        if known.2.is_some_and(|started| started >= arrived) {
             return (known.0, known.1);
         }
+        let started = std::time::Instant::now();
         let metas = self.metas.lock().clone();
         let call = MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } };
         for peer in metas {
             let asked = peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
             if let Ok(Ok((MetaReply::Status(s), _))) = tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await {
                 let (bytes, within_ms) = (s.bytes_pending_delete, s.pending_delete_within_ms);
-                *self.pending_delete.lock() = (bytes, within_ms, Some(std::time::Instant::now()));
+                *self.pending_delete.lock() = (bytes, within_ms, Some(started));
                 return (bytes, within_ms);
             }
         }
-        // No metadata service answered: the heartbeats' figure, and not asking again at once.
-        self.pending_delete.lock().2 = Some(std::time::Instant::now());
+        // No metadata service answered: the heartbeats' figure (the puts queued behind this
+        // ask take it too rather than wait again).
+        self.pending_delete.lock().2 = Some(started);
         (known.0, known.1)
     }
 
