@@ -93,7 +93,8 @@ impl Cluster {
 
     /// At most how long until the GC has freed what is queued now.
     fn pending_delete_within_ms(&self) -> u64 {
-        u64::try_from((self.options.gc_grace + self.options.gc_interval).as_millis()).unwrap_or(u64::MAX)
+        u64::try_from((self.options.gc_grace + self.options.gc_interval).as_millis())
+            .unwrap_or(u64::MAX)
     }
 
     /// Bytes of shards queued for deletion, read at most once per [`PENDING_DELETE_REFRESH`].
@@ -103,7 +104,10 @@ impl Cluster {
                 return Ok(bytes);
             }
         }
-        let stats = transact(engine, |txn| Box::pin(async move { store::read_stats(txn).await })).await?;
+        let stats = transact(engine, |txn| {
+            Box::pin(async move { store::read_stats(txn).await })
+        })
+        .await?;
         *self.pending_delete.lock() = Some((Instant::now(), stats.pending_delete_bytes));
         Ok(stats.pending_delete_bytes)
     }

@@ -300,7 +300,8 @@ impl Gc {
                     } else {
                         rec.done |= done;
                         store::put(txn, key, &rec).await?;
-                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() += held - rec.bytes_held();
+                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() +=
+                            held - rec.bytes_held();
                     }
                 }
                 for (shard, bytes) in freed {

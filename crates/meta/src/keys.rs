@@ -428,7 +428,11 @@ impl GcRec {
     pub fn bytes_held(&self) -> u64 {
         let chunk = &self.chunk;
         let width = chunk.ec.width();
-        let all = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+        let all = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
         let held = all & !chunk.missing & !self.done;
         u64::from(held.count_ones()) * u64::from(chunk.shard_len)
     }

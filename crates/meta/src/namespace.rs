@@ -557,11 +557,7 @@ pub async fn dir_path(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<String> {
 const NAME_SCAN_ENTRIES_MAX: usize = 4 * store::SCAN_PAGE_ENTRIES_MAX;
 
 /// The name under which directory `parent` holds `child`, by a bounded scan of its entries.
-async fn find_entry_name(
-    txn: &mut dyn KvTxn,
-    parent: Ino,
-    child: Ino,
-) -> TxResult<Option<String>> {
+async fn find_entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResult<Option<String>> {
     let prefix = keys::dentry_prefix(parent);
     let end = kv::prefix_end(&prefix);
     let mut from = prefix.clone();

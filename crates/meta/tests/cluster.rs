@@ -1276,14 +1276,21 @@ async fn statfs_counts_each_device_once() {
             4 => drive_on(8, 500, 100),
             _ => drive_on(0, 300, 30),
         };
-        let op = MetaOp::RegisterNode { uuid: 90 + i, addr: format!("n{i}:1"), drives: vec![d] };
+        let op = MetaOp::RegisterNode {
+            uuid: 90 + i,
+            addr: format!("n{i}:1"),
+            drives: vec![d],
+        };
         ok(svc, op).await;
     }
     let MetaReply::StatFs(stat) = ok(svc, MetaOp::StatFs).await else {
         panic!("statfs")
     };
     // The shared disk once (its smallest free figure, the latest report being unknown).
-    assert_eq!((stat.bytes_total, stat.bytes_free), ((1000 + 500 + 300) * 4 / 6, (597 + 100 + 30) * 4 / 6));
+    assert_eq!(
+        (stat.bytes_total, stat.bytes_free),
+        ((1000 + 500 + 300) * 4 / 6, (597 + 100 + 30) * 4 / 6)
+    );
     assert_eq!(stat.bytes_pending_delete, 0);
 }
 
@@ -1292,7 +1299,12 @@ async fn statfs_counts_each_device_once() {
 /// free, and heartbeats tell the storage nodes (which tell a writer that finds them full).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_pending_deletion_are_counted_until_deleted() {
-    let env = env_with(MetaOptions { gc_grace_ms: 0, gc_interval_ms: 500, ..test_options() }).await;
+    let env = env_with(MetaOptions {
+        gc_grace_ms: 0,
+        gc_interval_ms: 500,
+        ..test_options()
+    })
+    .await;
     let svc = &env.svc;
     let fakes = fake_cluster(svc, 6).await;
     let pending = |svc: std::sync::Arc<MetaService>| async move {
@@ -1302,33 +1314,81 @@ async fn bytes_pending_deletion_are_counted_until_deleted() {
         let MetaReply::StatFs(f) = ok(&svc, MetaOp::StatFs).await else {
             panic!("statfs")
         };
-        (s.bytes_pending_delete, s.pending_delete_within_ms, f.bytes_pending_delete)
+        (
+            s.bytes_pending_delete,
+            s.pending_delete_within_ms,
+            f.bytes_pending_delete,
+        )
     };
     let (f, records) = file_with_chunks(svc, "f", 2).await;
     let shard = u64::from(records[0].shard_len);
     assert_eq!(pending(svc.clone()).await, (0, 500, 0));
     // Overwriting a chunk queues the old one: its 6 shards.
-    let MetaReply::Alloc { chunks: fresh, .. } = ok(svc, MetaOp::AllocChunks { ino: f.ino, count: 1, avoid: vec![] }).await else {
+    let MetaReply::Alloc { chunks: fresh, .. } = ok(
+        svc,
+        MetaOp::AllocChunks {
+            ino: f.ino,
+            count: 1,
+            avoid: vec![],
+        },
+    )
+    .await
+    else {
         panic!("alloc")
     };
-    ok(svc, commit(f.ino, vec![chunk(1, fresh[0].0, f.chunk_bytes, f.ec, fresh[0].1)], 0)).await;
+    ok(
+        svc,
+        commit(
+            f.ino,
+            vec![chunk(1, fresh[0].0, f.chunk_bytes, f.ec, fresh[0].1)],
+            0,
+        ),
+    )
+    .await;
     assert_eq!(pending(svc.clone()).await.0, 6 * shard);
     // Deleting the file queues its 2 chunks (12 shards) more; statfs counts them (scaled by
     // 4+2) as free.
-    ok(svc, MetaOp::Unlink { parent: ROOT_INO, name: "f".into() }).await;
-    assert_eq!(pending(svc.clone()).await, (18 * shard, 500, 18 * shard * 4 / 6));
-    let MetaReply::Heartbeat { bytes_pending_delete, pending_delete_within_ms, .. } =
-        ok(svc, MetaOp::Heartbeat { node: *fakes.keys().min().unwrap_or(&1), drives: vec![] }).await
+    ok(
+        svc,
+        MetaOp::Unlink {
+            parent: ROOT_INO,
+            name: "f".into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        pending(svc.clone()).await,
+        (18 * shard, 500, 18 * shard * 4 / 6)
+    );
+    let MetaReply::Heartbeat {
+        bytes_pending_delete,
+        pending_delete_within_ms,
+        ..
+    } = ok(
+        svc,
+        MetaOp::Heartbeat {
+            node: *fakes.keys().min().unwrap_or(&1),
+            drives: vec![],
+        },
+    )
+    .await
     else {
         panic!("heartbeat")
     };
-    assert_eq!((bytes_pending_delete, pending_delete_within_ms), (18 * shard, 500));
+    assert_eq!(
+        (bytes_pending_delete, pending_delete_within_ms),
+        (18 * shard, 500)
+    );
     // A node failing its deletions keeps its shards counted; the others are taken off.
     let failing = *fakes.keys().min().unwrap_or_else(|| panic!("no nodes"));
     fakes[&failing].failing.store(true, Ordering::SeqCst);
     svc.gc_once().await.unwrap_or_else(|e| panic!("{e}"));
     let held_by_failing: u64 = (0..3).map(|_| shard).sum::<u64>();
-    assert_eq!(pending(svc.clone()).await.0, held_by_failing, "one shard of each of the 3 chunks is left");
+    assert_eq!(
+        pending(svc.clone()).await.0,
+        held_by_failing,
+        "one shard of each of the 3 chunks is left"
+    );
     fakes[&failing].failing.store(false, Ordering::SeqCst);
     svc.gc_once().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(pending(svc.clone()).await, (0, 500, 0));

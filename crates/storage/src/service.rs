@@ -74,7 +74,10 @@ impl StorageService {
 
     /// The metadata services to ask for the pending figure (see [`Self::explain_no_space`]).
     pub fn set_meta_addrs(&self, addrs: &[String]) {
-        *self.metas.lock() = addrs.iter().map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta))).collect();
+        *self.metas.lock() = addrs
+            .iter()
+            .map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta)))
+            .collect();
     }
 
     /// The pending figure as of now: asked for, unless an ask that started after this call
@@ -89,10 +92,16 @@ impl StorageService {
         }
         let started = std::time::Instant::now();
         let metas = self.metas.lock().clone();
-        let call = MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } };
+        let call = MetaCall {
+            request_id: 0,
+            op: MetaOp::Status { scan_chunks: false },
+        };
         for peer in metas {
-            let asked = peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
-            if let Ok(Ok((MetaReply::Status(s), _))) = tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await {
+            let asked =
+                peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
+            if let Ok(Ok((MetaReply::Status(s), _))) =
+                tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await
+            {
                 let (bytes, within_ms) = (s.bytes_pending_delete, s.pending_delete_within_ms);
                 *self.pending_delete.lock() = (bytes, within_ms, Some(started));
                 return (bytes, within_ms);
@@ -377,7 +386,11 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
                 op: MetaOp::Heartbeat { node, drives },
             };
             match link.call(&call).await {
-                Ok(MetaReply::Heartbeat { bytes_pending_delete, pending_delete_within_ms, .. }) => {
+                Ok(MetaReply::Heartbeat {
+                    bytes_pending_delete,
+                    pending_delete_within_ms,
+                    ..
+                }) => {
                     service.set_pending_delete(bytes_pending_delete, pending_delete_within_ms);
                     if let Some(t) = failing_since.take() {
                         tracing::info!(
@@ -412,17 +425,36 @@ mod tests {
     #[tokio::test]
     async fn a_full_drive_tells_the_writer_what_deletions_will_free() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = crate::StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0 };
-        let service = StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
+        let config = crate::StoreConfig {
+            drives: vec![dir.path().join("d")],
+            reserve_bytes: 0,
+        };
+        let service =
+            StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
         let full = || werr!(NoSpace, "put chunk 1 shard 0: drive /d is full");
         // Nothing pending (and no metadata service to ask): the error is left as it is.
-        assert_eq!(service.explain_no_space(full()).await.message, full().message);
+        assert_eq!(
+            service.explain_no_space(full()).await.message,
+            full().message
+        );
         service.set_pending_delete(3 << 29, 31_000);
         let e = service.explain_no_space(full()).await;
         assert_eq!(e.code, ErrorCode::NoSpace);
-        assert!(e.message.starts_with(&full().message) && e.message.contains("still hold 1.5 GiB") && e.message.contains("within 31 s"), "{}", e.message);
+        assert!(
+            e.message.starts_with(&full().message)
+                && e.message.contains("still hold 1.5 GiB")
+                && e.message.contains("within 31 s"),
+            "{}",
+            e.message
+        );
         // Other errors are not touched.
-        assert_eq!(service.explain_no_space(werr!(Io, "disk on fire")).await.message, "disk on fire");
+        assert_eq!(
+            service
+                .explain_no_space(werr!(Io, "disk on fire"))
+                .await
+                .message,
+            "disk on fire"
+        );
         assert_eq!(human_bytes(1000), "1000 bytes");
         assert_eq!(human_bytes(1536), "1.5 KiB");
     }

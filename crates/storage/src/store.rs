@@ -164,12 +164,16 @@ enum WriteFail {
 pub fn host_id() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        ["/etc/machine-id", "/var/lib/dbus/machine-id", "/proc/sys/kernel/hostname"]
-            .iter()
-            .filter_map(|p| fs::read_to_string(p).ok())
-            .map(|s| s.trim().to_string())
-            .find(|s| !s.is_empty())
-            .unwrap_or_default()
+        [
+            "/etc/machine-id",
+            "/var/lib/dbus/machine-id",
+            "/proc/sys/kernel/hostname",
+        ]
+        .iter()
+        .filter_map(|p| fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
     })
 }
 
@@ -203,7 +207,10 @@ impl Drive {
     /// The identity of the file system the drive is on (`wire::device_id`), 0 if it cannot be
     /// told: drives of several nodes on one disk report the same, so capacity counts it once.
     fn device(&self) -> u64 {
-        match (rustix::fs::stat(&self.root), rustix::fs::statvfs(&self.root)) {
+        match (
+            rustix::fs::stat(&self.root),
+            rustix::fs::statvfs(&self.root),
+        ) {
             (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
             _ => 0,
         }
@@ -858,11 +865,17 @@ mod tests {
     #[test]
     fn drives_on_one_file_system_report_one_device() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0 };
+        let config = StoreConfig {
+            drives: vec![dir.path().join("a"), dir.path().join("b")],
+            reserve_bytes: 0,
+        };
         let store = ShardStore::open(&config).expect("store opens");
         let drives = store.stat();
         assert_eq!(drives.len(), 2);
-        assert!(drives[0].device != 0 && drives[0].device == drives[1].device, "{drives:?}");
+        assert!(
+            drives[0].device != 0 && drives[0].device == drives[1].device,
+            "{drives:?}"
+        );
         let other = |p: &str| match (rustix::fs::stat(p), rustix::fs::statvfs(p)) {
             (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
             _ => 0,
