@@ -9,7 +9,9 @@
 //!   data generated in the real formats ([`tfrecord`], [`npz`]), the accelerator sweep, and the
 //!   checkpoint workload;
 //! - [`scan`]: storage-only TFRecord reads scaled over readers until throughput tops out;
-//! - [`size`]: sizing guidance from per-GPU demand and per-node throughput.
+//! - [`size`]: sizing guidance from per-GPU demand and per-node throughput;
+//! - [`space`]: what a run's data needs on each target and file system, checked before it is
+//!   generated, and which targets share storage (and so one dataset).
 //!
 //! Every benchmark runs over a [`target::Target`]: a Trove cluster through the native client or
 //! a plain directory. Multi-client runs are launched by `mpirun`/`srun` ([`world`]).
@@ -26,6 +28,7 @@ pub mod npz;
 pub mod report;
 pub mod scan;
 pub mod size;
+pub mod space;
 pub mod stats;
 pub mod sweep;
 pub mod target;

@@ -16,6 +16,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::space::{self, DeviceShare, Storage};
+
 /// Alignment of buffers, offsets and lengths for O_DIRECT I/O (the logical block size of every
 /// device we expect is at most this).
 pub const DIRECT_ALIGN_BYTES: usize = 4096;
@@ -51,6 +53,11 @@ pub trait Target: Send + Sync + 'static {
     async fn remove_all(&self, path: &str) -> Result<()>;
     /// The names in a directory.
     async fn list(&self, path: &str) -> Result<Vec<String>>;
+    /// The storage behind the target and its free space ([`crate::space`]).
+    async fn storage(&self) -> Result<Storage>;
+    /// A target of the same kind rooted at `root` as [`Storage::root`] names it on this target's
+    /// store: another target's root on the same storage, to read a dataset written there.
+    fn at_root(&self, root: &str) -> Result<Arc<dyn Target>>;
 }
 
 /// A file opened for reading.
@@ -106,6 +113,11 @@ impl TroveTarget {
     /// Connects to the metadata service at `addr` and uses `root` (created if missing).
     pub async fn connect(addr: &str, root: &str) -> Result<TroveTarget> {
         let client = Client::connect(addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
+        Self::new(client, addr, root).await
+    }
+
+    /// Uses `root` (created if missing) of the cluster `client` is connected to (at `addr`).
+    pub async fn new(client: Client, addr: &str, root: &str) -> Result<TroveTarget> {
         let root = format!("/{}", root.trim_matches('/'));
         client.mkdir_p(&root).await.map_err(|e| anyhow!("cannot create {root} on the cluster: {e}"))?;
         Ok(TroveTarget { client, addr: addr.to_string(), root, dirs: Default::default() })
@@ -286,6 +298,40 @@ impl Target for TroveTarget {
         let entries = self.client.readdir(ino).await.map_err(|e| anyhow!("readdir {full}: {e}"))?;
         Ok(entries.into_iter().map(|e| e.name).collect())
     }
+    async fn storage(&self) -> Result<Storage> {
+        let devices = trove_devices(&self.client, &self.root).await?;
+        Ok(Storage { store: format!("trove:{}", self.addr), root: self.root.clone(), bytes_free: writable(&devices), devices })
+    }
+    fn at_root(&self, root: &str) -> Result<Arc<dyn Target>> {
+        let root = format!("/{}", root.trim_matches('/'));
+        Ok(Arc::new(TroveTarget { client: self.client.clone(), addr: self.addr.clone(), root, dirs: Default::default() }))
+    }
+}
+
+/// The file systems a cluster writes files under `root` to (with `root`'s erasure scheme).
+async fn trove_devices(client: &Client, root: &str) -> Result<Vec<DeviceShare>> {
+    let status = client.status(false).await.map_err(|e| anyhow!("cluster status: {e}"))?;
+    let ec = client.resolve(root).await.map(|a| a.ec).unwrap_or(status.default_ec);
+    let nodes = status
+        .nodes
+        .iter()
+        .map(|n| space::client_status::Node {
+            id: n.id,
+            // Nodes in placement maps take new data; draining and removed ones do not.
+            member: matches!(n.state.to_string().as_str(), "up" | "down"),
+            drives: n
+                .drives
+                .iter()
+                .map(|d| space::client_status::Drive { device: d.device, bytes_free: d.bytes_free, bytes_total: d.bytes_total })
+                .collect(),
+        })
+        .collect();
+    Ok(space::trove_devices(&space::client_status::Status { nodes }, ec.k, ec.m))
+}
+
+/// The most that can be written where bytes land on `devices` before one of them is full.
+fn writable(devices: &[DeviceShare]) -> u64 {
+    devices.iter().filter(|d| d.per_byte > 0.0).map(|d| (d.bytes_free as f64 / d.per_byte) as u64).min().unwrap_or(0)
 }
 
 /// A plain directory: a local disk or any mounted file system.
@@ -511,6 +557,40 @@ impl Target for DirTarget {
             Ok(names)
         })
         .await
+    }
+    async fn storage(&self) -> Result<Storage> {
+        let root = self.root.clone();
+        let canonical = blocking(move || root.canonicalize().with_context(|| format!("cannot resolve {}", root.display()))).await?;
+        let (device, free, total) = {
+            let p = canonical.clone();
+            blocking(move || space::local_fs(&p)).await?
+        };
+        let local = DeviceShare { device: format!("{device:016x}"), what: canonical.display().to_string(), bytes_free: free, bytes_total: total, per_byte: 1.0 };
+        // A directory on a mount of a Trove cluster stores into the cluster.
+        if let Some((point, mount_root, fstype, source)) = space::mount_of(&canonical) {
+            if let (Some(addr), true) = (source.strip_prefix("trove:"), fstype.starts_with("fuse")) {
+                let rel = canonical.strip_prefix(&point).unwrap_or(Path::new(""));
+                let root = format!("/{}", Path::new(&mount_root).join(rel).display().to_string().trim_matches('/'));
+                // Where its bytes land is the cluster's nodes' drives, if the cluster answers.
+                let devices = match Client::connect(addr).await {
+                    Ok(client) => trove_devices(&client, &root).await.unwrap_or_else(|_| vec![local.clone()]),
+                    Err(_) => vec![local.clone()],
+                };
+                return Ok(Storage { store: format!("trove:{addr}"), root, bytes_free: free, devices });
+            }
+        }
+        Ok(Storage { store: format!("fs:{device:016x}"), root: canonical.display().to_string(), bytes_free: free, devices: vec![local] })
+    }
+    fn at_root(&self, root: &str) -> Result<Arc<dyn Target>> {
+        let local = match std::fs::canonicalize(&self.root).ok().and_then(|p| space::mount_of(&p)) {
+            // On a Trove mount: `root` is a cluster path, found under the mount point.
+            Some((point, mount_root, fstype, source)) if source.starts_with("trove:") && fstype.starts_with("fuse") => {
+                let within = Path::new(root).strip_prefix(&mount_root).map_err(|_| anyhow!("{root} is not under the mount's root {mount_root}"))?;
+                point.join(within)
+            }
+            _ => PathBuf::from(root),
+        };
+        Ok(Arc::new(DirTarget::new(&local, self.direct)?))
     }
 }
 

@@ -358,6 +358,22 @@ pub async fn ensure_dataset(target: Arc<dyn Target>, cfg: &TrainConfig, world: &
     Ok((ds, true))
 }
 
+/// The dataset already in `cfg.data_dir` of `target`, as its manifest describes it.
+pub async fn existing_dataset(target: &dyn Target, cfg: &TrainConfig) -> Option<Dataset> {
+    read_manifest(target, &format!("{}/{MANIFEST_FILE}", cfg.data_dir)).await
+}
+
+/// What generating `cfg`'s dataset on `target` writes, in bytes: nothing when a matching
+/// dataset is there (and not to be regenerated), else the dataset less the one it replaces
+/// (removed first).
+pub async fn bytes_to_generate(target: &dyn Target, cfg: &TrainConfig, ds: &Dataset) -> u64 {
+    match existing_dataset(target, cfg).await {
+        Some(existing) if !cfg.regenerate && existing == *ds => 0,
+        Some(existing) => ds.total_bytes.saturating_sub(existing.total_bytes),
+        None => ds.total_bytes,
+    }
+}
+
 async fn read_manifest(target: &dyn Target, path: &str) -> Option<Dataset> {
     let mut r = target.open(path).await.ok()?;
     let size = r.size() as usize;

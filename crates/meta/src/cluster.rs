@@ -40,6 +40,9 @@ pub const NODE_DRIVES_MAX: usize = 256;
 pub const DIRS_TOO_WIDE_LISTED_MAX: usize = 16;
 /// Block size reported by `StatFs`.
 pub const STATFS_BLOCK_BYTES: u32 = 4096;
+/// How long the figure of bytes pending deletion that heartbeats carry may be reused before it
+/// is read again (one read per interval, however many nodes heartbeat).
+const PENDING_DELETE_REFRESH: Duration = Duration::from_secs(1);
 
 /// What the cluster manager knows only in memory about a node.
 struct Liveness {
@@ -56,6 +59,10 @@ pub struct ClusterOptions {
     pub pg_count: u32,
     pub down_after: Duration,
     pub id_batch: u64,
+    /// The GC's grace period and the pause between its passes: together, at most how long a
+    /// deletion waits (while the nodes are reachable).
+    pub gc_grace: Duration,
+    pub gc_interval: Duration,
 }
 
 /// The cluster manager's in-memory state; everything durable is in the engine.
@@ -73,6 +80,8 @@ pub struct Cluster {
     /// When marking dead nodes out was last held back (logged once per
     /// [`HELD_BACK_LOG_INTERVAL`]).
     held_back_logged: Mutex<Option<Instant>>,
+    /// Bytes pending deletion as last read, and when.
+    pending_delete: Mutex<Option<(Instant, u64)>>,
 }
 
 /// How long the smallest parity in use is trusted before it is looked up again.
@@ -91,7 +100,29 @@ impl Cluster {
             chunk_ids,
             min_parity: Mutex::new(None),
             held_back_logged: Mutex::new(None),
+            pending_delete: Mutex::new(None),
         }
+    }
+
+    /// At most how long until the GC has freed what is queued now.
+    fn pending_delete_within_ms(&self) -> u64 {
+        u64::try_from((self.options.gc_grace + self.options.gc_interval).as_millis())
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Bytes of shards queued for deletion, read at most once per [`PENDING_DELETE_REFRESH`].
+    async fn pending_delete_bytes(&self, engine: &dyn KvEngine) -> Result<u64, WireError> {
+        if let Some((at, bytes)) = *self.pending_delete.lock() {
+            if at.elapsed() < PENDING_DELETE_REFRESH {
+                return Ok(bytes);
+            }
+        }
+        let stats = transact(engine, |txn| {
+            Box::pin(async move { store::read_stats(txn).await })
+        })
+        .await?;
+        *self.pending_delete.lock() = Some((Instant::now(), stats.pending_delete_bytes));
+        Ok(stats.pending_delete_bytes)
     }
 
     /// A node's state as seen now, and milliseconds since it was last heard from.
@@ -119,10 +150,10 @@ impl Cluster {
 
     /// Drives of a node: from its latest heartbeat to this server, else from registration.
     fn drives(&self, rec: &NodeRec) -> Vec<DriveInfo> {
-        self.live
-            .lock()
-            .get(&rec.id)
-            .map_or_else(|| rec.drives.clone(), |l| l.drives.clone())
+        self.live.lock().get(&rec.id).map_or_else(
+            || rec.drives.iter().map(keys::StoredDrive::info).collect(),
+            |l| l.drives.clone(),
+        )
     }
 
     fn saw(&self, id: NodeId, drives: Vec<DriveInfo>) {
@@ -188,9 +219,10 @@ impl Cluster {
                                 "node.uuid"
                             );
                         }
-                        if rec.addr != *addr || rec.drives != *drives {
+                        let stored: Vec<keys::StoredDrive> = drives.iter().map(Into::into).collect();
+                        if rec.addr != *addr || rec.drives != stored {
                             rec.addr = addr.to_string();
-                            rec.drives = drives.to_vec();
+                            rec.drives = stored;
                             store::put(txn, &node_key, &rec).await?;
                         }
                         let version = store::get_u64(txn, &map_key, 0).await?;
@@ -205,7 +237,7 @@ impl Cluster {
                         uuid,
                         addr: addr.to_string(),
                         state: NodeState::Up,
-                        drives: drives.to_vec(),
+                        drives: drives.iter().map(Into::into).collect(),
                         registered: Timestamp::now(),
                     };
                     store::put(txn, &keys::node(id), &rec).await?;
@@ -256,6 +288,8 @@ impl Cluster {
         self.saw(node, drives);
         Ok(MetaReply::Heartbeat {
             map_version: map_version as u32,
+            bytes_pending_delete: self.pending_delete_bytes(engine).await?,
+            pending_delete_within_ms: self.pending_delete_within_ms(),
         })
     }
 
@@ -406,27 +440,32 @@ impl Cluster {
         Ok(())
     }
 
-    /// Capacity from the nodes' drives, scaled to what the default scheme can store.
+    /// Capacity from the nodes' drives, each file system counted once (several nodes on one
+    /// disk report the same device), scaled to what the default scheme can store. Free space
+    /// counts the bytes that deleted files still hold until the GC frees them.
     pub async fn statfs(&self, engine: &dyn KvEngine) -> Result<MetaReply, WireError> {
         let (nodes, stats) = transact(engine, |txn| {
             Box::pin(async move { Ok((read_nodes(txn).await?, store::read_stats(txn).await?)) })
         })
         .await?;
-        let (mut total, mut free) = (0u128, 0u128);
-        for node in nodes.iter().filter(|n| n.state != NodeState::Out) {
-            for drive in self.drives(node) {
-                total += u128::from(drive.bytes_total);
-                free += u128::from(drive.bytes_free);
-            }
-        }
+        let drives: Vec<DriveInfo> = nodes
+            .iter()
+            .filter(|n| n.state != NodeState::Out)
+            .flat_map(|n| self.drives(n))
+            .collect();
+        let (total, free) = wire::capacity_once_per_device(&drives);
+        let pending = u128::from(stats.pending_delete_bytes);
         let ec = self.options.default_ec;
         let usable = |raw: u128| (raw * u128::from(ec.k) / ec.width() as u128) as u64;
+        // What is pending is on those drives and will be free: never more free than total.
+        let free_soon = (u128::from(free) + pending).min(u128::from(total));
         Ok(MetaReply::StatFs(StatFs {
-            bytes_total: usable(total),
-            bytes_free: usable(free),
+            bytes_total: usable(u128::from(total)),
+            bytes_free: usable(free_soon),
             inodes_used: stats.inodes,
             block_bytes: STATFS_BLOCK_BYTES,
             name_bytes_max: NAME_BYTES_MAX as u32,
+            bytes_pending_delete: usable(free_soon - u128::from(free)),
         }))
     }
 
@@ -482,6 +521,8 @@ impl Cluster {
             chunks_narrow: 0,
             dirs_too_wide: Vec::new(),
             dirs_too_wide_count: 0,
+            bytes_pending_delete: stats.pending_delete_bytes,
+            pending_delete_within_ms: self.pending_delete_within_ms(),
         };
         if scan_chunks {
             let serving: HashSet<NodeId> = nodes

@@ -13,7 +13,7 @@
 //! just before an overwrite or unlink can still finish its read.
 
 use crate::cluster::Cluster;
-use crate::keys::{self, GcRec, NodeRec};
+use crate::keys::{self, GcRec, NodeRec, Stat};
 use crate::store::{self, abort, get, now_ms, transact};
 use bytes::Bytes;
 use kv::KvEngine;
@@ -286,13 +286,27 @@ impl Gc {
         transact(engine, move |txn| {
             let changes = changes.clone();
             Box::pin(async move {
+                // Bytes no longer held, per statistics shard (the shard of the entry's file,
+                // as queueing counted them): one update per shard, not per entry.
+                let mut freed: HashMap<u64, u64> = HashMap::new();
                 for (key, done, remove) in changes.iter() {
+                    let Some(mut rec) = get::<GcRec>(txn, key).await? else {
+                        continue;
+                    };
+                    let held = rec.bytes_held();
                     if *remove {
                         txn.delete(key).await?;
-                    } else if let Some(mut rec) = get::<GcRec>(txn, key).await? {
+                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() += held;
+                    } else {
                         rec.done |= done;
                         store::put(txn, key, &rec).await?;
+                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() +=
+                            held - rec.bytes_held();
                     }
+                }
+                for (shard, bytes) in freed {
+                    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+                    store::stat_add(txn, Stat::PendingDeleteBytes, shard, -bytes).await?;
                 }
                 Ok(())
             })

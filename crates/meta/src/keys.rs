@@ -83,6 +83,10 @@ pub enum Stat {
     Files = 2,
     /// Chunk records.
     Chunks = 3,
+    /// Bytes of shards queued for deletion and not yet deleted ([`GcRec::bytes_held`] summed
+    /// over the `G` entries): added in the transaction that queues a chunk, taken off in the
+    /// one that records its deletion, so the figure is exact without scanning the queue.
+    PendingDeleteBytes = 4,
 }
 
 /// Each statistic is split over this many keys so that concurrent transactions touching
@@ -296,7 +300,10 @@ pub struct InodeRec {
     /// to move a directory under itself, and resolves "..". 0 for other kinds, which may have
     /// several parents (hard links).
     pub parent: Ino,
-    /// For a symlink, its target; empty otherwise.
+    /// For a symlink, its target. For a directory, its name in its parent (as of its mkdir or
+    /// last rename; empty for the root), so that error messages can name a directory's path by
+    /// following parent pointers without scanning its parents' entries. Empty for other kinds,
+    /// and in directories made before names were recorded (readers then look the name up).
     pub target: String,
 }
 
@@ -346,8 +353,46 @@ pub struct NodeRec {
     /// only from heartbeats, kept in memory.
     pub state: NodeState,
     /// Drives as of registration; heartbeats update the in-memory copy only.
-    pub drives: Vec<DriveInfo>,
+    pub drives: Vec<StoredDrive>,
     pub registered: Timestamp,
+}
+
+/// A drive as a node record stores it: [`DriveInfo`] as it was in value format 1 (without the
+/// device identity, which is learnt again from the node's first heartbeat), so that records
+/// written before `DriveInfo` grew keep decoding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredDrive {
+    pub path: String,
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub shards: u64,
+    pub error: String,
+}
+
+impl From<&DriveInfo> for StoredDrive {
+    fn from(d: &DriveInfo) -> StoredDrive {
+        StoredDrive {
+            path: d.path.clone(),
+            bytes_total: d.bytes_total,
+            bytes_free: d.bytes_free,
+            shards: d.shards,
+            error: d.error.clone(),
+        }
+    }
+}
+
+impl StoredDrive {
+    /// The drive as reported to clients; the device identity is unknown (0).
+    pub fn info(&self) -> DriveInfo {
+        DriveInfo {
+            path: self.path.clone(),
+            bytes_total: self.bytes_total,
+            bytes_free: self.bytes_free,
+            shards: self.shards,
+            error: self.error.clone(),
+            device: 0,
+        }
+    }
 }
 
 /// The byte-range locks one lock owner holds on one file: sorted, disjoint, adjacent ranges
@@ -375,6 +420,22 @@ pub struct GcRec {
     pub queued_ms: u64,
     /// Bit `i` set: the node of shard `i` confirmed the deletion (or has nothing to delete).
     pub done: u64,
+}
+
+impl GcRec {
+    /// Bytes of shard data this entry still holds on the nodes: one shard's length for every
+    /// shard that was written (not `missing`) and whose deletion is not yet confirmed.
+    pub fn bytes_held(&self) -> u64 {
+        let chunk = &self.chunk;
+        let width = chunk.ec.width();
+        let all = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
+        let held = all & !chunk.missing & !self.done;
+        u64::from(held.count_ones()) * u64::from(chunk.shard_len)
+    }
 }
 
 /// Encodes a record as [`FORMAT_V1`] followed by its postcard encoding.

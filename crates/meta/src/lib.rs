@@ -137,6 +137,8 @@ impl MetaService {
             pg_count: options.pg_count,
             down_after: Duration::from_millis(options.down_after_ms),
             id_batch: options.id_batch,
+            gc_grace: Duration::from_millis(options.gc_grace_ms),
+            gc_interval: Duration::from_millis(options.gc_interval_ms),
         });
         Ok(Arc::new(MetaService {
             inos: IdPool::new(keys::counter::INO, wire::ROOT_INO + 1, options.id_batch),

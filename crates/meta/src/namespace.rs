@@ -380,8 +380,8 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             if rec.attr.kind != FileKind::Symlink {
                 fail!(
                     Invalid,
-                    "inode {ino} is a {:?}, not a symlink",
-                    rec.attr.kind
+                    "{} is not a symbolic link",
+                    inode_name(txn, &rec).await?
                 );
             }
             Ok(MetaReply::Target(rec.target))
@@ -415,7 +415,14 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
                 Some(value) => Ok(MetaReply::Value(
                     keys::decode_bytes(&key, &value).map_err(abort)?,
                 )),
-                None => fail!(NoAttr, "inode {ino} has no extended attribute {name:?}"),
+                None => {
+                    let rec = load(txn, *ino).await?;
+                    fail!(
+                        NoAttr,
+                        "{} has no extended attribute {name:?}",
+                        inode_name(txn, &rec).await?
+                    )
+                }
             }
         }
         MetaOp::ListXattr { ino } => {
@@ -433,7 +440,11 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             let mut rec = load(txn, *ino).await?;
             let key = keys::xattr(*ino, name);
             if txn.get(&key).await?.is_none() {
-                fail!(NoAttr, "inode {ino} has no extended attribute {name:?}");
+                fail!(
+                    NoAttr,
+                    "{} has no extended attribute {name:?}",
+                    inode_name(txn, &rec).await?
+                );
             }
             txn.delete(&key).await?;
             rec.attr.ctime = ctx.now;
@@ -482,13 +493,119 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
 }
 
 // ---------------------------------------------------------------------------------------------
+// Names in error messages.
+//
+// Clients name inodes by number, but people read the errors (the CLI prints them, the mount and
+// the gateways log them), so messages name a directory by its path and an entry by its
+// directory's path and its name. Building a path reads one inode record per level, and only on
+// the error path: the failed operation's transaction is aborted, so those reads add no
+// conflicts, and a successful operation pays nothing. Non-directories have no parent pointer
+// (they may have several names): they are named by kind and inode number, and front ends that
+// know the path the user gave add it.
+
+/// What a kind of inode is called in messages.
+fn kind_name(kind: FileKind) -> &'static str {
+    kind.name()
+}
+
+/// The path of directory `ino` from the root ("/" for the root, "/a/b" below it), for error
+/// messages. Follows parent pointers, taking each directory's name from its inode record (see
+/// [`InodeRec::target`]); a directory made before names were recorded is looked up among its
+/// parent's entries, reading at most [`NAME_SCAN_ENTRIES_MAX`] of them. A level that cannot be
+/// named (a directory removed meanwhile, or damaged metadata) shows as `<inode N>`.
+pub async fn dir_path(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut bytes = 0usize;
+    let mut current = ino;
+    let mut reached_root = false;
+    while bytes <= PATH_BYTES_MAX {
+        if current == ROOT_INO {
+            reached_root = true;
+            break;
+        }
+        let Some(rec) = get::<InodeRec>(txn, &keys::inode(current)).await? else {
+            names.push(format!("<inode {current}>"));
+            break;
+        };
+        let name = match rec.attr.kind {
+            FileKind::Dir if !rec.target.is_empty() => Some(rec.target),
+            FileKind::Dir => find_entry_name(txn, rec.parent, current).await?,
+            _ => None,
+        };
+        let Some(name) = name else {
+            names.push(format!("<inode {current}>"));
+            break;
+        };
+        bytes += name.len() + 1;
+        names.push(name);
+        current = rec.parent;
+    }
+    names.reverse();
+    let path = names.join("/");
+    Ok(match (reached_root, path.is_empty()) {
+        (true, true) => "/".to_string(),
+        (true, false) => format!("/{path}"),
+        // Cut short (deeper than any path can be: damaged parent pointers).
+        (false, _) if bytes > PATH_BYTES_MAX => format!(".../{path}"),
+        // A level without a name: the path from that level on.
+        (false, _) => path,
+    })
+}
+
+/// Most directory entries [`dir_path`] reads to find the name of one directory whose inode
+/// record has none.
+const NAME_SCAN_ENTRIES_MAX: usize = 4 * store::SCAN_PAGE_ENTRIES_MAX;
+
+/// The name under which directory `parent` holds `child`, by a bounded scan of its entries.
+async fn find_entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResult<Option<String>> {
+    let prefix = keys::dentry_prefix(parent);
+    let end = kv::prefix_end(&prefix);
+    let mut from = prefix.clone();
+    let mut read = 0usize;
+    while read < NAME_SCAN_ENTRIES_MAX {
+        let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
+        read += page.len();
+        for (key, value) in &page {
+            if keys::decode::<DentryRec>(key, value).is_ok_and(|e| e.ino == child) {
+                return Ok(keys::dentry_name(parent, key).map(str::to_string));
+            }
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
+                from = store::after(last)
+            }
+            _ => break,
+        }
+    }
+    Ok(None)
+}
+
+/// The path of entry `name` of directory `parent`, for error messages.
+async fn entry_path(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<String> {
+    let dir = dir_path(txn, parent).await?;
+    Ok(format!("{}/{name}", dir.trim_end_matches('/')))
+}
+
+/// An inode as error messages name it: a directory by its path, anything else by its kind and
+/// number (it has no single path).
+async fn inode_name(txn: &mut dyn KvTxn, rec: &InodeRec) -> TxResult<String> {
+    Ok(match rec.attr.kind {
+        FileKind::Dir => format!("directory {:?}", dir_path(txn, rec.attr.ino).await?),
+        kind => format!("{} (inode {})", kind_name(kind), rec.attr.ino),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // Record helpers.
 
 /// Reads an inode; `NotFound` if it does not exist.
 pub async fn load(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     match get::<InodeRec>(txn, &keys::inode(ino)).await? {
         Some(rec) => Ok(rec),
-        None => fail!(NotFound, "no inode {ino}"),
+        None => fail!(
+            NotFound,
+            "no such file or directory: inode {ino} was removed"
+        ),
     }
 }
 
@@ -498,8 +615,8 @@ async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     if rec.attr.kind != FileKind::Dir {
         fail!(
             NotDir,
-            "inode {ino} is a {:?}, not a directory",
-            rec.attr.kind
+            "not a directory: inode {ino} is a {}",
+            kind_name(rec.attr.kind)
         );
     }
     Ok(rec)
@@ -522,11 +639,14 @@ async fn load_child(
 ) -> TxResult<InodeRec> {
     match get::<InodeRec>(txn, &keys::inode(entry.ino)).await? {
         Some(rec) => Ok(rec),
-        None => fail!(
-            Internal,
-            "entry {name:?} of directory {parent} points to missing inode {}",
-            entry.ino
-        ),
+        None => {
+            let path = entry_path(txn, parent, name).await?;
+            fail!(
+                Internal,
+                "damaged metadata: entry {path:?} points to missing inode {}",
+                entry.ino
+            )
+        }
     }
 }
 
@@ -550,9 +670,10 @@ async fn touch_dir(
     if nlink_delta != 0 {
         let nlink = i64::from(rec.attr.nlink) + nlink_delta;
         let Ok(nlink) = u32::try_from(nlink) else {
+            let path = dir_path(txn, ino).await?;
             fail!(
                 TooLarge,
-                "directory {ino} would have a link count of {nlink}"
+                "directory {path:?} would have a link count of {nlink}"
             );
         };
         rec.attr.nlink = nlink;
@@ -596,20 +717,25 @@ async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
     with_dir_times(txn, rec.attr).await
 }
 
-/// Queues a chunk no longer referenced for deletion of its shards.
-async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<()> {
+/// Queues a chunk no longer referenced for deletion of its shards; returns the bytes its shards
+/// hold, which the caller must add to `Stat::PendingDeleteBytes` (once per operation, not per
+/// chunk).
+async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<u64> {
     let key = keys::gc(chunk.id);
-    put(
-        txn,
-        &key,
-        &GcRec {
-            ino,
-            chunk,
-            queued_ms: ctx.now_ms,
-            done: 0,
-        },
-    )
-    .await
+    let rec = GcRec {
+        ino,
+        chunk,
+        queued_ms: ctx.now_ms,
+        done: 0,
+    };
+    put(txn, &key, &rec).await?;
+    Ok(rec.bytes_held())
+}
+
+/// Counts bytes newly queued for deletion (see `Stat::PendingDeleteBytes`).
+async fn add_pending_delete(txn: &mut dyn KvTxn, ino: Ino, bytes: u64) -> TxResult<()> {
+    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+    store::stat_add(txn, Stat::PendingDeleteBytes, ino, bytes).await
 }
 
 /// Removes the chunk records of `ino` from index `first` on, queueing them for GC; returns how
@@ -618,12 +744,13 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
     let end = kv::prefix_end(&keys::chunk_prefix(ino));
     let mut from = keys::chunk(ino, first);
     let mut removed = 0u64;
+    let mut queued_bytes = 0u64;
     loop {
         let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
         for (key, value) in &page {
             let chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
             txn.delete(key).await?;
-            queue_gc(txn, ctx, ino, chunk).await?;
+            queued_bytes += queue_gc(txn, ctx, ino, chunk).await?;
             removed += 1;
         }
         match page.last() {
@@ -634,6 +761,7 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
         }
     }
     store::stat_add(txn, Stat::Chunks, ino, -(removed as i64)).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(removed)
 }
 
@@ -682,7 +810,8 @@ async fn lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<MetaRe
     check_name(name).map_err(abort)?;
     load_dir(txn, parent).await?;
     let Some(entry) = get_dentry(txn, parent, name).await? else {
-        fail!(NotFound, "no entry {name:?} in directory {parent}");
+        let dir = dir_path(txn, parent).await?;
+        fail!(NotFound, "no entry {name:?} in directory {dir:?}");
     };
     let attr = load_child(txn, parent, name, entry).await?.attr;
     Ok(MetaReply::Attr(with_dir_times(txn, attr).await?))
@@ -697,6 +826,8 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
         );
     }
     let mut current = load(txn, ROOT_INO).await?;
+    // The path walked so far as the caller spelled it, for error messages.
+    let mut walked = String::from("/");
     for component in path.split('/') {
         match component {
             "" | "." => continue,
@@ -704,6 +835,7 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
                 // The root's parent pointer is itself, so ".." at the root stays there.
                 let parent = current.parent;
                 current = load(txn, parent).await?;
+                walked = format!("{}/..", walked.trim_end_matches('/'));
                 continue;
             }
             _ => {}
@@ -711,16 +843,17 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
         if current.attr.kind != FileKind::Dir {
             fail!(
                 NotDir,
-                "{path:?}: a component before {component:?} is a {:?}, not a directory",
-                current.attr.kind
+                "{walked:?} is a {}, not a directory, so it has no entry {component:?}",
+                kind_name(current.attr.kind)
             );
         }
         check_name(component).map_err(abort)?;
         let dir = current.attr.ino;
         let Some(entry) = get_dentry(txn, dir, component).await? else {
-            fail!(NotFound, "{path:?}: no entry {component:?}");
+            fail!(NotFound, "no entry {component:?} in directory {walked:?}");
         };
         current = load_child(txn, dir, component, entry).await?;
+        walked = format!("{}/{component}", walked.trim_end_matches('/'));
     }
     Ok(MetaReply::Attr(with_dir_times(txn, current.attr).await?))
 }
@@ -735,10 +868,14 @@ async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Tx
     if let Some(size) = set.size {
         match rec.attr.kind {
             FileKind::File => {}
-            FileKind::Dir => fail!(IsDir, "inode {ino} is a directory; its size cannot be set"),
+            FileKind::Dir => {
+                let path = dir_path(txn, ino).await?;
+                fail!(IsDir, "{path:?} is a directory; its size cannot be set")
+            }
             kind => fail!(
                 Invalid,
-                "inode {ino} is a {kind:?}; only regular files have a settable size"
+                "a {} (inode {ino}) has no size that can be set; only regular files do",
+                kind_name(kind)
             ),
         }
         if size != rec.attr.size {
@@ -824,7 +961,8 @@ async fn create(
         if let Some(entry) = get_dentry(txn, parent, name).await? {
             let existing = load_child(txn, parent, name, entry).await?;
             if existing.attr.kind == FileKind::Dir {
-                fail!(IsDir, "{name:?} in directory {parent} is a directory");
+                let path = entry_path(txn, parent, name).await?;
+                fail!(IsDir, "{path:?} is a directory");
             }
             return Ok(MetaReply::Attr(existing.attr));
         }
@@ -852,7 +990,8 @@ async fn make(
     let dir = load_dir(txn, parent).await?;
     let entry_key = keys::dentry(parent, name);
     if txn.get(&entry_key).await?.is_some() {
-        fail!(Exists, "{name:?} already exists in directory {parent}");
+        let path = entry_path(txn, parent, name).await?;
+        fail!(Exists, "{path:?} already exists");
     }
     let ino = ctx.new_ino()?;
     let is_dir = new.kind == FileKind::Dir;
@@ -882,7 +1021,8 @@ async fn make(
     let rec = InodeRec {
         attr,
         parent: if is_dir { parent } else { 0 },
-        target: new.target,
+        // A directory keeps its own name, so that error messages can name its path.
+        target: if is_dir { name.to_string() } else { new.target },
     };
     store_inode(txn, &rec).await?;
     put(
@@ -915,21 +1055,24 @@ async fn link(
     check_name(new_name).map_err(abort)?;
     let mut rec = load(txn, ino).await?;
     if rec.attr.kind == FileKind::Dir {
+        let path = dir_path(txn, ino).await?;
         fail!(
             IsDir,
-            "inode {ino} is a directory; directories cannot be hard-linked"
+            "{path:?} is a directory; directories cannot be hard-linked"
         );
     }
     load_dir(txn, new_parent).await?;
     let entry_key = keys::dentry(new_parent, new_name);
     if txn.get(&entry_key).await?.is_some() {
-        fail!(
-            Exists,
-            "{new_name:?} already exists in directory {new_parent}"
-        );
+        let path = entry_path(txn, new_parent, new_name).await?;
+        fail!(Exists, "{path:?} already exists");
     }
     let Some(nlink) = rec.attr.nlink.checked_add(1) else {
-        fail!(TooLarge, "inode {ino} has too many links");
+        fail!(
+            TooLarge,
+            "{} has the most links an inode can have",
+            inode_name(txn, &rec).await?
+        );
     };
     rec.attr.nlink = nlink;
     rec.attr.ctime = ctx.now;
@@ -954,14 +1097,13 @@ async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRe
     check_name(name).map_err(abort)?;
     load_dir(txn, parent).await?;
     let Some(entry) = get_dentry(txn, parent, name).await? else {
-        fail!(NotFound, "no entry {name:?} in directory {parent}");
+        let dir = dir_path(txn, parent).await?;
+        fail!(NotFound, "no entry {name:?} in directory {dir:?}");
     };
     let child = load_child(txn, parent, name, entry).await?;
     if child.attr.kind == FileKind::Dir {
-        fail!(
-            IsDir,
-            "{name:?} in directory {parent} is a directory; use rmdir"
-        );
+        let path = entry_path(txn, parent, name).await?;
+        fail!(IsDir, "{path:?} is a directory; use rmdir");
     }
     txn.delete(&keys::dentry(parent, name)).await?;
     let ino = child.attr.ino;
@@ -974,18 +1116,21 @@ async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRes
     check_name(name).map_err(abort)?;
     load_dir(txn, parent).await?;
     let Some(entry) = get_dentry(txn, parent, name).await? else {
-        fail!(NotFound, "no entry {name:?} in directory {parent}");
+        let dir = dir_path(txn, parent).await?;
+        fail!(NotFound, "no entry {name:?} in directory {dir:?}");
     };
     let child = load_child(txn, parent, name, entry).await?;
     if child.attr.kind != FileKind::Dir {
+        let path = entry_path(txn, parent, name).await?;
         fail!(
             NotDir,
-            "{name:?} in directory {parent} is a {:?}, not a directory",
-            child.attr.kind
+            "{path:?} is a {}, not a directory",
+            kind_name(child.attr.kind)
         );
     }
     if dir_has_entries(txn, child.attr.ino).await? {
-        fail!(NotEmpty, "directory {name:?} is not empty");
+        let path = entry_path(txn, parent, name).await?;
+        fail!(NotEmpty, "directory {path:?} is not empty");
     }
     txn.delete(&keys::dentry(parent, name)).await?;
     delete_inode(txn, ctx, &child).await?;
@@ -1003,9 +1148,10 @@ async fn check_not_under(txn: &mut dyn KvTxn, start: Ino, dir: Ino) -> TxResult<
     let mut current = start;
     for _ in 0..DEPTH_MAX {
         if current == dir {
+            let (moved, into) = (dir_path(txn, dir).await?, dir_path(txn, start).await?);
             fail!(
                 Invalid,
-                "cannot move directory {dir} under itself (into {start})"
+                "cannot move directory {moved:?} under itself (into {into:?})"
             );
         }
         if current == ROOT_INO {
@@ -1015,7 +1161,7 @@ async fn check_not_under(txn: &mut dyn KvTxn, start: Ino, dir: Ino) -> TxResult<
     }
     fail!(
         Internal,
-        "walking up from directory {start} did not reach the root after {DEPTH_MAX} steps"
+        "damaged metadata: walking up from directory inode {start} did not reach the root after {DEPTH_MAX} steps"
     )
 }
 
@@ -1033,18 +1179,22 @@ async fn rename(
     load_dir(txn, parent).await?;
     load_dir(txn, new_parent).await?;
     let Some(src) = get_dentry(txn, parent, name).await? else {
-        fail!(NotFound, "no entry {name:?} in directory {parent}");
+        let dir = dir_path(txn, parent).await?;
+        fail!(NotFound, "no entry {name:?} in directory {dir:?}");
     };
     let dst = get_dentry(txn, new_parent, new_name).await?;
     match (mode, dst) {
-        (RenameMode::NoReplace, Some(_)) => fail!(
-            Exists,
-            "{new_name:?} already exists in directory {new_parent}"
-        ),
-        (RenameMode::Exchange, None) => fail!(
-            NotFound,
-            "no entry {new_name:?} in directory {new_parent} to exchange with"
-        ),
+        (RenameMode::NoReplace, Some(_)) => {
+            let path = entry_path(txn, new_parent, new_name).await?;
+            fail!(Exists, "{path:?} already exists")
+        }
+        (RenameMode::Exchange, None) => {
+            let dir = dir_path(txn, new_parent).await?;
+            fail!(
+                NotFound,
+                "no entry {new_name:?} in directory {dir:?} to exchange with"
+            )
+        }
         _ => {}
     }
     // Renaming a name onto itself, or onto another link of the same inode, changes nothing
@@ -1083,24 +1233,33 @@ async fn rename(
         )
         .await?;
         put(txn, &keys::dentry(new_parent, new_name), &src).await?;
-        move_inode(txn, ctx, src_rec, new_parent).await?;
-        move_inode(txn, ctx, dst_rec, parent).await?;
+        move_inode(txn, ctx, src_rec, new_parent, new_name).await?;
+        move_inode(txn, ctx, dst_rec, parent, name).await?;
         parent_delta = i64::from(dst_is_dir) - i64::from(src_is_dir);
         new_parent_delta = i64::from(src_is_dir) - i64::from(dst_is_dir);
     } else {
         if let Some(dst_rec) = dst_rec {
             match (src_is_dir, dst_is_dir) {
-                (true, false) => fail!(
-                    NotDir,
-                    "cannot replace non-directory {new_name:?} with a directory"
-                ),
-                (false, true) => fail!(
-                    IsDir,
-                    "cannot replace directory {new_name:?} with a non-directory"
-                ),
+                (true, false) => {
+                    let path = entry_path(txn, new_parent, new_name).await?;
+                    fail!(
+                        NotDir,
+                        "cannot replace {} {path:?} with a directory",
+                        kind_name(dst_rec.attr.kind)
+                    )
+                }
+                (false, true) => {
+                    let path = entry_path(txn, new_parent, new_name).await?;
+                    fail!(
+                        IsDir,
+                        "cannot replace directory {path:?} with a {}",
+                        kind_name(src_rec.attr.kind)
+                    )
+                }
                 (true, true) => {
                     if dir_has_entries(txn, dst_rec.attr.ino).await? {
-                        fail!(NotEmpty, "directory {new_name:?} is not empty");
+                        let path = entry_path(txn, new_parent, new_name).await?;
+                        fail!(NotEmpty, "directory {path:?} is not empty");
                     }
                     delete_inode(txn, ctx, &dst_rec).await?;
                 }
@@ -1109,7 +1268,7 @@ async fn rename(
         }
         txn.delete(&keys::dentry(parent, name)).await?;
         put(txn, &keys::dentry(new_parent, new_name), &src).await?;
-        move_inode(txn, ctx, src_rec, new_parent).await?;
+        move_inode(txn, ctx, src_rec, new_parent, new_name).await?;
         parent_delta = -i64::from(src_is_dir);
         new_parent_delta = i64::from(src_is_dir) - i64::from(dst_is_dir);
     }
@@ -1123,16 +1282,18 @@ async fn rename(
     Ok(MetaReply::Ok)
 }
 
-/// Records that an inode now lives in `new_parent`: a directory's parent pointer follows it;
-/// every inode's ctime changes.
+/// Records that an inode is now entry `new_name` of `new_parent`: a directory's parent pointer
+/// and name follow it; every inode's ctime changes.
 async fn move_inode(
     txn: &mut dyn KvTxn,
     ctx: &Ctx,
     mut rec: InodeRec,
     new_parent: Ino,
+    new_name: &str,
 ) -> TxResult<()> {
     if rec.attr.kind == FileKind::Dir {
         rec.parent = new_parent;
+        rec.target = new_name.to_string();
     }
     rec.attr.ctime = ctx.now;
     store_inode(txn, &rec).await
@@ -1205,11 +1366,14 @@ async fn set_xattr(
     match mode {
         XattrMode::Create if exists => fail!(
             Exists,
-            "inode {ino} already has extended attribute {name:?}"
+            "{} already has extended attribute {name:?}",
+            inode_name(txn, &rec).await?
         ),
-        XattrMode::Replace if !exists => {
-            fail!(NoAttr, "inode {ino} has no extended attribute {name:?}")
-        }
+        XattrMode::Replace if !exists => fail!(
+            NoAttr,
+            "{} has no extended attribute {name:?}",
+            inode_name(txn, &rec).await?
+        ),
         _ => {}
     }
     txn.put(&key, &keys::encode_bytes(value)).await?;
@@ -1241,13 +1405,14 @@ async fn set_layout(
             {
                 fail!(
                     Invalid,
-                    "file {ino} already has data; its layout can no longer change"
+                    "the regular file (inode {ino}) already has data; its layout can no longer change"
                 );
             }
         }
         kind => fail!(
             Invalid,
-            "inode {ino} is a {kind:?}; only files and directories have a layout"
+            "a {} (inode {ino}) has no layout; only files and directories do",
+            kind_name(kind)
         ),
     }
     rec.attr.ec = ec;
@@ -1262,8 +1427,15 @@ pub async fn load_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     let rec = load(txn, ino).await?;
     match rec.attr.kind {
         FileKind::File => Ok(rec),
-        FileKind::Dir => fail!(IsDir, "inode {ino} is a directory"),
-        kind => fail!(Invalid, "inode {ino} is a {kind:?}, not a regular file"),
+        FileKind::Dir => {
+            let path = dir_path(txn, ino).await?;
+            fail!(IsDir, "{path:?} is a directory, not a regular file")
+        }
+        kind => fail!(
+            Invalid,
+            "a {} (inode {ino}) is not a regular file",
+            kind_name(kind)
+        ),
     }
 }
 
@@ -1345,18 +1517,20 @@ async fn commit_chunks(
         truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, new_size).await?;
     }
     let mut added = 0i64;
+    let mut queued_bytes = 0u64;
     for chunk in chunks {
         let key = keys::chunk(ino, chunk.index);
         match get::<ChunkRecord>(txn, &key).await? {
             // Copy-on-write: the replaced version's shards go to GC, unless this is the same
             // chunk committed again (a retry), which must stay referenced.
-            Some(old) if old.id != chunk.id => queue_gc(txn, ctx, ino, old).await?,
+            Some(old) if old.id != chunk.id => queued_bytes += queue_gc(txn, ctx, ino, old).await?,
             Some(_) => {}
             None => added += 1,
         }
         put(txn, &key, chunk).await?;
     }
     store::stat_add(txn, Stat::Chunks, ino, added).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     rec.attr.size = new_size;
     rec.attr.data_version += 1;
     rec.attr.mtime = mtime;
@@ -1367,9 +1541,6 @@ async fn commit_chunks(
 
 // ---------------------------------------------------------------------------------------------
 // Schemes in use (for refusing drains the nodes left could not hold, and for `trove status`).
-
-/// Most entries of a directory searched for a child directory's name when naming it by path.
-const PATH_SEARCH_ENTRIES_MAX: usize = 16 * store::SCAN_PAGE_ENTRIES_MAX;
 
 /// A directory or file and the scheme it uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1472,64 +1643,11 @@ pub async fn scheme_use(
     Ok(found)
 }
 
-/// The path of a directory or file, for messages a person reads: a directory by its parent
-/// pointers and its name in each parent; a file (which may have several names) as `file N`.
-/// Falls back to `inode N` when a name cannot be found cheaply.
+/// The path of a directory, for messages a person reads (see [`dir_path`]); anything else, or
+/// a path that cannot be read, shows as `<inode N>`.
 pub async fn path_of(engine: &dyn KvEngine, ino: Ino) -> String {
     let found = transact(engine, move |txn| Box::pin(async move { dir_path(txn, ino).await })).await;
-    match found {
-        Ok(Some(path)) => path,
-        Ok(None) | Err(_) => format!("inode {ino}"),
-    }
-}
-
-/// The path of directory `ino` (`None` if it is not a directory or a name is not found within
-/// [`PATH_SEARCH_ENTRIES_MAX`] entries of its parent).
-async fn dir_path(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Option<String>> {
-    let mut names: Vec<String> = Vec::new();
-    let mut cur = ino;
-    for _ in 0..DEPTH_MAX {
-        if cur == ROOT_INO {
-            names.reverse();
-            return Ok(Some(format!("/{}", names.join("/"))));
-        }
-        let Some(rec) = get::<InodeRec>(txn, &keys::inode(cur)).await? else {
-            return Ok(None);
-        };
-        if rec.attr.kind != FileKind::Dir || rec.parent == 0 {
-            return Ok(None);
-        }
-        let Some(name) = entry_name(txn, rec.parent, cur).await? else {
-            return Ok(None);
-        };
-        names.push(name);
-        cur = rec.parent;
-    }
-    Ok(None)
-}
-
-/// The name under which directory `parent` lists `child`, searching at most
-/// [`PATH_SEARCH_ENTRIES_MAX`] entries.
-async fn entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResult<Option<String>> {
-    let prefix = keys::dentry_prefix(parent);
-    let end = kv::prefix_end(&prefix);
-    let mut from = prefix.clone();
-    let mut searched = 0usize;
-    while searched < PATH_SEARCH_ENTRIES_MAX {
-        let page = txn.scan(&from, &end, store::SCAN_PAGE_ENTRIES_MAX).await?;
-        for (key, value) in &page {
-            let entry: DentryRec = keys::decode(key, value).map_err(abort)?;
-            if entry.ino == child {
-                return Ok(keys::dentry_name(parent, key).map(str::to_string));
-            }
-        }
-        searched += page.len();
-        match page.last() {
-            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
-            _ => break,
-        }
-    }
-    Ok(None)
+    found.unwrap_or_else(|_| format!("<inode {ino}>"))
 }
 
 /// Checks a chunk record a client made before it is stored or queued: its scheme is one the
@@ -1596,6 +1714,7 @@ async fn abandon_chunks(
             chunks.len()
         );
     }
+    let mut queued_bytes = 0u64;
     for chunk in chunks {
         if chunk.id == 0 || chunk.ec.validate().is_err() {
             fail!(Invalid, "chunk index {} is not a valid record", chunk.index);
@@ -1606,8 +1725,11 @@ async fn abandon_chunks(
         if referenced || txn.get(&keys::gc(chunk.id)).await?.is_some() {
             continue;
         }
-        queue_gc(txn, ctx, ino, chunk.clone()).await?;
+        // Counted at its full width (shards whose upload failed are not stored, and their
+        // deletion is confirmed at once), like every queued chunk until the GC deletes it.
+        queued_bytes += queue_gc(txn, ctx, ino, chunk.clone()).await?;
     }
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(MetaReply::Ok)
 }
 
@@ -1647,7 +1769,8 @@ async fn replace_chunk(
         );
     }
     put(txn, &key, new).await?;
-    queue_gc(txn, ctx, ino, expected.clone()).await?;
+    let queued_bytes = queue_gc(txn, ctx, ino, expected.clone()).await?;
+    add_pending_delete(txn, ino, queued_bytes).await?;
     Ok(MetaReply::Ok)
 }
 
@@ -1665,23 +1788,27 @@ async fn append_file(
     check_name(name).map_err(abort)?;
     load_dir(txn, parent).await?;
     let Some(entry) = get_dentry(txn, parent, name).await? else {
-        fail!(NotFound, "no entry {name:?} in directory {parent}");
+        let dir = dir_path(txn, parent).await?;
+        fail!(NotFound, "no entry {name:?} in directory {dir:?}");
     };
     let src = load_child(txn, parent, name, entry).await?;
     let src_ino = src.attr.ino;
     if src.attr.kind != FileKind::File {
+        let path = entry_path(txn, parent, name).await?;
         fail!(
             Invalid,
-            "{name:?} in directory {parent} is not a regular file"
+            "{path:?} is a {}, not a regular file",
+            kind_name(src.attr.kind)
         );
     }
     if src_ino == target {
         fail!(Invalid, "cannot append file {target} to itself");
     }
     if src.attr.nlink != 1 {
+        let path = entry_path(txn, parent, name).await?;
         fail!(
             Invalid,
-            "{name:?} in directory {parent} has {} links; only a file with one link can be moved",
+            "{path:?} has {} links; only a file with one link can be moved",
             src.attr.nlink
         );
     }

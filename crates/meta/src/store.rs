@@ -162,18 +162,21 @@ pub struct Stats {
     pub inodes: u64,
     pub files: u64,
     pub chunks: u64,
+    /// Bytes of shards queued for deletion (see `Stat::PendingDeleteBytes`).
+    pub pending_delete_bytes: u64,
 }
 
 pub async fn read_stats(txn: &mut dyn KvTxn) -> TxResult<Stats> {
     let start = [keys::prefix::STAT];
     let pairs = scan_all(txn, &start, &kv::prefix_end(&start)).await?;
-    let (mut inodes, mut files, mut chunks) = (0i64, 0i64, 0i64);
+    let (mut inodes, mut files, mut chunks, mut pending) = (0i64, 0i64, 0i64, 0i64);
     for (key, value) in pairs {
         let n = keys::decode_i64(&key, &value).map_err(abort)?;
         match key.get(1).copied() {
             Some(s) if s == Stat::Inodes as u8 => inodes += n,
             Some(s) if s == Stat::Files as u8 => files += n,
             Some(s) if s == Stat::Chunks as u8 => chunks += n,
+            Some(s) if s == Stat::PendingDeleteBytes as u8 => pending = pending.saturating_add(n),
             _ => {}
         }
     }
@@ -182,6 +185,7 @@ pub async fn read_stats(txn: &mut dyn KvTxn) -> TxResult<Stats> {
         inodes: clamp(inodes),
         files: clamp(files),
         chunks: clamp(chunks),
+        pending_delete_bytes: clamp(pending),
     })
 }
 

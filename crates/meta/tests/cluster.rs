@@ -294,7 +294,11 @@ async fn heartbeats_and_liveness() {
             }
         )
         .await,
-        MetaReply::Heartbeat { map_version: 2 }
+        MetaReply::Heartbeat {
+            map_version: 2,
+            bytes_pending_delete: 0,
+            pending_delete_within_ms: 1000
+        }
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     ok(
@@ -1257,4 +1261,136 @@ async fn abandoned_chunks_go_to_gc_and_replacements_keep_the_data_version() {
     .await;
     let status = status_of(ok(svc, MetaOp::Status { scan_chunks: true }).await);
     assert_eq!(status.chunks_narrow, 0);
+}
+
+/// Several storage nodes on one disk (a local cluster, or a host with one big volume) report
+/// the same device: statfs counts its space once, not once per node.
+#[tokio::test]
+async fn statfs_counts_each_device_once() {
+    let env = env().await;
+    let svc = &env.svc;
+    for i in 0..6u128 {
+        // Nodes 1-4 share device 7; 5 and 6 have disks of their own, one of unknown device.
+        let d = match i {
+            0..=3 => drive_on(7, 1000, 600 - i as u64),
+            4 => drive_on(8, 500, 100),
+            _ => drive_on(0, 300, 30),
+        };
+        let op = MetaOp::RegisterNode {
+            uuid: 90 + i,
+            addr: format!("n{i}:1"),
+            drives: vec![d],
+        };
+        ok(svc, op).await;
+    }
+    let MetaReply::StatFs(stat) = ok(svc, MetaOp::StatFs).await else {
+        panic!("statfs")
+    };
+    // The shared disk once (its smallest free figure, the latest report being unknown).
+    assert_eq!(
+        (stat.bytes_total, stat.bytes_free),
+        ((1000 + 500 + 300) * 4 / 6, (597 + 100 + 30) * 4 / 6)
+    );
+    assert_eq!(stat.bytes_pending_delete, 0);
+}
+
+/// Bytes that deleted and overwritten files hold until the GC deletes their shards are counted
+/// exactly as chunks are queued and deleted (no scan): status shows them, statfs counts them as
+/// free, and heartbeats tell the storage nodes (which tell a writer that finds them full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_pending_deletion_are_counted_until_deleted() {
+    let env = env_with(MetaOptions {
+        gc_grace_ms: 0,
+        gc_interval_ms: 500,
+        ..test_options()
+    })
+    .await;
+    let svc = &env.svc;
+    let fakes = fake_cluster(svc, 6).await;
+    let pending = |svc: std::sync::Arc<MetaService>| async move {
+        let MetaReply::Status(s) = ok(&svc, MetaOp::Status { scan_chunks: false }).await else {
+            panic!("status")
+        };
+        let MetaReply::StatFs(f) = ok(&svc, MetaOp::StatFs).await else {
+            panic!("statfs")
+        };
+        (
+            s.bytes_pending_delete,
+            s.pending_delete_within_ms,
+            f.bytes_pending_delete,
+        )
+    };
+    let (f, records) = file_with_chunks(svc, "f", 2).await;
+    let shard = u64::from(records[0].shard_len);
+    assert_eq!(pending(svc.clone()).await, (0, 500, 0));
+    // Overwriting a chunk queues the old one: its 6 shards.
+    let MetaReply::Alloc { chunks: fresh, .. } = ok(
+        svc,
+        MetaOp::AllocChunks {
+            ino: f.ino,
+            count: 1,
+            avoid: vec![],
+        },
+    )
+    .await
+    else {
+        panic!("alloc")
+    };
+    ok(
+        svc,
+        commit(
+            f.ino,
+            vec![chunk(1, fresh[0].0, f.chunk_bytes, f.ec, fresh[0].1)],
+            0,
+        ),
+    )
+    .await;
+    assert_eq!(pending(svc.clone()).await.0, 6 * shard);
+    // Deleting the file queues its 2 chunks (12 shards) more; statfs counts them (scaled by
+    // 4+2) as free.
+    ok(
+        svc,
+        MetaOp::Unlink {
+            parent: ROOT_INO,
+            name: "f".into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        pending(svc.clone()).await,
+        (18 * shard, 500, 18 * shard * 4 / 6)
+    );
+    let MetaReply::Heartbeat {
+        bytes_pending_delete,
+        pending_delete_within_ms,
+        ..
+    } = ok(
+        svc,
+        MetaOp::Heartbeat {
+            node: *fakes.keys().min().unwrap_or(&1),
+            drives: vec![],
+        },
+    )
+    .await
+    else {
+        panic!("heartbeat")
+    };
+    assert_eq!(
+        (bytes_pending_delete, pending_delete_within_ms),
+        (18 * shard, 500)
+    );
+    // A node failing its deletions keeps its shards counted; the others are taken off.
+    let failing = *fakes.keys().min().unwrap_or_else(|| panic!("no nodes"));
+    fakes[&failing].failing.store(true, Ordering::SeqCst);
+    svc.gc_once().await.unwrap_or_else(|e| panic!("{e}"));
+    let held_by_failing: u64 = (0..3).map(|_| shard).sum::<u64>();
+    assert_eq!(
+        pending(svc.clone()).await.0,
+        held_by_failing,
+        "one shard of each of the 3 chunks is left"
+    );
+    fakes[&failing].failing.store(false, Ordering::SeqCst);
+    svc.gc_once().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(pending(svc.clone()).await, (0, 500, 0));
+    assert_eq!(count_keys(svc, prefix::GC).await, 0);
 }

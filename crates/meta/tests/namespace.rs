@@ -1949,3 +1949,138 @@ async fn concurrent_creates_in_many_directories_all_succeed() {
 async fn rmdir_racing_a_create_never_orphans_an_entry() {
     cases::rmdir_racing_a_create_never_orphans_an_entry(&env().await).await;
 }
+/// Error messages name directories by their path and entries by their path, never by inode
+/// number alone: people read them (the CLI prints them, the mount and gateways log them).
+#[tokio::test]
+async fn errors_name_paths_not_inode_numbers() {
+    let env = env().await;
+    let svc = &env.svc;
+    let message = |r: wire::MetaResult| r.err().map(|e| e.message).unwrap_or_default();
+    let a = mkdir(svc, ROOT_INO, "a").await;
+    let b = mkdir(svc, a.ino, "b").await;
+    let c = mkdir(svc, b.ino, "c").await;
+    create(svc, c.ino, "f").await;
+
+    let missing = message(lookup(svc, b.ino, "x").await);
+    assert_eq!(missing, r#"no entry "x" in directory "/a/b""#);
+    let at_root = message(lookup(svc, ROOT_INO, "x").await);
+    assert_eq!(at_root, r#"no entry "x" in directory "/""#);
+    let resolved = err(
+        svc,
+        MetaOp::Resolve {
+            path: "/a/nope/x".into(),
+        },
+        ErrorCode::NotFound,
+    )
+    .await;
+    assert_eq!(resolved, r#"no entry "nope" in directory "/a""#);
+    let through_file = err(
+        svc,
+        MetaOp::Resolve {
+            path: "/a/b/c/f/g".into(),
+        },
+        ErrorCode::NotDir,
+    )
+    .await;
+    assert!(
+        through_file.starts_with(r#""/a/b/c/f" is a regular file"#),
+        "{through_file}"
+    );
+
+    let under_itself = err(
+        svc,
+        rename(ROOT_INO, "a", c.ino, "a", RenameMode::Replace),
+        ErrorCode::Invalid,
+    )
+    .await;
+    assert_eq!(
+        under_itself,
+        r#"cannot move directory "/a" under itself (into "/a/b/c")"#
+    );
+    let not_empty = err(
+        svc,
+        MetaOp::Rmdir {
+            parent: b.ino,
+            name: "c".into(),
+        },
+        ErrorCode::NotEmpty,
+    )
+    .await;
+    assert_eq!(not_empty, r#"directory "/a/b/c" is not empty"#);
+    let mkdir_b = MetaOp::Mkdir {
+        parent: a.ino,
+        name: "b".into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+    };
+    assert_eq!(
+        err(svc, mkdir_b, ErrorCode::Exists).await,
+        r#""/a/b" already exists"#
+    );
+    let unlink_dir = err(
+        svc,
+        MetaOp::Unlink {
+            parent: a.ino,
+            name: "b".into(),
+        },
+        ErrorCode::IsDir,
+    )
+    .await;
+    assert!(
+        unlink_dir.starts_with(r#""/a/b" is a directory"#),
+        "{unlink_dir}"
+    );
+
+    // A renamed directory is named by its new path, and so is everything below it.
+    ok(
+        svc,
+        rename(a.ino, "b", ROOT_INO, "moved", RenameMode::Replace),
+    )
+    .await;
+    assert_eq!(
+        message(lookup(svc, c.ino, "x").await),
+        r#"no entry "x" in directory "/moved/c""#
+    );
+    // Exchanged directories swap names too.
+    let d = mkdir(svc, ROOT_INO, "d").await;
+    ok(
+        svc,
+        rename(ROOT_INO, "moved", ROOT_INO, "d", RenameMode::Exchange),
+    )
+    .await;
+    assert_eq!(
+        message(lookup(svc, d.ino, "x").await),
+        r#"no entry "x" in directory "/moved""#
+    );
+
+    // Names with control bytes are escaped, not printed raw.
+    let odd = mkdir(svc, ROOT_INO, "new\nline\u{1b}").await;
+    assert_eq!(
+        message(lookup(svc, odd.ino, "x").await),
+        r#"no entry "x" in directory "/new\nline\u{1b}""#
+    );
+
+    // A directory whose record carries no name (made before names were recorded) is named by
+    // finding its entry in its parent.
+    let key = keys::inode(c.ino);
+    let mut rec: keys::InodeRec = {
+        let mut txn = svc
+            .engine()
+            .begin()
+            .await
+            .unwrap_or_else(|e| panic!("begin: {e}"));
+        let value = txn
+            .get(&key)
+            .await
+            .unwrap_or_else(|e| panic!("get: {e}"))
+            .unwrap_or_default();
+        keys::decode(&key, &value).unwrap_or_else(|e| panic!("{e}"))
+    };
+    rec.target.clear();
+    put_raw(svc, &key, &keys::encode(&rec)).await;
+    assert_eq!(
+        message(lookup(svc, c.ino, "x").await),
+        r#"no entry "x" in directory "/d/c""#
+    );
+}

@@ -202,6 +202,7 @@ pub async fn run_until(
     tracing::info!(target: "trove::ready", "storage node {uuid:032x} listening on {bound}, advertised as {advertise}");
 
     let service = Arc::new(StorageService::new(Arc::new(store)));
+    service.set_meta_addrs(&config.meta_addrs());
     let server = AbortOnDrop(tokio::spawn(serve_on(
         listener,
         service.clone(),

@@ -38,7 +38,18 @@ pub struct StorageService {
     node: AtomicU32,
     blocking: Semaphore,
     permits: u32,
+    /// Bytes of shards the cluster's GC is waiting to delete, at most how long until it has (from
+    /// heartbeat replies, which may be a second or two old), and when a put that found the
+    /// drives full last started asking for them (see [`StorageService::explain_no_space`]).
+    pending_delete: parking_lot::Mutex<(u64, u64, Option<std::time::Instant>)>,
+    /// The metadata services, asked for the pending figure when a put finds the drives full.
+    metas: parking_lot::Mutex<Vec<Arc<wire::Peer>>>,
+    /// Held while asking, so that a burst of full puts asks once.
+    asking: tokio::sync::Mutex<()>,
 }
+
+/// How long a put that found the drives full waits for that figure.
+const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl StorageService {
     pub fn new(store: Arc<ShardStore>) -> StorageService {
@@ -49,7 +60,75 @@ impl StorageService {
             node: AtomicU32::new(0),
             blocking: Semaphore::new(permits as usize),
             permits,
+            pending_delete: parking_lot::Mutex::new((0, 0, None)),
+            metas: parking_lot::Mutex::new(Vec::new()),
+            asking: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Records what the metadata service said is pending deletion (bytes, within ms).
+    pub fn set_pending_delete(&self, bytes: u64, within_ms: u64) {
+        let mut pending = self.pending_delete.lock();
+        (pending.0, pending.1) = (bytes, within_ms);
+    }
+
+    /// The metadata services to ask for the pending figure (see [`Self::explain_no_space`]).
+    pub fn set_meta_addrs(&self, addrs: &[String]) {
+        *self.metas.lock() = addrs
+            .iter()
+            .map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta)))
+            .collect();
+    }
+
+    /// The pending figure as of now: asked for, unless an ask that started after this call
+    /// arrived has answered meanwhile (a burst of full puts asks once, and no put is answered
+    /// with a figure from before it arrived, which a delete just before it would make wrong).
+    async fn fresh_pending_delete(&self) -> (u64, u64) {
+        let arrived = std::time::Instant::now();
+        let _asking = self.asking.lock().await;
+        let known = *self.pending_delete.lock();
+        if known.2.is_some_and(|started| started >= arrived) {
+            return (known.0, known.1);
+        }
+        let started = std::time::Instant::now();
+        let metas = self.metas.lock().clone();
+        let call = MetaCall {
+            request_id: 0,
+            op: MetaOp::Status { scan_chunks: false },
+        };
+        for peer in metas {
+            let asked =
+                peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
+            if let Ok(Ok((MetaReply::Status(s), _))) =
+                tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await
+            {
+                let (bytes, within_ms) = (s.bytes_pending_delete, s.pending_delete_within_ms);
+                *self.pending_delete.lock() = (bytes, within_ms, Some(started));
+                return (bytes, within_ms);
+            }
+        }
+        // No metadata service answered: the heartbeats' figure (the puts queued behind this
+        // ask take it too rather than wait again).
+        self.pending_delete.lock().2 = Some(started);
+        (known.0, known.1)
+    }
+
+    /// A full drive's error, telling the writer when space that deletions freed comes back:
+    /// deleted files' shards stay until the GC's grace period has passed, so right after a
+    /// delete the drives can be full although `df` already counts that space as free.
+    pub async fn explain_no_space(&self, mut e: WireError) -> WireError {
+        if e.code != ErrorCode::NoSpace {
+            return e;
+        }
+        let (bytes, within_ms) = self.fresh_pending_delete().await;
+        if bytes > 0 {
+            e.message.push_str(&format!(
+                " (deleted files still hold {} on the cluster's drives, freed within {} s: retry then)",
+                human_bytes(bytes),
+                within_ms.div_ceil(1000)
+            ));
+        }
+        e
     }
 
     /// The store, unless the service has shut down.
@@ -119,8 +198,11 @@ impl Handler for StorageService {
     ) -> (Result<StorageReply, WireError>, Bytes) {
         match req {
             StorageOp::PutShard { info } => {
-                let r = self.run_blocking(move |s| s.put(&info, &data)).await;
-                (r.map(|()| StorageReply::Ok), Bytes::new())
+                let r = match self.run_blocking(move |s| s.put(&info, &data)).await {
+                    Ok(()) => Ok(StorageReply::Ok),
+                    Err(e) => Err(self.explain_no_space(e).await),
+                };
+                (r, Bytes::new())
             }
             StorageOp::GetShard { key, offset, len } => {
                 match self.run_blocking(move |s| s.get(key, offset, len)).await {
@@ -158,6 +240,21 @@ impl Handler for StorageService {
 /// uses; tests call it directly to run a node in-process without a metadata service.
 pub async fn serve_on(listener: TcpListener, service: Arc<StorageService>, cluster: String) {
     wire::rpc::serve(listener, service, Service::Storage, cluster).await
+}
+
+/// Bytes as people read them: "1.5 GiB".
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// A random id for an idempotent metadata call (0 means "untracked", so never 0).
@@ -289,7 +386,12 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
                 op: MetaOp::Heartbeat { node, drives },
             };
             match link.call(&call).await {
-                Ok(MetaReply::Heartbeat { .. }) => {
+                Ok(MetaReply::Heartbeat {
+                    bytes_pending_delete,
+                    pending_delete_within_ms,
+                    ..
+                }) => {
+                    service.set_pending_delete(bytes_pending_delete, pending_delete_within_ms);
                     if let Some(t) = failing_since.take() {
                         tracing::info!(
                             "metadata service at {} answers heartbeats again after {:?}",
@@ -313,5 +415,47 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_drive_tells_the_writer_what_deletions_will_free() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = crate::StoreConfig {
+            drives: vec![dir.path().join("d")],
+            reserve_bytes: 0,
+        };
+        let service =
+            StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
+        let full = || werr!(NoSpace, "put chunk 1 shard 0: drive /d is full");
+        // Nothing pending (and no metadata service to ask): the error is left as it is.
+        assert_eq!(
+            service.explain_no_space(full()).await.message,
+            full().message
+        );
+        service.set_pending_delete(3 << 29, 31_000);
+        let e = service.explain_no_space(full()).await;
+        assert_eq!(e.code, ErrorCode::NoSpace);
+        assert!(
+            e.message.starts_with(&full().message)
+                && e.message.contains("still hold 1.5 GiB")
+                && e.message.contains("within 31 s"),
+            "{}",
+            e.message
+        );
+        // Other errors are not touched.
+        assert_eq!(
+            service
+                .explain_no_space(werr!(Io, "disk on fire"))
+                .await
+                .message,
+            "disk on fire"
+        );
+        assert_eq!(human_bytes(1000), "1000 bytes");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
     }
 }

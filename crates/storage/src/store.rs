@@ -159,6 +159,24 @@ enum WriteFail {
     Io(String),
 }
 
+/// This host's identity for drive device ids: its machine id (systemd's `/etc/machine-id`, or
+/// D-Bus's), else its host name. Read once.
+pub fn host_id() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        [
+            "/etc/machine-id",
+            "/var/lib/dbus/machine-id",
+            "/proc/sys/kernel/hostname",
+        ]
+        .iter()
+        .filter_map(|p| fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
+    })
+}
+
 impl Drive {
     fn dir_of(&self, key: ShardKey) -> PathBuf {
         self.shards_dir.join(format!("{:02x}", key_hash(key) >> 56))
@@ -183,6 +201,18 @@ impl Drive {
                 );
                 *err = format!("{what}: {e}");
             }
+        }
+    }
+
+    /// The identity of the file system the drive is on (`wire::device_id`), 0 if it cannot be
+    /// told: drives of several nodes on one disk report the same, so capacity counts it once.
+    fn device(&self) -> u64 {
+        match (
+            rustix::fs::stat(&self.root),
+            rustix::fs::statvfs(&self.root),
+        ) {
+            (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
+            _ => 0,
         }
     }
 
@@ -772,6 +802,7 @@ impl ShardStore {
                     bytes_free,
                     shards: drive.shards.load(Ordering::Relaxed),
                     error,
+                    device: drive.device(),
                 }
             })
             .collect()
@@ -828,6 +859,30 @@ fn read_range(file: &File, header: &ShardHeader, start: u32, len: u32) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drives on one file system report the same device (so the cluster counts the disk once);
+    /// a different file system (the machine's /dev/shm or /proc) reports another.
+    #[test]
+    fn drives_on_one_file_system_report_one_device() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = StoreConfig {
+            drives: vec![dir.path().join("a"), dir.path().join("b")],
+            reserve_bytes: 0,
+        };
+        let store = ShardStore::open(&config).expect("store opens");
+        let drives = store.stat();
+        assert_eq!(drives.len(), 2);
+        assert!(
+            drives[0].device != 0 && drives[0].device == drives[1].device,
+            "{drives:?}"
+        );
+        let other = |p: &str| match (rustix::fs::stat(p), rustix::fs::statvfs(p)) {
+            (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
+            _ => 0,
+        };
+        assert_ne!(other("/proc"), drives[0].device);
+        assert!(!host_id().is_empty());
+    }
 
     #[test]
     fn file_names_roundtrip() {

@@ -302,7 +302,11 @@ impl Handler for FakeMeta {
                 if n == self.not_member_at.load(Ordering::SeqCst) {
                     Err(werr!(NotMember, "node 7 was removed"))
                 } else {
-                    Ok(MetaReply::Heartbeat { map_version: 3 })
+                    Ok(MetaReply::Heartbeat {
+                        map_version: 3,
+                        bytes_pending_delete: 0,
+                        pending_delete_within_ms: 0,
+                    })
                 }
             }
             other => Err(werr!(NotSupported, "fake meta: {other:?}")),

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use bench::report::{self, Report};
 use bench::target::Target;
 use bench::world::World;
-use bench::{io, meta, parse_bytes, scan, size, train, DirTarget, TroveTarget};
+use bench::{io, meta, parse_bytes, scan, size, space, train, DirTarget, TroveTarget};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,9 +19,24 @@ pub struct BenchArgs {
     cmd: BenchCmd,
 }
 
+impl BenchArgs {
+    /// The `--cluster` given after the benchmark's name.
+    pub fn cluster(&self) -> &crate::cmds::ClusterOpt {
+        match &self.cmd {
+            BenchCmd::Io(a) => &a.common.cluster,
+            BenchCmd::Meta(a) => &a.common.cluster,
+            BenchCmd::Train(a) => &a.common.cluster,
+            BenchCmd::Scan(a) => &a.common.cluster,
+            BenchCmd::Size(a) => &a.common.cluster,
+        }
+    }
+}
+
 /// Options every benchmark takes.
 #[derive(Args, Clone)]
 pub struct Common {
+    #[command(flatten)]
+    cluster: crate::cmds::ClusterOpt,
     /// Run against this directory (a local disk or any mounted file system); repeatable. Runs
     /// against the cluster too when --cluster is given.
     #[arg(long = "dir", global = true)]
@@ -73,6 +88,7 @@ struct IoArgs {
     /// Request size (default 1M for sequential, 4k for random patterns).
     #[arg(long)]
     bs: Option<String>,
+    /// Concurrent jobs (fio's numjobs), each with its own files.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
     /// Requests in flight per job.
@@ -81,6 +97,7 @@ struct IoArgs {
     /// Files per job (default: the queue depth).
     #[arg(long)]
     files_per_job: Option<usize>,
+    /// Size of each data file (K, M, G suffixes).
     #[arg(long, default_value = "64M")]
     file_size: String,
     /// Measured seconds; 0 with a sequential pattern means one pass over every file, timed
@@ -114,11 +131,13 @@ struct IoArgs {
 struct MetaArgs {
     #[command(flatten)]
     common: Common,
+    /// Concurrent tasks (mdtest's ranks).
     #[arg(long, default_value_t = 4)]
     tasks: usize,
     /// Files and directories per task.
     #[arg(long, default_value_t = 1000)]
     items: usize,
+    /// Times each phase is repeated (mdtest -i); every iteration's rate is reported.
     #[arg(long, default_value_t = 3)]
     iterations: usize,
     /// Each task in its own directory (mdtest -u); default: one shared directory.
@@ -148,6 +167,7 @@ struct TrainArgs {
     /// Find the most accelerators that pass.
     #[arg(long)]
     sweep: bool,
+    /// Most accelerators the sweep tries.
     #[arg(long, default_value_t = 64)]
     max_accelerators: usize,
     /// Data files to generate (default: enough for the sweep, or --dataset-gib).
@@ -156,6 +176,7 @@ struct TrainArgs {
     /// Dataset size; make it larger than client RAM for honest results.
     #[arg(long)]
     dataset_gib: Option<f64>,
+    /// Epochs (passes over the dataset); the run's AU is the mean over them.
     #[arg(long, default_value_t = 3)]
     epochs: usize,
     /// Reader threads per accelerator (default: the workload's reference value).
@@ -164,13 +185,16 @@ struct TrainArgs {
     /// Batches prefetched per accelerator.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Bytes per read request (K, M suffixes).
     #[arg(long, default_value = "1M")]
     transfer_size: String,
     /// Forward-only: no barrier between accelerators after each step.
     #[arg(long)]
     inference: bool,
+    /// Seed of the generated data and of the order files are read in.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Files written at once while generating the dataset.
     #[arg(long, default_value_t = 4)]
     gen_jobs: usize,
     /// Regenerate the dataset even if a matching one exists.
@@ -191,6 +215,7 @@ struct TrainArgs {
     /// Divide the checkpoint preset's size by this.
     #[arg(long, default_value_t = 1000)]
     scale: u64,
+    /// Checkpoints written (and read back) in the checkpoint workload.
     #[arg(long, default_value_t = 2)]
     checkpoints: usize,
     /// Files per checkpoint, written in parallel (one per emulated rank).
@@ -208,11 +233,13 @@ struct ScanArgs {
     /// Generate this many ResNet-50 shards first if the directory has none.
     #[arg(long, default_value_t = 16)]
     generate_files: u64,
+    /// Most concurrent readers tried.
     #[arg(long, default_value_t = 32)]
     readers_max: usize,
     /// Seconds per reader count.
     #[arg(long, default_value_t = 8.0)]
     duration: f64,
+    /// Bytes per read request (K, M suffixes).
     #[arg(long, default_value = "1M")]
     read_size: String,
 }
@@ -224,6 +251,7 @@ struct SizeArgs {
     /// A row of the demand table (see --list).
     #[arg(long, default_value = "h100-resnet50")]
     workload: String,
+    /// GPUs to size the cluster for.
     #[arg(long, default_value_t = 8)]
     gpus: usize,
     /// Per-node read throughput in MB/s (otherwise measured with --measure).
@@ -232,6 +260,7 @@ struct SizeArgs {
     /// Measure per-node throughput: a sequential read run on the target divided by its nodes.
     #[arg(long)]
     measure: bool,
+    /// Dataset size in GiB (decides whether caches can hold it).
     #[arg(long)]
     dataset_gib: Option<f64>,
     /// Cache (client RAM plus storage cache) available to the dataset.
@@ -258,7 +287,8 @@ async fn targets(cluster: &Option<String>, common: &Common, direct: bool) -> Res
     let mut out: Vec<Arc<dyn Target>> = Vec::new();
     if let Some(c) = cluster {
         let addr = crate::cluster::meta_addr_of(c)?;
-        out.push(Arc::new(TroveTarget::connect(&addr, &common.root).await?));
+        let client = crate::cmds::connect(Some(c.clone())).await?;
+        out.push(Arc::new(TroveTarget::new(client, &addr, &common.root).await?));
     }
     for d in &common.dirs {
         let t = DirTarget::new(d, false)?;
@@ -520,7 +550,8 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
         drop_caches: drop,
     };
     let mut reports = Vec::new();
-    for target in targets(&cluster, &a.common, false).await? {
+    let all = targets(&cluster, &a.common, false).await?;
+    for target in plan_datasets(all, &cfg, &world).await? {
         if show {
             eprintln!("{} × {} {} on {} ...", if a.sweep { "sweep of".to_string() } else { a.accelerators.to_string() }, a.accelerator, a.workload, target.describe());
         }
@@ -555,6 +586,48 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
     report::train_report(&mut rep, &reports);
     let json = serde_json::json!({ "host": HOST_AT_START.get(), "config": cfg, "train": reports });
     emit(&a.common, &json, &report::train_text(&reports), Some(rep))
+}
+
+/// Decides, before anything is written, where `cfg`'s dataset is generated: once per storage
+/// (a target on the same storage as an earlier one, such as a mount of the cluster being
+/// measured, reads the dataset generated there), and only if every target and every file
+/// system has room for what the run writes (see `bench::space`). Returns the targets to run,
+/// those sharing another's dataset rooted where it is.
+async fn plan_datasets(targets: Vec<Arc<dyn Target>>, cfg: &train::TrainConfig, world: &World) -> Result<Vec<Arc<dyn Target>>> {
+    let ds = train::plan_dataset(cfg)?;
+    let mut out = Vec::with_capacity(targets.len());
+    let mut needs = Vec::new();
+    let mut generated_on: Vec<(Arc<dyn Target>, space::Storage)> = Vec::new();
+    for target in targets {
+        let storage = target.storage().await?;
+        if let Some((owner, at)) = generated_on.iter().find(|(_, s)| s.store == storage.store) {
+            let reader = target.at_root(&at.root)?;
+            if world.rank == 0 {
+                eprintln!(
+                    "trove bench: {} is on the same storage as {} ({}): it reads the dataset written there ({}) instead of writing another copy",
+                    target.describe(),
+                    owner.describe(),
+                    storage.store,
+                    reader.describe()
+                );
+            }
+            needs.push(space::Need { target: target.describe(), bytes: 0, storage });
+            out.push(reader);
+            continue;
+        }
+        let bytes = train::bytes_to_generate(&*target, cfg, &ds).await;
+        needs.push(space::Need { target: target.describe(), bytes, storage: storage.clone() });
+        generated_on.push((target.clone(), storage));
+        out.push(target);
+    }
+    let what = format!("the {} dataset ({} files, {})", ds.workload, ds.files, space::gb(ds.total_bytes));
+    space::check(&what, &needs)?;
+    if world.rank == 0 {
+        for n in needs.iter().filter(|n| n.bytes > 0) {
+            eprintln!("trove bench: {what} is written to {} ({} free there)", n.target, space::gb(n.storage.bytes_free));
+        }
+    }
+    Ok(out)
 }
 
 async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {

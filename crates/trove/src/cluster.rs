@@ -30,11 +30,13 @@ pub enum ClusterCmd {
     Start(StartArgs),
     /// Stops every process of a local cluster (data is kept).
     Stop {
+        /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
     },
     /// Kills one storage node with SIGKILL (fault injection).
     KillNode {
+        /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
         /// Node number as printed by `cluster start` (1..N).
@@ -43,19 +45,23 @@ pub enum ClusterCmd {
     },
     /// Starts a killed or stopped storage node again.
     RestartNode {
+        /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
+        /// Node number as printed by `cluster start` (1..N).
         #[arg(long)]
         node: usize,
     },
     /// Restarts the metadata service (SIGTERM, wait for it to exit, start it again): clients
     /// retry through the gap.
     RestartMeta {
+        /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
     },
     /// Adds one more storage node to a running local cluster (data is rebalanced onto it).
     AddNode {
+        /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
     },

@@ -10,13 +10,64 @@ use std::path::Path;
 /// Bytes moved per read or write call of the copy commands.
 const COPY_BLOCK_BYTES: usize = 4 << 20;
 
+/// `--cluster` of every command that talks to a cluster. Only those commands have it, so the
+/// help of the others does not offer an option they would ignore.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClusterOpt {
+    /// The cluster to talk to: the metadata service's HOST:PORT (several, comma-separated, to
+    /// fail over between them), or the directory of a local cluster started with `trove
+    /// cluster start`. Default: $TROVE_CLUSTER.
+    #[arg(long, short = 'c', value_name = "CLUSTER")]
+    pub cluster: Option<String>,
+}
+
 /// Connects to the cluster named by `--cluster` (an address or a local cluster directory).
 pub async fn connect(cluster: Option<String>) -> Result<Client> {
+    connect_with(cluster, client::ClientOptions::default()).await
+}
+
+/// [`connect`] with client options.
+pub async fn connect_with(cluster: Option<String>, options: client::ClientOptions) -> Result<Client> {
     let Some(cluster) = cluster else {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), or set TROVE_CLUSTER");
     };
     let addr = crate::cluster::meta_addr_of(&cluster)?;
-    Client::connect(&addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))
+    match Client::connect_with(&addr, options).await {
+        Ok(client) => Ok(client),
+        Err(e) => Err(unreachable(&cluster, &addr, &e)),
+    }
+}
+
+/// How long the probe of an unreachable address waits for a TCP connection.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The error for a cluster that could not be reached, saying whether anything listens at its
+/// address and, when nothing does, how to start it. Runs only after connecting failed.
+pub fn unreachable(cluster: &str, addr: &str, e: &client::WireError) -> anyhow::Error {
+    use std::net::ToSocketAddrs;
+    // The client reports the last address it tried; a plain TCP connection to each tells a
+    // stopped service (refused) from one that answered wrongly (the client's error says how).
+    let refused: Vec<&str> = addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .filter(|a| {
+            a.to_socket_addrs().ok().and_then(|mut it| it.next()).is_some_and(|sa| {
+                matches!(std::net::TcpStream::connect_timeout(&sa, PROBE_TIMEOUT), Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused)
+            })
+        })
+        .collect();
+    if refused.is_empty() {
+        return anyhow!("cannot reach the Trove cluster at {addr}: {e}");
+    }
+    let at = refused.join(", ");
+    let local = Path::new(cluster).join(crate::cluster::STATE_FILE).exists();
+    if local {
+        let dir = Path::new(cluster).display();
+        anyhow!("no Trove metadata service at {at}: connection refused; the local cluster in {dir} is not running: start it again with `trove cluster start --dir {dir}`")
+    } else {
+        anyhow!("no Trove metadata service at {at}: connection refused; is the cluster running? start a local one with `trove cluster start --dir DIR`")
+    }
 }
 
 pub fn progress(bytes: u64, what: &str) -> ProgressBar {
@@ -170,7 +221,7 @@ pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
 }
 
 pub async fn cat(client: &Client, remote: &str) -> Result<()> {
-    let mut handle = client.open_path(remote).await.map_err(|e| anyhow!("cannot open {remote}: {e}"))?;
+    let mut handle = client.open_path(remote).await.map_err(|e| anyhow!("cannot open {}: {e}", shown(remote)))?;
     let size = handle.size();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -189,6 +240,46 @@ pub async fn cat(client: &Client, remote: &str) -> Result<()> {
         offset += data.len() as u64;
     }
     Ok(())
+}
+
+/// A name or path as listings show it: as it is when it holds only printable characters, else
+/// quoted with Rust's escapes (`"new\nline"`), so that a name can never break a listing into
+/// lines or send control sequences to the terminal. Names holding `"` or `\` are quoted too, so
+/// that a quoted name is never mistaken for a plain one.
+pub fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        std::borrow::Cow::Owned(format!("{name:?}"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A time as a date in UTC: `2026-11-25 04:37` (`with_nanos`: `2026-11-25 04:37:55.235091208`),
+/// followed by " UTC". Times are shown in UTC, the same on every host of a cluster.
+pub fn date(t: wire::Timestamp, with_nanos: bool) -> String {
+    let (days, secs) = (t.secs.div_euclid(86_400), t.secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, sec) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    if with_nanos {
+        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{:09} UTC", t.nanos)
+    } else {
+        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02} UTC")
+    }
 }
 
 fn kind_char(kind: FileKind) -> char {
@@ -216,18 +307,18 @@ fn mode_string(kind: FileKind, mode: u32) -> String {
 }
 
 pub async fn ls(client: &Client, remote: &str, long: bool) -> Result<()> {
-    let attr = client.resolve(remote).await.map_err(|e| anyhow!("cannot list {remote}: {e}"))?;
+    let attr = client.resolve(remote).await.map_err(|e| anyhow!("cannot list {}: {e}", shown(remote)))?;
     let entries = if attr.kind == FileKind::Dir {
-        client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list {remote}: {e}"))?
+        client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list {}: {e}", shown(remote)))?
     } else {
         vec![client::DirEntry { name: remote.rsplit('/').next().unwrap_or(remote).to_string(), attr }]
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for e in entries {
-        let name = if e.attr.kind == FileKind::Dir { format!("{}/", e.name) } else { e.name.clone() };
+        let name = if e.attr.kind == FileKind::Dir { format!("{}/", shown(&e.name)) } else { shown(&e.name).into_owned() };
         if long {
-            writeln!(out, "{} {:>3} {:>5} {:>5} {:>14} {:>10} {name}", mode_string(e.attr.kind, e.attr.mode), e.attr.nlink, e.attr.uid, e.attr.gid, e.attr.size, e.attr.mtime.secs)?;
+            writeln!(out, "{} {:>3} {:>5} {:>5} {:>14} {} {name}", mode_string(e.attr.kind, e.attr.mode), e.attr.nlink, e.attr.uid, e.attr.gid, e.attr.size, date(e.attr.mtime, false))?;
         } else {
             writeln!(out, "{name}")?;
         }
@@ -236,11 +327,14 @@ pub async fn ls(client: &Client, remote: &str, long: bool) -> Result<()> {
 }
 
 pub async fn stat(client: &Client, remote: &str) -> Result<()> {
-    let a = client.resolve(remote).await.map_err(|e| anyhow!("cannot stat {remote}: {e}"))?;
-    println!("  path: {remote}");
-    println!("  inode: {}  kind: {:?}  mode: {:o} ({})", a.ino, a.kind, a.mode, mode_string(a.kind, a.mode));
+    let a = client.resolve(remote).await.map_err(|e| anyhow!("cannot stat {}: {e}", shown(remote)))?;
+    println!("  path: {}", shown(remote));
+    println!("  inode: {}  kind: {}  mode: {:04o} ({})", a.ino, a.kind.name(), a.mode, mode_string(a.kind, a.mode));
     println!("  size: {}  links: {}  uid: {}  gid: {}", a.size, a.nlink, a.uid, a.gid);
-    println!("  mtime: {}.{:09}  ctime: {}.{:09}", a.mtime.secs, a.mtime.nanos, a.ctime.secs, a.ctime.nanos);
+    println!("  access: {}", date(a.atime, true));
+    println!("  modify: {}", date(a.mtime, true));
+    println!("  change: {}", date(a.ctime, true));
+    println!("  birth:  {}", date(a.crtime, true));
     println!("  layout: erasure {}  chunk {} bytes", a.ec, a.chunk_bytes);
     Ok(())
 }
@@ -277,27 +371,30 @@ pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no
 }
 
 pub async fn mv(client: &Client, from: &str, to: &str) -> Result<()> {
-    let (src_parent, src_name) = client.parent_of(from).await.map_err(|e| anyhow!("cannot move {from}: {e}"))?;
+    // The metadata service's errors say what went wrong in full ("cannot move directory "/a"
+    // under itself (into "/a/b")"); they are prefixed with the command, not a paraphrase of it.
+    let (src_parent, src_name) = client.parent_of(from).await.map_err(|e| anyhow!("mv {}: {e}", shown(from)))?;
     // Moving into an existing directory keeps the name, like mv(1).
     let target = match client.resolve(to).await {
         Ok(a) if a.kind == FileKind::Dir => format!("{}/{src_name}", to.trim_end_matches('/')),
         _ => to.to_string(),
     };
-    let (dst_parent, dst_name) = client.parent_of(&target).await.map_err(|e| anyhow!("cannot move to {target}: {e}"))?;
-    client.rename(src_parent, src_name, dst_parent, dst_name).await.map_err(|e| anyhow!("cannot move {from} to {target}: {e}"))
+    let (dst_parent, dst_name) = client.parent_of(&target).await.map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))?;
+    client.rename(src_parent, src_name, dst_parent, dst_name).await.map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))
 }
 
 pub async fn rm(client: &Client, remote: &str, recursive: bool) -> Result<()> {
-    let (parent, name) = client.parent_of(remote).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
-    let attr = client.lookup(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
+    let failed = |e: client::WireError| anyhow!("cannot remove {}: {e}", shown(remote));
+    let (parent, name) = client.parent_of(remote).await.map_err(failed)?;
+    let attr = client.lookup(parent, name).await.map_err(failed)?;
     if attr.kind == FileKind::Dir {
         if !recursive {
-            bail!("{remote} is a directory (use -r)");
+            bail!("cannot remove {}: it is a directory (use -r)", shown(remote));
         }
-        remove_tree(client, attr.ino).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))?;
-        return client.rmdir(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"));
+        remove_tree(client, attr.ino).await.map_err(failed)?;
+        return client.rmdir(parent, name).await.map_err(failed);
     }
-    client.unlink(parent, name).await.map_err(|e| anyhow!("cannot remove {remote}: {e}"))
+    client.unlink(parent, name).await.map_err(failed)
 }
 
 fn remove_tree(client: &Client, dir: u64) -> futures::future::BoxFuture<'_, client::Result<()>> {
@@ -332,8 +429,27 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+/// Raw capacity of the nodes in service, each file system counted once.
+struct Capacity {
+    total: u64,
+    free: u64,
+    /// File systems the drives are on (drives of unknown device count one each).
+    devices: usize,
+    drives: usize,
+}
+
+fn capacity(s: &wire::ClusterStatus) -> Capacity {
+    let drives: Vec<wire::DriveInfo> =
+        s.nodes.iter().filter(|n| n.state != wire::NodeState::Out).flat_map(|n| n.drives.iter().cloned()).collect();
+    let (total, free) = wire::capacity_once_per_device(&drives);
+    let known: std::collections::HashSet<u64> = drives.iter().map(|d| d.device).filter(|&d| d != 0).collect();
+    let devices = known.len() + drives.iter().filter(|d| d.device == 0).count();
+    Capacity { total, free, devices, drives: drives.len() }
+}
+
 pub async fn status(client: &Client, json: bool) -> Result<()> {
     let s = client.status(true).await.map_err(|e| anyhow!("cannot get cluster status: {e}"))?;
+    let capacity = capacity(&s);
     if json {
         let nodes: Vec<serde_json::Value> = s
             .nodes
@@ -345,11 +461,13 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
                     "bytes_total": n.drives.iter().map(|d| d.bytes_total).sum::<u64>(),
                     "bytes_free": n.drives.iter().map(|d| d.bytes_free).sum::<u64>(),
                     "shards": n.drives.iter().map(|d| d.shards).sum::<u64>(),
-                    "drives": n.drives.iter().map(|d| serde_json::json!({"path": d.path, "bytes_total": d.bytes_total, "bytes_free": d.bytes_free, "shards": d.shards, "error": d.error})).collect::<Vec<_>>(),
+                    "drives": n.drives.iter().map(|d| serde_json::json!({"path": d.path, "bytes_total": d.bytes_total, "bytes_free": d.bytes_free, "shards": d.shards, "error": d.error, "device": format!("{:016x}", d.device)})).collect::<Vec<_>>(),
                 })
             })
             .collect();
         let v = serde_json::json!({
+            "bytes_total": capacity.total, "bytes_free": capacity.free, "devices": capacity.devices,
+            "bytes_pending_delete": s.bytes_pending_delete, "pending_delete_within_ms": s.pending_delete_within_ms,
             "engine": s.engine, "map_version": s.map_version, "default_ec": s.default_ec.to_string(),
             "chunk_bytes": s.chunk_bytes, "files": s.files, "chunks": s.chunks,
             "chunks_degraded": s.chunks_degraded, "chunks_unavailable": s.chunks_unavailable,
@@ -367,6 +485,16 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     println!("placement map: version {}   default erasure: {}   chunk size: {}", s.map_version, s.default_ec, human_bytes(u64::from(s.chunk_bytes)));
     println!("cluster manager lease: {}", s.leader.as_deref().unwrap_or("(no leader)"));
     println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}   to move: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable, s.chunks_misplaced);
+    // Nodes sharing a disk report it each; the disk is counted once.
+    let shared = if capacity.devices < capacity.drives { format!(" ({} drives on {} file systems)", capacity.drives, capacity.devices) } else { String::new() };
+    println!("capacity: {} raw, {} free{shared}", human_bytes(capacity.total), human_bytes(capacity.free));
+    if s.bytes_pending_delete > 0 {
+        println!(
+            "pending deletion: {} of deleted and overwritten files' shards, freed within {} s (the GC's grace period); `df` counts it as free already",
+            human_bytes(s.bytes_pending_delete),
+            s.pending_delete_within_ms.div_ceil(1000)
+        );
+    }
     let schemes: Vec<String> = s.ec_schemes.iter().map(|(ec, n)| format!("{ec}: {n} chunks")).collect();
     if !schemes.is_empty() {
         println!("schemes in use: {}", schemes.join(", "));
@@ -427,5 +555,30 @@ pub async fn node_state(client: &Client, node: wire::NodeId, state: wire::NodeSt
             Ok(())
         }
         Err(e) => bail!("cannot change the state of node {node}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        let at = |secs, nanos| wire::Timestamp { secs, nanos };
+        assert_eq!(date(at(0, 0), false), "1970-01-01 00:00 UTC");
+        assert_eq!(date(at(951_782_400, 0), false), "2000-02-29 00:00 UTC");
+        assert_eq!(date(at(1_795_581_511, 235_091_208), true), "2026-11-25 04:38:31.235091208 UTC");
+        assert_eq!(date(at(-1, 0), true), "1969-12-31 23:59:59.000000000 UTC");
+        assert_eq!(date(at(4_102_444_800, 0), false), "2100-01-01 00:00 UTC");
+    }
+
+    #[test]
+    fn names_with_control_bytes_are_quoted() {
+        assert_eq!(shown("plain name.txt"), "plain name.txt");
+        assert_eq!(shown("naïve"), "naïve");
+        assert_eq!(shown("new\nline"), r#""new\nline""#);
+        assert_eq!(shown("bell\u{7}\u{1b}[31m"), r#""bell\u{7}\u{1b}[31m""#);
+        assert_eq!(shown("\"quoted\""), r#""\"quoted\"""#);
+        assert_eq!(shown("back\\slash"), r#""back\\slash""#);
     }
 }

@@ -53,10 +53,13 @@ pub struct SynthArgs {
     /// Directory to create the dataset in.
     #[arg(long)]
     out: String,
+    /// Images to make.
     #[arg(long, default_value_t = 1000)]
     images: u64,
+    /// Class folders the images are spread over.
     #[arg(long, default_value_t = 10)]
     classes: u32,
+    /// Seed of the image content and sizes: the same seed makes the same dataset.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// JPEG quality (ImageNet's files are mostly about 90).
@@ -84,13 +87,16 @@ pub struct PackArgs {
     /// Directory for the shards.
     #[arg(long)]
     out: String,
+    /// Shard format: WebDataset tar or TFRecord.
     #[arg(long, value_enum, default_value = "tar")]
     format: ShardFormat,
+    /// Samples per shard.
     #[arg(long, default_value_t = SAMPLES_PER_SHARD_DEFAULT)]
     samples_per_shard: usize,
     /// Keep the tree's order (class by class) instead of mixing samples across shards.
     #[arg(long)]
     no_shuffle: bool,
+    /// Seed of the shuffle: the same seed packs the same shards.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Shards written at once.
@@ -103,11 +109,13 @@ pub struct ExpandArgs {
     /// Directory whose files are copied (not recursive).
     #[arg(long)]
     src: String,
+    /// Directory for the copies.
     #[arg(long)]
     out: String,
     /// Copies of each file: NAME becomes NAME-copy000 ... (before the extension).
     #[arg(long)]
     copies: u32,
+    /// Files copied at once.
     #[arg(long, default_value_t = 4)]
     jobs: usize,
 }
@@ -123,8 +131,10 @@ pub struct ResizeArgs {
     /// Factor applied to width and height.
     #[arg(long, default_value_t = 3.0)]
     scale: f64,
+    /// JPEG quality of the re-encoded images.
     #[arg(long, default_value_t = 100)]
     quality: u8,
+    /// Images resized at once.
     #[arg(long, default_value_t = 2)]
     jobs: usize,
 }

@@ -18,15 +18,21 @@ mod nfs;
 mod s3;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use cmds::ClusterOpt;
 use std::path::PathBuf;
 
+/// `--cluster` is an option of the commands that talk to a cluster, so the help of the others
+/// (the roles, `cluster`, `demo`, `umount`) does not offer it. It is also accepted before the
+/// command name (`trove --cluster DIR status`), which is where `TROVE_CLUSTER` is read.
 #[derive(Parser)]
 #[command(name = "trove", version, about = "Trove: a scale-out, erasure-coded file system for GPU training data")]
 struct Cli {
-    /// The cluster to talk to: the metadata service's HOST:PORT, or the directory of a local
-    /// cluster started with `trove cluster start`.
-    #[arg(long, short = 'c', global = true, env = "TROVE_CLUSTER")]
+    /// The cluster the command talks to: the metadata service's HOST:PORT (several,
+    /// comma-separated, to fail over between them), or the directory of a local cluster
+    /// started with `trove cluster start`. Commands that talk to a cluster also take it after
+    /// their name.
+    #[arg(long, short = 'c', env = "TROVE_CLUSTER", value_name = "CLUSTER")]
     cluster: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -43,9 +49,16 @@ enum NodeCmd {
         /// re-encoded narrower (fewer data shards, same parity) until nodes are added.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Cancels a drain: the node takes new data again.
-    Undrain { id: wire::NodeId },
+    Undrain {
+        /// The node's id, as `trove status` lists it.
+        id: wire::NodeId,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
     /// Removes a node at once: its shards are rebuilt from the others (use drain to move them
     /// first while it still serves). Refused when the nodes left could not hold a scheme in use.
     Remove {
@@ -55,25 +68,32 @@ enum NodeCmd {
         /// re-encoded narrower until nodes are added.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Joins a new storage node: runs its storage service from a TOML config (as `trove
     /// storage`). It registers, a placement map including it is published, and the lease
     /// holder's mover rebalances shards onto it.
     Add {
+        /// The storage node's TOML config (listen, meta, cluster, drives).
         #[arg(long)]
         config: PathBuf,
     },
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Runs the metadata service (namespace, cluster manager) from a TOML config.
     Meta {
+        /// The metadata service's TOML config (listen, cluster, engine, ...).
         #[arg(long)]
         config: PathBuf,
     },
     /// Runs a storage service (one node's drives) from a TOML config.
     Storage {
+        /// The storage node's TOML config (listen, meta, cluster, drives).
         #[arg(long)]
         config: PathBuf,
     },
@@ -88,31 +108,55 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Copies a local file into the cluster.
     Put {
+        /// The local file to copy.
         local: PathBuf,
+        /// Where to put it in the cluster: a path, or an existing directory to put it into.
         remote: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Copies a file from the cluster to a local path.
     Get {
+        /// The file in the cluster.
         remote: String,
+        /// The local path to write.
         local: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Writes a file's contents to standard output.
-    Cat { remote: String },
+    Cat {
+        /// The file in the cluster.
+        remote: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
     /// Lists a directory.
     Ls {
+        /// The directory (or file) in the cluster.
         #[arg(default_value = "/")]
         remote: String,
-        /// Long listing with sizes, modes and times.
+        /// Long listing with modes, links, owners, sizes and modification times (UTC).
         #[arg(long, short = 'l')]
         long: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Shows a file's attributes and layout.
-    Stat { remote: String },
+    Stat {
+        /// The file or directory in the cluster.
+        remote: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
     /// Creates directories (with parents).
     Mkdir {
+        /// The directory to create in the cluster (its missing parents too).
         remote: String,
         /// Erasure scheme new files below inherit, e.g. 8+2 or 1+2 (replication); refused when
         /// wider than the cluster's storage nodes.
@@ -121,14 +165,27 @@ enum Command {
         /// Allow a scheme without parity (K+0): losing any one node then loses data.
         #[arg(long)]
         no_redundancy: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Renames or moves a file or directory.
-    Mv { from: String, to: String },
+    Mv {
+        /// The file or directory to move.
+        from: String,
+        /// Its new path, or an existing directory to move it into.
+        to: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
     /// Removes a file, or a directory with -r.
     Rm {
+        /// The file or directory to remove.
         remote: String,
+        /// Remove a directory and everything below it.
         #[arg(long, short = 'r')]
         recursive: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
     },
     /// Mounts a cluster as a POSIX file system (FUSE); stays in the foreground until unmounted.
     Mount(mount::MountArgs),
@@ -137,18 +194,85 @@ enum Command {
     /// Validation suite: fio-, mdtest- and MLPerf-Storage-style benchmarks on a cluster or a directory.
     Bench(bench::BenchArgs),
     /// Serves the cluster over S3 (buckets are top-level directories, keys are paths).
-    S3(s3::S3Args),
+    S3 {
+        #[command(flatten)]
+        cluster: ClusterOpt,
+        #[command(flatten)]
+        args: s3::S3Args,
+    },
     /// Serves the cluster over NFSv3 (exports configurable, read-only or read-write).
-    Nfs(nfs::NfsArgs),
+    Nfs {
+        #[command(flatten)]
+        cluster: ClusterOpt,
+        #[command(flatten)]
+        args: nfs::NfsArgs,
+    },
     /// Dataset tools: synth, pack (WebDataset tar / TFRecord), expand, resize.
-    #[command(subcommand)]
-    Dataset(dataset::DatasetCmd),
+    Dataset {
+        #[command(flatten)]
+        cluster: ClusterOpt,
+        #[command(subcommand)]
+        cmd: dataset::DatasetCmd,
+    },
     /// Runs the demo: a 6-node 4+2 cluster, a dataset of mixed file sizes, node loss, verification.
     Demo(demo::DemoArgs),
 }
 
+impl Command {
+    /// The `--cluster` given after the command name, and whether the command takes one at all.
+    fn cluster_opt(&self) -> Option<Option<&String>> {
+        let opt = match self {
+            Command::Status { cluster, .. }
+            | Command::Put { cluster, .. }
+            | Command::Get { cluster, .. }
+            | Command::Cat { cluster, .. }
+            | Command::Ls { cluster, .. }
+            | Command::Stat { cluster, .. }
+            | Command::Mkdir { cluster, .. }
+            | Command::Mv { cluster, .. }
+            | Command::Rm { cluster, .. }
+            | Command::S3 { cluster, .. }
+            | Command::Nfs { cluster, .. }
+            | Command::Dataset { cluster, .. }
+            | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
+            Command::Mount(args) => &args.cluster,
+            Command::Bench(args) => args.cluster(),
+            Command::Meta { .. } | Command::Storage { .. } | Command::Cluster(_) | Command::Node(NodeCmd::Add { .. }) | Command::Umount(_) | Command::Demo(_) => return None,
+        };
+        Some(opt.cluster.as_ref())
+    }
+
+    /// The command's name, for messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Meta { .. } => "meta",
+            Command::Storage { .. } => "storage",
+            Command::Cluster(_) => "cluster",
+            Command::Node(NodeCmd::Add { .. }) => "node add",
+            Command::Umount(_) => "umount",
+            Command::Demo(_) => "demo",
+            _ => "this command",
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // `--cluster` before the name of a command that talks to no cluster would be ignored: say
+    // so. (From TROVE_CLUSTER it is fine: the variable serves every command that needs it.)
+    let given = matches.value_source("cluster") == Some(clap::parser::ValueSource::CommandLine);
+    if given && cli.command.cluster_opt().is_none() {
+        eprintln!("trove: `trove {}` talks to no cluster; --cluster is not one of its options", cli.command.name());
+        std::process::exit(2);
+    }
+    // After the command name beats before it, and both beat TROVE_CLUSTER.
+    if let Some(Some(after)) = cli.command.cluster_opt() {
+        cli.cluster = Some(after.clone());
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("TROVE_LOG").unwrap_or_else(|_| "warn".into());
     // The line a service logs once it listens (target `trove::ready`) is always kept: `trove
     // cluster start` waits for it, whatever level TROVE_LOG asks for.
@@ -172,6 +296,7 @@ fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    // The cluster of the commands that take one (see `main`).
     let cluster = cli.cluster;
     match cli.command {
         Command::Meta { config } => {
@@ -189,27 +314,75 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Cluster(cmd) => cluster::run(cmd).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::Dataset(cmd) => dataset::run(cmd, cluster).await,
-        Command::S3(args) => s3::run(args, cluster).await,
-        Command::Nfs(args) => nfs::run(args, cluster).await,
+        Command::Dataset { cmd, .. } => dataset::run(cmd, cluster).await,
+        Command::S3 { args, .. } => s3::run(args, cluster).await,
+        Command::Nfs { args, .. } => nfs::run(args, cluster).await,
         Command::Bench(args) => bench::run(args, cluster).await,
-        Command::Mount(args) => mount::mount(args).await,
+        Command::Mount(args) => mount::mount(args, cluster).await,
         Command::Umount(args) => mount::umount(args),
-        Command::Status { json } => cmds::status(&cmds::connect(cluster).await?, json).await,
-        Command::Node(NodeCmd::Drain { id, force }) => {
+        Command::Status { json, .. } => cmds::status(&cmds::connect(cluster).await?, json).await,
+        Command::Node(NodeCmd::Drain { id, force, .. }) => {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining, force).await
         }
-        Command::Node(NodeCmd::Undrain { id }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up, false).await,
-        Command::Node(NodeCmd::Remove { id, force }) => {
+        Command::Node(NodeCmd::Undrain { id, .. }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up, false).await,
+        Command::Node(NodeCmd::Remove { id, force, .. }) => {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out, force).await
         }
-        Command::Put { local, remote } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
-        Command::Get { remote, local } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
-        Command::Cat { remote } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
-        Command::Ls { remote, long } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
-        Command::Stat { remote } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
-        Command::Mkdir { remote, ec, no_redundancy } => cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy).await,
-        Command::Mv { from, to } => cmds::mv(&cmds::connect(cluster).await?, &from, &to).await,
-        Command::Rm { remote, recursive } => cmds::rm(&cmds::connect(cluster).await?, &remote, recursive).await,
+        Command::Put { local, remote, .. } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
+        Command::Get { remote, local, .. } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
+        Command::Cat { remote, .. } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
+        Command::Ls { remote, long, .. } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
+        Command::Stat { remote, .. } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
+        Command::Mkdir { remote, ec, no_redundancy, .. } => cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy).await,
+        Command::Mv { from, to, .. } => cmds::mv(&cmds::connect(cluster).await?, &from, &to).await,
+        Command::Rm { remote, recursive, .. } => cmds::rm(&cmds::connect(cluster).await?, &remote, recursive).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand, with the path of subcommands leading to it.
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// `--cluster` is offered exactly by the commands that talk to a cluster.
+    #[test]
+    fn only_commands_that_talk_to_a_cluster_offer_cluster() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut args = Vec::new();
+        walk(&cmd, "trove", &mut args);
+        let with: std::collections::BTreeSet<&str> =
+            args.iter().filter(|(_, a)| a.get_id() == "cluster").map(|(path, _)| path.as_str()).collect();
+        for uses in ["trove", "trove status", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain"] {
+            assert!(with.contains(uses), "`{uses}` does not offer --cluster");
+        }
+        for ignores in ["trove meta", "trove storage", "trove cluster start", "trove cluster stop", "trove node add", "trove umount", "trove demo"] {
+            assert!(!with.contains(ignores), "`{ignores}` offers --cluster, which it would ignore");
+        }
+    }
+
+    #[test]
+    fn every_argument_has_help_text() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut args = Vec::new();
+        walk(&cmd, "trove", &mut args);
+        let missing: Vec<String> = args
+            .iter()
+            .filter(|(_, a)| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|(_, a)| a.get_help().is_none() && a.get_long_help().is_none())
+            .map(|(path, a)| format!("{path}: {}", a.get_id()))
+            .collect();
+        assert!(missing.is_empty(), "arguments without help text:\n{}", missing.join("\n"));
     }
 }

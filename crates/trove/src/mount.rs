@@ -1,21 +1,28 @@
 //! `trove mount` and `trove umount`: the POSIX mount's command line.
 //!
-//! `trove mount CLUSTER MOUNTPOINT` stays in the foreground serving the file system until it is
+//! `trove mount --cluster CLUSTER MOUNTPOINT` (or with `TROVE_CLUSTER` set, like every command
+//! that talks to a cluster) stays in the foreground serving the file system until it is
 //! unmounted (`trove umount`, `umount`) or gets SIGINT/SIGTERM, on which it unmounts cleanly
 //! (lazily if files are still open) and exits. The file system itself is the `mount` crate.
+//! The first form, `trove mount CLUSTER MOUNTPOINT`, still works (scripts and systemd units
+//! use it).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// The cluster: the metadata service's HOST:PORT, or a local cluster directory.
-    #[arg(value_name = "CLUSTER")]
-    pub target: String,
+    #[command(flatten)]
+    pub cluster: crate::cmds::ClusterOpt,
     /// An empty directory to mount on.
-    pub mount_point: PathBuf,
+    #[arg(value_name = "MOUNTPOINT")]
+    pub first: PathBuf,
+    /// The mount point when the cluster is given first (`trove mount CLUSTER MOUNTPOINT`, the
+    /// form before --cluster).
+    #[arg(value_name = "MOUNTPOINT", hide = true)]
+    pub second: Option<PathBuf>,
     /// How long the kernel caches attributes (size, mode, times), in milliseconds. Longer is
     /// faster for metadata-heavy work; changes made by other hosts show up after at most this.
     #[arg(long, default_value_t = 1000)]
@@ -60,15 +67,31 @@ pub struct UmountArgs {
     pub lazy: bool,
 }
 
-pub async fn mount(args: MountArgs) -> Result<()> {
-    let addr = crate::cluster::meta_addr_of(&args.target)?;
+/// `cluster` is the one given before the command name or by TROVE_CLUSTER; `--cluster` after it
+/// (in `args`) was already preferred by the caller.
+pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
+    let (cluster, mount_point) = match args.second {
+        // The first form: `trove mount CLUSTER MOUNTPOINT`.
+        Some(mount_point) => {
+            let positional = args.first.to_string_lossy().into_owned();
+            if let Some(option) = &args.cluster.cluster {
+                if *option != positional {
+                    bail!("two clusters given: --cluster {option} and {positional}; give it once (`trove mount --cluster CLUSTER MOUNTPOINT`)");
+                }
+            }
+            (Some(positional), mount_point)
+        }
+        None => (cluster, args.first),
+    };
+    let Some(cluster) = cluster else {
+        bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), or set TROVE_CLUSTER");
+    };
+    let addr = crate::cluster::meta_addr_of(&cluster)?;
     // Check the mount point before connecting, so its problems are reported first and fast.
-    mount::check_mount_point(&args.mount_point)?;
+    mount::check_mount_point(&mount_point)?;
     let client_options =
         client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), ..Default::default() };
-    let client = client::Client::connect_with(&addr, client_options)
-        .await
-        .map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
+    let client = crate::cmds::connect_with(Some(cluster), client_options).await?;
     let options = mount::MountOptions {
         attr_timeout: Duration::from_millis(args.attr_timeout_ms),
         entry_timeout: Duration::from_millis(args.entry_timeout_ms),
@@ -83,7 +106,6 @@ pub async fn mount(args: MountArgs) -> Result<()> {
         ..Default::default()
     };
     let runtime = tokio::runtime::Handle::current();
-    let mount_point = args.mount_point.clone();
     // Mounting blocks until the kernel's INIT handshake is done: keep it off the async threads.
     let mounted = tokio::task::spawn_blocking(move || mount::mount(client, runtime, &mount_point, &options))
         .await

@@ -181,7 +181,14 @@ pub enum MetaReply {
     Alloc { chunks: Vec<(ChunkId, Placement)>, map: PlacementMap, ec: EcScheme },
     Map(PlacementMap),
     Node { id: NodeId, map_version: u32 },
-    Heartbeat { map_version: u32 },
+    /// The answer to a heartbeat: the newest placement map version, and the cluster's bytes of
+    /// shards waiting for the GC and at most how long until they are freed (a node that finds
+    /// its drives full says so to the writer).
+    Heartbeat {
+        map_version: u32,
+        bytes_pending_delete: u64,
+        pending_delete_within_ms: u64,
+    },
     Status(ClusterStatus),
     /// The answer to `Lock` and `TestLock`: whether the lock was (or would be) granted, and if
     /// not, one conflicting lock of another owner.

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -26,6 +26,12 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 pub const INFLIGHT_PER_CONNECTION_MAX: usize = 512;
 /// How long connecting and the hello exchange may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer that answered the hello with something other than a Trove frame is given to
+/// send the rest of its answer, so that it can be recognised (an HTTP server's status line and
+/// headers come in one or two segments).
+const FOREIGN_READ_TIMEOUT: Duration = Duration::from_millis(300);
+/// Most bytes of a foreign peer's answer kept to recognise it.
+const FOREIGN_BYTES_MAX: usize = 512;
 
 /// Errors of a remote call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -41,6 +47,9 @@ pub enum RpcError {
     Version { addr: String, min: u16, max: u16 },
     #[error("{addr} did not answer within {timeout_ms} ms")]
     Timeout { addr: String, timeout_ms: u64 },
+    /// The peer answered the hello with something that is not Trove's protocol.
+    #[error("{addr} is not a Trove {service} service: {looks_like}")]
+    Foreign { addr: String, service: &'static str, looks_like: String },
     #[error("{0}")]
     Remote(WireError),
 }
@@ -95,16 +104,36 @@ impl Connection {
     /// Connects to `addr`, checks it is the expected service and speaks a compatible version.
     /// Returns the server's hello (which names its cluster).
     pub async fn connect(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
-        let fut = Self::connect_inner(addr, service);
+        let connected = AtomicBool::new(false);
+        let fut = Self::connect_inner(addr, service, &connected);
         match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
             Ok(r) => r,
-            Err(_) => Err(RpcError::Connect { addr: addr.into(), reason: "timed out".into() }),
+            Err(_) => {
+                let waited = CONNECT_TIMEOUT.as_secs();
+                let reason = if connected.load(Ordering::Relaxed) {
+                    format!(
+                        "timed out: the connection was accepted, but nothing answered Trove's hello within {waited} s (not a Trove {} service, or one too busy to answer)",
+                        service_name(service)
+                    )
+                } else {
+                    format!("timed out: no connection within {waited} s (a wrong address, or a firewall dropping packets?)")
+                };
+                Err(RpcError::Connect { addr: addr.into(), reason })
+            }
         }
     }
 
-    async fn connect_inner(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
+    async fn connect_inner(addr: &str, service: Service, connected: &AtomicBool) -> Result<(Connection, Hello), RpcError> {
         let connect_err = |reason: String| RpcError::Connect { addr: addr.into(), reason };
-        let stream = TcpStream::connect(addr).await.map_err(|e| connect_err(e.to_string()))?;
+        let stream = TcpStream::connect(addr).await.map_err(|e| {
+            connect_err(match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    format!("connection refused: nothing listens there ({e})")
+                }
+                _ => e.to_string(),
+            })
+        })?;
+        connected.store(true, Ordering::Relaxed);
         stream.set_nodelay(true).ok();
         let (mut rd, wr) = stream.into_split();
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
@@ -112,13 +141,7 @@ impl Connection {
         let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
         wr.write_all(&bytes).await.map_err(|e| connect_err(e.to_string()))?;
         wr.flush().await.map_err(|e| connect_err(e.to_string()))?;
-        let frame = match frame::read_frame(&mut rd).await {
-            Ok(Some(f)) => f,
-            Ok(None) => return Err(connect_err("closed during handshake".into())),
-            // The peer went away (reset, restart): unreachable, so callers retry or fail over.
-            Err(frame::ReadError::Io(e)) => return Err(connect_err(format!("during the handshake: {e}"))),
-            Err(e) => return Err(RpcError::Protocol { addr: addr.into(), reason: e.to_string() }),
-        };
+        let frame = read_hello(&mut rd, addr, service).await?;
         if frame.header.kind != FrameKind::Hello {
             return Err(RpcError::Protocol { addr: addr.into(), reason: "expected a hello frame".into() });
         }
@@ -241,6 +264,88 @@ impl ConnInner {
         if let Some(p) = self.pending.lock().as_mut() {
             p.remove(&id);
         }
+    }
+}
+
+/// What services are called in messages.
+fn service_name(service: Service) -> &'static str {
+    match service {
+        Service::Meta => "metadata",
+        Service::Storage => "storage",
+    }
+}
+
+/// Reads the peer's answer to our hello. A Trove peer answers with a hello frame; anything else
+/// is told apart by its first bytes, so that the error says what is listening there instead of
+/// reporting a bad frame magic.
+async fn read_hello<R: AsyncRead + Unpin>(rd: &mut R, addr: &str, service: Service) -> Result<Frame, RpcError> {
+    let connect_err = |reason: String| RpcError::Connect { addr: addr.into(), reason };
+    let mut first = [0u8; 4];
+    let mut got = 0;
+    while got < first.len() {
+        match rd.read(&mut first[got..]).await {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            // The peer went away (reset, restart): unreachable, so callers retry or fail over.
+            Err(e) => return Err(connect_err(format!("during the handshake: {e}"))),
+        }
+    }
+    if got == first.len() && first == frame::MAGIC {
+        let mut rest = (&first[..]).chain(&mut *rd);
+        return match frame::read_frame(&mut rest).await {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Err(connect_err("closed during handshake".into())),
+            Err(frame::ReadError::Io(e)) => Err(connect_err(format!("during the handshake: {e}"))),
+            Err(e) => Err(RpcError::Protocol { addr: addr.into(), reason: e.to_string() }),
+        };
+    }
+    if got == 0 {
+        // Every Trove service answers a hello, even one it refuses; a peer that hangs up
+        // without a word is something else (or a Trove process that just died).
+        return Err(connect_err(format!(
+            "the peer closed the connection without answering Trove's hello: no Trove {} service listens there",
+            service_name(service)
+        )));
+    }
+    // Something else answered: take what else it sends right away, to recognise it.
+    let mut seen = first[..got].to_vec();
+    let deadline = tokio::time::Instant::now() + FOREIGN_READ_TIMEOUT;
+    let mut buf = [0u8; FOREIGN_BYTES_MAX];
+    while seen.len() < FOREIGN_BYTES_MAX {
+        let want = FOREIGN_BYTES_MAX - seen.len();
+        match tokio::time::timeout_at(deadline, rd.read(&mut buf[..want])).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    Err(RpcError::Foreign { addr: addr.into(), service: service_name(service), looks_like: describe_foreign(&seen) })
+}
+
+/// Says what a peer looks like from the first bytes it sent in answer to a Trove hello.
+pub fn describe_foreign(seen: &[u8]) -> String {
+    let first_line = || {
+        let end = seen.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(seen.len()).min(80);
+        String::from_utf8_lossy(&seen[..end]).into_owned()
+    };
+    if seen.starts_with(b"HTTP/") {
+        format!("it answers like an HTTP server ({:?})", first_line())
+    } else if seen.starts_with(b"SSH-") {
+        format!("it answers like an SSH server ({:?})", first_line())
+    } else if seen.len() >= 2 && matches!(seen[0], 0x15 | 0x16) && seen[1] == 0x03 {
+        // A TLS record: an alert (21) or handshake (22), protocol major version 3.
+        "it answers like a TLS server (it expects an encrypted connection)".to_string()
+    } else if seen.starts_with(b"-ERR") || seen.starts_with(b"-NOAUTH") {
+        format!("it answers like a Redis server ({:?})", first_line())
+    } else if seen.len() >= 5 && seen[0] == b'E' && seen[5..].starts_with(b"S") {
+        "it answers like a PostgreSQL server".to_string()
+    } else if seen.len() > 4 && seen[4] == 10 && seen[3] == 0 {
+        // MySQL's greeting: 3-byte length, sequence 0, protocol version 10.
+        "it answers like a MySQL server".to_string()
+    } else if seen.iter().all(|&b| b == b'\r' || b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b)) {
+        format!("it answered {:?}", first_line())
+    } else {
+        let shown: Vec<String> = seen.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        format!("it answered {} bytes that are not a Trove frame ({}{})", seen.len(), shown.join(" "), if seen.len() > 16 { " ..." } else { "" })
     }
 }
 
@@ -425,4 +530,60 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
     drop(tx);
     let _ = writer.await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A one-connection server that reads the hello and answers with `reply`, then waits.
+    async fn answering(reply: &'static [u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            if let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 64];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(reply).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+        addr
+    }
+
+    async fn connect_error(addr: &str) -> String {
+        match Connection::connect(addr, Service::Meta).await {
+            Ok(_) => panic!("{addr} accepted as a Trove service"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn foreign_peers_are_named_by_what_they_look_like() {
+        let http = answering(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").await;
+        let e = connect_error(&http).await;
+        assert!(e.contains("is not a Trove metadata service") && e.contains("an HTTP server") && e.contains("400 Bad Request"), "{e}");
+        let ssh = answering(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n").await;
+        assert!(connect_error(&ssh).await.contains("an SSH server (\"SSH-2.0-OpenSSH_9.2p1 Debian-2\")"));
+        let tls = answering(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]).await;
+        assert!(connect_error(&tls).await.contains("a TLS server"));
+        let text = answering(b"hello there\n").await;
+        assert!(connect_error(&text).await.contains("it answered \"hello there\""));
+        let binary = answering(&[0, 1, 2, 3, 4, 5]).await;
+        assert!(connect_error(&binary).await.contains("6 bytes that are not a Trove frame (00 01 02 03 04 05)"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_or_silently_closed_connection_says_so() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let e = connect_error(&addr).await;
+        assert!(e.contains("connection refused: nothing listens there"), "{e}");
+        let silent = answering(b"").await;
+        let e = connect_error(&silent).await;
+        // The server holds the connection open without a word until it gives up.
+        assert!(e.contains("timed out") || e.contains("without answering"), "{e}");
+    }
 }

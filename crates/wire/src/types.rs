@@ -49,14 +49,26 @@ impl EcScheme {
 
     /// Checks the scheme is one Trove supports.
     pub fn validate(self) -> Result<(), String> {
-        if self.k == 0 {
-            return Err("erasure coding needs at least 1 data shard".into());
+        Self::check(u64::from(self.k), u64::from(self.m))
+    }
+
+    /// Checks `k` data and `m` parity shards against Trove's limits, naming them.
+    fn check(k: u64, m: u64) -> Result<(), String> {
+        if k == 0 {
+            return Err(format!("{k}+{m} has no data shard; {}", Self::LIMITS));
         }
-        if self.width() > SHARDS_MAX {
-            return Err(format!("{self} has {} shards; at most {SHARDS_MAX} are supported", self.width()));
+        if k.saturating_add(m) > SHARDS_MAX as u64 {
+            return Err(format!(
+                "{k}+{m} has {} shards; {}",
+                k.saturating_add(m),
+                Self::LIMITS
+            ));
         }
         Ok(())
     }
+
+    /// The limits every scheme keeps, as error messages state them.
+    const LIMITS: &'static str = "a scheme K+M needs K >= 1 and K + M <= 32 shards in all (e.g. 4+2, 8+3, or 1+2 for three copies)";
 
     /// The size of each shard for a chunk holding `len` bytes: `len / k` rounded up to an even
     /// number of bytes (the Reed-Solomon codec works on 2-byte symbols), at least 2.
@@ -76,11 +88,26 @@ impl std::str::FromStr for EcScheme {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, m) = s.split_once('+').ok_or_else(|| format!("erasure scheme {s:?} is not of the form K+M (e.g. 4+2)"))?;
-        let k: u8 = k.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {k:?} is not a number"))?;
-        let m: u8 = m.trim().parse().map_err(|_| format!("erasure scheme {s:?}: {m:?} is not a number"))?;
-        let ec = EcScheme { k, m };
-        ec.validate()?;
-        Ok(ec)
+        // Parsed wider than the fields, so that "300+2" is told it is over the limit rather
+        // than that 300 is not a number.
+        let number = |part: &str| -> Result<u64, String> {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "erasure scheme {s:?}: {part:?} is not a whole number; {}",
+                    Self::LIMITS
+                ));
+            }
+            // All digits: only overflow can fail, and such a number is over the limit anyway.
+            Ok(part.parse().unwrap_or(u64::MAX))
+        };
+        let (k, m) = (number(k)?, number(m)?);
+        Self::check(k, m).map_err(|e| format!("erasure scheme {s:?}: {e}"))?;
+        // `check` bounds both by SHARDS_MAX, so they fit in a byte.
+        Ok(EcScheme {
+            k: k as u8,
+            m: m as u8,
+        })
     }
 }
 
@@ -94,6 +121,21 @@ pub enum FileKind {
     Socket,
     CharDevice,
     BlockDevice,
+}
+
+impl FileKind {
+    /// What this kind is called in messages ("regular file", "directory", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::File => "regular file",
+            FileKind::Dir => "directory",
+            FileKind::Symlink => "symbolic link",
+            FileKind::Fifo => "FIFO",
+            FileKind::Socket => "socket",
+            FileKind::CharDevice => "character device",
+            FileKind::BlockDevice => "block device",
+        }
+    }
 }
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
@@ -167,10 +209,15 @@ pub struct DirEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatFs {
     pub bytes_total: u64,
+    /// Free space, counting what deleted and overwritten files still hold until the GC frees
+    /// it (`bytes_pending_delete`), so that `df` shows deletions at once.
     pub bytes_free: u64,
     pub inodes_used: u64,
     pub block_bytes: u32,
     pub name_bytes_max: u32,
+    /// The part of `bytes_free` that deleted and overwritten files still hold: the GC frees it
+    /// after its grace period (30 s by default). Until then a write may find the nodes full.
+    pub bytes_pending_delete: u64,
 }
 
 /// Where a chunk's shards live: shard `i` is on `pg_nodes[i]` of placement group `pg` in map
@@ -246,6 +293,56 @@ pub struct DriveInfo {
     pub shards: u64,
     /// Empty when healthy; otherwise what is wrong (e.g. "read-only file system").
     pub error: String,
+    /// The file system the drive is on ([`device_id`]); drives with the same non-zero id share
+    /// their space (several nodes on one disk), so capacity counts it once. 0: unknown.
+    pub device: u64,
+}
+
+/// Total and free bytes of `drives`, each file system counted once: drives reporting the same
+/// non-zero [`DriveInfo::device`] share one disk (several storage nodes on one host), so its
+/// space is counted once (the largest total and the smallest free any of them reported, as
+/// reports are taken at slightly different moments). Drives of unknown device count alone.
+pub fn capacity_once_per_device(drives: &[DriveInfo]) -> (u64, u64) {
+    let mut per_device: std::collections::HashMap<u64, (u64, u64)> =
+        std::collections::HashMap::new();
+    let (mut total, mut free) = (0u64, 0u64);
+    for d in drives {
+        if d.device == 0 {
+            total = total.saturating_add(d.bytes_total);
+            free = free.saturating_add(d.bytes_free);
+            continue;
+        }
+        let seen = per_device
+            .entry(d.device)
+            .or_insert((d.bytes_total, d.bytes_free));
+        seen.0 = seen.0.max(d.bytes_total);
+        seen.1 = seen.1.min(d.bytes_free);
+    }
+    for (t, f) in per_device.into_values() {
+        total = total.saturating_add(t);
+        free = free.saturating_add(f);
+    }
+    (total, free)
+}
+
+/// The identity of a file system as [`DriveInfo::device`] reports it: a hash of the host's
+/// identity (its machine id), the device number (`st_dev`) and the file system id (`statvfs`'s
+/// `f_fsid`). The same for every directory of one file system on one host, different across
+/// hosts (device numbers repeat there), never 0.
+pub fn device_id(host: &str, st_dev: u64, fsid: u64) -> u64 {
+    // FNV-1a: fixed forever, as ids computed by different builds (a storage node and a client
+    // checking space) must agree.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in host
+        .bytes()
+        .chain([0])
+        .chain(st_dev.to_le_bytes())
+        .chain(fsid.to_le_bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(1)
 }
 
 /// A storage node as the cluster manager knows it.
@@ -308,6 +405,12 @@ pub struct ClusterStatus {
     pub dirs_too_wide: Vec<(String, EcScheme)>,
     /// How many directories need more storage nodes than the cluster has.
     pub dirs_too_wide_count: u64,
+    /// Bytes of shards (raw, on the nodes' drives) that deleted and overwritten files still
+    /// hold: the GC deletes them after its grace period.
+    pub bytes_pending_delete: u64,
+    /// At most how long until the GC has freed what is pending now (its grace period and a
+    /// pass), when every node holding those shards is reachable.
+    pub pending_delete_within_ms: u64,
 }
 
 /// What a byte-range lock request asks for (fcntl's F_RDLCK, F_WRLCK, F_UNLCK).
@@ -342,5 +445,41 @@ impl LockRange {
     /// exclusive.
     pub fn conflicts_with(&self, other: &LockRange) -> bool {
         self.overlaps(other) && (self.kind == LockKind::Write || other.kind == LockKind::Write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_err(s: &str) -> String {
+        s.parse::<EcScheme>().err().unwrap_or_default()
+    }
+
+    #[test]
+    fn schemes_parse_and_errors_state_the_limits() {
+        assert_eq!("4+2".parse::<EcScheme>(), Ok(EcScheme { k: 4, m: 2 }));
+        assert_eq!(" 1 + 0 ".parse::<EcScheme>(), Ok(EcScheme { k: 1, m: 0 }));
+        assert_eq!("30+2".parse::<EcScheme>(), Ok(EcScheme { k: 30, m: 2 }));
+        // Over the limit, within a byte or not, is said to be over the limit.
+        for over in ["300+2", "31+2", "20+20", "99999999999999999999999+1"] {
+            let e = parse_err(over);
+            assert!(
+                e.contains("K + M <= 32") && !e.contains("number"),
+                "{over}: {e}"
+            );
+        }
+        let e = parse_err("0+2");
+        assert!(e.contains("no data shard") && e.contains("K >= 1"), "{e}");
+        let e = parse_err("x+2");
+        assert!(
+            e.contains("\"x\" is not a whole number") && e.contains("K + M <= 32"),
+            "{e}"
+        );
+        assert!(parse_err("-1+2").contains("not a whole number"));
+        assert!(parse_err("4").contains("K+M"));
+        assert!(EcScheme { k: 0, m: 1 }.validate().is_err());
+        assert!(EcScheme { k: 16, m: 17 }.validate().is_err());
+        assert!(EcScheme { k: 16, m: 16 }.validate().is_ok());
     }
 }

@@ -227,12 +227,18 @@ pub async fn put_raw(svc: &MetaService, key: &[u8], value: &[u8]) {
 }
 
 pub fn drive(bytes_total: u64, bytes_free: u64) -> DriveInfo {
+    drive_on(0, bytes_total, bytes_free)
+}
+
+/// A drive on file system `device` (0: unknown).
+pub fn drive_on(device: u64, bytes_total: u64, bytes_free: u64) -> DriveInfo {
     DriveInfo {
         path: "/d0".into(),
         bytes_total,
         bytes_free,
         shards: 0,
         error: String::new(),
+        device,
     }
 }
 
