@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Instant;
+use wire::stages::{self, Stage};
 use wire::{
     ChunkId, ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, Placement, PlacementMap, RpcError, ShardInfo,
     ShardKey, StorageOp, StorageReply, WireError, SHARD_BLOCK_BYTES,
@@ -237,7 +238,10 @@ impl Client {
         }
         let key = ShardKey { chunk: rec.id, index: index as u8 };
         let op = StorageOp::GetShard { key, offset, len };
-        let (reply, data) = match node.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await {
+        let calling = Instant::now();
+        let called = node.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await;
+        stages::record(Stage::ClientStorageCall, calling);
+        let (reply, data) = match called {
             Ok(r) => r,
             Err(e) => {
                 if e.is_unreachable() {
@@ -256,6 +260,7 @@ impl Client {
             other => return Err(fail(Some(node_id), format!("unexpected reply {other:?}"))),
         };
         // End-to-end verification: the table must be the writer's, each block must match it.
+        let verifying = Instant::now();
         let corrupt = |what: String| ShardFailure {
             code: Some(ErrorCode::Corrupt),
             ..fail(Some(node_id), format!("{key} on node {node_id} failed verification: {what}"))
@@ -280,6 +285,7 @@ impl Client {
                 return Err(corrupt(format!("block {} checksum mismatch", first_block + i)));
             }
         }
+        stages::record(Stage::ClientVerify, verifying);
         Ok((data, start))
     }
 

@@ -174,7 +174,9 @@ impl FileHandle {
         if let Some(r) = self.records.get(&index) {
             return Ok(r.clone());
         }
+        let fetching = std::time::Instant::now();
         let reply = self.client.meta(MetaOp::GetChunks { ino: self.ino, first: index, count: RECORDS_PER_FETCH }).await?;
+        wire::stages::record(wire::stages::Stage::ClientRecord, fetching);
         let MetaReply::Chunks { chunks, .. } = reply else {
             return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
         };
@@ -283,6 +285,13 @@ impl FileHandle {
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
     pub async fn read_at(&mut self, offset: u64, len: usize) -> Result<Bytes> {
+        let reading = std::time::Instant::now();
+        let out = self.read_at_inner(offset, len).await;
+        wire::stages::record(wire::stages::Stage::ClientRead, reading);
+        out
+    }
+
+    async fn read_at_inner(&mut self, offset: u64, len: usize) -> Result<Bytes> {
         if let Some(e) = self.deferred_error.clone() {
             return Err(e);
         }

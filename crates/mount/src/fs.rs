@@ -17,7 +17,7 @@ use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
-use client::{Client, FirstChunks};
+use client::{Client, FirstChunks, STAGES_XATTR};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle as Fh, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
+use wire::stages::{self, Stage};
 use wire::{Attr, ErrorCode, FileKind, Ino, LockKind, LockRange, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
 
 /// Inode generation: Trove never reuses inode numbers, so it is always 0.
@@ -581,7 +582,9 @@ impl Shared {
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
         let file = self.open.file(fh).ok_or(Errno::EBADF)?;
+        let waiting = Instant::now();
         let mut h = file.inode.file.lock().await;
+        stages::record(Stage::MountLockWait, waiting);
         tracing::trace!(ino = file.inode.ino, offset, size, "read");
         h.read_at(offset, size as usize).await.map_err(fail)
     }
@@ -1016,7 +1019,22 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(reply, move |s| async move { s.read(fh.0, offset, size).await }, |r, data| r.data(data.as_ref()));
+        let received = Instant::now();
+        self.spawn(
+            reply,
+            move |s| async move {
+                stages::record(Stage::FuseHandoff, received);
+                let reading = Instant::now();
+                let data = s.read(fh.0, offset, size).await;
+                stages::record(Stage::MountRead, reading);
+                data
+            },
+            |r, data| {
+                let replying = Instant::now();
+                r.data(data.as_ref());
+                stages::record(Stage::FuseReply, replying);
+            },
+        );
     }
 
     fn write(
@@ -1225,6 +1243,23 @@ impl Filesystem for TroveFs {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
+        if name == STAGES_XATTR {
+            // The latency breakdown of this mount's reads (see `client::StageReport`).
+            return self.spawn(
+                reply,
+                move |s| async move {
+                    let text = s.client.stage_report().await.map_err(fail)?.to_text().into_bytes();
+                    attr::xattr_answer(&text, size).map(|a| match a {
+                        XattrAnswer::Size(n) => Err(n),
+                        XattrAnswer::Data(d) => Ok(d.to_vec()),
+                    })
+                },
+                |r, answer| match answer {
+                    Err(n) => r.size(n),
+                    Ok(d) => r.data(&d),
+                },
+            );
+        }
         if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
             return reply.error(Errno::ENODATA);
         }

@@ -12,9 +12,10 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use wire::stages::{self, Stage};
 use wire::{
     werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
     Service, StorageOp, StorageReply, WireError,
@@ -123,7 +124,15 @@ impl Handler for StorageService {
                 (r.map(|()| StorageReply::Ok), Bytes::new())
             }
             StorageOp::GetShard { key, offset, len } => {
-                match self.run_blocking(move |s| s.get(key, offset, len)).await {
+                let handling = Instant::now();
+                let r = self
+                    .run_blocking(move |s| {
+                        stages::record(Stage::StorageQueue, handling);
+                        s.get(key, offset, len)
+                    })
+                    .await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
                     Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
                     Err(e) => (Err(e), Bytes::new()),
                 }
@@ -140,6 +149,7 @@ impl Handler for StorageService {
                     Bytes::new(),
                 )
             }
+            StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), Bytes::new()),
             StorageOp::Stat => {
                 let drives = self.drive_info().await;
                 (

@@ -34,6 +34,8 @@ use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use wire::stages::{self, Stage};
 use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
 
 /// Prefix of temp files; anything starting with it is garbage from an interrupted put.
@@ -631,6 +633,7 @@ impl ShardStore {
         len: u32,
     ) -> Result<(ShardInfo, u32, Bytes), WireError> {
         let not_found = || werr!(NotFound, "{key} is not stored on this node");
+        let opening = Instant::now();
         let d = self.index.read().get(&key).copied().ok_or_else(not_found)?;
         let drive = &self.drives[usize::from(d)];
         let path = drive.path_of(key);
@@ -669,6 +672,8 @@ impl ShardStore {
         let first = offset / block;
         let start = first * block;
         let stop = (end.div_ceil(block) * block).min(header.len).max(start);
+        stages::record(Stage::StorageOpen, opening);
+        let reading = Instant::now();
         let data = match read_range(&file, &header, start, stop - start) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -684,11 +689,14 @@ impl ShardStore {
                 return Err(werr!(Io, "{key}: cannot read {}: {e}", path.display()));
             }
         };
+        stages::record(Stage::StorageDisk, reading);
+        let verifying = Instant::now();
         if let Err(e) = format::verify_blocks(&data, first, &table) {
             let err = corrupt(key, &path, &e);
             tracing::warn!("{err}");
             return Err(err);
         }
+        stages::record(Stage::StorageVerify, verifying);
         Ok((header.info(table), start, Bytes::from(data)))
     }
 

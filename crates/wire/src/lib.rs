@@ -8,6 +8,7 @@ pub mod error;
 pub mod frame;
 pub mod msg;
 pub mod rpc;
+pub mod stages;
 pub mod types;
 
 pub use error::{ErrorCode, WireError};
@@ -16,6 +17,6 @@ pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 4;
+pub const PROTOCOL_VERSION_MIN: u16 = 5;

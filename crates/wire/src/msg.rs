@@ -235,6 +235,8 @@ pub enum StorageOp {
     /// Lists shard keys greater than `after`, at most `limit`.
     ListShards { after: Option<ShardKey>, limit: u32 },
     Stat,
+    /// The node's per-stage latency totals (`crate::stages`), for a benchmark's breakdown.
+    Stages,
 }
 
 /// Answers of the storage service.
@@ -246,6 +248,8 @@ pub enum StorageReply {
     Deleted { count: u32 },
     Keys(Vec<ShardKey>),
     Stat { node: NodeId, drives: Vec<DriveInfo> },
+    /// The answer to `Stages`.
+    Stages(Vec<crate::stages::StageTotal>),
 }
 
 /// What the storage service sends back for a [`StorageOp`].

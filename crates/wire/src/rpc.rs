@@ -8,6 +8,7 @@
 use crate::error::WireError;
 use crate::frame::{self, Frame, FrameKind};
 use crate::msg::{Hello, Service};
+use crate::stages::{self, Stage};
 use crate::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -58,6 +59,8 @@ type Pending = Mutex<Option<HashMap<u64, oneshot::Sender<Result<Frame, RpcError>
 struct OutFrame {
     head_and_body: Vec<u8>,
     data: Bytes,
+    /// When a server's handler answered (for the `rpc.server.reply` stage); `None` on clients.
+    answered: Option<Instant>,
 }
 
 struct ConnInner {
@@ -204,7 +207,7 @@ impl Connection {
             };
         }
         let closed = || RpcError::Closed { addr: inner.addr.clone(), reason: "connection closed".into() };
-        if inner.tx.send(OutFrame { head_and_body, data }).await.is_err() {
+        if inner.tx.send(OutFrame { head_and_body, data, answered: None }).await.is_err() {
             inner.forget(id);
             return Err(closed());
         }
@@ -378,12 +381,18 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
     let writer = tokio::spawn(async move {
         let mut rx = rx;
         let r: std::io::Result<()> = async {
+            let mut answered = Vec::new();
             while let Some(out) = rx.recv().await {
+                answered.extend(out.answered);
                 write_out(&mut wr, out).await?;
                 while let Ok(out) = rx.try_recv() {
+                    answered.extend(out.answered);
                     write_out(&mut wr, out).await?;
                 }
                 wr.flush().await?;
+                for at in answered.drain(..) {
+                    stages::record(Stage::RpcServerReply, at);
+                }
             }
             Ok(())
         }
@@ -407,7 +416,9 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
         };
         let handler = handler.clone();
         let tx = tx.clone();
+        let read_at = Instant::now();
         tokio::spawn(async move {
+            stages::record(Stage::RpcServerHandoff, read_at);
             let id = frame.header.request_id;
             let (result, data) = match postcard::from_bytes::<H::Req>(&frame.body) {
                 Ok(req) => handler.handle(req, frame.data).await,
@@ -418,7 +429,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
             };
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
-            let _ = tx.send(OutFrame { head_and_body, data }).await;
+            let _ = tx.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) }).await;
             drop(permit);
         });
     };
