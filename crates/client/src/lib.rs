@@ -16,9 +16,11 @@ mod chunkio;
 pub mod mover;
 mod file;
 mod posix;
+mod reader;
 mod stages;
 
 pub use file::{FileHandle, FirstChunks};
+pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
 pub use wire::stages::StageTotal;
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};

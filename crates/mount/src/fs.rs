@@ -3,8 +3,9 @@
 //! fuser's threads only read requests and hand them over: every operation is spawned on the
 //! runtime with its reply, so a slow metadata call or a chunk fetch never stops the other
 //! requests (many reads of a read-ahead window, lookups of a `ls -l`) from being in flight.
-//! Requests on one open file meet at that file's mutex, in the order they acquire it; the
-//! kernel never has two overlapping writes of one file in flight, so that order is safe.
+//! Reads of a file with nothing unflushed run side by side on its shared read side; writes,
+//! flushes and reads of unflushed data meet at the file's mutex, in the order they acquire it;
+//! the kernel never has two overlapping writes of one file in flight, so that order is safe.
 //!
 //! POSIX details decided here rather than in the metadata service, which deliberately knows
 //! nothing about callers: owners of new inodes (the caller's uid/gid, a setgid directory's gid),
@@ -582,10 +583,15 @@ impl Shared {
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
         let file = self.open.file(fh).ok_or(Errno::EBADF)?;
+        tracing::trace!(ino = file.inode.ino, offset, size, "read");
+        if let Some((reader, file_size)) = file.inode.clean_reader() {
+            // Nothing of this mount's is unflushed: read what the cluster holds, alongside any
+            // other reads of the file.
+            return reader.read_at(offset, size as usize, file_size).await.map_err(fail);
+        }
         let waiting = Instant::now();
         let mut h = file.inode.file.lock().await;
         stages::record(Stage::MountLockWait, waiting);
-        tracing::trace!(ino = file.inode.ino, offset, size, "read");
         h.read_at(offset, size as usize).await.map_err(fail)
     }
 
