@@ -88,8 +88,9 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    /// Chunk records known (None: known absent, a hole).
-    records: HashMap<u64, Option<ChunkRecord>>,
+    /// Chunk records known (None: known absent, a hole); shared, so a read takes one without
+    /// copying it.
+    records: HashMap<u64, Option<Arc<ChunkRecord>>>,
     /// Record fetches in flight, by the first index of their batch.
     record_fetches: HashMap<u64, Arc<OnceCell<RecordBatch>>>,
     /// Whole chunks read or written recently, oldest first.
@@ -101,7 +102,7 @@ struct State {
     next_stream: usize,
 }
 
-type RecordBatch = Arc<HashMap<u64, Option<ChunkRecord>>>;
+type RecordBatch = Arc<HashMap<u64, Option<Arc<ChunkRecord>>>>;
 
 /// A fetch of one chunk in flight, joined by every reader of the same chunk id.
 struct Fetch {
@@ -158,9 +159,9 @@ impl ReadSide {
     /// in that range without one are holes. Never replaces a record already known.
     pub(crate) fn know_records(&self, first: u64, count: u64, chunks: Vec<ChunkRecord>) {
         let mut st = self.inner.state.lock();
-        let mut found: HashMap<u64, Option<ChunkRecord>> = (first..first.saturating_add(count)).map(|i| (i, None)).collect();
+        let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> = (first..first.saturating_add(count)).map(|i| (i, None)).collect();
         for c in chunks {
-            found.insert(c.index, Some(c));
+            found.insert(c.index, Some(Arc::new(c)));
         }
         for (i, r) in found {
             st.records.entry(i).or_insert(r);
@@ -169,7 +170,7 @@ impl ReadSide {
 
     /// The record of chunk `index`, fetching its batch from the metadata service if unknown
     /// (once, however many readers miss it at the same time).
-    pub(crate) async fn record(&self, index: u64) -> Result<Option<ChunkRecord>> {
+    pub(crate) async fn record(&self, index: u64) -> Result<Option<Arc<ChunkRecord>>> {
         let batch = index - index % RECORDS_PER_FETCH;
         let (cell, generation) = {
             let mut st = self.inner.state.lock();
@@ -187,9 +188,9 @@ impl ReadSide {
                 let MetaReply::Chunks { chunks, .. } = reply else {
                     return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
                 };
-                let mut found: HashMap<u64, Option<ChunkRecord>> = (batch..batch + RECORDS_PER_FETCH).map(|i| (i, None)).collect();
+                let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> = (batch..batch + RECORDS_PER_FETCH).map(|i| (i, None)).collect();
                 for c in chunks {
-                    found.insert(c.index, Some(c));
+                    found.insert(c.index, Some(Arc::new(c)));
                 }
                 Ok::<_, WireError>(Arc::new(found))
             })
@@ -230,7 +231,7 @@ impl ReadSide {
             let mut st = self.inner.state.lock();
             // Replaces the record that failed, unless the write side changed it meanwhile.
             if self.generation() == generation && st.records.get(&index).is_some_and(|r| r.as_ref().is_some_and(|r| r.id == rec.id)) {
-                st.records.insert(index, Some(fresh.clone()));
+                st.records.insert(index, Some(Arc::new(fresh.clone())));
             }
         }
         Ok(fresh)
@@ -270,7 +271,7 @@ impl ReadSide {
 
     /// Runs (or waits for) the fetch in `cell` of chunk `index` as `rec` places it; the one
     /// that finishes it moves the chunk into the cache.
-    async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: ChunkRecord) -> Result<Chunk> {
+    async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
         let fetched = cell.get_or_try_init(|| self.fetch_chunk(index, &rec)).await.cloned();
         let mut st = self.inner.state.lock();
         let generation = self.generation();
@@ -369,40 +370,44 @@ impl ReadSide {
         }
         let cb = self.inner.chunk_bytes;
         let (sequential, window) = self.note_read(offset, end, len as u64);
-        let mut pieces: Vec<Bytes> = Vec::new();
-        let mut pos = offset;
-        while pos < end {
-            let index = pos / cb;
-            let in_chunk = (pos % cb) as usize;
-            let take = ((cb - in_chunk as u64).min(end - pos)) as usize;
-            let piece = if let Some(p) = local.piece(index, in_chunk, take) {
-                p
-            } else {
-                let (cached, fetching) = {
-                    let st = self.inner.state.lock();
-                    (Self::cached(&st, index), st.fetches.contains_key(&index))
-                };
-                match cached {
-                    Some(c) => c.slice_padded(in_chunk, take),
-                    // Small random read: fetch only the blocks that hold it.
-                    None if !sequential && take < cb as usize / 4 && !fetching => self.range(index, in_chunk as u32, take as u32).await?,
-                    None => self.chunk(index).await?.slice_padded(in_chunk, take),
-                }
-            };
-            pieces.push(piece);
-            pos += take as u64;
-            if sequential || take as u64 == cb {
-                self.read_ahead(index, window, size, local).await?;
-            }
-        }
-        if pieces.len() == 1 {
-            return Ok(pieces.pop().expect("one piece"));
+        if offset / cb == (end - 1) / cb {
+            // Within one chunk (every small read): the piece is the answer, not copied.
+            return self.piece(offset, end, sequential, window, size, local).await;
         }
         let mut out = BytesMut::with_capacity((end - offset) as usize);
-        for p in pieces {
-            out.extend_from_slice(&p);
+        let mut pos = offset;
+        while pos < end {
+            let piece_end = ((pos / cb + 1) * cb).min(end);
+            out.extend_from_slice(&self.piece(pos, piece_end, sequential, window, size, local).await?);
+            pos = piece_end;
         }
         Ok(out.freeze())
+    }
+
+    /// Bytes `pos .. piece_end` of the file, which lie within one chunk.
+    async fn piece(&self, pos: u64, piece_end: u64, sequential: bool, window: usize, size: u64, local: &dyn LocalChunks) -> Result<Bytes> {
+        let cb = self.inner.chunk_bytes;
+        let index = pos / cb;
+        let in_chunk = (pos % cb) as usize;
+        let take = (piece_end - pos) as usize;
+        let piece = if let Some(p) = local.piece(index, in_chunk, take) {
+            p
+        } else {
+            let (cached, fetching) = {
+                let st = self.inner.state.lock();
+                (Self::cached(&st, index), st.fetches.contains_key(&index))
+            };
+            match cached {
+                Some(c) => c.slice_padded(in_chunk, take),
+                // Small random read: fetch only the bytes asked for.
+                None if !sequential && take < cb as usize / 4 && !fetching => self.range(index, in_chunk as u32, take as u32).await?,
+                None => self.chunk(index).await?.slice_padded(in_chunk, take),
+            }
+        };
+        if sequential || take as u64 == cb {
+            self.read_ahead(index, window, size, local).await?;
+        }
+        Ok(piece)
     }
 
     /// Starts fetching up to `window` chunks after `index` in the background.
@@ -450,7 +455,7 @@ impl RecordTable {
     pub(crate) fn insert(&mut self, index: u64, rec: Option<ChunkRecord>) {
         let mut st = self.0.inner.state.lock();
         self.0.changed();
-        st.records.insert(index, rec);
+        st.records.insert(index, rec.map(Arc::new));
     }
 
     /// Forgets chunk `index`'s record (a write given up: the next read asks again).

@@ -149,6 +149,27 @@ impl Handler for StorageService {
                     Bytes::new(),
                 )
             }
+            StorageOp::ReadRange { key, offset, len } => {
+                let handling = Instant::now();
+                let r = self
+                    .run_blocking(move |s| {
+                        stages::record(Stage::StorageQueue, handling);
+                        s.get_range(key, offset, len)
+                    })
+                    .await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, head_crc, tail_crc, bytes)) => (
+                        Ok(StorageReply::Range {
+                            info,
+                            head_crc,
+                            tail_crc,
+                        }),
+                        bytes,
+                    ),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
             StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), Bytes::new()),
             StorageOp::Stat => {
                 let drives = self.drive_info().await;

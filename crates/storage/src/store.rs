@@ -632,6 +632,53 @@ impl ShardStore {
         offset: u32,
         len: u32,
     ) -> Result<(ShardInfo, u32, Bytes), WireError> {
+        let blocks = self.read_blocks(key, offset, len)?;
+        let verifying = Instant::now();
+        if let Err(e) = format::verify_blocks(&blocks.data, blocks.first, &blocks.table) {
+            return Err(blocks.corrupt(&e));
+        }
+        stages::record(Stage::StorageVerify, verifying);
+        Ok((
+            blocks.header.info(blocks.table),
+            blocks.start,
+            Bytes::from(blocks.data),
+        ))
+    }
+
+    /// Reads exactly bytes `offset .. offset + len` of `key` (`len` 0 or past the end: to the
+    /// end of the shard). The whole blocks holding them are read and verified; only the bytes
+    /// asked for are returned, with the crc32c of the first block's bytes before them and of
+    /// the last block's bytes after them (see `StorageReply::Range`). Blocking.
+    pub fn get_range(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+    ) -> Result<(ShardInfo, u32, u32, Bytes), WireError> {
+        let blocks = self.read_blocks(key, offset, len)?;
+        let verifying = Instant::now();
+        let (cut_start, cut_end) = (
+            (offset - blocks.start) as usize,
+            (blocks.end - blocks.start) as usize,
+        );
+        let (head, tail) = match format::verify_blocks_cut(
+            &blocks.data,
+            blocks.first,
+            &blocks.table,
+            cut_start,
+            cut_end,
+        ) {
+            Ok(crcs) => crcs,
+            Err(e) => return Err(blocks.corrupt(&e)),
+        };
+        stages::record(Stage::StorageVerify, verifying);
+        let data = Bytes::from(blocks.data).slice(cut_start..cut_end);
+        Ok((blocks.header.info(blocks.table), head, tail, data))
+    }
+
+    /// Opens `key`, checks its header and table, and reads the whole blocks covering `len` bytes
+    /// at `offset` (not yet verified).
+    fn read_blocks(&self, key: ShardKey, offset: u32, len: u32) -> Result<Blocks, WireError> {
         let not_found = || werr!(NotFound, "{key} is not stored on this node");
         let opening = Instant::now();
         let d = self.index.read().get(&key).copied().ok_or_else(not_found)?;
@@ -690,14 +737,16 @@ impl ShardStore {
             }
         };
         stages::record(Stage::StorageDisk, reading);
-        let verifying = Instant::now();
-        if let Err(e) = format::verify_blocks(&data, first, &table) {
-            let err = corrupt(key, &path, &e);
-            tracing::warn!("{err}");
-            return Err(err);
-        }
-        stages::record(Stage::StorageVerify, verifying);
-        Ok((header.info(table), start, Bytes::from(data)))
+        Ok(Blocks {
+            key,
+            path,
+            header,
+            table,
+            first,
+            start,
+            end,
+            data,
+        })
     }
 
     fn forget(&self, key: ShardKey, d: usize) {
@@ -791,6 +840,29 @@ impl ShardStore {
             .map(|d| format!("{}: {}", d.root.display(), d.error.lock()))
             .collect::<Vec<_>>()
             .join("; ")
+    }
+}
+
+/// Whole blocks of a shard read from its file, not yet verified.
+struct Blocks {
+    key: ShardKey,
+    path: PathBuf,
+    header: ShardHeader,
+    table: Vec<u32>,
+    /// The first block read.
+    first: u32,
+    /// The shard offset of `data[0]` (block-aligned) and where the bytes asked for end.
+    start: u32,
+    end: u32,
+    data: Vec<u8>,
+}
+
+impl Blocks {
+    /// The error for blocks that failed verification (logged here, where it is found).
+    fn corrupt(&self, e: &FormatError) -> WireError {
+        let err = corrupt(self.key, &self.path, e);
+        tracing::warn!("{err}");
+        err
     }
 }
 

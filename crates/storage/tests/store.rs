@@ -37,6 +37,20 @@ fn check_get(store: &ShardStore, info: &ShardInfo, data: &[u8], offset: u32, len
         bytes[..] == data[start..stop],
         "wrong bytes for offset {offset} len {len}"
     );
+    // The exact range, with the checksums of the rest of its first and last blocks.
+    let (got_info, head, tail, bytes) = store.get_range(info.key, offset, len).expect("get_range");
+    assert_eq!(&got_info, info);
+    assert!(
+        bytes[..] == data[offset as usize..end],
+        "wrong exact bytes for offset {offset} len {len}"
+    );
+    assert_eq!(head, crc32c::crc32c(&data[start..offset as usize]));
+    let last_stop = if end == offset as usize {
+        end
+    } else {
+        (((end - 1) / B + 1) * B).min(data.len())
+    };
+    assert_eq!(tail, crc32c::crc32c(&data[end..last_stop]));
 }
 
 #[test]
@@ -221,6 +235,26 @@ fn check_corruption_at(
                 assert!(
                     bytes[..] == data[start..start + bytes.len()],
                     "pos {pos}: wrong bytes served"
+                );
+            }
+        }
+        match store.get_range(info.key, off, len) {
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Corrupt, "pos {pos}: {e}");
+                assert!(
+                    touches,
+                    "pos {pos}: exact read {off}+{len} misses the damage yet failed: {e}"
+                );
+            }
+            Ok((got_info, _, _, bytes)) => {
+                assert!(
+                    !touches,
+                    "pos {pos}: damaged exact read {off}+{len} was served"
+                );
+                assert_eq!(&got_info, info, "pos {pos}");
+                assert!(
+                    bytes[..] == data[off as usize..end],
+                    "pos {pos}: wrong exact bytes served"
                 );
             }
         }

@@ -4,6 +4,7 @@
 //! This is the only crate the services share. It knows nothing about how services store
 //! anything: no disk, no key-value engine, no erasure coding.
 
+pub mod crc;
 pub mod error;
 pub mod frame;
 pub mod msg;

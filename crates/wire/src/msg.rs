@@ -237,6 +237,11 @@ pub enum StorageOp {
     Stat,
     /// The node's per-stage latency totals (`crate::stages`), for a benchmark's breakdown.
     Stages,
+    /// Reads exactly bytes `offset .. offset + len` of a shard (`len == 0`, or past the end:
+    /// to the end). The node reads and verifies the whole blocks that hold them, but sends only
+    /// the bytes asked for, with what a reader needs to check them against the shard's block
+    /// checksums itself (see `StorageReply::Range`).
+    ReadRange { key: ShardKey, offset: u32, len: u32 },
 }
 
 /// Answers of the storage service.
@@ -250,6 +255,12 @@ pub enum StorageReply {
     Stat { node: NodeId, drives: Vec<DriveInfo> },
     /// The answer to `Stages`.
     Stages(Vec<crate::stages::StageTotal>),
+    /// The answer to `ReadRange`. Data section: exactly the bytes asked for (cut at the end of
+    /// the shard). `head_crc` is the crc32c of the bytes of the first block they touch that come
+    /// before them, `tail_crc` that of the bytes of the last block they touch that come after
+    /// them, so that `crc32c(head ‖ bytes ‖ tail)` of each block can be checked against
+    /// `info.block_crcs` (tied to the metadata) without the whole blocks crossing the network.
+    Range { info: ShardInfo, head_crc: u32, tail_crc: u32 },
 }
 
 /// What the storage service sends back for a [`StorageOp`].
