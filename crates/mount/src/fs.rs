@@ -16,6 +16,7 @@ use crate::attr::{self, file_attr, name_str, XattrAnswer};
 use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
 use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
+use crate::opencache::OpenCache;
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
 use client::{Client, FirstChunks, STAGES_XATTR};
@@ -112,6 +113,8 @@ pub(crate) struct Shared {
     dir_attrs: Mutex<DirCache>,
     /// Listings fetched ahead of LOOKUPs (see `statahead.rs`).
     statahead: Mutex<Statahead>,
+    /// What opens fetched, for opens soon after (see `opencache.rs`).
+    open_cache: Mutex<OpenCache<FirstChunks>>,
 }
 
 /// The file system handed to fuser.
@@ -141,6 +144,7 @@ impl TroveFs {
                 held_locks: Mutex::new(HashSet::new()),
                 dir_attrs: Mutex::new(DirCache::new(options_attr_timeout)),
                 statahead: Mutex::new(Statahead::new(options_entry_timeout)),
+                open_cache: Mutex::new(OpenCache::new(options_attr_timeout)),
             }),
             runtime,
         };
@@ -156,6 +160,7 @@ impl TroveFs {
                     cache.forget(ino, now);
                     drop(cache);
                     lock(&s.statahead).unlinked(ino);
+                    lock(&s.open_cache).changed();
                 }
             }
         });
@@ -235,12 +240,14 @@ impl TroveFs {
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
         lock(&self.shared.statahead).changed();
+        lock(&self.shared.open_cache).changed();
         let fut = work(self.shared.clone());
         self.spawn(
             reply,
             |s| async move {
                 let out = fut.await;
                 lock(&s.statahead).changed();
+                lock(&s.open_cache).changed();
                 out
             },
             done,
@@ -821,10 +828,16 @@ impl Filesystem for TroveFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
-        let cached = lock(&self.shared.dir_attrs).get(ino.0, Instant::now());
+        let now = Instant::now();
+        let cached = lock(&self.shared.dir_attrs).get(ino.0, now);
         if let Some((a, left)) = cached {
             // Answered on this thread: no round trip, no hand-over to the runtime.
             return reply.attr(&left, &self.shared.kernel_attr(a));
+        }
+        let opened = lock(&self.shared.open_cache).get_with_left(ino.0, now);
+        if let Some((first, left)) = opened {
+            // A file an open fetched lately: the same answer, for the time it has left.
+            return reply.attr(&left, &self.shared.kernel_attr(first.attr().clone()));
         }
         self.spawn(
             reply,
@@ -1003,10 +1016,21 @@ impl Filesystem for TroveFs {
         self.spawn(
             reply,
             move |s| async move {
-                // Close-to-open: every open asks the metadata service for the current version,
-                // and takes the records of the first chunks with it (a small file's first read
-                // then needs no metadata round trip of its own).
-                let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                // Close-to-open: an open asks the metadata service for the current version, and
+                // takes the records of the first chunks with it (a small file's first read then
+                // needs no metadata round trip of its own); an answer younger than the
+                // attribute timeout, with no change of this mount since, is used again.
+                let started = Instant::now();
+                let kept = lock(&s.open_cache).get(ino.0, started);
+                let first = match kept {
+                    Some(first) => first,
+                    None => {
+                        let epoch = lock(&s.open_cache).epoch();
+                        let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                        lock(&s.open_cache).put(ino.0, first.clone(), started, epoch);
+                        first
+                    }
+                };
                 let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
                 Ok((fh, s.open_flags(keep)))
             },

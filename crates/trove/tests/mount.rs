@@ -641,3 +641,47 @@ fn reads_of_one_file_overlap_in_time() {
     drop(file);
     m.stop();
 }
+
+/// Opening and reading a file costs one metadata round trip (the open's: the kernel's GETATTR
+/// after it is answered from what the open fetched), opening it again within the attribute
+/// timeout none (the attributes and first chunk records of the last open are used again), while
+/// this mount's own changes show at once.
+#[test]
+fn repeated_opens_within_the_attribute_timeout_cost_no_round_trip() {
+    if fuse_missing() {
+        return;
+    }
+    const FILES: usize = 10;
+    let cluster = TestCluster::start(3, "2+1");
+    // A long timeout, so that the second round below is well within it however slow the host.
+    let m = Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000"], CALL_LOG);
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    for i in 0..FILES {
+        std::fs::write(m.join(&format!("d/f{i}")), content(i as u64, 4096 + i)).expect("write");
+    }
+    let open_calls = |m: &Mount| calls_logged(m, "GetChunks") + calls_logged(m, "GetAttr");
+    let read_all = || {
+        for i in 0..FILES {
+            let got = std::fs::read(m.join(&format!("d/f{i}"))).expect("read");
+            assert!(got == content(i as u64, 4096 + i), "d/f{i} read back different bytes");
+        }
+    };
+    let before = open_calls(&m);
+    read_all();
+    let first = open_calls(&m) - before;
+    let before = open_calls(&m);
+    read_all();
+    let again = open_calls(&m) - before;
+    eprintln!("{FILES} files opened and read: {first} metadata calls the first time, {again} the second");
+    assert!(first >= 1, "the first opens asked nothing: the count does not work");
+    assert!(first <= FILES, "{first} metadata calls to open and read {FILES} files");
+    assert_eq!(again, 0, "opens within the attribute timeout went to the metadata service");
+
+    // This mount's own change shows at the next open, which asks again.
+    let newer = content(99, 5000);
+    std::fs::write(m.join("d/f3"), &newer).expect("rewrite");
+    let before = open_calls(&m);
+    assert!(std::fs::read(m.join("d/f3")).expect("reread") == newer, "an open after this mount's change read old data");
+    assert!(open_calls(&m) - before >= 1, "the open after a change used what was kept");
+    m.stop();
+}
