@@ -1,10 +1,16 @@
 //! The storage service: answers `StorageOp` requests from the shard store, and keeps the node
 //! a member of the cluster (registration and heartbeats to the metadata service).
 //!
-//! The store's file I/O blocks, so every request runs it on tokio's blocking pool, bounded by a
-//! semaphore so a burst of requests queues here instead of starting hundreds of threads that
-//! all fight over the same disks. Shard bytes move as `Bytes` from the request frame to the
-//! file and from the file into the reply frame without further copies.
+//! The store's file I/O blocks, so requests run it on tokio's blocking pool, at most
+//! [`BLOCKING_OPS_PER_DRIVE_MAX`] at once per drive (a semaphore per drive), so a burst of
+//! requests queues here instead of starting hundreds of threads that all fight over the same
+//! disks, and a slow drive holds up only its own. Reads first try without blocking, on the
+//! async worker that received them: a shard file read lately is still open and its blocks are
+//! usually in the page cache (`RWF_NOWAIT`), and then the answer costs no hand-off to another
+//! thread; only reads that would wait for the drive go to the pool. Every connection has many
+//! requests in flight (see `wire::rpc`), so nothing is serialised per connection. Shard bytes
+//! move as `Bytes` from the request frame to the file and from the file into the reply frame
+//! without further copies.
 
 use crate::store::ShardStore;
 use async_trait::async_trait;
@@ -18,7 +24,7 @@ use tokio::sync::Semaphore;
 use wire::stages::{self, Stage};
 use wire::{
     werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
-    Service, StorageOp, StorageReply, WireError,
+    Service, ShardKey, StorageOp, StorageReply, WireError,
 };
 
 /// Blocking store operations allowed at once per drive; more wait for a permit. Enough to keep
@@ -37,19 +43,19 @@ pub struct StorageService {
     store: RwLock<Option<Arc<ShardStore>>>,
     /// The node id the metadata service assigned; 0 until registered.
     node: AtomicU32,
-    blocking: Semaphore,
-    permits: u32,
+    /// Blocking store operations allowed at once, per drive.
+    drives: Vec<Semaphore>,
 }
 
 impl StorageService {
     pub fn new(store: Arc<ShardStore>) -> StorageService {
-        let permits = BLOCKING_OPS_PER_DRIVE_MAX * store.drive_paths().len().max(1);
-        let permits = u32::try_from(permits).unwrap_or(u32::MAX >> 3);
+        let drives = (0..store.drive_paths().len().max(1))
+            .map(|_| Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX))
+            .collect();
         StorageService {
             store: RwLock::new(Some(store)),
             node: AtomicU32::new(0),
-            blocking: Semaphore::new(permits as usize),
-            permits,
+            drives,
         }
     }
 
@@ -66,9 +72,11 @@ impl StorageService {
     /// Stops answering: waits for running operations to finish, then releases the store (and
     /// with it the drive locks, once no one else holds it). Later requests get `Unavailable`.
     pub async fn shutdown(&self) {
-        if let Ok(all) = self.blocking.acquire_many(self.permits).await {
-            self.blocking.close();
-            drop(all);
+        for drive in &self.drives {
+            if let Ok(all) = drive.acquire_many(BLOCKING_OPS_PER_DRIVE_MAX as u32).await {
+                drive.close();
+                drop(all);
+            }
         }
         self.store.write().take();
     }
@@ -82,14 +90,15 @@ impl StorageService {
         self.node.store(id, Ordering::Relaxed);
     }
 
-    /// Runs a blocking store operation on the blocking pool.
-    async fn run_blocking<T, F>(&self, f: F) -> Result<T, WireError>
+    /// Runs a blocking store operation on the blocking pool, queued with the others of drive
+    /// `drive`.
+    async fn run_blocking<T, F>(&self, drive: usize, f: F) -> Result<T, WireError>
     where
         T: Send + 'static,
         F: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
     {
-        let _permit = self
-            .blocking
+        let queue = &self.drives[drive.min(self.drives.len() - 1)];
+        let _permit = queue
             .acquire()
             .await
             .map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
@@ -100,9 +109,36 @@ impl StorageService {
         }
     }
 
+    /// A read of `key`: `now` on this worker if it can be answered without waiting for the
+    /// drive, else `blocking` on the drive's queue of the blocking pool.
+    async fn read<T, N, B>(
+        &self,
+        key: ShardKey,
+        now: N,
+        blocking: B,
+        handling: Instant,
+    ) -> Result<T, WireError>
+    where
+        T: Send + 'static,
+        N: FnOnce(&ShardStore) -> Option<Result<T, WireError>>,
+        B: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
+    {
+        let store = self.live_store()?;
+        if let Some(answer) = now(&store) {
+            return answer;
+        }
+        let drive = store.drive_of(key).unwrap_or(0);
+        drop(store);
+        self.run_blocking(drive, move |s| {
+            stages::record(Stage::StorageQueue, handling);
+            blocking(s)
+        })
+        .await
+    }
+
     /// Capacity and health of the drives, for `Stat`, registration and heartbeats.
     pub async fn drive_info(&self) -> Vec<DriveInfo> {
-        self.run_blocking(|s| Ok(s.stat()))
+        self.run_blocking(0, |s| Ok(s.stat()))
             .await
             .unwrap_or_default()
     }
@@ -120,16 +156,22 @@ impl Handler for StorageService {
     ) -> (Result<StorageReply, WireError>, Bytes) {
         match req {
             StorageOp::PutShard { info } => {
-                let r = self.run_blocking(move |s| s.put(&info, &data)).await;
+                let drive = match self.live_store() {
+                    Ok(s) => s.drive_for_put(info.key),
+                    Err(e) => return (Err(e), Bytes::new()),
+                };
+                let r = self.run_blocking(drive, move |s| s.put(&info, &data)).await;
                 (r.map(|()| StorageReply::Ok), Bytes::new())
             }
             StorageOp::GetShard { key, offset, len } => {
                 let handling = Instant::now();
                 let r = self
-                    .run_blocking(move |s| {
-                        stages::record(Stage::StorageQueue, handling);
-                        s.get(key, offset, len)
-                    })
+                    .read(
+                        key,
+                        move |s| s.get_now(key, offset, len),
+                        move |s| s.get(key, offset, len),
+                        handling,
+                    )
                     .await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
@@ -138,7 +180,11 @@ impl Handler for StorageService {
                 }
             }
             StorageOp::DeleteShards { keys } => {
-                let r = self.run_blocking(move |s| s.delete(&keys)).await;
+                let drive = match (self.live_store(), keys.first()) {
+                    (Ok(s), Some(&key)) => s.drive_of(key).unwrap_or(0),
+                    _ => 0,
+                };
+                let r = self.run_blocking(drive, move |s| s.delete(&keys)).await;
                 (r.map(|count| StorageReply::Deleted { count }), Bytes::new())
             }
             StorageOp::ListShards { after, limit } => {
@@ -152,10 +198,12 @@ impl Handler for StorageService {
             StorageOp::ReadRange { key, offset, len } => {
                 let handling = Instant::now();
                 let r = self
-                    .run_blocking(move |s| {
-                        stages::record(Stage::StorageQueue, handling);
-                        s.get_range(key, offset, len)
-                    })
+                    .read(
+                        key,
+                        move |s| s.get_range_now(key, offset, len),
+                        move |s| s.get_range(key, offset, len),
+                        handling,
+                    )
                     .await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
