@@ -24,8 +24,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeId, NodeInfo, NodeState,
-    Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
+    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo,
+    NodeState, Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
 };
 
 /// Most chunk ids one `AllocChunks` reserves.
@@ -67,7 +67,15 @@ pub struct Cluster {
     live: Mutex<HashMap<NodeId, Liveness>>,
     maps: MapCache,
     chunk_ids: IdPool,
+    /// Node records as last read from the engine, and when: what `NodeStates` answers from, so
+    /// that many clients polling cost no transaction each (see [`NODE_RECORDS_TTL`]).
+    node_records: Mutex<Option<(Instant, Arc<Vec<NodeRec>>)>>,
 }
+
+/// How long node records read from the engine answer `NodeStates` before they are read again.
+/// This server's own changes (registration, drain, removal) drop them at once; another
+/// server's, sharing the engine, show within this bound.
+pub const NODE_RECORDS_TTL: Duration = Duration::from_millis(500);
 
 impl Cluster {
     pub fn new(options: ClusterOptions) -> Cluster {
@@ -78,7 +86,51 @@ impl Cluster {
             live: Mutex::new(HashMap::new()),
             maps: MapCache::default(),
             chunk_ids,
+            node_records: Mutex::new(None),
         }
+    }
+
+    /// The storage nodes' addresses and states as this server sees them now, and their version
+    /// (`wire::NodeBrief::version_of`); the nodes only when the version is not `known`. No
+    /// transaction while the node records read last are younger than [`NODE_RECORDS_TTL`].
+    pub async fn node_states(
+        &self,
+        engine: &dyn KvEngine,
+        known: u64,
+    ) -> Result<MetaReply, WireError> {
+        let fresh = self
+            .node_records
+            .lock()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < NODE_RECORDS_TTL)
+            .map(|(_, recs)| recs.clone());
+        let records = match fresh {
+            Some(recs) => recs,
+            None => {
+                let read_at = Instant::now();
+                let recs = Arc::new(self.nodes(engine).await?);
+                *self.node_records.lock() = Some((read_at, recs.clone()));
+                recs
+            }
+        };
+        let nodes: Vec<NodeBrief> = records
+            .iter()
+            .map(|rec| NodeBrief {
+                id: rec.id,
+                addr: rec.addr.clone(),
+                state: self.node_state(rec).0,
+            })
+            .collect();
+        let version = NodeBrief::version_of(&nodes);
+        Ok(MetaReply::NodeStates {
+            version,
+            nodes: if version == known { Vec::new() } else { nodes },
+        })
+    }
+
+    /// Drops the node records `NodeStates` answers from: this server just changed them.
+    fn node_records_changed(&self) {
+        *self.node_records.lock() = None;
     }
 
     /// A node's state as seen now, and milliseconds since it was last heard from.
@@ -212,6 +264,7 @@ impl Cluster {
             );
             self.maps.insert(map);
         }
+        self.node_records_changed();
         self.saw(id, drives_in.to_vec());
         Ok(MetaReply::Node {
             id,
@@ -509,6 +562,8 @@ impl Cluster {
             self.check_leaving(engine, node, state).await?;
         }
         let pg_count = self.options.pg_count;
+        // Dropped before and after: a `NodeStates` while the change commits may read either.
+        self.node_records_changed();
         let published = transact(engine, move |txn| {
             Box::pin(async move {
                 let key = keys::node(node);
@@ -534,6 +589,7 @@ impl Cluster {
             })
         })
         .await?;
+        self.node_records_changed();
         match published {
             Some(map) => {
                 tracing::info!(

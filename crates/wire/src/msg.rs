@@ -163,6 +163,11 @@ pub enum MetaOp {
     /// node that would leave fewer nodes than a scheme in use needs is refused with the reason
     /// unless `force` (chunks are then re-encoded narrower to fit).
     SetNodeState { node: NodeId, state: NodeState, force: bool },
+    /// The storage nodes' addresses and states as this metadata server sees them, unless their
+    /// version is still `known` (the version the caller holds; 0 for none): then only the
+    /// version is answered. Answered with `MetaReply::NodeStates`. What clients poll, cheaply,
+    /// to route around nodes that are down.
+    NodeStates { known: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -196,6 +201,10 @@ pub enum MetaReply {
     /// The answer to `Unlink` and `Rmdir`: the inode the removed entry named, and the
     /// directory's attributes after the change.
     Removed { ino: Ino, dir: Attr },
+    /// The answer to `NodeStates`: the version of the node states (a digest of every node's
+    /// id, address and state: equal versions mean equal states, whichever metadata server
+    /// answers), and the nodes, or none when `version` is the one the caller said it knew.
+    NodeStates { version: u64, nodes: Vec<NodeBrief> },
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
