@@ -97,12 +97,69 @@ struct State {
     cache: VecDeque<(u64, Chunk)>,
     /// Whole-chunk fetches in flight (demand reads and read-ahead).
     fetches: HashMap<u64, Fetch>,
-    /// Where recent streams' last reads ended, and each stream's read-ahead window in chunks.
-    streams: [(u64, usize); STREAMS_MAX],
-    next_stream: usize,
+    /// Recent streams of reads, for sequential detection.
+    streams: Streams,
+}
+
+/// Recent streams of reads: where each one's last read ended, how many reads in a row
+/// continued it, and its read-ahead window in chunks.
+#[derive(Default)]
+struct Streams {
+    slots: [Stream; STREAMS_MAX],
+    next: usize,
+}
+
+impl Streams {
+    /// Whether a read of `len` bytes at `offset`, ending at `end`, is part of a sequential
+    /// stream (in a file of chunks of `chunk_bytes`); records it, and returns the stream's
+    /// read-ahead window in chunks (at most `window_max`).
+    fn note(&mut self, offset: u64, end: u64, len: u64, chunk_bytes: u64, window_max: usize) -> (bool, usize) {
+        let slack = (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS)).max(SEQUENTIAL_SLACK_BYTES_MIN).min(chunk_bytes * SEQUENTIAL_SLACK_CHUNKS);
+        let hit = self.slots.iter().position(|s| s.end != u64::MAX && offset.abs_diff(s.end) <= slack);
+        match hit {
+            Some(i) => {
+                let s = &mut self.slots[i];
+                s.end = end;
+                s.continued = s.continued.saturating_add(1);
+                if s.continued < CONTINUED_TO_BE_SEQUENTIAL {
+                    return (false, 1);
+                }
+                s.window = (s.window * 2).min(window_max.max(1));
+                (true, s.window)
+            }
+            None => {
+                self.slots[self.next] = Stream { end, ..Stream::NONE };
+                self.next = (self.next + 1) % STREAMS_MAX;
+                (false, 1)
+            }
+        }
+    }
 }
 
 type RecordBatch = Arc<HashMap<u64, Option<Arc<ChunkRecord>>>>;
+
+/// One stream of reads (see `State::streams`).
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    end: u64,
+    continued: u32,
+    window: usize,
+}
+
+impl Stream {
+    const NONE: Stream = Stream { end: u64::MAX, continued: 0, window: 1 };
+}
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream::NONE
+    }
+}
+
+/// Reads in a row that must continue a stream before it counts as sequential (whole chunks,
+/// read-ahead). One is not enough: in a 1 GiB file, about 1 random read in 500 lands within its
+/// slack of one of the last 8 reads, and each such read would fetch a whole chunk and more.
+const CONTINUED_TO_BE_SEQUENTIAL: u32 = 2;
 
 /// A fetch of one chunk in flight, joined by every reader of the same chunk id.
 struct Fetch {
@@ -116,7 +173,7 @@ struct Fetch {
 impl ReadSide {
     pub(crate) fn new(client: Client, attr: &Attr) -> ReadSide {
         let (ino, chunk_bytes) = (attr.ino, u64::from(attr.chunk_bytes));
-        let state = State { streams: [(u64::MAX, 1); STREAMS_MAX], ..State::default() };
+        let state = State::default();
         ReadSide {
             inner: Arc::new(Inner {
                 client,
@@ -334,24 +391,8 @@ impl ReadSide {
     /// Whether a read of `len` bytes at `offset` continues a recent stream; records where it
     /// ends, and returns the stream's read-ahead window in chunks.
     fn note_read(&self, offset: u64, end: u64, len: u64) -> (bool, usize) {
-        let cb = self.inner.chunk_bytes;
-        let slack = (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS)).max(SEQUENTIAL_SLACK_BYTES_MIN).min(cb * SEQUENTIAL_SLACK_CHUNKS);
-        let window_max = self.inner.client.inner.options.readahead_chunks_max.max(1);
-        let mut st = self.inner.state.lock();
-        let hit = st.streams.iter().position(|&(e, _)| e != u64::MAX && offset.abs_diff(e) <= slack);
-        match hit {
-            Some(i) => {
-                let window = (st.streams[i].1 * 2).min(window_max);
-                st.streams[i] = (end, window);
-                (true, window)
-            }
-            None => {
-                let slot = st.next_stream;
-                st.streams[slot] = (end, 1);
-                st.next_stream = (slot + 1) % STREAMS_MAX;
-                (false, 1)
-            }
-        }
+        let window_max = self.inner.client.inner.options.readahead_chunks_max;
+        self.inner.state.lock().streams.note(offset, end, len, self.inner.chunk_bytes, window_max)
     }
 
     /// Reads up to `len` bytes at `offset` of a file of `size` bytes, taking chunks `local`
@@ -525,6 +566,39 @@ impl FetchTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_are_sequential_from_their_third_read_and_random_reads_never() {
+        let cb = 4u64 << 20;
+        let mut s = Streams::default();
+        // One reader, 1 MiB requests from the start: sequential from the third, window growing.
+        let mut seen = Vec::new();
+        for i in 0..6u64 {
+            seen.push(s.note(i << 20, (i + 1) << 20, 1 << 20, cb, 8));
+        }
+        assert_eq!(seen, vec![(false, 1), (false, 1), (true, 2), (true, 4), (true, 8), (true, 8)]);
+        // Two readers of one file, interleaved, slightly out of order: both streams found.
+        let mut s = Streams::default();
+        let mut sequential = 0;
+        for i in 0..20u64 {
+            let (a, b) = (i * 131_072, (1 << 30) + i * 131_072);
+            sequential += usize::from(s.note(a, a + 131_072, 131_072, cb, 8).0);
+            sequential += usize::from(s.note(b, b + 131_072, 131_072, cb, 8).0);
+        }
+        assert_eq!(sequential, 36, "two streams of 20 reads: all but the first two of each");
+        // Random 4 KiB reads of a 1 GiB file by 4 readers: never sequential.
+        let mut s = Streams::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut sequential = 0;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let offset = (x % (1 << 18)) * 4096;
+            sequential += usize::from(s.note(offset, offset + 4096, 4096, cb, 8).0);
+        }
+        assert!(sequential <= 2, "{sequential} of 100,000 random reads taken for sequential ones");
+    }
 
     #[test]
     fn slack_grows_with_the_request_and_stays_within_two_chunks() {
