@@ -5,9 +5,10 @@
 //! [`BLOCKING_OPS_PER_DRIVE_MAX`] at once per drive (a semaphore per drive), so a burst of
 //! requests queues here instead of starting hundreds of threads that all fight over the same
 //! disks, and a slow drive holds up only its own. Reads first try without blocking, on the
-//! async worker that received them: a shard file read lately is still open and its blocks are
-//! usually in the page cache (`RWF_NOWAIT`), and then the answer costs no hand-off to another
-//! thread; only reads that would wait for the drive go to the pool. Every connection has many
+//! task that read the request off the connection (`Handler::handle_now`): a shard file read
+//! lately is still open and its blocks are usually in the page cache (`RWF_NOWAIT`), and then
+//! the answer costs no task and no hand-off to another thread; only reads that would wait for
+//! the drive get a task and go to the pool. Every connection has many
 //! requests in flight (see `wire::rpc`), so nothing is serialised per connection. Shard bytes
 //! move as `Bytes` from the request frame to the file and from the file into the reply frame
 //! without further copies.
@@ -109,26 +110,19 @@ impl StorageService {
         }
     }
 
-    /// A read of `key`: `now` on this worker if it can be answered without waiting for the
-    /// drive, else `blocking` on the drive's queue of the blocking pool.
-    async fn read<T, N, B>(
+    /// A read of `key` on the drive's queue of the blocking pool (the transport has already
+    /// tried to answer it at once, `handle_now`).
+    async fn read<T, B>(
         &self,
         key: ShardKey,
-        now: N,
         blocking: B,
         handling: Instant,
     ) -> Result<T, WireError>
     where
         T: Send + 'static,
-        N: FnOnce(&ShardStore) -> Option<Result<T, WireError>>,
         B: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
     {
-        let store = self.live_store()?;
-        if let Some(answer) = now(&store) {
-            return answer;
-        }
-        let drive = store.drive_of(key).unwrap_or(0);
-        drop(store);
+        let drive = self.live_store()?.drive_of(key).unwrap_or(0);
         self.run_blocking(drive, move |s| {
             stages::record(Stage::StorageQueue, handling);
             blocking(s)
@@ -149,6 +143,33 @@ impl Handler for StorageService {
     type Req = StorageOp;
     type Reply = StorageReply;
 
+    fn handle_now(&self, req: &StorageOp) -> Option<(Result<StorageReply, WireError>, Bytes)> {
+        let handling = Instant::now();
+        let store = self.store()?;
+        let answer = match *req {
+            StorageOp::GetShard { key, offset, len } => match store.get_now(key, offset, len)? {
+                Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+                Err(e) => (Err(e), Bytes::new()),
+            },
+            StorageOp::ReadRange { key, offset, len } => {
+                match store.get_range_now(key, offset, len)? {
+                    Ok((info, head_crc, tail_crc, bytes)) => (
+                        Ok(StorageReply::Range {
+                            info,
+                            head_crc,
+                            tail_crc,
+                        }),
+                        bytes,
+                    ),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            _ => return None,
+        };
+        stages::record(Stage::StorageHandle, handling);
+        Some(answer)
+    }
+
     async fn handle(
         &self,
         req: StorageOp,
@@ -166,12 +187,7 @@ impl Handler for StorageService {
             StorageOp::GetShard { key, offset, len } => {
                 let handling = Instant::now();
                 let r = self
-                    .read(
-                        key,
-                        move |s| s.get_now(key, offset, len),
-                        move |s| s.get(key, offset, len),
-                        handling,
-                    )
+                    .read(key, move |s| s.get(key, offset, len), handling)
                     .await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
@@ -198,12 +214,7 @@ impl Handler for StorageService {
             StorageOp::ReadRange { key, offset, len } => {
                 let handling = Instant::now();
                 let r = self
-                    .read(
-                        key,
-                        move |s| s.get_range_now(key, offset, len),
-                        move |s| s.get_range(key, offset, len),
-                        handling,
-                    )
+                    .read(key, move |s| s.get_range(key, offset, len), handling)
                     .await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {

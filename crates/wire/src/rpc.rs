@@ -462,6 +462,13 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request. `data` is the request's data section; the returned bytes become
     /// the reply's data section.
     async fn handle(&self, req: Self::Req, data: Bytes) -> (Result<Self::Reply, WireError>, Bytes);
+
+    /// Answers `req` at once, on the task that read it, if that needs no waiting at all (a
+    /// storage read the page cache holds): then no task is started for it. `None` (the
+    /// default): [`Handler::handle`] answers it on a task of its own. Must not block.
+    fn handle_now(&self, _req: &Self::Req) -> Option<(Result<Self::Reply, WireError>, Bytes)> {
+        None
+    }
 }
 
 /// Serves `handler` on every connection accepted from `listener`, forever.
@@ -524,6 +531,24 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
         if frame.header.kind != FrameKind::Request {
             break Err(format!("unexpected {:?} frame", frame.header.kind));
         }
+        let id = frame.header.request_id;
+        let reply = |result: Result<H::Reply, WireError>, data: Bytes| {
+            let body = encode_body(&result);
+            let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
+            OutFrame { head_and_body, data, answered: Some(Instant::now()) }
+        };
+        let req = match postcard::from_bytes::<H::Req>(&frame.body) {
+            Ok(req) => req,
+            Err(e) => {
+                let error = WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}"));
+                let _ = outbox.send(reply(Err(error), Bytes::new()));
+                continue;
+            }
+        };
+        if let Some((result, data)) = handler.handle_now(&req) {
+            let _ = outbox.send(reply(result, data));
+            continue;
+        }
         let permit = match limit.clone().acquire_owned().await {
             Ok(p) => p,
             Err(_) => break Ok(()),
@@ -533,14 +558,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
         let read_at = Instant::now();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
-            let id = frame.header.request_id;
-            let (result, data) = match postcard::from_bytes::<H::Req>(&frame.body) {
-                Ok(req) => handler.handle(req, frame.data).await,
-                Err(e) => (
-                    Err(WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}"))),
-                    Bytes::new(),
-                ),
-            };
+            let (result, data) = handler.handle(req, frame.data).await;
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
             let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
