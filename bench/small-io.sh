@@ -101,7 +101,7 @@ for t in "${targets[@]}"; do
 done
 
 common=(--ioengine=psync --direct=1 --time_based --runtime="$runtime" --ramp_time=2 --group_reporting --output-format=json)
-run_row() { # name fio-args...
+run_row() { # name fio-args... (@DIR@ stands for the target's directory)
     local row=$1
     shift
     for t in "${targets[@]}"; do
@@ -109,19 +109,21 @@ run_row() { # name fio-args...
         local before
         before=$(load)
         local nums
-        nums=$(fio --name="$row" --directory="$work/$t" "$@" "${common[@]}" | fio_nums)
+        nums=$(fio --name="$row" "${@//@DIR@/$work/$t}" "${common[@]}" | fio_nums)
         echo "$row $t: IOPS, MB/s = $nums (load before $before)"
         record "{\"row\": \"$row\", \"target\": \"$t\", \"iops\": ${nums% *}, \"mbs\": ${nums#* }, \"load\": \"$before\"}"
     done
 }
 echo "== fio, O_DIRECT, page cache dropped before each run, $runtime s each"
-run_row rr4k-1job --filename_format='own.0' --numjobs=1 --rw=randread --bs=4k --size="$size"
-run_row rr4k-4jobs-one-file --filename_format='own.0' --numjobs=4 --rw=randread --bs=4k --size="$size"
-run_row rr4k-4jobs-own-files --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=4k --size="$size"
-run_row rr128k-4jobs-own-files --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=128k --size="$size"
-run_row seqread-1m-1job --filename_format='own.1' --numjobs=1 --rw=read --bs=1M --size="$size"
+# One file shared by 4 jobs is named with --filename: fio runs only one of several jobs whose
+# --filename_format names the same file.
+run_row rr4k-1job --filename=@DIR@/own.0 --numjobs=1 --rw=randread --bs=4k --size="$size"
+run_row rr4k-4jobs-one-file --filename=@DIR@/own.0 --numjobs=4 --rw=randread --bs=4k --size="$size"
+run_row rr4k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=4k --size="$size"
+run_row rr128k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=128k --size="$size"
+run_row seqread-1m-1job --filename=@DIR@/own.1 --numjobs=1 --rw=read --bs=1M --size="$size"
 for t in "${targets[@]}"; do rm -f "$work/$t"/own.*; done
-run_row seqwrite-1m-1job --filename_format='seqw' --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
+run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
 for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
 
 echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
