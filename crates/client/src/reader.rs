@@ -114,7 +114,8 @@ impl Streams {
     /// stream (in a file of chunks of `chunk_bytes`); records it, and returns the stream's
     /// read-ahead window in chunks (at most `window_max`).
     fn note(&mut self, offset: u64, end: u64, len: u64, chunk_bytes: u64, window_max: usize) -> (bool, usize) {
-        let slack = (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS)).max(SEQUENTIAL_SLACK_BYTES_MIN).min(chunk_bytes * SEQUENTIAL_SLACK_CHUNKS);
+        let slack =
+            (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS)).max(SEQUENTIAL_SLACK_BYTES_MIN).min(chunk_bytes * SEQUENTIAL_SLACK_CHUNKS);
         let hit = self.slots.iter().position(|s| s.end != u64::MAX && offset.abs_diff(s.end) <= slack);
         match hit {
             Some(i) => {

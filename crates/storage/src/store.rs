@@ -829,7 +829,7 @@ impl ShardStore {
         let table_guess = 4 * file_len
             .saturating_sub(FIXED_HEADER_BYTES as u64)
             .div_ceil(u64::from(format::BLOCK_BYTES) + 4);
-        let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(TABLE_BYTES_MAX);
+        let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(HEAD_BYTES_MAX);
         let block = format::BLOCK_BYTES;
         let first = offset / block;
         let start = first * block;
@@ -1038,8 +1038,8 @@ enum ReadFail {
     WouldBlock,
 }
 
-/// Largest header and block table a shard file can have (a 64 MiB shard has 1024 blocks).
-const TABLE_BYTES_MAX: u64 = FIXED_HEADER_BYTES as u64
+/// Largest header plus block table a shard file can have (a 64 MiB shard has 1024 blocks).
+const HEAD_BYTES_MAX: u64 = FIXED_HEADER_BYTES as u64
     + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64);
 
 /// Reads `len` bytes at `pos` of a file `file_len` bytes long. Short only where the file ends

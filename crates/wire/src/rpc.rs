@@ -29,9 +29,10 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 pub const INFLIGHT_PER_CONNECTION_MAX: usize = 512;
 /// How long connecting and the hello exchange may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Read buffer of a connection: a small frame's header, body and data arrive in one read
-/// system call instead of three; larger data sections bypass it.
-const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Read buffer of a connection: a small frame's header, body and data (a 4 KiB read's reply)
+/// arrive in one read system call instead of three. Small, because what of a large data section
+/// lands in it is copied once more; the rest of such a section bypasses it.
+const READ_BUFFER_BYTES: usize = 16 << 10;
 
 /// Errors of a remote call.
 #[derive(Debug, Clone, thiserror::Error)]
