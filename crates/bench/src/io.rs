@@ -89,6 +89,75 @@ pub struct IoConfig {
     pub dir: String,
     pub drop_caches: bool,
     pub seed: u64,
+    /// Also take the per-stage latency breakdown of the Trove client and storage nodes
+    /// serving the target (see [`Breakdown`]).
+    #[serde(default)]
+    pub latency_breakdown: bool,
+}
+
+/// Where the time of one request went, from the Trove client's and storage nodes' stage
+/// totals over the run (`client::StageReport`) divided by the requests the run made.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// Requests the run made, the ramp included (the stage totals include it too).
+    pub requests: u64,
+    /// Mean latency of a request as the benchmark saw it.
+    pub request_mean_us: f64,
+    /// Mean time inside the read system call (directory targets: without this harness's own
+    /// hand-off to a thread).
+    pub syscall_mean_us: Option<f64>,
+    pub stages: Vec<BreakdownRow>,
+    /// Storage nodes that did not report their stages.
+    pub nodes_unreached: u32,
+}
+
+/// One stage of a [`Breakdown`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BreakdownRow {
+    /// `local` (the process of the client: the mount, or this benchmark with the native
+    /// client), `storage` (summed over the nodes) or `derived` (computed from the others).
+    pub side: String,
+    pub stage: String,
+    /// How often the stage was passed per request.
+    pub per_request: f64,
+    /// Mean duration of one pass.
+    pub mean_us: f64,
+    /// Time in the stage per request (`per_request * mean_us`).
+    pub us_per_request: f64,
+}
+
+impl Breakdown {
+    fn new(stages: &client::StageReport, requests: u64, request_mean_us: f64, syscall_mean_us: Option<f64>) -> Breakdown {
+        let n = requests.max(1) as f64;
+        let row = |side: &str, t: &client::StageTotal| BreakdownRow {
+            side: side.to_string(),
+            stage: t.stage.clone(),
+            per_request: t.count as f64 / n,
+            mean_us: t.total_ns as f64 / 1e3 / t.count.max(1) as f64,
+            us_per_request: t.total_ns as f64 / 1e3 / n,
+        };
+        let mut rows: Vec<BreakdownRow> =
+            stages.local.iter().map(|t| row("local", t)).chain(stages.storage.iter().map(|t| row("storage", t))).collect();
+        let per_request = |stage: &str| rows.iter().find(|r| r.stage == stage).map(|r| r.us_per_request);
+        let mut derived = Vec::new();
+        // The kernel's part of a FUSE request: what the application waited for minus what the
+        // mount spent on it, from receiving the request to handing back the reply.
+        if let (Some(app), Some(handoff), Some(read), Some(reply)) =
+            (syscall_mean_us, per_request("fuse.handoff"), per_request("mount.read"), per_request("fuse.reply"))
+        {
+            derived.push(("fuse.kernel", app - handoff - read - reply));
+        }
+        // The network and both transports' own work: a storage call as the client saw it minus
+        // the server's part (hand-off to the handler, the handling, writing the reply).
+        if let (Some(call), Some(handle)) = (per_request("client.storage_call"), per_request("storage.handle")) {
+            let server = handle + per_request("rpc.server.handoff").unwrap_or(0.0) + per_request("rpc.server.reply").unwrap_or(0.0);
+            derived.push(("wire", call - server));
+        }
+        for (stage, us) in derived {
+            rows.push(BreakdownRow { side: "derived".into(), stage: stage.into(), per_request: 1.0, mean_us: us, us_per_request: us });
+        }
+        Breakdown { requests, request_mean_us, syscall_mean_us, stages: rows, nodes_unreached: stages.nodes_unreached }
+    }
 }
 
 /// What one io run measured.
@@ -117,6 +186,9 @@ pub struct IoResult {
     pub caches_note: String,
     /// What else may have served reads besides the storage (client caches).
     pub notes: Vec<String>,
+    /// The per-stage latency breakdown, when asked for and the target has stages.
+    #[serde(default)]
+    pub breakdown: Option<Breakdown>,
 }
 
 /// What a Trove client's file handle keeps, which random reads may hit (see `client::FileHandle`).
@@ -192,6 +264,10 @@ struct JobCounters {
     ops: AtomicU64,
     bytes: AtomicU64,
     tickets: AtomicU64,
+    /// Every request, the ramp's included.
+    all_ops: AtomicU64,
+    /// Their total latency in nanoseconds.
+    all_ns: AtomicU64,
 }
 
 /// A worker's open files.
@@ -224,6 +300,8 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
             Err(why) => (false, format!("page cache NOT dropped: {why}")),
         }
     };
+    let stages_before = if cfg.latency_breakdown { target.stages().await? } else { None };
+    let syscalls_before = crate::target::syscall_read_totals();
     let start = Instant::now();
     // `runtime == 0` on a sequential pattern: size based, one pass over every file, timed from
     // start to finish (like dd), so nothing is read twice and no cache serves a second pass.
@@ -331,6 +409,8 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
                         None => bail!("internal: no handle for {path}"),
                     };
                     let done = Instant::now();
+                    jc.all_ops.fetch_add(1, Ordering::Relaxed);
+                    jc.all_ns.fetch_add((done - t0).as_nanos() as u64, Ordering::Relaxed);
                     if done >= ramp_end && done <= end {
                         hist.record(done - t0);
                         jc.ops.fetch_add(1, Ordering::Relaxed);
@@ -356,6 +436,17 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
     ticker.abort();
     bar.finish_and_clear();
     let secs = if once { start.elapsed().as_secs_f64() } else { cfg.runtime.as_secs_f64() };
+    let breakdown = match (&stages_before, if stages_before.is_some() { target.stages().await? } else { None }) {
+        (Some(before), Some(after)) => {
+            let requests: u64 = counters.iter().map(|c| c.all_ops.load(Ordering::Relaxed)).sum();
+            let total_ns: u64 = counters.iter().map(|c| c.all_ns.load(Ordering::Relaxed)).sum();
+            let (calls, call_ns) = crate::target::syscall_read_totals();
+            let calls = calls - syscalls_before.0;
+            let syscall_mean_us = (calls > 0).then(|| (call_ns - syscalls_before.1) as f64 / 1e3 / calls as f64);
+            Some(Breakdown::new(&after.since(before), requests, total_ns as f64 / 1e3 / requests.max(1) as f64, syscall_mean_us))
+        }
+        _ => None,
+    };
     let ops: u64 = counters.iter().map(|c| c.ops.load(Ordering::Relaxed)).sum();
     let bytes: u64 = counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum();
     Ok(IoResult {
@@ -380,6 +471,7 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
         caches_dropped,
         caches_note,
         notes: if target.kind() == "trove" && cfg.pattern == Pattern::RandRead { vec![TROVE_RANDOM_READ_NOTE.to_string()] } else { Vec::new() },
+        breakdown,
     })
 }
 
@@ -462,6 +554,7 @@ mod tests {
             dir: "io".into(),
             drop_caches: false,
             seed: 1,
+            latency_breakdown: false,
         };
         let r = run(target, &cfg, false).await.expect("run");
         assert_eq!(r.job_iops.len(), 2);

@@ -413,7 +413,43 @@ pub fn io_text(results: &[IoResult]) -> String {
     notes.dedup();
     notes.sort();
     notes.dedup();
-    table(&IO_HEADERS, &io_rows(results)) + &notes.iter().map(|n| format!("{n}\n")).collect::<String>()
+    let mut out = table(&IO_HEADERS, &io_rows(results)) + &notes.iter().map(|n| format!("{n}\n")).collect::<String>();
+    for r in results {
+        if let Some(b) = &r.breakdown {
+            out.push_str(&breakdown_text(r, b));
+        }
+    }
+    out
+}
+
+/// The latency breakdown of one io run as a table.
+pub fn breakdown_text(r: &IoResult, b: &crate::io::Breakdown) -> String {
+    let mut out = format!(
+        "\nlatency breakdown: {} {} {} x{} jobs, {} requests, {:.1} µs mean per request as the benchmark saw it{}\n",
+        r.target,
+        r.pattern,
+        human_bytes(r.block_bytes as u64),
+        r.jobs,
+        b.requests,
+        b.request_mean_us,
+        b.syscall_mean_us.map(|s| format!(", {s:.1} µs inside the read system call")).unwrap_or_default(),
+    );
+    let rows: Vec<Vec<String>> = b
+        .stages
+        .iter()
+        .map(|s| vec![s.side.clone(), s.stage.clone(), format!("{:.3}", s.per_request), format!("{:.1}", s.mean_us), format!("{:.1}", s.us_per_request)])
+        .collect();
+    out.push_str(&table(&["where", "stage", "per request", "mean µs", "µs per request"], &rows));
+    if b.nodes_unreached > 0 {
+        let _ = writeln!(out, "({} storage nodes did not report their stages)", b.nodes_unreached);
+    }
+    out.push_str(
+        "stages nest: mount.read holds mount.lock_wait and client.read; client.read holds client.record and \
+client.storage_call (calls of one read may overlap); a storage call holds the wire, rpc.server.* and storage.handle, \
+which holds storage.queue, .open, .disk and .verify. fuse.kernel = read system call - (fuse.handoff + mount.read + fuse.reply); \
+wire = client.storage_call - (rpc.server.handoff + storage.handle + rpc.server.reply), both transports' own work included.\n",
+    );
+    out
 }
 
 const IO_HEADERS: [&str; 12] = ["target", "pattern", "bs", "jobs", "qd", "MB/s", "IOPS", "lat mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs"];

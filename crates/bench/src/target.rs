@@ -10,10 +10,11 @@
 use anyhow::{anyhow, bail, Context, Result};
 use async_trait::async_trait;
 use bytes::Bytes;
-use client::{Client, ErrorCode, FileKind, Ino};
+use client::{Client, ErrorCode, FileKind, Ino, StageReport, STAGES_XATTR};
 use std::collections::HashMap;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::space::{self, DeviceShare, Storage};
@@ -58,6 +59,22 @@ pub trait Target: Send + Sync + 'static {
     /// A target of the same kind rooted at `root` as [`Storage::root`] names it on this target's
     /// store: another target's root on the same storage, to read a dataset written there.
     fn at_root(&self, root: &str) -> Result<Arc<dyn Target>>;
+    /// Per-stage latency totals of the Trove client serving this target and of the storage
+    /// nodes behind it (a directory on a Trove mount answers through the mount), or `None`
+    /// where there is no such thing (a local disk).
+    async fn stages(&self) -> Result<Option<StageReport>> {
+        Ok(None)
+    }
+}
+
+/// Time spent inside the read system calls of directory targets, and how many there were: the
+/// latency an application sees from the kernel, without this harness's own thread hand-off.
+static SYSCALL_READS: AtomicU64 = AtomicU64::new(0);
+static SYSCALL_READ_NS: AtomicU64 = AtomicU64::new(0);
+
+/// (reads, total nanoseconds) of the read system calls directory targets made so far.
+pub fn syscall_read_totals() -> (u64, u64) {
+    (SYSCALL_READS.load(Ordering::Relaxed), SYSCALL_READ_NS.load(Ordering::Relaxed))
 }
 
 /// A file opened for reading.
@@ -196,6 +213,9 @@ impl Target for TroveTarget {
     }
     fn kind(&self) -> &'static str {
         "trove"
+    }
+    async fn stages(&self) -> Result<Option<StageReport>> {
+        Ok(Some(self.client.stage_report().await.map_err(|e| anyhow!("stage totals: {e}"))?))
     }
     fn local_root(&self) -> Option<PathBuf> {
         None
@@ -405,9 +425,12 @@ impl Reader for DirReader {
             let (mut buf, start) = if direct { aligned_buffer(len) } else { (vec![0u8; len], 0) };
             let mut done = 0usize;
             while done < len {
+                let calling = std::time::Instant::now();
                 let n = file
                     .read_at(&mut buf[start + done..start + len], offset + done as u64)
                     .with_context(|| format!("read {} at {}", path.display(), offset + done as u64))?;
+                SYSCALL_READS.fetch_add(1, Ordering::Relaxed);
+                SYSCALL_READ_NS.fetch_add(calling.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 if n == 0 {
                     break;
                 }
@@ -458,6 +481,23 @@ impl Target for DirTarget {
     }
     fn kind(&self) -> &'static str {
         "dir"
+    }
+    async fn stages(&self) -> Result<Option<StageReport>> {
+        let root = self.root.clone();
+        blocking(move || {
+            // A Trove mount answers this virtual attribute on any inode; other file systems
+            // have no such attribute (or no attributes at all).
+            let mut buf = vec![0u8; 64 << 10];
+            match rustix::fs::getxattr(&root, STAGES_XATTR, &mut buf[..]) {
+                Ok(n) => {
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    StageReport::parse(&text).map(Some).map_err(|e| anyhow!("{}: {e}", root.display()))
+                }
+                Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(None),
+                Err(e) => Err(anyhow!("getxattr {} {STAGES_XATTR}: {e}", root.display())),
+            }
+        })
+        .await
     }
     fn local_root(&self) -> Option<PathBuf> {
         Some(self.root.clone())

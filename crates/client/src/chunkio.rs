@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Instant;
+use wire::stages::{self, Stage};
 use wire::{
     ChunkId, ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, Placement, PlacementMap, RpcError, ShardInfo,
     ShardKey, StorageOp, StorageReply, WireError, SHARD_BLOCK_BYTES,
@@ -220,10 +221,15 @@ impl Client {
         Sent { rec, failures }
     }
 
-    /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
-    /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
-    /// starting at the block-aligned offset, and that offset.
-    pub(crate) async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+    /// Sends `op` about shard `index` of `rec` to the node holding it, unless the shard was
+    /// never written or its node failed moments ago; returns the reply, its data and the node.
+    async fn call_shard_node(
+        &self,
+        rec: &ChunkRecord,
+        map: &PlacementMap,
+        index: usize,
+        op: &StorageOp,
+    ) -> Result<(StorageReply, Bytes, NodeId), ShardFailure> {
         let fail = |node: Option<NodeId>, reason: String| ShardFailure { index, node, reason, code: None };
         if rec.missing & (1 << index) != 0 {
             return Err(fail(None, "never written (node was down at write time)".into()));
@@ -233,10 +239,16 @@ impl Client {
         if node.recently_failed(self.inner.options.node_retry_after) {
             return Err(fail(Some(node_id), format!("node {node_id} ({}) unreachable", node.peer.addr())));
         }
-        let key = ShardKey { chunk: rec.id, index: index as u8 };
-        let op = StorageOp::GetShard { key, offset, len };
-        let (reply, data) = match node.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await {
-            Ok(r) => r,
+        let calling = Instant::now();
+        let called = node.peer.call::<StorageOp, StorageReply>(op, Bytes::new(), self.inner.options.storage_timeout).await;
+        stages::record(Stage::ClientStorageCall, calling);
+        match called {
+            Ok((reply, data)) => {
+                if node.failed_at.lock().is_some() {
+                    *node.failed_at.lock() = None;
+                }
+                Ok((reply, data, node_id))
+            }
             Err(e) => {
                 if e.is_unreachable() {
                     *node.failed_at.lock() = Some(Instant::now());
@@ -245,27 +257,31 @@ impl Client {
                     RpcError::Remote(w) => (format!("node {node_id} ({}): {}", node.peer.addr(), w.message), Some(w.code)),
                     other => (other.to_string(), None),
                 };
-                return Err(ShardFailure { code, ..fail(Some(node_id), reason) });
+                Err(ShardFailure { code, ..fail(Some(node_id), reason) })
             }
-        };
-        *node.failed_at.lock() = None;
+        }
+    }
+
+    /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
+    /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
+    /// starting at the block-aligned offset, and that offset.
+    pub(crate) async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+        let key = ShardKey { chunk: rec.id, index: index as u8 };
+        let (reply, data, node_id) = self.call_shard_node(rec, map, index, &StorageOp::GetShard { key, offset, len }).await?;
+        let fail = |reason: String| ShardFailure { index, node: Some(node_id), reason, code: None };
         let (info, start) = match reply {
             StorageReply::Shard { info, offset } => (info, offset),
-            other => return Err(fail(Some(node_id), format!("unexpected reply {other:?}"))),
+            other => return Err(fail(format!("unexpected reply {other:?}"))),
         };
         // End-to-end verification: the table must be the writer's, each block must match it.
+        let verifying = Instant::now();
         let corrupt = |what: String| ShardFailure {
             code: Some(ErrorCode::Corrupt),
-            ..fail(Some(node_id), format!("{key} on node {node_id} failed verification: {what}"))
+            ..fail(format!("{key} on node {node_id} failed verification: {what}"))
         };
-        if info.key != key || info.len != rec.shard_len {
-            return Err(corrupt(format!("header says {} of {} bytes", info.key, info.len)));
-        }
-        if erasure::table_crc(&info.block_crcs) != rec.table_crcs.get(index).copied().unwrap_or(0) {
-            return Err(corrupt("block checksum table does not match the metadata".into()));
-        }
-        if info.block_crcs.len() != erasure::block_count(rec.shard_len) as usize || start % SHARD_BLOCK_BYTES != 0 {
-            return Err(corrupt("block table or offset malformed".into()));
+        check_table(rec, index, &info).map_err(corrupt)?;
+        if start % SHARD_BLOCK_BYTES != 0 {
+            return Err(corrupt("offset not at a block".into()));
         }
         let want_end = if len == 0 { rec.shard_len } else { (offset + len).min(rec.shard_len) };
         let expected_end = want_end.div_ceil(SHARD_BLOCK_BYTES).saturating_mul(SHARD_BLOCK_BYTES).min(rec.shard_len);
@@ -278,7 +294,35 @@ impl Client {
                 return Err(corrupt(format!("block {} checksum mismatch", first_block + i)));
             }
         }
+        stages::record(Stage::ClientVerify, verifying);
         Ok((data, start))
+    }
+
+    /// Fetches exactly bytes `offset .. offset + len` of shard `index` of `rec` (within the
+    /// shard) in one round trip to its node, and verifies them end to end: with the crc32c of
+    /// the rest of the blocks they touch, which the node sends along, each block's checksum is
+    /// recomputed and compared with the writer's table, itself tied to the metadata.
+    async fn fetch_range(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<Bytes, ShardFailure> {
+        let key = ShardKey { chunk: rec.id, index: index as u8 };
+        let (reply, data, node_id) = self.call_shard_node(rec, map, index, &StorageOp::ReadRange { key, offset, len }).await?;
+        let fail = |reason: String| ShardFailure { index, node: Some(node_id), reason, code: None };
+        let (info, head, tail) = match reply {
+            StorageReply::Range { info, head_crc, tail_crc } => (info, head_crc, tail_crc),
+            other => return Err(fail(format!("unexpected reply {other:?}"))),
+        };
+        let verifying = Instant::now();
+        let corrupt = |what: String| ShardFailure {
+            code: Some(ErrorCode::Corrupt),
+            ..fail(format!("{key} on node {node_id} failed verification: {what}"))
+        };
+        check_table(rec, index, &info).map_err(corrupt)?;
+        let want = (offset.saturating_add(len)).min(rec.shard_len).saturating_sub(offset);
+        if data.len() != want as usize {
+            return Err(corrupt(format!("returned {} bytes, asked for {want}", data.len())));
+        }
+        verify_cut(&data, offset, rec.shard_len, &info.block_crcs, head, tail).map_err(corrupt)?;
+        stages::record(Stage::ClientVerify, verifying);
+        Ok(data)
     }
 
     /// Reads a whole chunk: the `k` data shards in parallel, then parity shards for any that
@@ -365,8 +409,10 @@ impl Client {
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
     }
 
-    /// Reads bytes `offset .. offset + len` of a chunk, fetching only the data shard blocks that
-    /// hold them; falls back to a whole-chunk read (with rebuild) if any shard fails.
+    /// Reads bytes `offset .. offset + len` of a chunk, fetching only those bytes of the data
+    /// shards that hold them (one round trip to one node when they lie in one shard, and then
+    /// no copy: the bytes returned are the reply's); falls back to a whole-chunk read (with
+    /// rebuild) if any shard fails.
     pub(crate) async fn read_chunk_range(&self, rec: &ChunkRecord, offset: u32, len: u32, what: &str) -> Result<Bytes> {
         let end = (offset + len).min(rec.len);
         if offset >= end {
@@ -374,32 +420,81 @@ impl Client {
         }
         self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
-        let shard_len = rec.shard_len;
+        let shard_len = rec.shard_len.max(1);
         let first = (offset / shard_len) as usize;
         let last = ((end - 1) / shard_len) as usize;
-        let mut parts = Vec::new();
-        for i in first..=last {
-            let s_start = if i == first { offset - i as u32 * shard_len } else { 0 };
-            let s_end = if i == last { end - i as u32 * shard_len } else { shard_len };
-            parts.push((i, s_start, s_end));
-        }
-        let fetches = parts.iter().map(|&(i, s, e)| {
-            let map = map.clone();
-            async move { (i, s, e, self.fetch_shard(rec, &map, i, s, e - s).await) }
-        });
-        let results = futures::future::join_all(fetches).await;
-        let mut out = bytes::BytesMut::with_capacity((end - offset) as usize);
-        for (_, s, e, r) in results {
-            match r {
-                Ok((data, start)) => out.extend_from_slice(&data[(s - start) as usize..(e - start) as usize]),
-                Err(_) => {
-                    let whole = self.read_chunk(rec, what).await?;
-                    return Ok(whole.slice_padded(offset as usize, (end - offset) as usize));
-                }
+        let fetched = if first == last {
+            let start = offset - first as u32 * shard_len;
+            self.fetch_range(rec, &map, first, start, end - offset).await.map(|data| vec![data])
+        } else {
+            let fetches = (first..=last).map(|i| {
+                let s_start = if i == first { offset - i as u32 * shard_len } else { 0 };
+                let s_end = if i == last { end - i as u32 * shard_len } else { shard_len };
+                let map = &map;
+                async move { self.fetch_range(rec, map, i, s_start, s_end - s_start).await }
+            });
+            futures::future::join_all(fetches).await.into_iter().collect::<Result<Vec<Bytes>, ShardFailure>>()
+        };
+        match fetched {
+            Ok(parts) => Ok(slice_parts(&parts, 0, (end - offset) as usize)),
+            Err(f) => {
+                tracing::debug!("{what}: ranged read of chunk {:016x} falls back to a whole read: shard {}: {}", rec.id, f.index, f.reason);
+                let whole = self.read_chunk(rec, what).await?;
+                Ok(whole.slice_padded(offset as usize, (end - offset) as usize))
             }
         }
-        Ok(out.freeze())
     }
+}
+
+/// Checks that a shard's header and block table, as a node returned them, are the writer's:
+/// the key and length of the record, and the table whose checksum the record holds.
+fn check_table(rec: &ChunkRecord, index: usize, info: &ShardInfo) -> Result<(), String> {
+    let key = ShardKey { chunk: rec.id, index: index as u8 };
+    if info.key != key || info.len != rec.shard_len {
+        return Err(format!("header says {} of {} bytes", info.key, info.len));
+    }
+    if erasure::table_crc(&info.block_crcs) != rec.table_crcs.get(index).copied().unwrap_or(0) {
+        return Err("block checksum table does not match the metadata".into());
+    }
+    if info.block_crcs.len() != erasure::block_count(rec.shard_len) as usize {
+        return Err("block table malformed".into());
+    }
+    Ok(())
+}
+
+/// Checks `data`, bytes `offset ..` of a shard of `shard_len` bytes, against the shard's block
+/// checksums `table`: for each block it touches, the crc32c of the block's bytes before it
+/// (`head`, first block), its own bytes and the block's bytes after it (`tail`, last block)
+/// must combine to the table's entry.
+fn verify_cut(data: &[u8], offset: u32, shard_len: u32, table: &[u32], head: u32, tail: u32) -> Result<(), String> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let bs = u64::from(SHARD_BLOCK_BYTES);
+    let (offset, end, shard_len) = (u64::from(offset), u64::from(offset) + data.len() as u64, u64::from(shard_len));
+    if end > shard_len {
+        return Err(format!("bytes {offset}..{end} lie past the shard's end ({shard_len})"));
+    }
+    let (first, last) = (offset / bs, (end - 1) / bs);
+    let mut pos = offset;
+    for b in first..=last {
+        let block_end = ((b + 1) * bs).min(shard_len);
+        let part_end = block_end.min(end);
+        let part = &data[(pos - offset) as usize..(part_end - offset) as usize];
+        let mut crc = crc32c::crc32c_append(if b == first { head } else { 0 }, part);
+        if b == last {
+            let tail_len = (block_end - part_end) as usize;
+            if tail_len == 0 && tail != 0 {
+                return Err(format!("block {b}: a checksum of bytes after the end of the block"));
+            }
+            crc = wire::crc::crc32c_combine(crc, tail, tail_len);
+        }
+        if table.get(b as usize) != Some(&crc) {
+            return Err(format!("block {b} checksum mismatch"));
+        }
+        pos = part_end;
+    }
+    Ok(())
 }
 
 /// A chunk's bytes as the data shards they arrived in: `len` bytes, the concatenation of
@@ -568,4 +663,27 @@ mod tests {
         assert_eq!(Chunk::default().slice_padded(0, 2), Bytes::from_static(b"\0\0"));
         assert_eq!(c.slice_padded(3, 0), Bytes::new());
     }
+
+    #[test]
+    fn cut_bytes_verify_against_the_block_table_with_head_and_tail() {
+        let bs = SHARD_BLOCK_BYTES as usize;
+        let shard: Vec<u8> = (0..3 * bs + 777).map(|i| (i * 7 + i / 13) as u8).collect();
+        let table: Vec<u32> = shard.chunks(bs).map(crc32c::crc32c).collect();
+        let len = shard.len() as u32;
+        for (offset, end) in [(0usize, 1usize), (5, 4096), (bs - 10, bs + 10), (100, 3 * bs + 777), (3 * bs, 3 * bs + 777), (bs, 2 * bs)] {
+            let first_block = offset / bs * bs;
+            let last_end = (((end - 1) / bs + 1) * bs).min(shard.len());
+            let head = crc32c::crc32c(&shard[first_block..offset]);
+            let tail = crc32c::crc32c(&shard[end..last_end]);
+            let data = &shard[offset..end];
+            assert_eq!(verify_cut(data, offset as u32, len, &table, head, tail), Ok(()), "{offset}..{end}");
+            let mut bad = data.to_vec();
+            bad[data.len() / 2] ^= 0x10;
+            assert!(verify_cut(&bad, offset as u32, len, &table, head, tail).is_err(), "damage in {offset}..{end} passed");
+            assert!(verify_cut(data, offset as u32, len, &table, head ^ 1, tail).is_err());
+            assert!(verify_cut(data, offset as u32, len, &table, head, tail ^ 1).is_err());
+        }
+        assert!(verify_cut(&shard[..10], len - 5, len, &table, 0, 0).is_err(), "bytes past the end");
+    }
+
 }

@@ -16,23 +16,24 @@
 //! told at its next write, flush or close, what was stored up to there is published, and the
 //! uploads that cannot be are given up (their shards go to GC). So a reader afterwards sees
 //! the data or a shorter file, never zeros where data was meant to be.
+//!
+//! Reads go through the handle's [`ReadSide`] (`reader.rs`): records, cached chunks, fetches
+//! in flight and read-ahead, shared with every reader that holds a clone of it, so that reads
+//! of one file need not wait for each other. The handle adds its own buffered and uploading
+//! chunks on top.
 
 use crate::chunkio::{slice_parts, Allocation, Chunk};
+use crate::reader::{ChunkCache, LocalChunks, Prefetches, ReadSide, RecordTable};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use tokio::task::JoinHandle;
 use wire::{Attr, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, SetAttr, Timestamp, WireError};
 
-/// Chunk records fetched per metadata call.
-const RECORDS_PER_FETCH: u64 = 64;
 /// Chunk ids reserved per metadata call when writing.
 const ALLOC_BATCH: u32 = 8;
 /// Uploaded-but-uncommitted chunks after which the writer commits to the metadata.
 const COMMIT_EVERY_CHUNKS: usize = 16;
-/// How far (in chunks) a read may start from where the previous one ended and still count as
-/// part of a sequential stream.
-const SEQUENTIAL_SLACK_CHUNKS: u64 = 2;
 
 /// The attributes of a file and the records of its first [`FirstChunks::COUNT`] chunks, read
 /// in one metadata transaction ([`Client::getattr_for_open`]): an open's close-to-open check
@@ -65,13 +66,14 @@ impl Client {
 
     /// Opens the file [`Client::getattr_for_open`] described, knowing its first chunks.
     pub fn open_with_first_chunks(&self, first: FirstChunks) -> Result<FileHandle> {
-        let mut handle = FileHandle::with_attr(self.clone(), first.attr)?;
-        handle.know_records(0, FirstChunks::COUNT, first.chunks);
+        let handle = FileHandle::with_attr(self.clone(), first.attr)?;
+        handle.read.know_records(0, FirstChunks::COUNT, first.chunks);
         Ok(handle)
     }
 }
 
-/// An open file. Not shared between tasks: wrap it in a mutex to share.
+/// An open file. Not shared between tasks: wrap it in a mutex to share. Reads of what the
+/// cluster holds can also go through [`FileHandle::read_side`], by many tasks at once.
 pub struct FileHandle {
     client: Client,
     ino: Ino,
@@ -81,8 +83,8 @@ pub struct FileHandle {
     /// The size the metadata service has for the file as this handle last saw it (at open or
     /// from its last commit): bytes below it are stored, in old or new chunks.
     committed_size: u64,
-    /// Chunk records known to this handle (None = known absent, i.e. a hole).
-    records: HashMap<u64, Option<ChunkRecord>>,
+    /// Chunk records known to this handle: the read side's, shared.
+    records: RecordTable,
     /// Chunks being written: index -> bytes from the chunk's start (len = valid bytes).
     dirty: BTreeMap<u64, BytesMut>,
     /// Chunk uploads in flight, in order.
@@ -99,16 +101,14 @@ pub struct FileHandle {
     /// Content of chunks uploaded (or uploading) but not yet committed: reads must see them
     /// even though the handle's records still name the old chunks.
     written: HashMap<u64, Bytes>,
-    /// Whole chunks read recently.
-    cache: VecDeque<(u64, Chunk)>,
-    /// Read-ahead fetches in flight.
-    prefetch: HashMap<u64, JoinHandle<Result<Chunk>>>,
-    /// End offset of the last read (sequential detection).
-    last_read_end: u64,
-    /// Current read-ahead window in chunks.
-    window: usize,
+    /// Whole chunks read recently: the read side's, shared.
+    cache: ChunkCache,
+    /// Fetches in flight (read-ahead and demand reads): the read side's, shared.
+    prefetch: Prefetches,
     /// First error of a background upload, reported at the next flush.
     deferred_error: Option<WireError>,
+    /// Records, cached chunks, fetches and read-ahead, shared with concurrent readers.
+    read: ReadSide,
 }
 
 impl FileHandle {
@@ -124,13 +124,14 @@ impl FileHandle {
         if attr.kind != wire::FileKind::File {
             return Err(WireError::new(ErrorCode::Invalid, format!("inode {ino} is not a regular file")));
         }
+        let read = ReadSide::new(client.clone(), &attr);
         Ok(FileHandle {
             client,
             ino,
             size: attr.size,
             committed_size: attr.size,
             attr,
-            records: HashMap::new(),
+            records: RecordTable(read.clone()),
             dirty: BTreeMap::new(),
             uploads: VecDeque::new(),
             uploaded: Vec::new(),
@@ -138,12 +139,18 @@ impl FileHandle {
             alloc: VecDeque::new(),
             failed: BTreeSet::new(),
             written: HashMap::new(),
-            cache: VecDeque::new(),
-            prefetch: HashMap::new(),
-            last_read_end: u64::MAX,
-            window: 1,
+            cache: ChunkCache(read.clone()),
+            prefetch: Prefetches(read.clone()),
             deferred_error: None,
+            read,
         })
+    }
+
+    /// The file's shared read side: reads of what the cluster holds (not this handle's
+    /// unflushed writes) that many tasks may run at once.
+    pub fn read_side(&self) -> ReadSide {
+        self.read.saw_version(self.attr.data_version);
+        self.read.clone()
     }
 
     /// The inode number.
@@ -165,188 +172,30 @@ impl FileHandle {
         u64::from(self.attr.chunk_bytes)
     }
 
-    fn what(&self) -> String {
-        format!("inode {}", self.ino)
-    }
-
-    /// The record of chunk `index`, fetching a batch of records from the metadata if unknown.
-    async fn record(&mut self, index: u64) -> Result<Option<ChunkRecord>> {
-        if let Some(r) = self.records.get(&index) {
-            return Ok(r.clone());
-        }
-        let reply = self.client.meta(MetaOp::GetChunks { ino: self.ino, first: index, count: RECORDS_PER_FETCH }).await?;
-        let MetaReply::Chunks { chunks, .. } = reply else {
-            return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
-        };
-        self.know_records(index, RECORDS_PER_FETCH, chunks);
-        Ok(self.records.get(&index).cloned().flatten())
-    }
-
-    /// Takes the records a `GetChunks` of `count` chunks from `first` returned; indices in that
-    /// range without one, and not known otherwise, are holes.
-    fn know_records(&mut self, first: u64, count: u64, chunks: Vec<ChunkRecord>) {
-        for i in first..first.saturating_add(count) {
-            self.records.entry(i).or_insert(None);
-        }
-        for c in chunks {
-            self.records.insert(c.index, Some(c));
-        }
-    }
-
-    fn cached(&self, index: u64) -> Option<Chunk> {
-        self.cache.iter().find(|(i, _)| *i == index).map(|(_, b)| b.clone())
-    }
-
+    /// Keeps a committed chunk's content for later reads.
     fn remember(&mut self, index: u64, data: Chunk) {
-        self.cache.retain(|(i, _)| *i != index);
-        self.cache.push_back((index, data));
-        while self.cache.len() > self.client.inner.options.cached_chunks_max {
-            self.cache.pop_front();
-        }
+        self.read.remember_written(index, data);
     }
 
-    /// The whole content of chunk `index` as stored (holes are empty), using the cache and
-    /// read-ahead results.
+    /// The whole content of chunk `index` as stored (holes are empty), this handle's uploading
+    /// content first.
     async fn chunk_data(&mut self, index: u64) -> Result<Chunk> {
         if let Some(b) = self.written.get(&index) {
             return Ok(Chunk::from(b.clone()));
         }
-        if let Some(b) = self.cached(index) {
-            return Ok(b);
-        }
-        if let Some(task) = self.prefetch.remove(&index) {
-            match task.await.map_err(|e| WireError::new(ErrorCode::Internal, format!("read-ahead task failed: {e}")))? {
-                Ok(data) => {
-                    self.remember(index, data.clone());
-                    return Ok(data);
-                }
-                // Read again below, with the record re-checked.
-                Err(e) if e.code == ErrorCode::Unavailable => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let data = match self.record(index).await? {
-            Some(rec) => match self.client.read_chunk(&rec, &self.what()).await {
-                Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, &rec).await? {
-                    Some(fresh) => self.client.read_chunk(&fresh, &self.what()).await?,
-                    None => return Err(e),
-                },
-                other => other?,
-            },
-            None => Chunk::default(),
-        };
-        self.remember(index, data.clone());
-        Ok(data)
+        self.read.saw_version(self.attr.data_version);
+        self.read.chunk(index).await
     }
 
-    /// After a read of chunk `index` found too few shards where `rec` places them: the chunk's
-    /// current record if the same chunk has moved since this handle fetched `rec` (rebuild,
-    /// drain, rebalance; its old copies are deleted after a grace period), or if the same bytes
-    /// were re-encoded under a new id (widened or narrowed by the mover: the file's data
-    /// version is still the one this handle saw), else `None`. A chunk replaced by a newer
-    /// write is not followed (close-to-open: the open sees one version).
-    async fn moved_record(&mut self, index: u64, rec: &ChunkRecord) -> Result<Option<ChunkRecord>> {
-        self.records.remove(&index);
-        let reply = self.client.meta(MetaOp::GetChunks { ino: self.ino, first: index, count: 1 }).await?;
-        let MetaReply::Chunks { attr, chunks } = reply else {
-            return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
-        };
-        let same_data = attr.data_version == self.attr.data_version;
-        let fresh = chunks.into_iter().find(|c| c.index == index).filter(|fresh| {
-            (fresh.id == rec.id && fresh.placement != rec.placement) || (same_data && fresh.id != rec.id && fresh.len == rec.len)
-        });
-        if let Some(fresh) = &fresh {
-            self.records.insert(index, Some(fresh.clone()));
-        }
-        Ok(fresh)
-    }
-
-    /// Starts fetching the chunks after `index` in the background.
-    async fn read_ahead(&mut self, index: u64) -> Result<()> {
-        let last_chunk = self.size.div_ceil(self.chunk_bytes());
-        for ahead in index + 1..=(index + self.window as u64).min(last_chunk.saturating_sub(1)) {
-            if self.prefetch.contains_key(&ahead)
-                || self.cached(ahead).is_some()
-                || self.dirty.contains_key(&ahead)
-                || self.written.contains_key(&ahead)
-            {
-                continue;
-            }
-            if let Some(rec) = self.record(ahead).await? {
-                let client = self.client.clone();
-                let what = self.what();
-                self.prefetch.insert(ahead, tokio::spawn(async move { client.read_chunk(&rec, &what).await }));
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file), this handle's
+    /// unflushed writes included.
     pub async fn read_at(&mut self, offset: u64, len: usize) -> Result<Bytes> {
         if let Some(e) = self.deferred_error.clone() {
             return Err(e);
         }
-        let end = offset.saturating_add(len as u64).min(self.size);
-        if offset >= end {
-            return Ok(Bytes::new());
-        }
-        let cb = self.chunk_bytes();
-        // Front ends with several requests in flight (the FUSE mount's read-ahead) deliver a
-        // sequential stream slightly out of order: anything near the last read's end counts.
-        let sequential =
-            self.last_read_end != u64::MAX && offset.abs_diff(self.last_read_end) <= cb * SEQUENTIAL_SLACK_CHUNKS;
-        self.last_read_end = end;
-        if sequential {
-            self.window = (self.window * 2).min(self.client.inner.options.readahead_chunks_max.max(1));
-        } else {
-            self.window = 1;
-        }
-        let mut pieces: Vec<Bytes> = Vec::new();
-        let mut pos = offset;
-        while pos < end {
-            let index = pos / cb;
-            let in_chunk = (pos % cb) as usize;
-            let take = ((cb - in_chunk as u64).min(end - pos)) as usize;
-            let piece: Bytes = if let Some(buf) = self.dirty.get(&index) {
-                slice_padded(&Bytes::copy_from_slice(&buf[in_chunk.min(buf.len())..(in_chunk + take).min(buf.len())]), 0, take)
-            } else if let Some(b) = self.written.get(&index) {
-                slice_padded(b, in_chunk, take)
-            } else if let Some((_, b)) = self.cache.iter().find(|(i, _)| *i == index) {
-                b.slice_padded(in_chunk, take)
-            } else if !sequential && take < cb as usize / 4 && !self.prefetch.contains_key(&index) {
-                // Small random read: fetch only the blocks that hold it.
-                match self.record(index).await? {
-                    Some(rec) => {
-                        let what = self.what();
-                        let data = match self.client.read_chunk_range(&rec, in_chunk as u32, take as u32, &what).await {
-                            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, &rec).await? {
-                                Some(fresh) => self.client.read_chunk_range(&fresh, in_chunk as u32, take as u32, &what).await?,
-                                None => return Err(e),
-                            },
-                            other => other?,
-                        };
-                        slice_padded(&data, 0, take)
-                    }
-                    None => Bytes::from(vec![0u8; take]),
-                }
-            } else {
-                let data = self.chunk_data(index).await?;
-                data.slice_padded(in_chunk, take)
-            };
-            pieces.push(piece);
-            pos += take as u64;
-            if sequential || take as u64 == cb {
-                self.read_ahead(index).await?;
-            }
-        }
-        if pieces.len() == 1 {
-            return Ok(pieces.pop().expect("one piece"));
-        }
-        let mut out = BytesMut::with_capacity((end - offset) as usize);
-        for p in pieces {
-            out.extend_from_slice(&p);
-        }
-        Ok(out.freeze())
+        self.read.saw_version(self.attr.data_version);
+        let local = Buffered { dirty: &self.dirty, written: &self.written };
+        self.read.read_with(offset, len, self.size, &local).await
     }
 
     /// Writes `data` at `offset`, extending the file as needed. Data is durable only after
@@ -627,4 +476,25 @@ impl Drop for FileHandle {
 /// `take` bytes of `data` from `start`, zero-filled past its end (holes and short chunks).
 fn slice_padded(data: &Bytes, start: usize, take: usize) -> Bytes {
     slice_parts(std::slice::from_ref(data), start, take)
+}
+
+/// A handle's own chunks, which reads see before the cluster's: buffered (dirty) ones and
+/// uploaded ones not yet committed.
+struct Buffered<'a> {
+    dirty: &'a BTreeMap<u64, BytesMut>,
+    written: &'a HashMap<u64, Bytes>,
+}
+
+impl LocalChunks for Buffered<'_> {
+    fn piece(&self, index: u64, in_chunk: usize, take: usize) -> Option<Bytes> {
+        if let Some(buf) = self.dirty.get(&index) {
+            let valid = &buf[in_chunk.min(buf.len())..(in_chunk + take).min(buf.len())];
+            return Some(slice_padded(&Bytes::copy_from_slice(valid), 0, take));
+        }
+        self.written.get(&index).map(|b| slice_padded(b, in_chunk, take))
+    }
+
+    fn holds(&self, index: u64) -> bool {
+        self.dirty.contains_key(&index) || self.written.contains_key(&index)
+    }
 }

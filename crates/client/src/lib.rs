@@ -16,8 +16,13 @@ mod chunkio;
 pub mod mover;
 mod file;
 mod posix;
+mod reader;
+mod stages;
 
 pub use file::{FileHandle, FirstChunks};
+pub use reader::ReadSide;
+pub use stages::{StageReport, STAGES_XATTR};
+pub use wire::stages::StageTotal;
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
 
 use parking_lot::RwLock;
@@ -60,7 +65,8 @@ pub fn is_tmp_name(name: &str) -> bool {
     name.starts_with(TMP_PREFIX)
 }
 
-/// How often reads and writes refresh the storage nodes' states from the metadata service.
+/// How often reads and writes refresh the storage nodes' states from the metadata service (a
+/// version check: the states themselves cross the network only when they changed).
 pub const NODE_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Tunables of a client.
@@ -115,6 +121,9 @@ pub(crate) struct Inner {
     nodes: RwLock<HashMap<NodeId, Arc<NodeHandle>>>,
     maps: RwLock<HashMap<u32, Arc<PlacementMap>>>,
     last_node_refresh: parking_lot::Mutex<Option<Instant>>,
+    /// The node states as last fetched (`MetaOp::NodeStates`), and their version: a refresh
+    /// fetches the nodes only when the version changed, and applies the states every time.
+    node_states: parking_lot::Mutex<(u64, Vec<(NodeId, wire::NodeState)>)>,
     /// Told of every directory change a namespace call of this client made.
     dir_observer: std::sync::OnceLock<DirObserver>,
 }
@@ -222,6 +231,7 @@ impl Client {
                 nodes: RwLock::new(HashMap::new()),
                 maps: RwLock::new(HashMap::new()),
                 last_node_refresh: parking_lot::Mutex::new(None),
+                node_states: parking_lot::Mutex::new((0, Vec::new())),
                 dir_observer: std::sync::OnceLock::new(),
             }),
         };
@@ -541,18 +551,35 @@ impl Client {
         self.refresh_nodes_with(true).await
     }
 
+    /// Asks the metadata service for the node states, sending the version this client holds:
+    /// the nodes come back only when it changed (a cheap call otherwise, answered from memory).
+    /// The states, new or not, are then applied as every refresh applies them.
     async fn refresh_nodes_with(&self, forgive_up: bool) -> Result<()> {
-        let status = self.status(false).await?;
+        let known = self.inner.node_states.lock().0;
+        let (version, fetched) = match self.meta(MetaOp::NodeStates { known }).await? {
+            MetaReply::NodeStates { version, nodes } => (version, nodes),
+            other => return Err(unexpected(&other)),
+        };
+        let states: Vec<(NodeId, wire::NodeState)> = {
+            let mut held = self.inner.node_states.lock();
+            if version != known {
+                held.0 = version;
+                held.1 = fetched.iter().map(|n| (n.id, n.state)).collect();
+            }
+            held.1.clone()
+        };
         let mut nodes = self.inner.nodes.write();
-        for n in status.nodes {
+        for n in &fetched {
             let stale = nodes.get(&n.id).map(|h| h.peer.addr() != n.addr).unwrap_or(true);
             if stale {
                 nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone())));
             }
+        }
+        for (id, state) in states {
             // Nodes the cluster manager sees as down are routed around like nodes that just
             // failed to answer: a read does not first wait for a connection to time out.
-            if let Some(h) = nodes.get(&n.id) {
-                match n.state {
+            if let Some(h) = nodes.get(&id) {
+                match state {
                     wire::NodeState::Down | wire::NodeState::Out => *h.failed_at.lock() = Some(Instant::now()),
                     wire::NodeState::Up | wire::NodeState::Draining if forgive_up => *h.failed_at.lock() = None,
                     _ => {}
@@ -644,6 +671,7 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::GetMap { .. }
             | MetaOp::Status { .. }
             | MetaOp::ScanChunks { .. }
+            | MetaOp::NodeStates { .. }
     )
 }
 

@@ -24,8 +24,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeId, NodeInfo, NodeState,
-    Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
+    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo,
+    NodeState, Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
 };
 
 /// Most chunk ids one `AllocChunks` reserves.
@@ -82,12 +82,20 @@ pub struct Cluster {
     held_back_logged: Mutex<Option<Instant>>,
     /// Bytes pending deletion as last read, and when.
     pending_delete: Mutex<Option<(Instant, u64)>>,
+    /// Node records as last read from the engine, and when: what `NodeStates` answers from, so
+    /// that many clients polling cost no transaction each (see [`NODE_RECORDS_TTL`]).
+    node_records: Mutex<Option<(Instant, Arc<Vec<NodeRec>>)>>,
 }
 
 /// How long the smallest parity in use is trusted before it is looked up again.
 const MIN_PARITY_TTL: Duration = Duration::from_secs(60);
 /// How often a cluster that keeps too many nodes down says again why it marks none out.
 const HELD_BACK_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long node records read from the engine answer `NodeStates` before they are read again.
+/// This server's own changes (registration, drain, removal) drop them at once; another
+/// server's, sharing the engine, show within this bound.
+pub const NODE_RECORDS_TTL: Duration = Duration::from_millis(500);
 
 impl Cluster {
     pub fn new(options: ClusterOptions) -> Cluster {
@@ -101,6 +109,7 @@ impl Cluster {
             min_parity: Mutex::new(None),
             held_back_logged: Mutex::new(None),
             pending_delete: Mutex::new(None),
+            node_records: Mutex::new(None),
         }
     }
 
@@ -123,6 +132,49 @@ impl Cluster {
         .await?;
         *self.pending_delete.lock() = Some((Instant::now(), stats.pending_delete_bytes));
         Ok(stats.pending_delete_bytes)
+    }
+
+    /// The storage nodes' addresses and states as this server sees them now, and their version
+    /// (`wire::NodeBrief::version_of`); the nodes only when the version is not `known`. No
+    /// transaction while the node records read last are younger than [`NODE_RECORDS_TTL`].
+    pub async fn node_states(
+        &self,
+        engine: &dyn KvEngine,
+        known: u64,
+    ) -> Result<MetaReply, WireError> {
+        let fresh = self
+            .node_records
+            .lock()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < NODE_RECORDS_TTL)
+            .map(|(_, recs)| recs.clone());
+        let records = match fresh {
+            Some(recs) => recs,
+            None => {
+                let read_at = Instant::now();
+                let recs = Arc::new(self.nodes(engine).await?);
+                *self.node_records.lock() = Some((read_at, recs.clone()));
+                recs
+            }
+        };
+        let nodes: Vec<NodeBrief> = records
+            .iter()
+            .map(|rec| NodeBrief {
+                id: rec.id,
+                addr: rec.addr.clone(),
+                state: self.node_state(rec).0,
+            })
+            .collect();
+        let version = NodeBrief::version_of(&nodes);
+        Ok(MetaReply::NodeStates {
+            version,
+            nodes: if version == known { Vec::new() } else { nodes },
+        })
+    }
+
+    /// Drops the node records `NodeStates` answers from: this server just changed them.
+    fn node_records_changed(&self) {
+        *self.node_records.lock() = None;
     }
 
     /// A node's state as seen now, and milliseconds since it was last heard from.
@@ -257,6 +309,7 @@ impl Cluster {
             );
             self.maps.insert(map);
         }
+        self.node_records_changed();
         self.saw(id, drives_in.to_vec());
         Ok(MetaReply::Node {
             id,
@@ -563,6 +616,8 @@ impl Cluster {
             self.check_leaving(engine, node, state).await?;
         }
         let pg_count = self.options.pg_count;
+        // Dropped before and after: a `NodeStates` while the change commits may read either.
+        self.node_records_changed();
         let published = transact(engine, move |txn| {
             Box::pin(async move {
                 let key = keys::node(node);
@@ -588,6 +643,7 @@ impl Cluster {
             })
         })
         .await?;
+        self.node_records_changed();
         match published {
             Some(map) => {
                 tracing::info!(

@@ -189,6 +189,7 @@ impl MetaService {
                 self.cluster.heartbeat(engine, node, drives).await
             }
             MetaOp::Status { scan_chunks } => self.cluster.status(engine, scan_chunks).await,
+            MetaOp::NodeStates { known } => self.cluster.node_states(engine, known).await,
             MetaOp::ScanChunks { after, limit } => {
                 self.cluster.scan_chunks(engine, after, limit).await
             }

@@ -107,6 +107,7 @@ pub fn is_namespace_op(op: &MetaOp) -> bool {
             | MetaOp::ScanChunks { .. }
             | MetaOp::MoveChunk { .. }
             | MetaOp::SetNodeState { .. }
+            | MetaOp::NodeStates { .. }
     )
 }
 
@@ -488,7 +489,8 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::RenewLease { .. }
         | MetaOp::ScanChunks { .. }
         | MetaOp::MoveChunk { .. }
-        | MetaOp::SetNodeState { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
+        | MetaOp::SetNodeState { .. }
+        | MetaOp::NodeStates { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
 

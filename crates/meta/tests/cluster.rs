@@ -342,6 +342,55 @@ async fn heartbeats_and_liveness() {
     assert!(status.nodes.iter().all(|n| n.state == NodeState::Up));
 }
 
+/// `NodeStates` answers the node list only when its version differs from the caller's, and the
+/// version moves when a node goes down or is drained (what clients poll instead of `Status`).
+#[tokio::test]
+async fn node_states_are_sent_only_when_their_version_changes() {
+    let env = env_with(MetaOptions {
+        down_after_ms: 300,
+        ..test_options()
+    })
+    .await;
+    let svc = &env.svc;
+    let ids = nodes(svc, 3).await;
+    let states = |reply: MetaReply| match reply {
+        MetaReply::NodeStates { version, nodes } => (version, nodes),
+        other => panic!("expected node states, got {other:?}"),
+    };
+    let (v1, all) = states(ok(svc, MetaOp::NodeStates { known: 0 }).await);
+    assert_ne!(v1, 0);
+    assert_eq!(all.len(), 3);
+    assert!(all.iter().all(|n| n.state == NodeState::Up && ids.contains(&n.id)));
+    assert_eq!(all.iter().find(|n| n.id == ids[0]).map(|n| n.addr.as_str()), Some("127.0.0.1:20000"));
+    // Nothing changed: only the version comes back.
+    assert_eq!(states(ok(svc, MetaOp::NodeStates { known: v1 }).await), (v1, vec![]));
+
+    // The third node stops heartbeating: down, a new version, the list again.
+    let beat = |id: NodeId| MetaOp::Heartbeat { node: id, drives: vec![] };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ok(svc, beat(ids[0])).await;
+    ok(svc, beat(ids[1])).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (v2, all) = states(ok(svc, MetaOp::NodeStates { known: v1 }).await);
+    assert_ne!(v2, v1, "a node went down and the version stayed");
+    let down: Vec<NodeId> = all.iter().filter(|n| n.state == NodeState::Down).map(|n| n.id).collect();
+    assert_eq!(down, vec![ids[2]]);
+    assert_eq!(states(ok(svc, MetaOp::NodeStates { known: v2 }).await).1, vec![]);
+
+    // An operator's drain shows at once (not after the records' cache expires).
+    ok(svc, beat(ids[0])).await;
+    ok(svc, beat(ids[1])).await;
+    ok(svc, MetaOp::SetNodeState { node: ids[1], state: NodeState::Draining, force: true }).await;
+    let (v3, all) = states(ok(svc, MetaOp::NodeStates { known: v2 }).await);
+    assert_ne!(v3, v2);
+    assert_eq!(all.iter().find(|n| n.id == ids[1]).map(|n| n.state), Some(NodeState::Draining));
+    // The version is a digest of the states: the same states give the same version.
+    assert_eq!(wire::NodeBrief::version_of(&all), v3);
+    let mut reversed = all.clone();
+    reversed.reverse();
+    assert_eq!(wire::NodeBrief::version_of(&reversed), v3);
+}
+
 #[tokio::test]
 async fn alloc_narrows_the_scheme_to_the_nodes_there_are() {
     let env = env().await;

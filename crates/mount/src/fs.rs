@@ -3,8 +3,9 @@
 //! fuser's threads only read requests and hand them over: every operation is spawned on the
 //! runtime with its reply, so a slow metadata call or a chunk fetch never stops the other
 //! requests (many reads of a read-ahead window, lookups of a `ls -l`) from being in flight.
-//! Requests on one open file meet at that file's mutex, in the order they acquire it; the
-//! kernel never has two overlapping writes of one file in flight, so that order is safe.
+//! Reads of a file with nothing unflushed run side by side on its shared read side; writes,
+//! flushes and reads of unflushed data meet at the file's mutex, in the order they acquire it;
+//! the kernel never has two overlapping writes of one file in flight, so that order is safe.
 //!
 //! POSIX details decided here rather than in the metadata service, which deliberately knows
 //! nothing about callers: owners of new inodes (the caller's uid/gid, a setgid directory's gid),
@@ -15,9 +16,10 @@ use crate::attr::{self, file_attr, name_str, XattrAnswer};
 use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
 use crate::dircache::DirCache;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
+use crate::opencache::OpenCache;
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
-use client::{Client, FirstChunks};
+use client::{Client, FirstChunks, STAGES_XATTR};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle as Fh, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
+use wire::stages::{self, Stage};
 use wire::{Attr, ErrorCode, FileKind, Ino, LockKind, LockRange, RenameMode, SetAttr, Timestamp, WireError, ROOT_INO};
 
 /// Inode generation: Trove never reuses inode numbers, so it is always 0.
@@ -110,6 +113,8 @@ pub(crate) struct Shared {
     dir_attrs: Mutex<DirCache>,
     /// Listings fetched ahead of LOOKUPs (see `statahead.rs`).
     statahead: Mutex<Statahead>,
+    /// What opens fetched, for opens soon after (see `opencache.rs`).
+    open_cache: Mutex<OpenCache<FirstChunks>>,
 }
 
 /// The file system handed to fuser.
@@ -139,6 +144,7 @@ impl TroveFs {
                 held_locks: Mutex::new(HashSet::new()),
                 dir_attrs: Mutex::new(DirCache::new(options_attr_timeout)),
                 statahead: Mutex::new(Statahead::new(options_entry_timeout)),
+                open_cache: Mutex::new(OpenCache::new(options_attr_timeout)),
             }),
             runtime,
         };
@@ -154,6 +160,7 @@ impl TroveFs {
                     cache.forget(ino, now);
                     drop(cache);
                     lock(&s.statahead).unlinked(ino);
+                    lock(&s.open_cache).changed();
                 }
             }
         });
@@ -233,12 +240,14 @@ impl TroveFs {
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
         lock(&self.shared.statahead).changed();
+        lock(&self.shared.open_cache).changed();
         let fut = work(self.shared.clone());
         self.spawn(
             reply,
             |s| async move {
                 let out = fut.await;
                 lock(&s.statahead).changed();
+                lock(&s.open_cache).changed();
                 out
             },
             done,
@@ -581,8 +590,15 @@ impl Shared {
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<bytes::Bytes, Errno> {
         let file = self.open.file(fh).ok_or(Errno::EBADF)?;
-        let mut h = file.inode.file.lock().await;
         tracing::trace!(ino = file.inode.ino, offset, size, "read");
+        if let Some((reader, file_size)) = file.inode.clean_reader() {
+            // Nothing of this mount's is unflushed: read what the cluster holds, alongside any
+            // other reads of the file.
+            return reader.read_at(offset, size as usize, file_size).await.map_err(fail);
+        }
+        let waiting = Instant::now();
+        let mut h = file.inode.file.lock().await;
+        stages::record(Stage::MountLockWait, waiting);
         h.read_at(offset, size as usize).await.map_err(fail)
     }
 
@@ -812,10 +828,16 @@ impl Filesystem for TroveFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
-        let cached = lock(&self.shared.dir_attrs).get(ino.0, Instant::now());
+        let now = Instant::now();
+        let cached = lock(&self.shared.dir_attrs).get(ino.0, now);
         if let Some((a, left)) = cached {
             // Answered on this thread: no round trip, no hand-over to the runtime.
             return reply.attr(&left, &self.shared.kernel_attr(a));
+        }
+        let opened = lock(&self.shared.open_cache).get_with_left(ino.0, now);
+        if let Some((first, left)) = opened {
+            // A file an open fetched lately: the same answer, for the time it has left.
+            return reply.attr(&left, &self.shared.kernel_attr(first.attr().clone()));
         }
         self.spawn(
             reply,
@@ -994,10 +1016,21 @@ impl Filesystem for TroveFs {
         self.spawn(
             reply,
             move |s| async move {
-                // Close-to-open: every open asks the metadata service for the current version,
-                // and takes the records of the first chunks with it (a small file's first read
-                // then needs no metadata round trip of its own).
-                let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                // Close-to-open: an open asks the metadata service for the current version, and
+                // takes the records of the first chunks with it (a small file's first read then
+                // needs no metadata round trip of its own); an answer younger than the
+                // attribute timeout, with no change of this mount since, is used again.
+                let started = Instant::now();
+                let kept = lock(&s.open_cache).get(ino.0, started);
+                let first = match kept {
+                    Some(first) => first,
+                    None => {
+                        let epoch = lock(&s.open_cache).epoch();
+                        let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                        lock(&s.open_cache).put(ino.0, first.clone(), started, epoch);
+                        first
+                    }
+                };
                 let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
                 Ok((fh, s.open_flags(keep)))
             },
@@ -1016,7 +1049,22 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(reply, move |s| async move { s.read(fh.0, offset, size).await }, |r, data| r.data(data.as_ref()));
+        let received = Instant::now();
+        self.spawn(
+            reply,
+            move |s| async move {
+                stages::record(Stage::FuseHandoff, received);
+                let reading = Instant::now();
+                let data = s.read(fh.0, offset, size).await;
+                stages::record(Stage::MountRead, reading);
+                data
+            },
+            |r, data| {
+                let replying = Instant::now();
+                r.data(data.as_ref());
+                stages::record(Stage::FuseReply, replying);
+            },
+        );
     }
 
     fn write(
@@ -1225,6 +1273,23 @@ impl Filesystem for TroveFs {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
+        if name == STAGES_XATTR {
+            // The latency breakdown of this mount's reads (see `client::StageReport`).
+            return self.spawn(
+                reply,
+                move |s| async move {
+                    let text = s.client.stage_report().await.map_err(fail)?.to_text().into_bytes();
+                    attr::xattr_answer(&text, size).map(|a| match a {
+                        XattrAnswer::Size(n) => Err(n),
+                        XattrAnswer::Data(d) => Ok(d.to_vec()),
+                    })
+                },
+                |r, answer| match answer {
+                    Err(n) => r.size(n),
+                    Ok(d) => r.data(&d),
+                },
+            );
+        }
         if !attr::xattr_name_supported(&name) || XATTR_NAMES_ABSENT.contains(&name.as_str()) {
             return reply.error(Errno::ENODATA);
         }

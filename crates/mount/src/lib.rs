@@ -11,6 +11,8 @@
 //!   file's `data_version` on the metadata service is the one the cache was filled from;
 //! - directory attributes for the attribute timeout (`dircache.rs`), so that the GETATTR the
 //!   kernel sends after every change in a directory is answered without a round trip;
+//! - what opens fetched (attributes and first chunk records) for the attribute timeout
+//!   (`opencache.rs`), so that opening a file again soon costs no round trip;
 //! - the mount lifecycle (`mountinfo.rs`): checks with clear errors, the kernel read-ahead
 //!   window, unmounting.
 //!
@@ -28,6 +30,7 @@ mod dircache;
 mod fs;
 pub mod mountinfo;
 mod open;
+mod opencache;
 mod statahead;
 
 use std::io;

@@ -7,10 +7,14 @@
 //! operations (unlink, rename) that must not race with the last close. The last unpin flushes
 //! the handle and, if the file was unlinked while open, deletes it for good.
 //!
+//! Reads do not queue behind that handle: an inode with nothing unflushed is read through the
+//! handle's shared read side (`client::ReadSide`), by any number of requests at once; only
+//! while writes of this mount are unflushed do reads take the handle, to see them.
+//!
 //! Also here: which data version the kernel's page cache holds for each inode (close-to-open
 //! revalidation decides `keep_cache` from it).
 
-use client::FileHandle;
+use client::{FileHandle, ReadSide};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,6 +39,8 @@ pub struct OpenInode {
     size: AtomicU64,
     /// Set by a write, cleared by a flush: the local mtime while the metadata service lags.
     dirty_since: Mutex<Option<Timestamp>>,
+    /// The current handle's read side, for reads while nothing is unflushed.
+    reader: Mutex<ReadSide>,
     /// Where the file was moved when unlinked while open: (directory, name). Deleted at the
     /// last close.
     orphan: Mutex<Option<(Ino, String)>>,
@@ -45,6 +51,7 @@ impl OpenInode {
         OpenInode {
             ino: handle.ino(),
             size: AtomicU64::new(handle.size()),
+            reader: Mutex::new(handle.read_side()),
             file: tokio::sync::Mutex::new(handle),
             dirty_since: Mutex::new(None),
             orphan: Mutex::new(None),
@@ -53,14 +60,28 @@ impl OpenInode {
 
     /// Records a write: the handle's new size, and that the metadata service lags behind.
     pub fn written(&self, handle: &FileHandle) {
+        let mut dirty = lock(&self.dirty_since);
         self.size.store(handle.size(), Ordering::Release);
-        *lock(&self.dirty_since) = Some(Timestamp::now());
+        *dirty = Some(Timestamp::now());
     }
 
-    /// Records that the handle's state is now all on the metadata service.
+    /// Records that the handle's state is now all on the metadata service (after a flush, a
+    /// truncation, or a new handle replacing the old one).
     pub fn synced(&self, handle: &FileHandle) {
+        let mut dirty = lock(&self.dirty_since);
+        *lock(&self.reader) = handle.read_side();
         self.size.store(handle.size(), Ordering::Release);
-        *lock(&self.dirty_since) = None;
+        *dirty = None;
+    }
+
+    /// The read side and the size to read with, when this mount has nothing unflushed of the
+    /// file (so what the cluster holds is what a read must return); `None` otherwise.
+    pub fn clean_reader(&self) -> Option<(ReadSide, u64)> {
+        let dirty = lock(&self.dirty_since);
+        if dirty.is_some() {
+            return None;
+        }
+        Some((lock(&self.reader).clone(), self.size.load(Ordering::Acquire)))
     }
 
     /// Size and mtime to show instead of the metadata service's, while writes are unflushed.

@@ -312,6 +312,59 @@ pub fn verify_blocks(data: &[u8], first: u32, table: &[u32]) -> Result<(), Forma
     Ok(())
 }
 
+/// Verifies whole blocks as [`verify_blocks`] does, for a reader that receives only
+/// `data[cut_start..cut_end]`: returns the crc32c of the first block's bytes before `cut_start`
+/// and of the last block's bytes from `cut_end` on, computed in the same single pass. With
+/// them the reader checks `crc32c(head ‖ its bytes ‖ tail)` of each block against the table.
+/// `cut_start` must lie in the first block and `cut_end` in the last (or at its end).
+pub fn verify_blocks_cut(
+    data: &[u8],
+    first: u32,
+    table: &[u32],
+    cut_start: usize,
+    cut_end: usize,
+) -> Result<(u32, u32), FormatError> {
+    let bs = BLOCK_BYTES as usize;
+    let blocks = data.len().div_ceil(bs);
+    let (mut head, mut tail) = (0, 0);
+    for (i, block) in data.chunks(bs).enumerate() {
+        let b = first as usize + i;
+        let base = i * bs;
+        let s = if i == 0 {
+            cut_start.saturating_sub(base).min(block.len())
+        } else {
+            0
+        };
+        let e = if i + 1 == blocks {
+            cut_end.saturating_sub(base).clamp(s, block.len())
+        } else {
+            block.len()
+        };
+        let before = crc32c::crc32c(&block[..s]);
+        let with_body = crc32c::crc32c_append(before, &block[s..e]);
+        let after = crc32c::crc32c(&block[e..]);
+        if i == 0 {
+            head = before;
+        }
+        if i + 1 == blocks {
+            tail = after;
+        }
+        let start = b as u64 * u64::from(BLOCK_BYTES);
+        let whole = wire::crc::crc32c_combine(with_body, after, block.len() - e);
+        match table.get(b) {
+            Some(&crc) if crc == whole => {}
+            _ => {
+                return Err(FormatError::BlockChecksum {
+                    block: b as u32,
+                    start,
+                    end: start + block.len() as u64,
+                })
+            }
+        }
+    }
+    Ok((head, tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,6 +477,37 @@ mod tests {
                 assert_eq!(&encoded[..], &buf[..encoded.len()]);
             }
             let _ = verify_file(&buf);
+        }
+    }
+
+    #[test]
+    fn cut_reads_return_the_crcs_around_the_bytes() {
+        let len = 3 * BLOCK_BYTES as usize + 5000;
+        let (info, file) = shard(len, 11);
+        let data = &file[file.len() - len..];
+        let table = info.block_crcs.clone();
+        let bs = BLOCK_BYTES as usize;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        for _ in 0..200 {
+            let offset = rng.gen_range(0..data.len());
+            let end = rng.gen_range(offset + 1..=data.len());
+            let first = offset / bs;
+            let start = first * bs;
+            let stop = (end.div_ceil(bs) * bs).min(data.len());
+            let blocks = &data[start..stop];
+            let (head, tail) =
+                verify_blocks_cut(blocks, first as u32, &table, offset - start, end - start)
+                    .expect("valid blocks verify");
+            assert_eq!(head, crc32c::crc32c(&data[start..offset]));
+            let last_end = ((end - 1) / bs * bs + bs).min(data.len());
+            assert_eq!(tail, crc32c::crc32c(&data[end..last_end]));
+            // Damage inside or outside the cut is found either way.
+            let mut bad = blocks.to_vec();
+            let at = rng.gen_range(0..bad.len());
+            bad[at] ^= 1;
+            assert!(
+                verify_blocks_cut(&bad, first as u32, &table, offset - start, end - start).is_err()
+            );
         }
     }
 }

@@ -1,10 +1,17 @@
 //! The storage service: answers `StorageOp` requests from the shard store, and keeps the node
 //! a member of the cluster (registration and heartbeats to the metadata service).
 //!
-//! The store's file I/O blocks, so every request runs it on tokio's blocking pool, bounded by a
-//! semaphore so a burst of requests queues here instead of starting hundreds of threads that
-//! all fight over the same disks. Shard bytes move as `Bytes` from the request frame to the
-//! file and from the file into the reply frame without further copies.
+//! The store's file I/O blocks, so requests run it on tokio's blocking pool, at most
+//! [`BLOCKING_OPS_PER_DRIVE_MAX`] at once per drive (a semaphore per drive), so a burst of
+//! requests queues here instead of starting hundreds of threads that all fight over the same
+//! disks, and a slow drive holds up only its own. Reads first try without blocking, on the
+//! task that read the request off the connection (`Handler::handle_now`): a shard file read
+//! lately is still open and its blocks are usually in the page cache (`RWF_NOWAIT`), and then
+//! the answer costs no task and no hand-off to another thread; only reads that would wait for
+//! the drive get a task and go to the pool. Every connection has many
+//! requests in flight (see `wire::rpc`), so nothing is serialised per connection. Shard bytes
+//! move as `Bytes` from the request frame to the file and from the file into the reply frame
+//! without further copies.
 
 use crate::store::ShardStore;
 use async_trait::async_trait;
@@ -12,12 +19,13 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use wire::stages::{self, Stage};
 use wire::{
     werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
-    Service, StorageOp, StorageReply, WireError,
+    Service, ShardKey, StorageOp, StorageReply, WireError,
 };
 
 /// Blocking store operations allowed at once per drive; more wait for a permit. Enough to keep
@@ -36,8 +44,8 @@ pub struct StorageService {
     store: RwLock<Option<Arc<ShardStore>>>,
     /// The node id the metadata service assigned; 0 until registered.
     node: AtomicU32,
-    blocking: Semaphore,
-    permits: u32,
+    /// Blocking store operations allowed at once, per drive.
+    drives: Vec<Semaphore>,
     /// Bytes of shards the cluster's GC is waiting to delete, at most how long until it has (from
     /// heartbeat replies, which may be a second or two old), and when a put that found the
     /// drives full last started asking for them (see [`StorageService::explain_no_space`]).
@@ -53,13 +61,13 @@ const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl StorageService {
     pub fn new(store: Arc<ShardStore>) -> StorageService {
-        let permits = BLOCKING_OPS_PER_DRIVE_MAX * store.drive_paths().len().max(1);
-        let permits = u32::try_from(permits).unwrap_or(u32::MAX >> 3);
+        let drives = (0..store.drive_paths().len().max(1))
+            .map(|_| Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX))
+            .collect();
         StorageService {
             store: RwLock::new(Some(store)),
             node: AtomicU32::new(0),
-            blocking: Semaphore::new(permits as usize),
-            permits,
+            drives,
             pending_delete: parking_lot::Mutex::new((0, 0, None)),
             metas: parking_lot::Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
@@ -144,9 +152,11 @@ impl StorageService {
     /// Stops answering: waits for running operations to finish, then releases the store (and
     /// with it the drive locks, once no one else holds it). Later requests get `Unavailable`.
     pub async fn shutdown(&self) {
-        if let Ok(all) = self.blocking.acquire_many(self.permits).await {
-            self.blocking.close();
-            drop(all);
+        for drive in &self.drives {
+            if let Ok(all) = drive.acquire_many(BLOCKING_OPS_PER_DRIVE_MAX as u32).await {
+                drive.close();
+                drop(all);
+            }
         }
         self.store.write().take();
     }
@@ -160,14 +170,15 @@ impl StorageService {
         self.node.store(id, Ordering::Relaxed);
     }
 
-    /// Runs a blocking store operation on the blocking pool.
-    async fn run_blocking<T, F>(&self, f: F) -> Result<T, WireError>
+    /// Runs a blocking store operation on the blocking pool, queued with the others of drive
+    /// `drive`.
+    async fn run_blocking<T, F>(&self, drive: usize, f: F) -> Result<T, WireError>
     where
         T: Send + 'static,
         F: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
     {
-        let _permit = self
-            .blocking
+        let queue = &self.drives[drive.min(self.drives.len() - 1)];
+        let _permit = queue
             .acquire()
             .await
             .map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
@@ -178,9 +189,29 @@ impl StorageService {
         }
     }
 
+    /// A read of `key` on the drive's queue of the blocking pool (the transport has already
+    /// tried to answer it at once, `handle_now`).
+    async fn read<T, B>(
+        &self,
+        key: ShardKey,
+        blocking: B,
+        handling: Instant,
+    ) -> Result<T, WireError>
+    where
+        T: Send + 'static,
+        B: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
+    {
+        let drive = self.live_store()?.drive_of(key).unwrap_or(0);
+        self.run_blocking(drive, move |s| {
+            stages::record(Stage::StorageQueue, handling);
+            blocking(s)
+        })
+        .await
+    }
+
     /// Capacity and health of the drives, for `Stat`, registration and heartbeats.
     pub async fn drive_info(&self) -> Vec<DriveInfo> {
-        self.run_blocking(|s| Ok(s.stat()))
+        self.run_blocking(0, |s| Ok(s.stat()))
             .await
             .unwrap_or_default()
     }
@@ -191,6 +222,33 @@ impl Handler for StorageService {
     type Req = StorageOp;
     type Reply = StorageReply;
 
+    fn handle_now(&self, req: &StorageOp) -> Option<(Result<StorageReply, WireError>, Bytes)> {
+        let handling = Instant::now();
+        let store = self.store()?;
+        let answer = match *req {
+            StorageOp::GetShard { key, offset, len } => match store.get_now(key, offset, len)? {
+                Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+                Err(e) => (Err(e), Bytes::new()),
+            },
+            StorageOp::ReadRange { key, offset, len } => {
+                match store.get_range_now(key, offset, len)? {
+                    Ok((info, head_crc, tail_crc, bytes)) => (
+                        Ok(StorageReply::Range {
+                            info,
+                            head_crc,
+                            tail_crc,
+                        }),
+                        bytes,
+                    ),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            _ => return None,
+        };
+        stages::record(Stage::StorageHandle, handling);
+        Some(answer)
+    }
+
     async fn handle(
         &self,
         req: StorageOp,
@@ -198,20 +256,33 @@ impl Handler for StorageService {
     ) -> (Result<StorageReply, WireError>, Bytes) {
         match req {
             StorageOp::PutShard { info } => {
-                let r = match self.run_blocking(move |s| s.put(&info, &data)).await {
+                let drive = match self.live_store() {
+                    Ok(s) => s.drive_for_put(info.key),
+                    Err(e) => return (Err(e), Bytes::new()),
+                };
+                let r = match self.run_blocking(drive, move |s| s.put(&info, &data)).await {
                     Ok(()) => Ok(StorageReply::Ok),
                     Err(e) => Err(self.explain_no_space(e).await),
                 };
                 (r, Bytes::new())
             }
             StorageOp::GetShard { key, offset, len } => {
-                match self.run_blocking(move |s| s.get(key, offset, len)).await {
+                let handling = Instant::now();
+                let r = self
+                    .read(key, move |s| s.get(key, offset, len), handling)
+                    .await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
                     Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
                     Err(e) => (Err(e), Bytes::new()),
                 }
             }
             StorageOp::DeleteShards { keys } => {
-                let r = self.run_blocking(move |s| s.delete(&keys)).await;
+                let drive = match (self.live_store(), keys.first()) {
+                    (Ok(s), Some(&key)) => s.drive_of(key).unwrap_or(0),
+                    _ => 0,
+                };
+                let r = self.run_blocking(drive, move |s| s.delete(&keys)).await;
                 (r.map(|count| StorageReply::Deleted { count }), Bytes::new())
             }
             StorageOp::ListShards { after, limit } => {
@@ -222,6 +293,25 @@ impl Handler for StorageService {
                     Bytes::new(),
                 )
             }
+            StorageOp::ReadRange { key, offset, len } => {
+                let handling = Instant::now();
+                let r = self
+                    .read(key, move |s| s.get_range(key, offset, len), handling)
+                    .await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, head_crc, tail_crc, bytes)) => (
+                        Ok(StorageReply::Range {
+                            info,
+                            head_crc,
+                            tail_crc,
+                        }),
+                        bytes,
+                    ),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }
+            StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), Bytes::new()),
             StorageOp::Stat => {
                 let drives = self.drive_info().await;
                 (

@@ -27,13 +27,16 @@ use crate::format::{self, FormatError, ShardHeader, FIXED_HEADER_BYTES};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use rustix::io::Errno;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use wire::stages::{self, Stage};
 use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
 
 /// Prefix of temp files; anything starting with it is garbage from an interrupted put.
@@ -86,6 +89,8 @@ pub struct ShardStore {
     /// Puts and deletes of one key hold its stripe, so "check what exists, then write" is atomic
     /// per key (two racing puts with different content cannot both succeed).
     stripes: Vec<Mutex<()>>,
+    /// Shard files kept open for reads.
+    open_files: OpenFiles,
 }
 
 /// A stable 64-bit mix of a key (splitmix64 finaliser). Chunk ids are sequential, so the bits
@@ -379,6 +384,7 @@ impl ShardStore {
             reserve_bytes: config.reserve_bytes,
             index: RwLock::new(index),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            open_files: OpenFiles::new(),
         })
     }
 
@@ -495,6 +501,8 @@ impl ShardStore {
             }
             match self.write_file(drive, key, &header, data) {
                 Ok(()) => {
+                    // A file kept open may be the one the rename just replaced.
+                    self.open_files.forget(key);
                     self.index.write().insert(key, d as u16);
                     if !replacing {
                         drive.shards.fetch_add(1, Ordering::Relaxed);
@@ -660,69 +668,283 @@ impl ShardStore {
         offset: u32,
         len: u32,
     ) -> Result<(ShardInfo, u32, Bytes), WireError> {
-        let not_found = || werr!(NotFound, "{key} is not stored on this node");
-        let d = self.index.read().get(&key).copied().ok_or_else(not_found)?;
-        let drive = &self.drives[usize::from(d)];
+        match self.get_with(key, offset, len, Wait::Block) {
+            Ok(r) => Ok(r),
+            Err(ReadFail::Error(e)) => Err(e),
+            Err(ReadFail::WouldBlock) => Err(werr!(Internal, "{key}: a blocking read would block")),
+        }
+    }
+
+    /// [`ShardStore::get`] if it can be answered without waiting for the drive (the file is
+    /// open and its bytes are in the page cache): `None` means the caller should run `get` on
+    /// a thread that may block. Never blocks.
+    pub fn get_now(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+    ) -> Option<Result<(ShardInfo, u32, Bytes), WireError>> {
+        match self.get_with(key, offset, len, Wait::NoWait) {
+            Ok(r) => Some(Ok(r)),
+            Err(ReadFail::Error(e)) => Some(Err(e)),
+            Err(ReadFail::WouldBlock) => None,
+        }
+    }
+
+    fn get_with(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+        wait: Wait,
+    ) -> Result<(ShardInfo, u32, Bytes), ReadFail> {
+        let blocks = self.read_blocks(key, offset, len, wait)?;
+        let verifying = Instant::now();
+        if let Err(e) = format::verify_blocks(&blocks.data, blocks.first, &blocks.table) {
+            return Err(ReadFail::Error(self.corrupt_blocks(&blocks, &e)));
+        }
+        stages::record(Stage::StorageVerify, verifying);
+        Ok((blocks.header.info(blocks.table), blocks.start, blocks.data))
+    }
+
+    /// Reads exactly bytes `offset .. offset + len` of `key` (`len` 0 or past the end: to the
+    /// end of the shard). The whole blocks holding them are read and verified; only the bytes
+    /// asked for are returned, with the crc32c of the first block's bytes before them and of
+    /// the last block's bytes after them (see `StorageReply::Range`). Blocking.
+    pub fn get_range(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+    ) -> Result<(ShardInfo, u32, u32, Bytes), WireError> {
+        match self.get_range_with(key, offset, len, Wait::Block) {
+            Ok(r) => Ok(r),
+            Err(ReadFail::Error(e)) => Err(e),
+            Err(ReadFail::WouldBlock) => Err(werr!(Internal, "{key}: a blocking read would block")),
+        }
+    }
+
+    /// [`ShardStore::get_range`] if it can be answered without waiting for the drive; `None`
+    /// otherwise (see [`ShardStore::get_now`]). Never blocks.
+    pub fn get_range_now(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+    ) -> Option<Result<(ShardInfo, u32, u32, Bytes), WireError>> {
+        match self.get_range_with(key, offset, len, Wait::NoWait) {
+            Ok(r) => Some(Ok(r)),
+            Err(ReadFail::Error(e)) => Some(Err(e)),
+            Err(ReadFail::WouldBlock) => None,
+        }
+    }
+
+    fn get_range_with(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+        wait: Wait,
+    ) -> Result<(ShardInfo, u32, u32, Bytes), ReadFail> {
+        let blocks = self.read_blocks(key, offset, len, wait)?;
+        let verifying = Instant::now();
+        let (cut_start, cut_end) = (
+            (offset - blocks.start) as usize,
+            (blocks.end - blocks.start) as usize,
+        );
+        let (head, tail) = format::verify_blocks_cut(
+            &blocks.data,
+            blocks.first,
+            &blocks.table,
+            cut_start,
+            cut_end,
+        )
+        .map_err(|e| ReadFail::Error(self.corrupt_blocks(&blocks, &e)))?;
+        stages::record(Stage::StorageVerify, verifying);
+        let data = blocks.data.slice(cut_start..cut_end);
+        Ok((blocks.header.info(blocks.table), head, tail, data))
+    }
+
+    /// The drive holding `key`, if the store has it: which drive's queue a read of it waits in.
+    pub fn drive_of(&self, key: ShardKey) -> Option<usize> {
+        self.index.read().get(&key).map(|&d| usize::from(d))
+    }
+
+    /// The drive a put of `key` goes to first (its current one, or the hashed choice).
+    pub fn drive_for_put(&self, key: ShardKey) -> usize {
+        self.drive_of(key)
+            .or_else(|| self.placement(key).first().copied())
+            .unwrap_or(0)
+    }
+
+    /// The error for blocks that failed verification, logged here, where it is found; the
+    /// file is not kept open (a repair replaces it).
+    fn corrupt_blocks(&self, blocks: &Blocks, e: &FormatError) -> WireError {
+        self.open_files.forget(blocks.key);
+        let err = corrupt(
+            blocks.key,
+            &self.drives[blocks.drive].path_of(blocks.key),
+            e,
+        );
+        tracing::warn!("{err}");
+        err
+    }
+
+    /// The open file of `key` on drive `d`: kept open from an earlier read, or opened now
+    /// (unless `wait` forbids: opening walks directories, which may wait for the drive).
+    fn shard_file(&self, key: ShardKey, d: usize, wait: Wait) -> Result<Arc<File>, ReadFail> {
+        if let Some(f) = self.open_files.get(key) {
+            return Ok(f);
+        }
+        if wait == Wait::NoWait {
+            return Err(ReadFail::WouldBlock);
+        }
+        let drive = &self.drives[d];
         let path = drive.path_of(key);
-        let (file, header, table) = match self.open_shard(drive, key, &path) {
-            Ok(x) => x,
-            Err(Opened::NotFound) => return Err(not_found()),
-            Err(Opened::Corrupt(e)) => {
-                let err = corrupt(key, &path, &e);
-                tracing::warn!("{err}");
-                return Err(err);
-            }
-            Err(Opened::Misplaced(other)) => {
-                let err = werr!(
-                    Corrupt,
-                    "{key}: shard file {} is corrupt: it holds {other}",
+        match File::open(&path) {
+            Ok(f) => Ok(self.open_files.insert(key, f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ReadFail::Error(werr!(
+                NotFound,
+                "{key} is not stored on this node"
+            ))),
+            Err(e) => {
+                drive.note_error(&e, "read");
+                Err(ReadFail::Error(werr!(
+                    Io,
+                    "{key}: cannot read {}: {e}",
                     path.display()
-                );
-                tracing::warn!("{err}");
-                return Err(err);
+                )))
             }
-            Err(Opened::Io(e)) => return Err(e),
+        }
+    }
+
+    /// Checks `key`'s header, length and block table and reads the whole blocks covering `len`
+    /// bytes at `offset` (not yet verified). The file stays open for later reads, but every
+    /// read checks everything again: the length (fstat), the header and the table (one read,
+    /// which also brings the data when it starts in the first block).
+    fn read_blocks(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+        wait: Wait,
+    ) -> Result<Blocks, ReadFail> {
+        let opening = Instant::now();
+        let d = self
+            .drive_of(key)
+            .ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
+        let drive = &self.drives[d];
+        let file = self.shard_file(key, d, wait)?;
+        let fail = |e: ReadFail| {
+            // Not kept open after a failure: the next read looks at the file afresh.
+            self.open_files.forget(key);
+            e
         };
+        let io_err = |e: io::Error| {
+            drive.note_error(&e, "read");
+            fail(ReadFail::Error(werr!(
+                Io,
+                "{key}: cannot read {}: {e}",
+                drive.path_of(key).display()
+            )))
+        };
+        let corrupt_file = |e: FormatError| {
+            let err = corrupt(key, &drive.path_of(key), &e);
+            tracing::warn!("{err}");
+            fail(ReadFail::Error(err))
+        };
+        let file_len = file.metadata().map_err(io_err)?.len();
+        // The header and table, whose size the file's length gives (checked against the header
+        // below); and the data too when the range starts in the first block.
+        let table_guess = 4 * file_len
+            .saturating_sub(FIXED_HEADER_BYTES as u64)
+            .div_ceil(u64::from(format::BLOCK_BYTES) + 4);
+        let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(HEAD_BYTES_MAX);
+        let block = format::BLOCK_BYTES;
+        let first = offset / block;
+        let start = first * block;
+        let want_end = if len == 0 {
+            u64::MAX
+        } else {
+            u64::from(offset.saturating_add(len))
+        };
+        let head_len = if first == 0 {
+            head_guess.saturating_add(
+                want_end
+                    .div_ceil(u64::from(block))
+                    .saturating_mul(u64::from(block)),
+            )
+        } else {
+            head_guess
+        }
+        .min(file_len);
+        let head =
+            read_exact(&file, 0, head_len as usize, file_len, wait).map_err(|e| match e {
+                ReadFail::Error(_) => fail(e),
+                other => other,
+            })?;
+        let header = ShardHeader::decode(&head).map_err(corrupt_file)?;
+        if header.key != key {
+            return Err(fail(ReadFail::Error(werr!(
+                Corrupt,
+                "{key}: shard file {} is corrupt: it holds {}",
+                drive.path_of(key).display(),
+                header.key
+            ))));
+        }
+        if file_len != header.file_bytes() {
+            return Err(corrupt_file(FormatError::Length {
+                expected: header.file_bytes(),
+                have: file_len,
+            }));
+        }
+        let table_end = FIXED_HEADER_BYTES + header.table_bytes();
+        let table = header
+            .decode_table(
+                head.get(FIXED_HEADER_BYTES..table_end.min(head.len()))
+                    .unwrap_or(&[]),
+            )
+            .map_err(corrupt_file)?;
         if offset > header.len {
-            return Err(werr!(
+            return Err(ReadFail::Error(werr!(
                 Invalid,
                 "{key}: offset {offset} is past the end of the shard ({} bytes)",
                 header.len
-            ));
+            )));
         }
         let end = if len == 0 {
             header.len
         } else {
             offset.saturating_add(len).min(header.len)
         };
-        let block = format::BLOCK_BYTES;
-        let first = offset / block;
-        let start = first * block;
         let stop = (end.div_ceil(block) * block).min(header.len).max(start);
-        let data = match read_range(&file, &header, start, stop - start) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                // The length was checked at open; the file shrank while being read.
-                return Err(werr!(
-                    Corrupt,
-                    "{key}: shard file {} is shorter than its header says",
-                    path.display()
-                ));
-            }
-            Err(e) => {
-                drive.note_error(&e, "read");
-                return Err(werr!(Io, "{key}: cannot read {}: {e}", path.display()));
-            }
+        stages::record(Stage::StorageOpen, opening);
+        let reading = Instant::now();
+        let from = header.data_offset() as usize + start as usize;
+        let to = header.data_offset() as usize + stop as usize;
+        let data = if to <= head.len() {
+            head.slice(from..to)
+        } else {
+            read_exact(&file, from as u64, to - from, file_len, wait).map_err(|e| match e {
+                ReadFail::Error(_) => fail(e),
+                other => other,
+            })?
         };
-        if let Err(e) = format::verify_blocks(&data, first, &table) {
-            let err = corrupt(key, &path, &e);
-            tracing::warn!("{err}");
-            return Err(err);
-        }
-        Ok((header.info(table), start, Bytes::from(data)))
+        stages::record(Stage::StorageDisk, reading);
+        Ok(Blocks {
+            key,
+            drive: d,
+            header,
+            table,
+            first,
+            start,
+            end,
+            data,
+        })
     }
 
     fn forget(&self, key: ShardKey, d: usize) {
+        self.open_files.forget(key);
         if self.index.write().remove(&key).is_some() {
             self.drives[d].shards.fetch_sub(1, Ordering::Relaxed);
         }
@@ -814,6 +1036,144 @@ impl ShardStore {
             .map(|d| format!("{}: {}", d.root.display(), d.error.lock()))
             .collect::<Vec<_>>()
             .join("; ")
+    }
+}
+
+/// Whole blocks of a shard read from its file, not yet verified.
+struct Blocks {
+    key: ShardKey,
+    drive: usize,
+    header: ShardHeader,
+    table: Vec<u32>,
+    /// The first block read.
+    first: u32,
+    /// The shard offset of `data[0]` (block-aligned) and where the bytes asked for end.
+    start: u32,
+    end: u32,
+    data: Bytes,
+}
+
+/// Whether a read may wait for the drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// On a thread that may block.
+    Block,
+    /// On an async worker: only what the page cache holds, and only files already open.
+    NoWait,
+}
+
+/// Why a read did not return blocks.
+enum ReadFail {
+    Error(WireError),
+    /// It would have had to wait for the drive (only with [`Wait::NoWait`]).
+    WouldBlock,
+}
+
+/// Largest header plus block table a shard file can have (a 64 MiB shard has 1024 blocks).
+const HEAD_BYTES_MAX: u64 = FIXED_HEADER_BYTES as u64
+    + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64);
+
+/// Reads `len` bytes at `pos` of a file `file_len` bytes long. Short only where the file ends
+/// (the caller's checks then find it too short). With [`Wait::NoWait`] it reads only what the
+/// page cache holds (`RWF_NOWAIT`) and fails with `WouldBlock` otherwise.
+fn read_exact(
+    file: &File,
+    pos: u64,
+    len: usize,
+    file_len: u64,
+    wait: Wait,
+) -> Result<Bytes, ReadFail> {
+    let expect = (file_len.saturating_sub(pos)).min(len as u64) as usize;
+    let err = |e: io::Error| ReadFail::Error(werr!(Io, "read at {pos}: {e}"));
+    match wait {
+        Wait::Block => {
+            let mut buf = Vec::with_capacity(len);
+            while buf.len() < len {
+                let at = pos + buf.len() as u64;
+                match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(err(e.into())),
+                }
+            }
+            Ok(Bytes::from(buf))
+        }
+        Wait::NoWait => {
+            if !NOWAIT_READS.load(Ordering::Relaxed) {
+                return Err(ReadFail::WouldBlock);
+            }
+            let mut buf = vec![0u8; len];
+            let flags = rustix::io::ReadWriteFlags::NOWAIT;
+            match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut buf)], pos, flags) {
+                // A short read means part of it is not in the page cache (or the file ended,
+                // which the blocking read will find as well).
+                Ok(n) if n == expect => {
+                    buf.truncate(n);
+                    Ok(Bytes::from(buf))
+                }
+                Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Err(ReadFail::WouldBlock),
+                Err(Errno::OPNOTSUPP) | Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+                    // Reads that must not wait are not supported here: always use threads.
+                    NOWAIT_READS.store(false, Ordering::Relaxed);
+                    Err(ReadFail::WouldBlock)
+                }
+                Err(e) => Err(err(e.into())),
+            }
+        }
+    }
+}
+
+/// Whether reads that must not wait (`RWF_NOWAIT`) work on this system.
+static NOWAIT_READS: AtomicBool = AtomicBool::new(true);
+
+/// Shard files kept open for reads, so a read of a shard read lately costs no `open` (a path
+/// walk) and `close`. Bounded by [`OpenFiles::max`]; when full, an eighth is closed (which,
+/// does not matter: any of them opens again at its next read).
+struct OpenFiles {
+    files: Mutex<HashMap<ShardKey, Arc<File>>>,
+    max: usize,
+}
+
+/// Most shard files a store keeps open, and the share of the process's file descriptor limit
+/// it may take.
+const OPEN_FILES_MAX: usize = 1024;
+const OPEN_FILES_SHARE_OF_LIMIT: u64 = 4;
+
+impl OpenFiles {
+    fn new() -> OpenFiles {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        let max = (limit / OPEN_FILES_SHARE_OF_LIMIT).min(OPEN_FILES_MAX as u64) as usize;
+        OpenFiles {
+            files: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    fn get(&self, key: ShardKey) -> Option<Arc<File>> {
+        self.files.lock().get(&key).cloned()
+    }
+
+    fn insert(&self, key: ShardKey, file: File) -> Arc<File> {
+        let file = Arc::new(file);
+        if self.max == 0 {
+            return file;
+        }
+        let mut files = self.files.lock();
+        if files.len() >= self.max {
+            let close: Vec<ShardKey> = files.keys().take(self.max / 8 + 1).copied().collect();
+            for k in close {
+                files.remove(&k);
+            }
+        }
+        files.insert(key, file.clone());
+        file
+    }
+
+    fn forget(&self, key: ShardKey) {
+        self.files.lock().remove(&key);
     }
 }
 

@@ -37,6 +37,20 @@ fn check_get(store: &ShardStore, info: &ShardInfo, data: &[u8], offset: u32, len
         bytes[..] == data[start..stop],
         "wrong bytes for offset {offset} len {len}"
     );
+    // The exact range, with the checksums of the rest of its first and last blocks.
+    let (got_info, head, tail, bytes) = store.get_range(info.key, offset, len).expect("get_range");
+    assert_eq!(&got_info, info);
+    assert!(
+        bytes[..] == data[offset as usize..end],
+        "wrong exact bytes for offset {offset} len {len}"
+    );
+    assert_eq!(head, crc32c::crc32c(&data[start..offset as usize]));
+    let last_stop = if end == offset as usize {
+        end
+    } else {
+        (((end - 1) / B + 1) * B).min(data.len())
+    };
+    assert_eq!(tail, crc32c::crc32c(&data[end..last_stop]));
 }
 
 #[test]
@@ -221,6 +235,26 @@ fn check_corruption_at(
                 assert!(
                     bytes[..] == data[start..start + bytes.len()],
                     "pos {pos}: wrong bytes served"
+                );
+            }
+        }
+        match store.get_range(info.key, off, len) {
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Corrupt, "pos {pos}: {e}");
+                assert!(
+                    touches,
+                    "pos {pos}: exact read {off}+{len} misses the damage yet failed: {e}"
+                );
+            }
+            Ok((got_info, _, _, bytes)) => {
+                assert!(
+                    !touches,
+                    "pos {pos}: damaged exact read {off}+{len} was served"
+                );
+                assert_eq!(&got_info, info, "pos {pos}");
+                assert!(
+                    bytes[..] == data[off as usize..end],
+                    "pos {pos}: wrong exact bytes served"
                 );
             }
         }
@@ -556,4 +590,42 @@ fn random_bytes_as_shard_files_are_never_served_and_never_panic() {
             }
         }
     }
+}
+
+#[test]
+fn reads_that_must_not_wait_answer_only_from_open_files_and_agree_with_blocking_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&[dir.path()]);
+    let (info, data) = shard(key(60, 1), 3 * B + 11);
+    store.put(&info, &data).unwrap();
+    // Never read: its file is not open, and opening may wait for the drive.
+    assert!(store.get_now(info.key, 0, 0).is_none());
+    assert!(store.get_range_now(info.key, 5, 100).is_none());
+    check_get(&store, &info, &data, 0, 0);
+    for (off, len) in [
+        (0u32, 0u32),
+        (7, 4096),
+        (B as u32 - 3, 10),
+        (2 * B as u32, 0),
+    ] {
+        if let Some(now) = store.get_now(info.key, off, len) {
+            assert_eq!(
+                now.expect("get_now"),
+                store.get(info.key, off, len).expect("get")
+            );
+        }
+        if let Some(now) = store.get_range_now(info.key, off, len) {
+            assert_eq!(
+                now.expect("get_range_now"),
+                store.get_range(info.key, off, len).expect("get_range")
+            );
+        }
+    }
+    // A file kept open is not served after the shard is deleted, nor after it is written anew.
+    store.delete(&[info.key]).unwrap();
+    assert_eq!(code(store.get(info.key, 0, 0)), ErrorCode::NotFound);
+    assert!(matches!(store.get_now(info.key, 0, 0), None | Some(Err(_))));
+    let (info2, data2) = shard(key(60, 1), 2 * B);
+    store.put(&info2, &data2).unwrap();
+    check_get(&store, &info2, &data2, 0, 0);
 }

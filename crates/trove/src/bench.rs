@@ -67,11 +67,11 @@ pub struct Common {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// fio-like bandwidth, IOPS and latency; `--preset tf-like` finds how many GPUs are served.
-    Io(IoArgs),
+    Io(Box<IoArgs>),
     /// mdtest-like create/stat/read/remove rates of files and directories.
     Meta(MetaArgs),
     /// MLPerf-Storage-style accelerator emulation (ResNet-50, UNet3D, CosmoFlow) and checkpoints.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Storage-only TFRecord reads, scaling readers until throughput tops out.
     Scan(ScanArgs),
     /// Sizing guidance: storage nodes needed for a number of GPUs.
@@ -125,6 +125,12 @@ struct IoArgs {
     /// Keep the data files afterwards.
     #[arg(long)]
     keep: bool,
+    /// Also print where a request's time went, stage by stage (FUSE, mount, client, record
+    /// lookup, wire, storage queueing, disk, verification), from the stage totals of the Trove
+    /// client serving each target (a directory on a Trove mount: the mount's) and its storage
+    /// nodes.
+    #[arg(long)]
+    latency_breakdown: bool,
 }
 
 #[derive(Args)]
@@ -329,9 +335,9 @@ fn emit(common: &Common, json: &serde_json::Value, text: &str, report: Option<Re
 pub async fn run(args: BenchArgs, cluster: Option<String>) -> Result<()> {
     HOST_AT_START.get_or_init(bench::world::HostInfo::collect);
     match args.cmd {
-        BenchCmd::Io(a) => run_io(a, cluster).await,
+        BenchCmd::Io(a) => run_io(*a, cluster).await,
         BenchCmd::Meta(a) => run_meta(a, cluster).await,
-        BenchCmd::Train(a) => run_train(a, cluster).await,
+        BenchCmd::Train(a) => run_train(*a, cluster).await,
         BenchCmd::Scan(a) => run_scan(a, cluster).await,
         BenchCmd::Size(a) => run_size(a, cluster).await,
     }
@@ -391,6 +397,7 @@ async fn run_io(a: IoArgs, cluster: Option<String>) -> Result<()> {
                 dir: dir.clone(),
                 drop_caches: !a.common.no_drop_caches,
                 seed: 1,
+                latency_breakdown: false,
             };
             tf_reports.push(io::tf_like(target.clone(), &base, a.gpus_max, show).await?);
         } else {
@@ -412,6 +419,7 @@ async fn run_io(a: IoArgs, cluster: Option<String>) -> Result<()> {
                     dir: dir.clone(),
                     drop_caches: !a.common.no_drop_caches,
                     seed: 1 + world.rank as u64,
+                    latency_breakdown: a.latency_breakdown,
                 };
                 world.barrier().await?;
                 let r = io::run(target.clone(), &cfg, show).await?;
@@ -721,6 +729,7 @@ async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
                 dir: "size-probe".into(),
                 drop_caches: !a.common.no_drop_caches,
                 seed: 3,
+                latency_breakdown: false,
             };
             let r = io::run(target.clone(), &cfg, !a.common.quiet).await?;
             target.remove_all("size-probe").await?;

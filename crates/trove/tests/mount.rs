@@ -461,3 +461,128 @@ fn mount_errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("is not mounted"), "umount of a plain directory: {err}");
 }
+
+/// Stops a process (SIGSTOP) until dropped (SIGCONT): a storage node that answers nothing for
+/// a while, without dying.
+struct Paused(rustix::process::Pid);
+
+impl Paused {
+    fn pause(pid: u32) -> Paused {
+        let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+/// The storage node (1-based, as `node-N` directories name them) holding shard `index` of the
+/// only chunk in the cluster.
+fn node_of_shard(cluster: &TestCluster, index: usize) -> usize {
+    let shard = cluster
+        .shard_files()
+        .into_iter()
+        .find(|p| p.extension().and_then(|e| e.to_str()) == Some(&index.to_string()))
+        .unwrap_or_else(|| panic!("no file of shard {index}"));
+    let node = shard
+        .components()
+        .find_map(|c| c.as_os_str().to_str().and_then(|s| s.strip_prefix("node-")).and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("{} is in no node directory", shard.display()));
+    node
+}
+
+/// Reads of one file through a mount run side by side: while the node holding one range's
+/// shard is stopped, a read of that range waits for it, and a read of another range of the same
+/// file, whose shard is on another node, finishes at once instead of queueing behind it.
+#[test]
+fn reads_of_one_file_overlap_in_time() {
+    use std::os::unix::fs::FileExt;
+    if fuse_missing() {
+        return;
+    }
+    let cluster = TestCluster::start(6, "4+2");
+    // Direct I/O: each read(2) is one FUSE read of exactly its bytes (no kernel read-ahead).
+    let m = Mount::start(&cluster, "overlap", &["--direct-io"]);
+    let data = content(3, 4 << 20);
+    std::fs::write(m.join("f"), &data).expect("write");
+    let state: toml::Value = toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let node = node_of_shard(&cluster, 0);
+    let pid = state["nodes"][node - 1]["pid"].as_integer().expect("pid") as u32;
+    assert_ne!(node, node_of_shard(&cluster, 1), "shards 0 and 1 on one node");
+
+    let file = std::sync::Arc::new(std::fs::File::open(m.join("f")).expect("open"));
+    let paused = Paused::pause(pid);
+    // Bytes 0.. are in shard 0 (on the stopped node), bytes 1 MiB.. in shard 1 (another node).
+    let slow = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            file.read_exact_at(&mut buf, 0).map(|()| (buf, Instant::now()))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!slow.is_finished(), "the read on the stopped node finished");
+    let started = Instant::now();
+    let mut other = vec![0u8; 4096];
+    file.read_exact_at(&mut other, (1 << 20) + 4096).expect("read on another node");
+    let fast_done = Instant::now();
+    let waited = fast_done - started;
+    assert!(other[..] == data[(1 << 20) + 4096..(1 << 20) + 8192], "the other range read back different bytes");
+    assert!(!slow.is_finished(), "the read on the stopped node finished before the other one");
+    assert!(waited < Duration::from_secs(5), "a read of another range waited {waited:?} for a read of the same file on a stopped node");
+    drop(paused);
+    let (first, slow_done) = slow.join().expect("reader thread").expect("read on the resumed node");
+    assert!(first[..] == data[..4096], "the first range read back different bytes");
+    assert!(slow_done > fast_done, "the reads did not overlap");
+    eprintln!("a read of another range took {waited:?} while a read of the same file waited for a stopped node");
+    drop(file);
+    m.stop();
+}
+
+/// Opening and reading a file costs one metadata round trip (the open's: the kernel's GETATTR
+/// after it is answered from what the open fetched), opening it again within the attribute
+/// timeout none (the attributes and first chunk records of the last open are used again), while
+/// this mount's own changes show at once.
+#[test]
+fn repeated_opens_within_the_attribute_timeout_cost_no_round_trip() {
+    if fuse_missing() {
+        return;
+    }
+    const FILES: usize = 10;
+    let cluster = TestCluster::start(3, "2+1");
+    // A long timeout, so that the second round below is well within it however slow the host.
+    let m = Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000"], CALL_LOG);
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    for i in 0..FILES {
+        std::fs::write(m.join(&format!("d/f{i}")), content(i as u64, 4096 + i)).expect("write");
+    }
+    let open_calls = |m: &Mount| calls_logged(m, "GetChunks") + calls_logged(m, "GetAttr");
+    let read_all = || {
+        for i in 0..FILES {
+            let got = std::fs::read(m.join(&format!("d/f{i}"))).expect("read");
+            assert!(got == content(i as u64, 4096 + i), "d/f{i} read back different bytes");
+        }
+    };
+    let before = open_calls(&m);
+    read_all();
+    let first = open_calls(&m) - before;
+    let before = open_calls(&m);
+    read_all();
+    let again = open_calls(&m) - before;
+    eprintln!("{FILES} files opened and read: {first} metadata calls the first time, {again} the second");
+    assert!(first >= 1, "the first opens asked nothing: the count does not work");
+    assert!(first <= FILES, "{first} metadata calls to open and read {FILES} files");
+    assert_eq!(again, 0, "opens within the attribute timeout went to the metadata service");
+
+    // This mount's own change shows at the next open, which asks again.
+    let newer = content(99, 5000);
+    std::fs::write(m.join("d/f3"), &newer).expect("rewrite");
+    let before = open_calls(&m);
+    assert!(std::fs::read(m.join("d/f3")).expect("reread") == newer, "an open after this mount's change read old data");
+    assert!(open_calls(&m) - before >= 1, "the open after a change used what was kept");
+    m.stop();
+}

@@ -4,10 +4,12 @@
 //! This is the only crate the services share. It knows nothing about how services store
 //! anything: no disk, no key-value engine, no erasure coding.
 
+pub mod crc;
 pub mod error;
 pub mod frame;
 pub mod msg;
 pub mod rpc;
+pub mod stages;
 pub mod types;
 
 pub use error::{ErrorCode, WireError};
@@ -16,6 +18,6 @@ pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 5;
+pub const PROTOCOL_VERSION_MIN: u16 = 6;

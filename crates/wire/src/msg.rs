@@ -163,6 +163,11 @@ pub enum MetaOp {
     /// node that would leave fewer nodes than a scheme in use needs is refused with the reason
     /// unless `force` (chunks are then re-encoded narrower to fit).
     SetNodeState { node: NodeId, state: NodeState, force: bool },
+    /// The storage nodes' addresses and states as this metadata server sees them, unless their
+    /// version is still `known` (the version the caller holds; 0 for none): then only the
+    /// version is answered. Answered with `MetaReply::NodeStates`. What clients poll, cheaply,
+    /// to route around nodes that are down.
+    NodeStates { known: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -203,6 +208,10 @@ pub enum MetaReply {
     /// The answer to `Unlink` and `Rmdir`: the inode the removed entry named, and the
     /// directory's attributes after the change.
     Removed { ino: Ino, dir: Attr },
+    /// The answer to `NodeStates`: the version of the node states (a digest of every node's
+    /// id, address and state: equal versions mean equal states, whichever metadata server
+    /// answers), and the nodes, or none when `version` is the one the caller said it knew.
+    NodeStates { version: u64, nodes: Vec<NodeBrief> },
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
@@ -242,6 +251,13 @@ pub enum StorageOp {
     /// Lists shard keys greater than `after`, at most `limit`.
     ListShards { after: Option<ShardKey>, limit: u32 },
     Stat,
+    /// The node's per-stage latency totals (`crate::stages`), for a benchmark's breakdown.
+    Stages,
+    /// Reads exactly bytes `offset .. offset + len` of a shard (`len == 0`, or past the end:
+    /// to the end). The node reads and verifies the whole blocks that hold them, but sends only
+    /// the bytes asked for, with what a reader needs to check them against the shard's block
+    /// checksums itself (see `StorageReply::Range`).
+    ReadRange { key: ShardKey, offset: u32, len: u32 },
 }
 
 /// Answers of the storage service.
@@ -253,6 +269,14 @@ pub enum StorageReply {
     Deleted { count: u32 },
     Keys(Vec<ShardKey>),
     Stat { node: NodeId, drives: Vec<DriveInfo> },
+    /// The answer to `Stages`.
+    Stages(Vec<crate::stages::StageTotal>),
+    /// The answer to `ReadRange`. Data section: exactly the bytes asked for (cut at the end of
+    /// the shard). `head_crc` is the crc32c of the bytes of the first block they touch that come
+    /// before them, `tail_crc` that of the bytes of the last block they touch that come after
+    /// them, so that `crc32c(head ‖ bytes ‖ tail)` of each block can be checked against
+    /// `info.block_crcs` (tied to the metadata) without the whole blocks crossing the network.
+    Range { info: ShardInfo, head_crc: u32, tail_crc: u32 },
 }
 
 /// What the storage service sends back for a [`StorageOp`].

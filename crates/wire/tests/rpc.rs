@@ -1,0 +1,59 @@
+//! The transport under load: many calls in flight on one connection, with data sections large
+//! enough that frames do not fit into the socket at once (written partly by the sending task,
+//! the rest by the connection's writer task), come back whole, in their own replies.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use wire::{Connection, Handler, Service, StorageOp, StorageReply, WireError};
+
+/// Answers every request with its own data, after a pause that depends on it, so replies come
+/// back out of order.
+struct Echo;
+
+#[async_trait]
+impl Handler for Echo {
+    type Req = StorageOp;
+    type Reply = StorageReply;
+    async fn handle(&self, _req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
+        tokio::time::sleep(Duration::from_micros(u64::from(data.first().copied().unwrap_or(0)) * 20)).await;
+        (Ok(StorageReply::Deleted { count: data.len() as u32 }), data)
+    }
+}
+
+fn payload(i: usize) -> Bytes {
+    // Sizes from a few bytes to 3 MiB: several socket buffers' worth.
+    let len = (i * 7919) % (3 << 20) + i % 5;
+    Bytes::from((0..len).map(|j| (j.wrapping_mul(31) ^ i) as u8).collect::<Vec<u8>>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_calls_on_one_connection_come_back_whole() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(wire::rpc::serve(listener, Arc::new(Echo), Service::Storage, "test".into()));
+    let (conn, _) = Connection::connect(&addr, Service::Storage).await.expect("connect");
+    let calls = (0..96).map(|i| {
+        let conn: Connection = conn.clone();
+        tokio::spawn(async move {
+            let sent = payload(i);
+            let (reply, got) =
+                conn.call::<StorageOp, StorageReply>(&StorageOp::Stat, sent.clone(), Duration::from_secs(60)).await.expect("call");
+            assert_eq!(reply, StorageReply::Deleted { count: sent.len() as u32 });
+            assert!(got == sent, "call {i}: {} bytes came back for {} sent, or different ones", got.len(), sent.len());
+        })
+    });
+    for c in futures_join(calls.collect()).await {
+        c.expect("caller task");
+    }
+    assert!(!conn.is_dead());
+}
+
+async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) -> Vec<Result<(), tokio::task::JoinError>> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await);
+    }
+    out
+}
