@@ -189,6 +189,9 @@ pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -
     // timings[iteration][phase] for this rank.
     let mut timings: Vec<Vec<PhaseTiming>> = Vec::new();
     let payload = Bytes::from(vec![0x5au8; cfg.file_bytes]);
+    if world.rank == 0 {
+        crate::target::claim_dir(&*target, &cfg.dir, &[]).await?;
+    }
     for iter in 0..cfg.iterations {
         if world.rank == 0 {
             target.remove_all(&format!("{}/iter{iter}", cfg.dir)).await?;

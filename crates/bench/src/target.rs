@@ -97,6 +97,36 @@ pub trait Writer: Send {
     async fn close(self: Box<Self>) -> Result<()>;
 }
 
+/// The file that marks a directory as made by `trove bench`: what is in such a directory is the
+/// benchmark's own to remove.
+pub const BENCH_MARK_FILE: &str = ".trove-bench";
+
+/// Makes `dir` the benchmark's own before it clears or fills it: accepted when absent, empty,
+/// marked ([`BENCH_MARK_FILE`]) or holding one of `also_ours` (a generated dataset's manifest),
+/// and marked then; refused, naming what is there, when it holds anything else, so that a
+/// mistyped directory never loses a person's files to a benchmark's cleanup.
+pub async fn claim_dir(target: &dyn Target, dir: &str, also_ours: &[&str]) -> Result<()> {
+    let names = target.list(dir).await.unwrap_or_default();
+    let ours = names.is_empty() || names.iter().any(|n| n == BENCH_MARK_FILE || also_ours.contains(&n.as_str()));
+    if !ours {
+        let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+        bail!(
+            "{dir} holds files that trove bench did not make ({}{}); give an empty or new directory, \
+             or remove them yourself: a benchmark clears its directory",
+            shown.join(", "),
+            if names.len() > shown.len() { ", ..." } else { "" }
+        );
+    }
+    target.mkdir_all(dir).await?;
+    let mark = join(dir, BENCH_MARK_FILE);
+    if target.size_of(&mark).await?.is_none() {
+        let mut w = target.create(&mark).await?;
+        w.write_at(0, Bytes::from_static(b"made by trove bench: its contents may be removed by the next run\n")).await?;
+        w.close().await?;
+    }
+    Ok(())
+}
+
 fn join(root: &str, path: &str) -> String {
     let path = path.trim_matches('/');
     if path.is_empty() {
@@ -685,5 +715,22 @@ mod tests {
         assert_eq!(t.list("a/b").await.expect("list"), vec!["f".to_string()]);
         t.remove_all("a").await.expect("rm");
         assert_eq!(t.size_of("a").await.expect("stat"), None);
+    }
+
+    #[tokio::test]
+    async fn a_directory_of_other_files_is_never_claimed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t = DirTarget::new(dir.path(), false).expect("target");
+        claim_dir(&t, "new", &[]).await.expect("an absent directory is claimed");
+        claim_dir(&t, "new", &[]).await.expect("a marked one again");
+        t.mkdir_all("empty").await.expect("mkdir");
+        claim_dir(&t, "empty", &[]).await.expect("an empty one");
+        t.mkdir_all("data").await.expect("mkdir");
+        let w = t.create("data/thesis.tex").await.expect("create");
+        w.close().await.expect("close");
+        let e = claim_dir(&t, "data", &[]).await.expect_err("someone's files").to_string();
+        assert!(e.contains("data holds files that trove bench did not make (thesis.tex)"), "{e}");
+        assert_eq!(t.list("data").await.expect("list"), vec!["thesis.tex".to_string()]);
+        claim_dir(&t, "data", &["thesis.tex"]).await.expect("named as ours");
     }
 }

@@ -322,7 +322,13 @@ pub async fn ensure_dataset(target: Arc<dyn Target>, cfg: &TrainConfig, world: &
         return Ok((ds, false));
     }
     if world.rank == 0 {
-        target.remove_all(&cfg.data_dir).await?;
+        // Only a directory of generated data is cleared: the manifest goes first, so a
+        // generation cut short is never taken for a complete one.
+        crate::target::claim_dir(&*target, &cfg.data_dir, &[MANIFEST_FILE]).await?;
+        if existing.is_some() {
+            target.remove_file(&manifest).await?;
+        }
+        target.remove_all(&format!("{}/train", cfg.data_dir)).await?;
         target.mkdir_all(&format!("{}/train", cfg.data_dir)).await?;
     }
     world.barrier().await?;
@@ -913,6 +919,7 @@ pub async fn checkpoint(target: Arc<dyn Target>, cfg: &CheckpointConfig, show: b
     let files = cfg.files.max(1);
     let per_file = cfg.checkpoint_bytes.div_ceil(files as u64);
     let io = cfg.io_bytes.max(4096);
+    crate::target::claim_dir(&*target, &cfg.dir, &[]).await?;
     target.remove_all(&cfg.dir).await?;
     let progress = bar(cfg.checkpoint_bytes * cfg.checkpoints as u64 * 2, "checkpoints", show, true);
     let mut block = vec![0u8; io];

@@ -128,6 +128,7 @@ impl TroveFs {
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let mount_id = (u64::from(std::process::id()) << 32) ^ now.as_nanos() as u64;
         let options_attr_timeout = options.attr_timeout;
+        let options_open_cache = options.open_cache;
         let options_entry_timeout = options.entry_timeout;
         let fs = TroveFs {
             shared: Arc::new(Shared {
@@ -144,7 +145,7 @@ impl TroveFs {
                 held_locks: Mutex::new(HashSet::new()),
                 dir_attrs: Mutex::new(DirCache::new(options_attr_timeout)),
                 statahead: Mutex::new(Statahead::new(options_entry_timeout)),
-                open_cache: Mutex::new(OpenCache::new(options_attr_timeout)),
+                open_cache: Mutex::new(OpenCache::new(options_open_cache)),
             }),
             runtime,
         };

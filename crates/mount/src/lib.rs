@@ -70,6 +70,10 @@ pub struct MountOptions {
     /// How long the cluster keeps this mount's locks after losing contact with it (they are
     /// renewed every third of it while held).
     pub lock_lease: Duration,
+    /// How long what an open fetched (attributes, first chunk records) answers later opens of
+    /// the same file and their GETATTRs (see `opencache.rs`); zero asks at every open, which
+    /// keeps close-to-open consistency between mounts.
+    pub open_cache: Duration,
 }
 
 impl Default for MountOptions {
@@ -86,6 +90,7 @@ impl Default for MountOptions {
             fs_name: "trove".to_string(),
             cluster_locks: true,
             lock_lease: Duration::from_secs(10),
+            open_cache: Duration::ZERO,
         }
     }
 }

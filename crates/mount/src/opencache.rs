@@ -1,5 +1,5 @@
 //! Files' attributes and first chunk records as this mount's opens fetched them, kept for the
-//! attribute timeout so that opening a file again soon costs no round trip, and neither does
+//! open-cache time (`MountOptions::open_cache`, `--open-cache-ms`; zero, off, by default) so that opening a file again soon costs no round trip, and neither does
 //! the GETATTR the kernel sends right after an open (a `stat` of the open file, or the atime
 //! check that follows every read).
 //!
@@ -7,14 +7,15 @@
 //! the attributes and the records of the first chunks in one call). A program that opens the
 //! same small files again and again (a data loader's epochs over a small set, a build reading
 //! headers) pays that round trip each time, although the kernel itself would trust attributes
-//! this old. An open of a file whose answer is younger than the attribute timeout uses it
-//! instead: the same staleness bound the kernel's attribute cache has for other clients'
-//! changes.
+//! this old. With the cache on, an open of a file whose answer is younger than the open-cache
+//! time uses it instead, and other clients' changes show within that bound; off, every open
+//! asks (close-to-open between mounts, which `trove mount` keeps by default, as JuiceFS does
+//! with its `--open-cache 0`).
 //!
 //! This mount's own changes must show at once: every change that can move a file's attributes
 //! or data calls [`OpenCache::changed`] (the same places that drop statahead listings), which
 //! drops everything; an answer whose fetch started before a change is not kept (an epoch
-//! number, as in `statahead.rs`). An entry is used only until the attribute timeout after its
+//! number, as in `statahead.rs`). An entry is used only until the open-cache time after its
 //! fetch *started*.
 
 use std::collections::HashMap;

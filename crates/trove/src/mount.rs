@@ -56,6 +56,12 @@ pub struct MountArgs {
     /// milliseconds (a crashed client's locks are released after this).
     #[arg(long, default_value_t = 10_000)]
     pub lock_lease_ms: u64,
+    /// How long what an open fetched (attributes, first chunk records) answers later opens of
+    /// the same file, in milliseconds. 0 asks the cluster at every open, so a file changed on
+    /// another host is seen whole at the next open (close-to-open); more saves a round trip per
+    /// open of a file opened again soon, and other hosts' changes show after at most this.
+    #[arg(long, default_value_t = 0)]
+    pub open_cache_ms: u64,
 }
 
 #[derive(Args)]
@@ -103,6 +109,7 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
         fs_name: format!("trove:{addr}"),
         cluster_locks: !args.local_locks,
         lock_lease: Duration::from_millis(args.lock_lease_ms.max(300)),
+        open_cache: Duration::from_millis(args.open_cache_ms),
         ..Default::default()
     };
     let runtime = tokio::runtime::Handle::current();

@@ -555,7 +555,7 @@ fn repeated_opens_within_the_attribute_timeout_cost_no_round_trip() {
     const FILES: usize = 10;
     let cluster = TestCluster::start(3, "2+1");
     // A long timeout, so that the second round below is well within it however slow the host.
-    let m = Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000"], CALL_LOG);
+    let m = Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000", "--open-cache-ms", "60000"], CALL_LOG);
     std::fs::create_dir(m.join("d")).expect("mkdir");
     for i in 0..FILES {
         std::fs::write(m.join(&format!("d/f{i}")), content(i as u64, 4096 + i)).expect("write");
