@@ -47,10 +47,17 @@ class Counts:
     def __init__(self):
         self.lock = threading.Lock()
         self.c = {}
+        self.first = {}  # key -> seconds into the run when it was first counted
+        self.started = time.time()
 
     def add(self, key, n=1):
         with self.lock:
             self.c[key] = self.c.get(key, 0) + n
+            self.first.setdefault(key, round(time.time() - self.started, 1))
+
+    def firsts(self):
+        with self.lock:
+            return dict(sorted(self.first.items(), key=lambda kv: kv[1]))
 
     def snapshot(self):
         with self.lock:
@@ -118,6 +125,8 @@ class Soak:
         self.down = {}  # storage node -> when to restart it
         self.proc_lock = threading.Lock()
         self.gate = Gate()
+        self.slowest = {}  # victim -> most seconds its kill and restart took
+        self.kill_log = []
         self.rng = random.Random(args.seed)
         self.logs = os.path.join(self.dir, "logs")
 
@@ -220,6 +229,7 @@ class Soak:
                 elif self.down[node] <= time.time():
                     self.restart_node(node)
             victim = rng.choice(["storage", "storage", "meta", "mount", "s3"])
+            began = time.time()
             try:
                 if victim == "storage":
                     up = [n for n, st in states.items() if st == "up" and n not in self.down]
@@ -252,6 +262,11 @@ class Soak:
                     self.counts.add("kill s3 gateway")
             except Exception as e:  # a restart that failed is a finding, and is retried at the end
                 self.errors.add(f"killer: {victim}: {short(e)}")
+            took = time.time() - began
+            with self.counts.lock:
+                self.slowest[victim] = max(self.slowest.get(victim, 0), round(took, 1))
+            if victim == "meta":
+                self.kill_log.append((round(began - self.counts.started, 1), victim, round(took, 1)))
         for node in list(self.down):
             self.restart_node(node)
 
@@ -456,8 +471,8 @@ class Soak:
         killer.start()
         while time.time() - started < self.args.duration_s:
             time.sleep(min(30, self.args.duration_s - (time.time() - started)))
-            print(f"[{time.time() - started:5.0f} s] ops {sum(self.counts.snapshot().values())}, "
-                  f"errors {sum(self.errors.snapshot().values())}, failures {len(self.failures)}", flush=True)
+            print(f"[{time.time() - started:5.0f} s] failures {len(self.failures)}, operations and kills "
+                  f"{self.counts.snapshot()}, errors {sum(self.errors.snapshot().values())}", flush=True)
         self.stop.set()
         killer.join(timeout=120)
         hung = []
@@ -476,6 +491,9 @@ class Soak:
             "seconds": round(time.time() - started),
             "operations": self.counts.snapshot(),
             "errors_seen_by_clients": self.errors.snapshot(),
+            "first_seen_at_s": self.errors.firsts(),
+            "kill_and_restart_slowest_s": self.slowest,
+            "metadata_kills_at_s_took_s": self.kill_log,
             "files_checked_at_the_end": checked,
             "failures": self.failures,
         }
@@ -497,9 +515,9 @@ def raise_if_mount_gone(e):
 def mismatch(got, possible):
     """Why `got` (bytes, or None for no file) is none of the possibilities; None if it is one."""
     for p in possible:
-        if p[0] == "absent" and got is None:
-            return None
-        if got is None:
+        if p[0] == "absent" or got is None:
+            if p[0] == "absent" and got is None:
+                return None
             continue
         data = content(p[1], p[2])
         if p[0] == "exact" and got == data:

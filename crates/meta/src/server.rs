@@ -167,6 +167,7 @@ pub async fn run_with<G>(
 ) -> anyhow::Result<()> {
     let options = config.options();
     options.validate()?;
+    let opening = std::time::Instant::now();
     let engine: Arc<dyn kv::KvEngine> = match &config.engine {
         EngineConfig::Redb(path) => {
             let path = path.clone();
@@ -181,7 +182,7 @@ pub async fn run_with<G>(
             Arc::new(kv_postgres::PostgresEngine::connect(url, options).await?)
         }
     };
-    tracing::info!("metadata engine: {}", engine.describe());
+    tracing::info!("metadata engine: {} (opened in {} ms)", engine.describe(), opening.elapsed().as_millis());
     let service = MetaService::new(engine, options).await?;
     let listener = TcpListener::bind(&config.listen)
         .await
