@@ -20,7 +20,8 @@ use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeState, Severity, Wire
 
 /// Pause between two looks.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
-/// Pause between walks over every chunk record for the degraded, misplaced and narrow counts.
+/// Pause between walks over every chunk record for the degraded, misplaced and narrow counts
+/// (also walked at once after a node's state changed).
 pub const CHUNK_SCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// Events read back on taking the lease to learn the last state of every subject.
 pub const RECONCILE_EVENTS: u32 = 1000;
@@ -385,6 +386,11 @@ async fn watch_once(
     let mut trial = known.clone();
     let new = changes(&status, &mut trial);
     if !new.is_empty() {
+        // A node that went down or came back changes which chunks are degraded: count them
+        // again at the next look rather than up to a minute later.
+        if new.iter().any(|e| e.node.is_some()) {
+            *last_scan = None;
+        }
         service.record_events(new).await?;
     }
     // Only once recorded: a failed append is tried again at the next look.

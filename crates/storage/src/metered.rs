@@ -118,6 +118,12 @@ pub async fn announce(
         .iter()
         .map(|m| wire::Peer::new(m.clone(), Service::Meta))
         .collect();
+    // Known by its address until the metadata service gives it an id.
+    metrics::set_identity(metrics::Identity {
+        role: "storage".into(),
+        id: addr.clone(),
+        cluster: cluster.clone(),
+    });
     loop {
         let node = service.node_id();
         if node != 0 {
