@@ -105,6 +105,10 @@ pub struct StartArgs {
     /// disk, so this bounds what they may fill).
     #[arg(long, default_value_t = 0)]
     pub reserve_bytes: u64,
+    /// Start the roles without metrics exporters (by default each gets a port of its own,
+    /// recorded in cluster.toml, for `trove stats`, the dashboard and Prometheus).
+    #[arg(long)]
+    pub no_metrics: bool,
 }
 
 /// The metadata engine of a new local cluster.
@@ -121,6 +125,9 @@ pub struct Proc {
     pub config: PathBuf,
     pub log: PathBuf,
     pub pid: u32,
+    /// Where its metrics exporter listens (the metadata service's also serves the dashboard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// The state file.
@@ -208,22 +215,38 @@ enum Bound {
 /// How many ports a role is tried on before `start` gives up.
 const BIND_ATTEMPTS: usize = 5;
 
-/// Spawns `role` on a free loopback port, `configure` writing its config for an address and
-/// returning the config's path. A port taken by another process between choosing and binding
-/// is replaced by a new one; any other exit at start is an error quoting the log.
-async fn spawn_bound(role: &str, log: &Path, mut configure: impl FnMut(&str) -> Result<PathBuf>) -> Result<(String, PathBuf, std::process::Child)> {
+/// A role started by [`spawn_bound`]: its address, its metrics exporter's, its config.
+struct Spawned {
+    addr: String,
+    metrics: Option<String>,
+    config: PathBuf,
+    child: std::process::Child,
+}
+
+/// Spawns `role` on a free loopback port (and its metrics exporter on another, with
+/// `metrics`), `configure` writing its config for the addresses and returning the config's
+/// path. A port taken by another process between choosing and binding is replaced by a new
+/// one; any other exit at start is an error quoting the log.
+async fn spawn_bound(role: &str, log: &Path, metrics: bool, mut configure: impl FnMut(&str, Option<&str>) -> Result<PathBuf>) -> Result<Spawned> {
     let mut last = String::new();
     for _ in 0..BIND_ATTEMPTS {
-        let addr = format!("127.0.0.1:{}", free_ports(1)?[0]);
-        let config = configure(&addr)?;
+        let ports = free_ports(2)?;
+        let addr = format!("127.0.0.1:{}", ports[0]);
+        let exporter = metrics.then(|| format!("127.0.0.1:{}", ports[1]));
+        let config = configure(&addr, exporter.as_deref())?;
         let from = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
         let mut child = spawn_role(role, &config, log)?;
         match wait_bound(&mut child, role, log, from).await? {
-            Bound::Listening => return Ok((addr, config, child)),
+            Bound::Listening => return Ok(Spawned { addr, metrics: exporter, config, child }),
             Bound::PortTaken(line) => last = line,
         }
     }
     bail!("the {role} process found no free port in {BIND_ATTEMPTS} attempts; last: {last}")
+}
+
+/// The config line that starts a role's exporter, if it has one.
+fn metrics_line(metrics: Option<&str>) -> String {
+    metrics.map(|m| format!("metrics_listen = {m:?}\n")).unwrap_or_default()
 }
 
 /// Waits until `child` logs (after byte `from` of `log`) that it listens, or exits.
@@ -299,7 +322,7 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
     Ok(child)
 }
 
-fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
+fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
     let engine_line = match (args.engine, &args.postgres_url) {
         (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
         _ => format!("redb = {:?}", dir.join("meta").join("meta.redb").display().to_string()),
@@ -315,13 +338,15 @@ fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes:
             extra.push_str(&format!("{key} = {value}\n"));
         }
     }
-    format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
+    let metrics = metrics_line(metrics);
+    format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
-fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str, reserve_bytes: u64) -> String {
+fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     format!(
-        "listen = {addr:?}\nmeta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n",
+        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n",
+        metrics_line(metrics),
         drive.display().to_string()
     )
 }
@@ -369,26 +394,27 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         }
         let meta_cfg = dir.join("meta").join("meta.toml");
         let meta_log = dir.join("logs").join("meta.log");
-        let (meta_addr, meta_cfg, child) = spawn_bound("meta", &meta_log, |addr| {
-            std::fs::write(&meta_cfg, meta_config(&dir, addr, &cluster, args.ec, args.chunk_bytes, args))?;
+        let spawned = spawn_bound("meta", &meta_log, !args.no_metrics, |addr, metrics| {
+            std::fs::write(&meta_cfg, meta_config(&dir, addr, metrics, &cluster, args.ec, args.chunk_bytes, args))?;
             Ok(meta_cfg.clone())
         })
         .await?;
-        let meta = Proc { addr: meta_addr.clone(), config: meta_cfg, log: meta_log, pid: child.id() };
-        children.push(child);
+        let meta_addr = spawned.addr.clone();
+        let meta = Proc { addr: spawned.addr, config: spawned.config, log: meta_log, pid: spawned.child.id(), metrics: spawned.metrics };
+        children.push(spawned.child);
         let mut nodes = Vec::new();
         for i in 1..=args.nodes {
             let node_dir = dir.join(format!("node-{i}"));
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &meta_addr, &cluster, args.reserve_bytes))?;
+            let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes))?;
                 Ok(cfg.clone())
             })
             .await?;
-            nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
-            children.push(child);
+            nodes.push(Proc { addr: spawned.addr, config: spawned.config, log, pid: spawned.child.id(), metrics: spawned.metrics });
+            children.push(spawned.child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
             // `kill-node --node I` means node I of `trove status`.
             let partial = State {
@@ -511,6 +537,9 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             for (i, n) in s.nodes.iter().enumerate() {
                 println!("  storage node {}: {} (pid {})", i + 1, n.addr, n.pid);
             }
+            if let Some(m) = &s.meta.metrics {
+                println!("  dashboard: http://{m}/   (metrics of every role: `trove stats`)");
+            }
             println!("  default erasure scheme: {}", s.ec);
             println!();
             println!("Use it with:  trove --cluster {} status   (or export TROVE_CLUSTER={})", started.dir.display(), started.dir.display());
@@ -557,14 +586,17 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &state.meta.addr, &state.cluster, state.reserve_bytes))?;
+            // A node added to a cluster whose roles export metrics exports them too.
+            let export = state.meta.metrics.is_some();
+            let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes))?;
                 Ok(cfg.clone())
             })
             .await?;
-            state.nodes.push(Proc { addr, config: cfg, log, pid: child.id() });
+            let pid = spawned.child.id();
+            state.nodes.push(Proc { addr: spawned.addr, config: spawned.config, log, pid, metrics: spawned.metrics });
             state.save(&dir)?;
-            println!("added storage node {i} (pid {})", child.id());
+            println!("added storage node {i} (pid {pid})");
             wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
             Ok(())
         }
