@@ -204,6 +204,7 @@ impl FileHandle {
         let started = crate::metered::table().start();
         let result = self.write_unmetered(offset, data).await;
         crate::metered::done(crate::metered::WRITE, started, result.is_ok(), 0, data.len());
+        crate::metered::file(self.ino(), 0, data.len());
         result
     }
 

@@ -10,6 +10,7 @@
 use crate::Client;
 use metrics::gauges::CacheStats;
 use metrics::ops::OpTable;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use wire::{MetaOp, ProcessInfo};
@@ -54,6 +55,19 @@ pub fn done(op: usize, started: Option<Instant>, ok: bool, read: usize, written:
     }
 }
 
+/// Whether this process counts the busiest files at the client library: only where it is the
+/// front end itself (`trove bench`, programs embedding the library); a mount or gateway counts
+/// them where it serves them, and counting twice would double them.
+static COUNTS_FILES: AtomicBool = AtomicBool::new(false);
+
+/// Counts an operation on file `ino` for `/top`, where the client library is the front end.
+#[inline]
+pub fn file(ino: wire::Ino, read: usize, written: usize) {
+    if COUNTS_FILES.load(Ordering::Relaxed) && (read > 0 || written > 0) {
+        metrics::top::file(ino, read as u64, written as u64);
+    }
+}
+
 /// Announces `process` (its `metrics` address set) to the metadata service through `client`
 /// every [`ANNOUNCE_INTERVAL`] while the returned task runs, and sets the process's identity.
 pub fn spawn_announce(
@@ -61,6 +75,7 @@ pub fn spawn_announce(
     process: ProcessInfo,
     cluster: String,
 ) -> tokio::task::JoinHandle<()> {
+    COUNTS_FILES.store(process.role == "client", Ordering::Relaxed);
     metrics::set_identity(metrics::Identity {
         role: process.role.clone(),
         id: process.id.clone(),

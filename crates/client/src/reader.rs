@@ -403,7 +403,9 @@ impl ReadSide {
         let started = crate::metered::table().start();
         let out = self.read_pieces(offset, len, size, local).await;
         wire::stages::record(wire::stages::Stage::ClientRead, reading);
-        crate::metered::done(crate::metered::READ, started, out.is_ok(), out.as_ref().map_or(0, |b| b.len()), 0);
+        let read = out.as_ref().map_or(0, |b| b.len());
+        crate::metered::done(crate::metered::READ, started, out.is_ok(), read, 0);
+        crate::metered::file(self.inner.ino, read, 0);
         out
     }
 

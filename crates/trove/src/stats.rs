@@ -162,6 +162,9 @@ async fn discover(cluster: &str) -> Result<Vec<ProcessInfo>> {
     Ok(found)
 }
 
+/// How often `trove stats` asks again which processes export (a gateway started, a node added).
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(4);
+
 type Scraped = HashMap<String, (Instant, Result<Metrics, String>, Option<TopReport>)>;
 
 async fn scrape_all(processes: &[ProcessInfo], with_top: bool) -> Scraped {
@@ -517,7 +520,7 @@ pub async fn stats(args: StatsArgs, cluster: Option<String>) -> Result<()> {
         }
         before = after;
         // Processes come and go (a gateway started, a node added): look again now and then.
-        if last_discovery.elapsed() >= Duration::from_secs(10) {
+        if last_discovery.elapsed() >= DISCOVERY_INTERVAL {
             if let Ok(found) = discover(&cluster).await {
                 let known: HashSet<String> = processes.iter().map(|p| p.metrics.clone()).collect();
                 let new: Vec<ProcessInfo> = found
