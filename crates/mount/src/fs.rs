@@ -810,7 +810,7 @@ impl Filesystem for TroveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _op = metered::begin(metered::slot("lookup"));
+        let _op = metered::begin(const { metered::slot("lookup") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -841,7 +841,7 @@ impl Filesystem for TroveFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
-        let _op = metered::begin(metered::slot("getattr"));
+        let _op = metered::begin(const { metered::slot("getattr") });
         let now = Instant::now();
         let cached = lock(&self.shared.dir_attrs).get(ino.0, now);
         metered::dir_attrs().lookup(cached.is_some());
@@ -884,7 +884,7 @@ impl Filesystem for TroveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _op = metered::begin(metered::slot("setattr"));
+        let _op = metered::begin(const { metered::slot("setattr") });
         self.spawn_change(
             reply,
             move |s| async move {
@@ -897,7 +897,7 @@ impl Filesystem for TroveFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _op = metered::begin(metered::slot("readlink"));
+        let _op = metered::begin(const { metered::slot("readlink") });
         self.spawn(
             reply,
             move |s| async move { s.client.readlink(ino.0).await.map_err(fail) },
@@ -906,7 +906,7 @@ impl Filesystem for TroveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let _op = metered::begin(metered::slot("mknod"));
+        let _op = metered::begin(const { metered::slot("mknod") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -932,7 +932,7 @@ impl Filesystem for TroveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let _op = metered::begin(metered::slot("mkdir"));
+        let _op = metered::begin(const { metered::slot("mkdir") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -951,7 +951,7 @@ impl Filesystem for TroveFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("unlink"));
+        let _op = metered::begin(const { metered::slot("unlink") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -968,7 +968,7 @@ impl Filesystem for TroveFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("rmdir"));
+        let _op = metered::begin(const { metered::slot("rmdir") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -977,7 +977,7 @@ impl Filesystem for TroveFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let _op = metered::begin(metered::slot("symlink"));
+        let _op = metered::begin(const { metered::slot("symlink") });
         let (name, target) = match (name_str(link_name), target.to_str()) {
             (Ok(n), Some(t)) => (n.to_string(), t.to_string()),
             _ => return reply.error(Errno::EILSEQ),
@@ -1004,7 +1004,7 @@ impl Filesystem for TroveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _op = metered::begin(metered::slot("rename"));
+        let _op = metered::begin(const { metered::slot("rename") });
         let (name, newname) = match (name_str(name), name_str(newname)) {
             (Ok(a), Ok(b)) => (a.to_string(), b.to_string()),
             _ => return reply.error(Errno::EILSEQ),
@@ -1021,7 +1021,7 @@ impl Filesystem for TroveFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let _op = metered::begin(metered::slot("link"));
+        let _op = metered::begin(const { metered::slot("link") });
         let newname = match name_str(newname) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1037,7 +1037,7 @@ impl Filesystem for TroveFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _op = metered::begin(metered::slot("open"));
+        let _op = metered::begin(const { metered::slot("open") });
         self.spawn(
             reply,
             move |s| async move {
@@ -1075,7 +1075,7 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _op = metered::begin(metered::slot("read"));
+        let _op = metered::begin(const { metered::slot("read") });
         let received = Instant::now();
         let pid = req.pid();
         self.spawn(
@@ -1110,7 +1110,7 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _op = metered::begin(metered::slot("write"));
+        let _op = metered::begin(const { metered::slot("write") });
         // The request buffer is fuser's, reused for the next request: the task needs a copy.
         let data = data.to_vec();
         let pid = req.pid();
@@ -1126,7 +1126,7 @@ impl Filesystem for TroveFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("flush"));
+        let _op = metered::begin(const { metered::slot("flush") });
         self.spawn_closing(fh.0, reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await });
     }
 
@@ -1140,27 +1140,27 @@ impl Filesystem for TroveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _op = metered::begin(metered::slot("release"));
+        let _op = metered::begin(const { metered::slot("release") });
         // The kernel names a lock owner here only for files locked with flock.
         self.spawn_closing(fh.0, reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await });
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("fsync"));
+        let _op = metered::begin(const { metered::slot("fsync") });
         // Shards are written durably (fdatasync on every node) before a commit publishes them,
         // so fsync and fdatasync are the same flush.
         self.spawn_closing(fh.0, reply, move |s| async move { s.flush(fh.0).await });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _op = metered::begin(metered::slot("opendir"));
+        let _op = metered::begin(const { metered::slot("opendir") });
         let fh = self.shared.next_dir_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.shared.dirs).insert(fh, (ino.0, Arc::new(tokio::sync::Mutex::new(DirListing::default()))));
         reply.opened(Fh(fh), FopenFlags::empty());
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
-        let _op = metered::begin(metered::slot("readdir"));
+        let _op = metered::begin(const { metered::slot("readdir") });
         let shared = self.shared.clone();
         let op = metered::take();
         self.runtime.spawn(async move {
@@ -1195,7 +1195,7 @@ impl Filesystem for TroveFs {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let _op = metered::begin(metered::slot("readdirplus"));
+        let _op = metered::begin(const { metered::slot("readdirplus") });
         let shared = self.shared.clone();
         let op = metered::take();
         self.runtime.spawn(async move {
@@ -1254,19 +1254,19 @@ impl Filesystem for TroveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: Fh, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("releasedir"));
+        let _op = metered::begin(const { metered::slot("releasedir") });
         lock(&self.shared.dirs).remove(&fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: Fh, _datasync: bool, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("fsyncdir"));
+        let _op = metered::begin(const { metered::slot("fsyncdir") });
         // Every namespace change is committed durably by the metadata service before it answers.
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _op = metered::begin(metered::slot("statfs"));
+        let _op = metered::begin(const { metered::slot("statfs") });
         self.spawn(
             reply,
             move |s| async move { s.client.statfs().await.map_err(fail) },
@@ -1299,7 +1299,7 @@ impl Filesystem for TroveFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _op = metered::begin(metered::slot("setxattr"));
+        let _op = metered::begin(const { metered::slot("setxattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1324,7 +1324,7 @@ impl Filesystem for TroveFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _op = metered::begin(metered::slot("getxattr"));
+        let _op = metered::begin(const { metered::slot("getxattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1366,7 +1366,7 @@ impl Filesystem for TroveFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _op = metered::begin(metered::slot("listxattr"));
+        let _op = metered::begin(const { metered::slot("listxattr") });
         self.spawn(
             reply,
             move |s| async move {
@@ -1385,7 +1385,7 @@ impl Filesystem for TroveFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("removexattr"));
+        let _op = metered::begin(const { metered::slot("removexattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1405,7 +1405,7 @@ impl Filesystem for TroveFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("access"));
+        let _op = metered::begin(const { metered::slot("access") });
         // With default_permissions the kernel checks access itself and never asks.
         reply.ok();
     }
@@ -1420,7 +1420,7 @@ impl Filesystem for TroveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _op = metered::begin(metered::slot("create"));
+        let _op = metered::begin(const { metered::slot("create") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1448,7 +1448,7 @@ impl Filesystem for TroveFs {
         pid: u32,
         reply: fuser::ReplyLock,
     ) {
-        let _op = metered::begin(metered::slot("getlk"));
+        let _op = metered::begin(const { metered::slot("getlk") });
         let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
         let range = LockRange { start, end, kind, pid };
         let shared = self.shared.clone();
@@ -1479,7 +1479,7 @@ impl Filesystem for TroveFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let _op = metered::begin(metered::slot("setlk"));
+        let _op = metered::begin(const { metered::slot("setlk") });
         let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
         let range = LockRange { start, end, kind, pid };
         self.spawn(reply, move |s| async move { s.set_lock(ino.0, lock_owner.0, range, sleep).await }, |r, ()| r.ok());
@@ -1496,13 +1496,13 @@ impl Filesystem for TroveFs {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        let _op = metered::begin(metered::slot("ioctl"));
+        let _op = metered::begin(const { metered::slot("ioctl") });
         // Programs probe files with ioctls (isatty's TCGETS on every Python open): none apply.
         reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        let _op = metered::begin(metered::slot("fallocate"));
+        let _op = metered::begin(const { metered::slot("fallocate") });
         self.spawn_change(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
     }
 }

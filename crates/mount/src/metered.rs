@@ -55,7 +55,8 @@ pub const NAMES: [&str; 33] = [
     "fallocate",
 ];
 
-/// The slot of FUSE operation `name` (a name of [`NAMES`]; checked by a test).
+/// The slot of FUSE operation `name`, a name of [`NAMES`]: evaluated at compile time by the
+/// callers (`const { slot("read") }`), so a misspelt name does not build.
 pub const fn slot(name: &str) -> usize {
     let mut i = 0;
     while i < NAMES.len() {
