@@ -104,4 +104,11 @@ read_off, read_on = med("off", 1), med("on", 1)
 cr_off, cr_on = med("off", 2), med("on", 2)
 print(f"median sequential read: off {read_off:.0f} MB/s, on {read_on:.0f} MB/s: on/off {read_on / read_off:.3f} ({100 * (1 - read_on / read_off):+.1f}% cost)")
 print(f"median creates: off {cr_off:.0f}/s, on {cr_on:.0f}/s: on/off {cr_on / cr_off:.3f} ({100 * (1 - cr_on / cr_off):+.1f}% cost)")
+# Each round's two measurements are minutes apart at most: the median of their ratios is less
+# moved by the machine's load drifting over the sitting.
+off = [r for r in rows if r[0] == "off"]
+on = [r for r in rows if r[0] == "on"]
+for i, what in [(1, "sequential read"), (2, "creates")]:
+    ratios = [float(b[i]) / float(a[i]) for a, b in zip(off, on)]
+    print(f"median of per-round on/off ratios, {what}: {statistics.median(ratios):.3f} (rounds range {min(ratios):.2f}..{max(ratios):.2f})")
 EOF_PY
