@@ -230,6 +230,7 @@ class Soak:
                     self.restart_node(node)
             victim = rng.choice(["storage", "storage", "meta", "mount", "s3"])
             began = time.time()
+            steps = []
             try:
                 if victim == "storage":
                     up = [n for n, st in states.items() if st == "up" and n not in self.down]
@@ -242,8 +243,11 @@ class Soak:
                 elif victim == "meta":
                     os.kill(int(self.state()["meta"]["pid"]), signal.SIGKILL)
                     time.sleep(rng.uniform(0.5, 3))
-                    self.run_trove("cluster", "restart-meta", "--dir", self.dir)
+                    slept = time.time()
+                    p = self.run_trove("cluster", "restart-meta", "--dir", self.dir)
                     self.counts.add("kill metadata service")
+                    # Where a slow restart spent its time: the pause before it, the command.
+                    steps.append(f"paused {slept - began:.1f} s, restart-meta took {time.time() - slept:.1f} s: {p.stdout.strip()} {p.stderr.strip()}".strip())
                 elif victim == "mount":
                     # Killed while operations are in flight; they fail with ENOTCONN. New ones
                     # wait at the gate while the dead mount is replaced.
@@ -266,7 +270,7 @@ class Soak:
             with self.counts.lock:
                 self.slowest[victim] = max(self.slowest.get(victim, 0), round(took, 1))
             if victim == "meta":
-                self.kill_log.append((round(began - self.counts.started, 1), victim, round(took, 1)))
+                self.kill_log.append((round(began - self.counts.started, 1), victim, round(took, 1), steps))
         for node in list(self.down):
             self.restart_node(node)
 

@@ -13,6 +13,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v tar >/dev/null 2>&1 || need_pkgs+=(tar)
+# The storage tests look at the page cache with util-linux's fincore.
+command -v fincore >/dev/null 2>&1 || need_pkgs+=(util-linux)
 # The multi-host tests (crates/trove/tests/multihost.rs) put each host in a network namespace.
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 # The gateway tests drive `trove s3` with real S3 clients (rclone, s3cmd; awscli and boto3 come

@@ -925,7 +925,7 @@ impl Cluster {
                 let chunk = &found.rec;
                 chunks += 1;
                 *schemes.entry(chunk.ec).or_default() += 1;
-                if chunk.ec != found.file_ec {
+                if chunk.ec.narrower_than(found.file_ec.for_chunk(chunk.len)) {
                     status.chunks_narrow += 1;
                 }
                 let map = self.map(engine, chunk.placement.map_version).await.ok();

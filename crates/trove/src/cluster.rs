@@ -125,9 +125,52 @@ pub struct Proc {
     pub config: PathBuf,
     pub log: PathBuf,
     pub pid: u32,
+    /// When the process started, in clock ticks since boot (`/proc/PID/stat`), so that a pid the
+    /// kernel gave to another program after ours exited is not taken for ours: pids wrap
+    /// around within minutes on a busy machine. 0 in state files written before it was kept
+    /// (the pid alone is trusted then).
+    #[serde(default)]
+    pub started: u64,
     /// Where its metrics exporter listens (the metadata service's also serves the dashboard).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+}
+
+impl Proc {
+    fn new(addr: String, config: PathBuf, log: PathBuf, child: &std::process::Child) -> Proc {
+        let mut proc = Proc { addr, config, log, pid: 0, started: 0, metrics: None };
+        proc.set_child(child);
+        proc
+    }
+
+    /// A role [`spawn_bound`] started.
+    fn spawned(spawned: &Spawned, log: PathBuf) -> Proc {
+        let mut proc = Proc::new(spawned.addr.clone(), spawned.config.clone(), log, &spawned.child);
+        proc.metrics = spawned.metrics.clone();
+        proc
+    }
+
+    /// Records `child` as this role's process.
+    fn set_child(&mut self, child: &std::process::Child) {
+        self.pid = child.id();
+        self.started = process_start(self.pid).map_or(0, |(_, started)| started);
+    }
+
+    /// Whether the recorded process is running (not exited, not a zombie, and not another
+    /// program that got its pid since).
+    pub fn running(&self) -> bool {
+        match process_start(self.pid) {
+            Some((running, started)) => running && (self.started == 0 || started == self.started),
+            None => false,
+        }
+    }
+
+    /// Sends `sig` to the recorded process if it is still the one running.
+    fn signal(&self, sig: rustix::process::Signal) {
+        if self.running() {
+            signal(self.pid, sig);
+        }
+    }
 }
 
 /// The state file.
@@ -284,16 +327,21 @@ fn last_line_of(text: &str) -> String {
     text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string()
 }
 
-/// Whether a process with this pid is alive (and not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state letter follows the parenthesised command name.
-            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
+/// Whether the process with this pid is alive (not a zombie), and when it started (clock ticks
+/// since boot); `None` when there is no such process.
+fn process_start(pid: u32) -> Option<(bool, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+/// The state and start time of a `/proc/PID/stat` line: after the parenthesised command name
+/// (which may hold spaces and parentheses) come the state letter (field 3) and, 19 fields on,
+/// the start time (field 22).
+fn parse_stat(stat: &str) -> Option<(bool, u64)> {
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?;
+    let started = fields.nth(18)?.parse().ok()?;
+    Some((!matches!(state, "Z" | "X"), started))
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
@@ -367,15 +415,15 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
     let mut children = Vec::new();
     let state = if dir.join(STATE_FILE).exists() {
         let mut state = State::load(&dir)?;
-        if alive(state.meta.pid) || state.nodes.iter().any(|n| alive(n.pid)) {
+        if state.meta.running() || state.nodes.iter().any(Proc::running) {
             bail!("the cluster in {} is already running (metadata at {})", dir.display(), state.meta.addr);
         }
         let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
-        state.meta.pid = child.id();
+        state.meta.set_child(&child);
         children.push(child);
         for n in &mut state.nodes {
             let child = spawn_role("storage", &n.config, &n.log)?;
-            n.pid = child.id();
+            n.set_child(&child);
             children.push(child);
         }
         state
@@ -400,7 +448,7 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         })
         .await?;
         let meta_addr = spawned.addr.clone();
-        let meta = Proc { addr: spawned.addr, config: spawned.config, log: meta_log, pid: spawned.child.id(), metrics: spawned.metrics };
+        let meta = Proc::spawned(&spawned, meta_log);
         children.push(spawned.child);
         let mut nodes = Vec::new();
         for i in 1..=args.nodes {
@@ -413,7 +461,7 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
                 Ok(cfg.clone())
             })
             .await?;
-            nodes.push(Proc { addr: spawned.addr, config: spawned.config, log, pid: spawned.child.id(), metrics: spawned.metrics });
+            nodes.push(Proc::spawned(&spawned, log));
             children.push(spawned.child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
             // `kill-node --node I` means node I of `trove status`.
@@ -439,7 +487,7 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut last = String::from("metadata service not answering yet");
     while Instant::now() < deadline {
-        if !alive(state.meta.pid) {
+        if !state.meta.running() {
             bail!("the metadata process exited; see {}", state.meta.log.display());
         }
         if let Ok(client) = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await {
@@ -463,7 +511,7 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     }
     // Name the nodes that are not running, with the last thing each logged.
     for (i, n) in state.nodes.iter().enumerate() {
-        if !alive(n.pid) {
+        if !n.running() {
             last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line_of(&log_since(&n.log, 0))));
         }
     }
@@ -472,32 +520,28 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
 
 /// Stops every process: SIGTERM, then SIGKILL after a grace period.
 pub fn stop(state: &State) {
-    let pids: Vec<u32> = std::iter::once(state.meta.pid).chain(state.nodes.iter().map(|n| n.pid)).collect();
-    for &pid in &pids {
-        if alive(pid) {
-            signal(pid, rustix::process::Signal::TERM);
-        }
+    let procs: Vec<&Proc> = std::iter::once(&state.meta).chain(state.nodes.iter()).collect();
+    for p in &procs {
+        p.signal(rustix::process::Signal::TERM);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {
+    while Instant::now() < deadline && procs.iter().any(|p| p.running()) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    for &pid in &pids {
-        if alive(pid) {
-            signal(pid, rustix::process::Signal::KILL);
-        }
+    for p in &procs {
+        p.signal(rustix::process::Signal::KILL);
     }
 }
 
 /// SIGKILLs storage node `node` (1-based).
 pub fn kill_node(state: &State, node: usize) -> Result<()> {
     let n = node_proc(state, node)?;
-    if !alive(n.pid) {
+    if !n.running() {
         bail!("storage node {node} (pid {}) is not running", n.pid);
     }
-    signal(n.pid, rustix::process::Signal::KILL);
+    n.signal(rustix::process::Signal::KILL);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(n.pid) && Instant::now() < deadline {
+    while n.running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
@@ -513,11 +557,11 @@ fn node_proc(state: &State, node: usize) -> Result<&Proc> {
 /// Starts storage node `node` (1-based) again; returns the child.
 pub fn restart_node(dir: &Path, state: &mut State, node: usize) -> Result<std::process::Child> {
     let n = node_proc(state, node)?.clone();
-    if alive(n.pid) {
+    if n.running() {
         bail!("storage node {node} (pid {}) is still running", n.pid);
     }
     let child = spawn_role("storage", &n.config, &n.log)?;
-    state.nodes[node - 1].pid = child.id();
+    state.nodes[node - 1].set_child(&child);
     state.save(dir)?;
     Ok(child)
 }
@@ -561,21 +605,20 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
         }
         ClusterCmd::RestartMeta { dir } => {
             let mut state = State::load(&dir)?;
-            let pid = state.meta.pid;
-            signal(pid, rustix::process::Signal::TERM);
+            state.meta.signal(rustix::process::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(10);
-            while alive(pid) && Instant::now() < deadline {
+            while state.meta.running() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            if alive(pid) {
-                signal(pid, rustix::process::Signal::KILL);
+            if state.meta.running() {
+                state.meta.signal(rustix::process::Signal::KILL);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
-            state.meta.pid = child.id();
+            state.meta.set_child(&child);
             state.save(&dir)?;
             println!("restarted the metadata service (pid {})", child.id());
-            let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+            let running = state.nodes.iter().filter(|n| n.running()).count();
             wait_up(&state, running, true).await
         }
         ClusterCmd::AddNode { dir } => {
@@ -594,7 +637,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             })
             .await?;
             let pid = spawned.child.id();
-            state.nodes.push(Proc { addr: spawned.addr, config: spawned.config, log, pid, metrics: spawned.metrics });
+            state.nodes.push(Proc::spawned(&spawned, log));
             state.save(&dir)?;
             println!("added storage node {i} (pid {pid})");
             wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
@@ -612,13 +655,34 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
 
 /// Waits until every node except those not running is up again.
 pub async fn wait_node_up(state: &State, _node: usize) -> Result<()> {
-    let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+    let running = state.nodes.iter().filter(|n| n.running()).count();
     wait_up(state, running, true).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_known_by_its_pid_and_its_start_time() {
+        // Fields 3 (state) and 22 (start time) of a stat line, with a command name holding
+        // spaces and a parenthesis.
+        let line = "4242 (trove (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 0 0 20 0 9 0 123456 999 99 rest";
+        assert_eq!(parse_stat(line), Some((true, 123456)));
+        assert_eq!(parse_stat(&line.replace(") S ", ") Z ")), Some((false, 123456)));
+        assert_eq!(parse_stat("garbage"), None);
+        // This process: running, and a record of it with another start time is not it.
+        let child = std::process::Command::new("sleep").arg("5").spawn().expect("sleep runs");
+        let mut proc = Proc::new("a".into(), "c".into(), "l".into(), &child);
+        assert!(proc.started > 0 && proc.running());
+        proc.started += 1;
+        assert!(!proc.running(), "a pid reused by another program is not taken for ours");
+        proc.started -= 1;
+        proc.signal(rustix::process::Signal::KILL);
+        let mut child = child;
+        child.wait().expect("reaped");
+        assert!(!proc.running());
+    }
 
     #[test]
     fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
