@@ -604,6 +604,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             Ok(())
         }
         ClusterCmd::RestartMeta { dir } => {
+            let began = Instant::now();
             let mut state = State::load(&dir)?;
             state.meta.signal(rustix::process::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -614,10 +615,16 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
                 state.meta.signal(rustix::process::Signal::KILL);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            let stopped = began.elapsed();
             let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
             state.meta.set_child(&child);
             state.save(&dir)?;
-            println!("restarted the metadata service (pid {})", child.id());
+            println!(
+                "restarted the metadata service (pid {}; the old one was gone after {} ms, the new one started {} ms later)",
+                child.id(),
+                stopped.as_millis(),
+                (began.elapsed() - stopped).as_millis()
+            );
             let running = state.nodes.iter().filter(|n| n.running()).count();
             wait_up(&state, running, true).await
         }
