@@ -158,42 +158,34 @@ impl OpTable {
 #[derive(Debug)]
 pub(crate) struct OpsCollector;
 
+/// One counter family with a sample per (protocol, operation) of every table.
+fn encode_op_counters(
+    encoder: &mut DescriptorEncoder,
+    tables: &[&'static OpTable],
+    name: &str,
+    value: impl Fn(&OpTable, usize) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, names::help(name), None, MetricType::Counter)?;
+    for t in tables {
+        for (i, op) in t.names.iter().enumerate() {
+            let labels = [("protocol", t.protocol), ("op", *op)];
+            m.encode_family(&labels)?
+                .encode_counter::<NoLabelSet, _, u64>(&value(t, i), None)?;
+        }
+    }
+    Ok(())
+}
+
 impl Collector for OpsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let tables: Vec<&'static OpTable> = TABLES.lock().clone();
         if tables.is_empty() {
             return Ok(());
         }
-        {
-            let mut m = encoder.encode_descriptor(
-                names::OPS,
-                names::help(names::OPS),
-                None,
-                MetricType::Counter,
-            )?;
-            for t in &tables {
-                for (i, op) in t.names.iter().enumerate() {
-                    let labels = [("protocol", t.protocol), ("op", *op)];
-                    m.encode_family(&labels)?
-                        .encode_counter::<NoLabelSet, _, u64>(&t.counts(i).0, None)?;
-                }
-            }
-        }
-        {
-            let mut m = encoder.encode_descriptor(
-                names::OP_ERRORS,
-                names::help(names::OP_ERRORS),
-                None,
-                MetricType::Counter,
-            )?;
-            for t in &tables {
-                for (i, op) in t.names.iter().enumerate() {
-                    let labels = [("protocol", t.protocol), ("op", *op)];
-                    m.encode_family(&labels)?
-                        .encode_counter::<NoLabelSet, _, u64>(&t.counts(i).1, None)?;
-                }
-            }
-        }
+        encode_op_counters(&mut encoder, &tables, names::OPS, |t, i| t.counts(i).0)?;
+        encode_op_counters(&mut encoder, &tables, names::OP_ERRORS, |t, i| {
+            t.counts(i).1
+        })?;
         {
             let mut m = encoder.encode_descriptor(
                 names::OP_DURATION,
