@@ -43,6 +43,7 @@ fn default_heartbeat_ms() -> u64 {
 /// cluster = "prod"
 /// reserve_bytes = 10_000_000_000  # optional, default 0
 /// heartbeat_ms = 1000             # optional
+/// pool = "flash"                  # optional, default: the default pool
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +67,10 @@ pub struct StorageConfig {
     /// Interval between heartbeats to the metadata service.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// The storage pool the node belongs to (nodes of one kind: flash, disk); empty or absent:
+    /// the default pool. A pool no node named before is made when its first node registers.
+    #[serde(default)]
+    pub pool: String,
 }
 
 impl StorageConfig {
@@ -112,6 +117,9 @@ impl StorageConfig {
         }
         if self.heartbeat_ms == 0 {
             bail!("`heartbeat_ms` must be at least 1");
+        }
+        if !self.pool.is_empty() {
+            wire::check_pool_name(&self.pool).map_err(|e| anyhow::anyhow!("`pool`: {e}"))?;
         }
         Ok(())
     }
@@ -221,6 +229,7 @@ pub async fn run_until(
                 uuid,
                 addr: advertise.clone(),
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
+                pool: config.pool.clone(),
             },
         ));
     }

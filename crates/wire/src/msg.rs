@@ -121,8 +121,11 @@ pub enum MetaOp {
     CommitChunks { ino: Ino, chunks: Vec<ChunkRecord>, size: u64, set_size: bool, mtime: Timestamp },
     /// Returns a placement map version.
     GetMap { version: u32 },
-    /// Storage node registration: returns its node id (stable across restarts by uuid).
-    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo> },
+    /// Storage node registration: returns its node id (stable across restarts by uuid). `pool`
+    /// names the pool the node belongs to (empty: the default pool); a pool of nodes that does
+    /// not exist yet is created with the cluster's default scheme, as the node is the first of
+    /// its kind. A node whose configuration names another pool than before moves to it.
+    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo>, pool: String },
     Heartbeat { node: NodeId, drives: Vec<DriveInfo> },
     /// Cluster status; `scan_chunks` also counts degraded chunks (walks all chunk records).
     Status { scan_chunks: bool },
@@ -168,6 +171,18 @@ pub enum MetaOp {
     /// version is answered. Answered with `MetaReply::NodeStates`. What clients poll, cheaply,
     /// to route around nodes that are down.
     NodeStates { known: u64 },
+    /// Every pool; answered with `MetaReply::Pools`.
+    ListPools,
+    /// Creates a pool named `name` (refused when the name is taken); answered with
+    /// `MetaReply::Pools` holding the new pool.
+    CreatePool { name: String, kind: PoolKind, default_ec: EcScheme },
+    /// Changes a pool's default scheme (`None`: unchanged); answered with `MetaReply::Pools`
+    /// holding the pool as changed.
+    SetPoolOptions { name: String, default_ec: Option<EcScheme> },
+    /// Puts directory `ino` (new files below it inherit the pool) or a regular file without data
+    /// in pool `pool` (by name), with the pool's default scheme as its scheme (a `SetLayout`
+    /// after it chooses another). Answered with the inode's attributes.
+    SetPool { ino: Ino, pool: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -212,6 +227,8 @@ pub enum MetaReply {
     /// id, address and state: equal versions mean equal states, whichever metadata server
     /// answers), and the nodes, or none when `version` is the one the caller said it knew.
     NodeStates { version: u64, nodes: Vec<NodeBrief> },
+    /// The answer to `ListPools`, `CreatePool` and `SetPoolOptions`.
+    Pools(Vec<PoolInfo>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
@@ -222,6 +239,8 @@ pub struct ScannedChunk {
     /// The file's scheme: a chunk coded narrower (written while nodes were down) is widened
     /// back to it when the nodes allow.
     pub file_ec: EcScheme,
+    /// The file's pool.
+    pub file_pool: PoolId,
 }
 
 /// What the metadata service sends back for a [`MetaCall`].
