@@ -39,6 +39,45 @@ NAMES_PER_WORKER_MAX = 40
 NODES_DOWN_MAX = 2
 
 
+# The spawner's program: runs each command it is sent (one JSON list per line) and answers with
+# its exit status and output (one JSON list per line).
+SPAWNER = r"""
+import json, subprocess, sys
+for line in sys.stdin:
+    p = subprocess.run(json.loads(line), capture_output=True, text=True)
+    print(json.dumps([p.returncode, p.stdout, p.stderr]), flush=True)
+"""
+
+
+class Spawner:
+    """Runs the killer's commands from a process started before any worker opened a file.
+
+    A child started from this process inherits, until it execs, every descriptor the workers
+    have open at that moment, files on the mount among them, and closing those sends the mount
+    a FLUSH that waits for the metadata service: with the service killed, a plain `trove
+    --version` started from here took up to 90 s. The spawner's children inherit nothing of the
+    workers'."""
+
+    class Result:
+        def __init__(self, returncode, stdout, stderr):
+            self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def run(self, argv):
+        with self.lock:
+            self.proc.stdin.write(json.dumps(argv) + "\n")
+            self.proc.stdin.flush()
+            return Spawner.Result(*json.loads(self.proc.stdout.readline()))
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def content(seed, size):
     return random.Random(seed).randbytes(size)
 
@@ -129,11 +168,12 @@ class Soak:
         self.kill_log = []
         self.rng = random.Random(args.seed)
         self.logs = os.path.join(self.dir, "logs")
+        self.spawner = Spawner()
 
     # -- processes -------------------------------------------------------------------------
 
     def run_trove(self, *args, check=True):
-        p = subprocess.run([self.trove, *args], capture_output=True, text=True)
+        p = self.spawner.run([self.trove, *args])
         if check and p.returncode != 0:
             raise RuntimeError(f"trove {' '.join(args)}: {p.stderr.strip()}")
         return p
@@ -230,6 +270,7 @@ class Soak:
                     self.restart_node(node)
             victim = rng.choice(["storage", "storage", "meta", "mount", "s3"])
             began = time.time()
+            steps = []
             try:
                 if victim == "storage":
                     up = [n for n, st in states.items() if st == "up" and n not in self.down]
@@ -242,8 +283,14 @@ class Soak:
                 elif victim == "meta":
                     os.kill(int(self.state()["meta"]["pid"]), signal.SIGKILL)
                     time.sleep(rng.uniform(0.5, 3))
-                    self.run_trove("cluster", "restart-meta", "--dir", self.dir)
+                    slept = time.time()
+                    # Where a slow restart spends its time: starting any trove process (a
+                    # control), the restart command and what it says of its steps.
+                    self.run_trove("--version")
+                    control = time.time()
+                    p = self.run_trove("cluster", "restart-meta", "--dir", self.dir)
                     self.counts.add("kill metadata service")
+                    steps.append(f"paused {slept - began:.1f} s, trove --version took {control - slept:.1f} s, restart-meta took {time.time() - control:.1f} s: {p.stdout.strip()} {p.stderr.strip()}".strip())
                 elif victim == "mount":
                     # Killed while operations are in flight; they fail with ENOTCONN. New ones
                     # wait at the gate while the dead mount is replaced.
@@ -266,7 +313,7 @@ class Soak:
             with self.counts.lock:
                 self.slowest[victim] = max(self.slowest.get(victim, 0), round(took, 1))
             if victim == "meta":
-                self.kill_log.append((round(began - self.counts.started, 1), victim, round(took, 1)))
+                self.kill_log.append((round(began - self.counts.started, 1), victim, round(took, 1), steps))
         for node in list(self.down):
             self.restart_node(node)
 

@@ -13,6 +13,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v tar >/dev/null 2>&1 || need_pkgs+=(tar)
+# The storage tests look at the page cache with util-linux's fincore.
+command -v fincore >/dev/null 2>&1 || need_pkgs+=(util-linux)
 # The multi-host tests (crates/trove/tests/multihost.rs) put each host in a network namespace.
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 # The gateway tests drive `trove s3` with real S3 clients (rclone, s3cmd; awscli and boto3 come
@@ -22,6 +24,11 @@ command -v rclone >/dev/null 2>&1 || need_pkgs+=(rclone)
 command -v s3cmd >/dev/null 2>&1 || need_pkgs+=(s3cmd)
 command -v nfs-ls >/dev/null 2>&1 || need_pkgs+=(libnfs-utils)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+# The metrics test scrapes every role with a real Prometheus server (promtool comes with it);
+# the dashboard test renders the dashboard in headless Chromium.
+command -v prometheus >/dev/null 2>&1 || need_pkgs+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 # The Python package's test (crates/trove/tests/python.rs) makes a virtual environment.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)

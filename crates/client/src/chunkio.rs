@@ -38,6 +38,13 @@ pub(crate) struct Allocation {
 }
 
 impl Allocation {
+    /// The allocation for a chunk of `len` bytes: small chunks are mirrored
+    /// ([`EcScheme::for_chunk`]), on the first nodes of the same group.
+    fn for_len(mut self, len: usize) -> Allocation {
+        self.ec = self.ec.for_chunk(u32::try_from(len).unwrap_or(u32::MAX));
+        self
+    }
+
     /// The nodes its shards go to, in slot order.
     fn nodes(&self) -> Vec<Option<NodeId>> {
         (0..self.ec.width()).map(|i| self.map.node_for(self.placement.pg, i)).collect()
@@ -96,7 +103,8 @@ impl Client {
     pub(crate) async fn upload_chunk(&self, ino: Ino, index: u64, first: Allocation, data: Bytes) -> Result<ChunkRecord> {
         let started = Instant::now();
         let mut delay = std::time::Duration::from_millis(50);
-        let mut alloc = first;
+        let len = data.len();
+        let mut alloc = first.for_len(len);
         let mut avoid: Vec<NodeId> = Vec::new();
         let mut attempts = 0u32;
         let mut reasons: Vec<(NodeId, WireError)> = Vec::new();
@@ -111,7 +119,7 @@ impl Client {
                 attempts += 1;
                 match self.alloc_chunks(ino, 1, avoid.clone()).await {
                     Ok(mut fresh) if !fresh.is_empty() => {
-                        alloc = fresh.swap_remove(0);
+                        alloc = fresh.swap_remove(0).for_len(len);
                         continue;
                     }
                     // No placement without those nodes: try them after all (the belief may
@@ -158,7 +166,7 @@ impl Client {
                 return Err(upload_failed(ino, index, &reasons, None));
             }
             match self.alloc_chunks(ino, 1, avoid.clone()).await {
-                Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0),
+                Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0).for_len(len),
                 Ok(_) => return Err(upload_failed(ino, index, &reasons, Some("the metadata service allocated nothing"))),
                 Err(e) => return Err(upload_failed(ino, index, &reasons, Some(&e.message))),
             }

@@ -201,6 +201,14 @@ impl FileHandle {
     /// Writes `data` at `offset`, extending the file as needed. Data is durable only after
     /// [`FileHandle::flush`] / [`FileHandle::close`].
     pub async fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let started = crate::metered::table().start();
+        let result = self.write_unmetered(offset, data).await;
+        crate::metered::done(crate::metered::WRITE, started, result.is_ok(), 0, data.len());
+        crate::metered::file(self.ino(), 0, data.len());
+        result
+    }
+
+    async fn write_unmetered(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         if let Some(e) = self.deferred_error.clone() {
             return Err(e);
         }

@@ -13,6 +13,7 @@
 //! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
 
 mod chunkio;
+pub mod metered;
 pub mod mover;
 mod file;
 mod posix;
@@ -253,6 +254,8 @@ impl Client {
         } else {
             0
         };
+        let op_slot = metered::META_FIRST + op.index();
+        let metered_start = metered::table().start();
         let call = MetaCall { request_id, op };
         let started = Instant::now();
         let mut delay = Duration::from_millis(20);
@@ -262,6 +265,7 @@ impl Client {
             match peer.call::<MetaCall, MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(30)).await {
                 Ok((reply, _)) => {
                     self.report_dir_change(&reply);
+                    metered::done(op_slot, metered_start, true, 0, 0);
                     return Ok(reply);
                 }
                 Err(e)
@@ -280,7 +284,10 @@ impl Client {
                 Err(RpcError::Remote(w)) if w.code == ErrorCode::Conflict && started.elapsed() < self.inner.options.meta_deadline => {
                     tokio::time::sleep(delay).await;
                 }
-                Err(e) => return Err(rpc_error(e)),
+                Err(e) => {
+                    metered::done(op_slot, metered_start, false, 0, 0);
+                    return Err(rpc_error(e));
+                }
             }
         }
     }
@@ -722,6 +729,9 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::ScanChunks { .. }
             | MetaOp::NodeStates { .. }
             | MetaOp::ListPools
+            | MetaOp::Announce { .. }
+            | MetaOp::Processes
+            | MetaOp::Events { .. }
     )
 }
 

@@ -208,10 +208,10 @@ impl Mover {
         let group = |map: &PlacementMap| -> Vec<NodeId> { map.group(pg).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
         let (old, new) = (group(&old_map), group(newest));
         let fits = new.len() >= width;
-        if rec.ec != found.file_ec || !fits {
+        if rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)) || !fits {
             // Narrower than its file (written while nodes were down), or wider than the nodes
             // left: re-encode it if the nodes now allow a better scheme.
-            match self.better_scheme(ino, rec.ec, fits).await? {
+            match self.better_scheme(ino, rec, fits).await? {
                 Some(_) => return self.recode(ino, rec, throttle, report).await,
                 None if !fits => {
                     return Err(WireError::new(
@@ -301,12 +301,13 @@ impl Mover {
         Ok(settled)
     }
 
-    /// The scheme a chunk coded `current` of file `ino` would be written in now, if it is
-    /// better: wider than `current` (when `current` fits the newest map), or any scheme that
+    /// The scheme chunk `rec` of file `ino` would be written in now, if it is better than the
+    /// one it has, `current`: wider than `current` (when `current` fits the newest map), or any scheme that
     /// fits (when it does not). Asks the metadata service without reserving anything.
-    async fn better_scheme(&self, ino: Ino, current: EcScheme, fits: bool) -> Result<Option<EcScheme>> {
+    async fn better_scheme(&self, ino: Ino, rec: &ChunkRecord, fits: bool) -> Result<Option<EcScheme>> {
+        let current = rec.ec;
         let probe = match self.client.meta(MetaOp::AllocChunks { ino, count: 0, avoid: Vec::new() }).await {
-            Ok(MetaReply::Alloc { ec, .. }) => ec,
+            Ok(MetaReply::Alloc { ec, .. }) => ec.for_chunk(rec.len),
             Ok(other) => return Err(crate::unexpected(&other)),
             // Too few nodes up for any scheme: nothing better now.
             Err(e) if e.code == ErrorCode::Unavailable => return Ok(None),

@@ -400,8 +400,12 @@ impl ReadSide {
     /// holds from it.
     pub(crate) async fn read_with(&self, offset: u64, len: usize, size: u64, local: &dyn LocalChunks) -> Result<Bytes> {
         let reading = std::time::Instant::now();
+        let started = crate::metered::table().start();
         let out = self.read_pieces(offset, len, size, local).await;
         wire::stages::record(wire::stages::Stage::ClientRead, reading);
+        let read = out.as_ref().map_or(0, |b| b.len());
+        crate::metered::done(crate::metered::READ, started, out.is_ok(), read, 0);
+        crate::metered::file(self.inner.ino, read, 0);
         out
     }
 
@@ -439,6 +443,7 @@ impl ReadSide {
                 let st = self.inner.state.lock();
                 (Self::cached(&st, index), st.fetches.contains_key(&index))
             };
+            crate::metered::chunk_cache().lookup(cached.is_some());
             match cached {
                 Some(c) => c.slice_padded(in_chunk, take),
                 // Small random read: fetch only the bytes asked for.

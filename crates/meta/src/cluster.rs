@@ -1023,7 +1023,7 @@ impl Cluster {
                 let stored = chunk.ec.width() as u64 - u64::from(chunk.missing.count_ones());
                 pool.1 += stored * u64::from(chunk.shard_len);
                 *pool.2.entry(chunk.ec).or_default() += 1;
-                if chunk.ec != found.file_ec {
+                if chunk.ec.narrower_than(found.file_ec.for_chunk(chunk.len)) {
                     status.chunks_narrow += 1;
                 }
                 let map = self.map(engine, chunk.placement.map_version).await.ok();

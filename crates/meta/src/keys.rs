@@ -63,6 +63,8 @@ pub mod prefix {
     /// `T` + ino: a directory's latest mtime/ctime, written blindly by every change of its
     /// entries so that concurrent creates in one directory do not conflict on its inode.
     pub const DIR_TIMES: u8 = b'T';
+    /// `H` + sequence number: a record of the cluster's event log (history).
+    pub const EVENT: u8 = b'H';
     /// `A` + name: a lease (today only `A` + "leader", the cluster manager's).
     pub const LEASE_NAMED: u8 = b'A';
     /// `O` + pool id: a storage pool.
@@ -77,6 +79,8 @@ pub mod counter {
     pub const CHUNK: &[u8] = b"chunk";
     /// The next storage node id.
     pub const NODE: &[u8] = b"node";
+    /// The sequence number the next event of the event log gets (absent: 1).
+    pub const EVENT: &[u8] = b"event";
     /// The version of the newest published placement map (0: none yet).
     pub const MAP: &[u8] = b"map";
     /// The next pool id (absent: 1; pool 0 is the default pool).
@@ -271,6 +275,13 @@ pub fn lease(session: u64) -> Vec<u8> {
 pub fn leader_lease() -> Vec<u8> {
     let mut key = with_prefix(prefix::LEASE_NAMED, 6);
     key.extend_from_slice(b"leader");
+    key
+}
+
+/// The key of event `seq` of the event log.
+pub fn event(seq: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::EVENT, 8);
+    key.extend_from_slice(&seq.to_be_bytes());
     key
 }
 
@@ -523,6 +534,7 @@ impl Record for LockRec {}
 impl Record for LeaseRec {}
 impl Record for PoolRec {}
 impl Record for ChunkRecord {}
+impl Record for wire::Event {}
 
 impl Record for InodeRec {
     const FORMAT: u8 = FORMAT_V2;
@@ -564,7 +576,7 @@ impl Record for RequestRec {
     const FORMAT: u8 = FORMAT_V2;
 
     fn migrate(version: u8, _body: &[u8]) -> Result<Self, String> {
-        // Format 1 replies hold attributes and maps of protocol 6, which no client of this
+        // Format 1 replies hold attributes and maps of protocol 7 or older, which no client of this
         // version can have asked for (older clients are refused at the hello): only the sweep
         // reads such records, through `RequestHead`.
         Err(format!(

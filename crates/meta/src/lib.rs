@@ -13,13 +13,17 @@
 //! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
+pub mod events;
 pub mod gc;
 pub mod keys;
 pub mod locks;
+pub mod metered;
 pub mod namespace;
 pub mod pools;
+pub mod processes;
 pub mod server;
 pub mod store;
+pub mod watch;
 
 pub use server::{run, serve, Background, EngineConfig, MetaConfig};
 
@@ -122,6 +126,8 @@ pub struct MetaService {
     /// A chunk with missing shards was committed through this server since the flag was last
     /// taken (the data mover repairs such chunks; this tells it not to wait).
     degraded_written: std::sync::atomic::AtomicBool,
+    /// Processes that announced their metrics exporters (in memory).
+    processes: processes::Processes,
 }
 
 impl MetaService {
@@ -151,6 +157,7 @@ impl MetaService {
             advertise: parking_lot::Mutex::new(String::new()),
             lease_until_ms: AtomicU64::new(0),
             degraded_written: std::sync::atomic::AtomicBool::new(false),
+            processes: processes::Processes::default(),
         }))
     }
 
@@ -209,6 +216,12 @@ impl MetaService {
             }
             MetaOp::SetNodeState { node, state, force } => {
                 self.cluster.set_node_state(engine, node, state, force).await
+            }
+            MetaOp::Announce { process } => self.processes.announce(process).map(|()| MetaReply::Ok),
+            MetaOp::Processes => Ok(MetaReply::Processes(self.processes.list())),
+            MetaOp::Events { after, limit, newest } => {
+                let (events, next) = events::read(engine, after, limit, newest).await?;
+                Ok(MetaReply::Events { events, next })
             }
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
@@ -296,6 +309,16 @@ impl MetaService {
             })
         })
         .await
+    }
+
+    /// The processes that announced their exporters, with this server's own entry.
+    pub fn processes(&self) -> &processes::Processes {
+        &self.processes
+    }
+
+    /// Appends events to the cluster's event log.
+    pub async fn record_events(&self, new: Vec<events::NewEvent>) -> Result<Vec<wire::Event>, WireError> {
+        events::append(self.engine.as_ref(), new).await
     }
 
     /// Sets the address shown for this server when it leads.

@@ -513,7 +513,10 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::ScanChunks { .. }
         | MetaOp::MoveChunk { .. }
         | MetaOp::SetNodeState { .. }
-        | MetaOp::NodeStates { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
+        | MetaOp::NodeStates { .. }
+        | MetaOp::Announce { .. }
+        | MetaOp::Processes
+        | MetaOp::Events { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
 

@@ -79,6 +79,21 @@ pub struct MetaConfig {
     /// Pause between scrub passes (checksum verification of every shard); 0 disables scrub.
     #[serde(default = "default_scrub_interval_ms")]
     pub scrub_interval_ms: u64,
+    /// Where to serve metrics (`/metrics`) and the dashboard (`/`), "HOST:PORT"; none: no
+    /// metrics are recorded. Served by the `trove` binary.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
+    /// Whether the dashboard is served on `metrics_listen` (default: yes).
+    #[serde(default = "default_dashboard")]
+    pub dashboard: bool,
+    /// A user and password the dashboard asks for (HTTP basic authentication), "USER:PASSWORD";
+    /// none: it is open to whoever reaches the port (it only shows, never changes anything).
+    #[serde(default)]
+    pub dashboard_auth: Option<String>,
+}
+
+fn default_dashboard() -> bool {
+    true
 }
 
 fn default_rebuild_after_ms() -> u64 {
@@ -183,6 +198,7 @@ pub async fn run_with<G>(
         }
     };
     tracing::info!("metadata engine: {} (opened in {} ms)", engine.describe(), opening.elapsed().as_millis());
+    let engine: Arc<dyn kv::KvEngine> = Arc::new(crate::metered::MeteredEngine::new(engine));
     let service = MetaService::new(engine, options).await?;
     let listener = TcpListener::bind(&config.listen)
         .await
@@ -229,7 +245,8 @@ async fn shutdown_signal() {
 /// stop when this future is dropped).
 pub async fn serve(listener: TcpListener, service: Arc<MetaService>, cluster: String) {
     let _background = service.spawn_background();
-    wire::rpc::serve(listener, service, Service::Meta, cluster).await;
+    let metered = Arc::new(crate::metered::MeteredService(service));
+    wire::rpc::serve(listener, metered, Service::Meta, cluster).await;
 }
 
 /// The background tasks of a service; dropping this stops them.
@@ -291,8 +308,9 @@ impl MetaService {
                 }
             },
         ));
+        let watch = tokio::spawn(crate::watch::run(Arc::downgrade(self)));
         Background {
-            tasks: vec![lease, gc, sweep],
+            tasks: vec![lease, gc, sweep, watch],
         }
     }
 }

@@ -15,6 +15,7 @@
 use crate::attr::{self, file_attr, name_str, XattrAnswer};
 use crate::dir::{DirListing, Slot, READDIR_PAGE_ENTRIES};
 use crate::dircache::DirCache;
+use crate::metered;
 use crate::open::{CacheVersions, OpenInode, OpenTable};
 use crate::opencache::OpenCache;
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
@@ -204,11 +205,18 @@ impl TroveFs {
         T: Send + 'static,
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
+        let op = metered::take();
         let fut = work(self.shared.clone());
         self.runtime.spawn(async move {
             match fut.await {
-                Ok(v) => done(reply, v),
-                Err(e) => reply.fail(e),
+                Ok(v) => {
+                    done(reply, v);
+                    op.done(true);
+                }
+                Err(e) => {
+                    reply.fail(e);
+                    op.done(false);
+                }
             }
         });
     }
@@ -548,6 +556,7 @@ impl Shared {
         let (gid, mode) = self.new_owner(parent, gid, attr::creation_mode(mode, umask), false).await?;
         let exclusive = flags & libc::O_EXCL != 0;
         let mut a = self.client.create_as(parent, &name, mode, uid, gid, exclusive).await.map_err(fail)?;
+        metrics::top::name_file(a.ino, &name);
         if a.kind != FileKind::File {
             return Err(if a.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EEXIST });
         }
@@ -801,11 +810,13 @@ impl Filesystem for TroveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _op = metered::begin(const { metered::slot("lookup") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
         let kept = lock(&self.shared.statahead).lookup(parent.0, &name, Instant::now());
+        metered::statahead().lookup(kept.is_some());
         if let Some((a, left)) = kept {
             // Answered on this thread from a listing younger than the entry timeout.
             let attr_ttl = self.shared.attr_ttl().min(left);
@@ -816,6 +827,7 @@ impl Filesystem for TroveFs {
             move |s| async move {
                 let started = Instant::now();
                 let a = s.client.lookup(parent.0, &name).await.map_err(fail)?;
+                metrics::top::name_file(a.ino, &name);
                 s.remember_dir(&a, started);
                 let ticket = lock(&s.statahead).found(parent.0, started);
                 if let Some(ticket) = ticket {
@@ -829,8 +841,10 @@ impl Filesystem for TroveFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<Fh>, reply: ReplyAttr) {
+        let _op = metered::begin(const { metered::slot("getattr") });
         let now = Instant::now();
         let cached = lock(&self.shared.dir_attrs).get(ino.0, now);
+        metered::dir_attrs().lookup(cached.is_some());
         if let Some((a, left)) = cached {
             // Answered on this thread: no round trip, no hand-over to the runtime.
             return reply.attr(&left, &self.shared.kernel_attr(a));
@@ -870,6 +884,7 @@ impl Filesystem for TroveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _op = metered::begin(const { metered::slot("setattr") });
         self.spawn_change(
             reply,
             move |s| async move {
@@ -882,6 +897,7 @@ impl Filesystem for TroveFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _op = metered::begin(const { metered::slot("readlink") });
         self.spawn(
             reply,
             move |s| async move { s.client.readlink(ino.0).await.map_err(fail) },
@@ -890,6 +906,7 @@ impl Filesystem for TroveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _op = metered::begin(const { metered::slot("mknod") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -915,6 +932,7 @@ impl Filesystem for TroveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _op = metered::begin(const { metered::slot("mkdir") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -933,6 +951,7 @@ impl Filesystem for TroveFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("unlink") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -949,6 +968,7 @@ impl Filesystem for TroveFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("rmdir") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -957,6 +977,7 @@ impl Filesystem for TroveFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _op = metered::begin(const { metered::slot("symlink") });
         let (name, target) = match (name_str(link_name), target.to_str()) {
             (Ok(n), Some(t)) => (n.to_string(), t.to_string()),
             _ => return reply.error(Errno::EILSEQ),
@@ -983,6 +1004,7 @@ impl Filesystem for TroveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _op = metered::begin(const { metered::slot("rename") });
         let (name, newname) = match (name_str(name), name_str(newname)) {
             (Ok(a), Ok(b)) => (a.to_string(), b.to_string()),
             _ => return reply.error(Errno::EILSEQ),
@@ -999,6 +1021,7 @@ impl Filesystem for TroveFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _op = metered::begin(const { metered::slot("link") });
         let newname = match name_str(newname) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1014,6 +1037,7 @@ impl Filesystem for TroveFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _op = metered::begin(const { metered::slot("open") });
         self.spawn(
             reply,
             move |s| async move {
@@ -1023,6 +1047,7 @@ impl Filesystem for TroveFs {
                 // attribute timeout, with no change of this mount since, is used again.
                 let started = Instant::now();
                 let kept = lock(&s.open_cache).get(ino.0, started);
+                metered::open_cache().lookup(kept.is_some());
                 let first = match kept {
                     Some(first) => first,
                     None => {
@@ -1041,8 +1066,8 @@ impl Filesystem for TroveFs {
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: Fh,
         offset: u64,
         size: u32,
@@ -1050,7 +1075,9 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _op = metered::begin(const { metered::slot("read") });
         let received = Instant::now();
+        let pid = req.pid();
         self.spawn(
             reply,
             move |s| async move {
@@ -1058,6 +1085,9 @@ impl Filesystem for TroveFs {
                 let reading = Instant::now();
                 let data = s.read(fh.0, offset, size).await;
                 stages::record(Stage::MountRead, reading);
+                if let Ok(bytes) = &data {
+                    metered::read(ino.0, pid, bytes.len());
+                }
                 data
             },
             |r, data| {
@@ -1070,8 +1100,8 @@ impl Filesystem for TroveFs {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: Fh,
         offset: u64,
         data: &[u8],
@@ -1080,12 +1110,23 @@ impl Filesystem for TroveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _op = metered::begin(const { metered::slot("write") });
         // The request buffer is fuser's, reused for the next request: the task needs a copy.
         let data = data.to_vec();
-        self.spawn_change(reply, move |s| async move { s.write(fh.0, offset, data).await }, |r, n| r.written(n));
+        let pid = req.pid();
+        self.spawn_change(
+            reply,
+            move |s| async move {
+                let n = s.write(fh.0, offset, data).await?;
+                metered::write(ino.0, pid, n as usize);
+                Ok(n)
+            },
+            |r, n| r.written(n),
+        );
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("flush") });
         self.spawn_closing(fh.0, reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await });
     }
 
@@ -1099,25 +1140,31 @@ impl Filesystem for TroveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _op = metered::begin(const { metered::slot("release") });
         // The kernel names a lock owner here only for files locked with flock.
         self.spawn_closing(fh.0, reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await });
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, _datasync: bool, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("fsync") });
         // Shards are written durably (fdatasync on every node) before a commit publishes them,
         // so fsync and fdatasync are the same flush.
         self.spawn_closing(fh.0, reply, move |s| async move { s.flush(fh.0).await });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _op = metered::begin(const { metered::slot("opendir") });
         let fh = self.shared.next_dir_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.shared.dirs).insert(fh, (ino.0, Arc::new(tokio::sync::Mutex::new(DirListing::default()))));
         reply.opened(Fh(fh), FopenFlags::empty());
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
+        let _op = metered::begin(const { metered::slot("readdir") });
         let shared = self.shared.clone();
+        let op = metered::take();
         self.runtime.spawn(async move {
+            let _answered = op.on_drop();
             let (dir, listing) = match shared.dir_handle(fh.0) {
                 Ok(d) => d,
                 Err(e) => return reply.error(e),
@@ -1148,8 +1195,11 @@ impl Filesystem for TroveFs {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _op = metered::begin(const { metered::slot("readdirplus") });
         let shared = self.shared.clone();
+        let op = metered::take();
         self.runtime.spawn(async move {
+            let _answered = op.on_drop();
             let (dir, listing) = match shared.dir_handle(fh.0) {
                 Ok(d) => d,
                 Err(e) => return reply.error(e),
@@ -1204,16 +1254,19 @@ impl Filesystem for TroveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: Fh, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("releasedir") });
         lock(&self.shared.dirs).remove(&fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: Fh, _datasync: bool, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("fsyncdir") });
         // Every namespace change is committed durably by the metadata service before it answers.
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _op = metered::begin(const { metered::slot("statfs") });
         self.spawn(
             reply,
             move |s| async move { s.client.statfs().await.map_err(fail) },
@@ -1246,6 +1299,7 @@ impl Filesystem for TroveFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _op = metered::begin(const { metered::slot("setxattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1270,6 +1324,7 @@ impl Filesystem for TroveFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _op = metered::begin(const { metered::slot("getxattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1311,6 +1366,7 @@ impl Filesystem for TroveFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _op = metered::begin(const { metered::slot("listxattr") });
         self.spawn(
             reply,
             move |s| async move {
@@ -1329,6 +1385,7 @@ impl Filesystem for TroveFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("removexattr") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1348,6 +1405,7 @@ impl Filesystem for TroveFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("access") });
         // With default_permissions the kernel checks access itself and never asks.
         reply.ok();
     }
@@ -1362,6 +1420,7 @@ impl Filesystem for TroveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _op = metered::begin(const { metered::slot("create") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
@@ -1389,10 +1448,13 @@ impl Filesystem for TroveFs {
         pid: u32,
         reply: fuser::ReplyLock,
     ) {
+        let _op = metered::begin(const { metered::slot("getlk") });
         let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
         let range = LockRange { start, end, kind, pid };
         let shared = self.shared.clone();
+        let op = metered::take();
         self.runtime.spawn(async move {
+            let _answered = op.on_drop();
             match shared.client.test_lock(ino.0, shared.mount_id, lock_owner.0, range).await {
                 Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
                 Ok(Some(c)) => {
@@ -1417,6 +1479,7 @@ impl Filesystem for TroveFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        let _op = metered::begin(const { metered::slot("setlk") });
         let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
         let range = LockRange { start, end, kind, pid };
         self.spawn(reply, move |s| async move { s.set_lock(ino.0, lock_owner.0, range, sleep).await }, |r, ()| r.ok());
@@ -1433,11 +1496,13 @@ impl Filesystem for TroveFs {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        let _op = metered::begin(const { metered::slot("ioctl") });
         // Programs probe files with ioctls (isatty's TCGETS on every Python open): none apply.
         reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let _op = metered::begin(const { metered::slot("fallocate") });
         self.spawn_change(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
     }
 }

@@ -28,6 +28,7 @@ mod attr;
 mod dir;
 mod dircache;
 mod fs;
+pub mod metered;
 pub mod mountinfo;
 mod open;
 mod opencache;

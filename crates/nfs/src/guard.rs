@@ -224,6 +224,7 @@ where
                 Err(_) => return Err(timed_out("no bytes of a call arrived", limits.call_stall)),
             };
             activity.touch();
+            metrics::gauges::net_in(n as u64);
             to.write_all(&buf[..n]).await?;
             left -= n;
         }
@@ -260,6 +261,7 @@ where
             return Ok(());
         }
         activity.touch();
+        metrics::gauges::net_out(n as u64);
         let mut sent = 0;
         while sent < n {
             match tokio::time::timeout(limits.call_stall, to.write(&buf[sent..n])).await {

@@ -45,6 +45,7 @@
 
 mod fs;
 pub mod guard;
+pub mod metered;
 
 pub use fs::{Export, TroveNfs, REVALIDATE_MS};
 
@@ -174,7 +175,7 @@ pub struct Listening {
     /// The address clients connect to (the guard's).
     front: tokio::net::TcpListener,
     /// nfsserve, on a loopback port of its own.
-    backend: NFSTcpListener<TroveNfs>,
+    backend: NFSTcpListener<metered::Metered<TroveNfs>>,
     limits: guard::Limits,
     pub path: String,
     pub read_only: bool,
@@ -208,7 +209,7 @@ pub async fn bind(client: client::Client, export: &ExportConfig, config: &Config
     let front = tokio::net::TcpListener::bind(&export.listen)
         .await
         .map_err(|e| format!("cannot listen on {} for export {}: {e}", export.listen, export.path))?;
-    let backend = NFSTcpListener::bind("127.0.0.1:0", fs)
+    let backend = NFSTcpListener::bind("127.0.0.1:0", metered::Metered(fs))
         .await
         .map_err(|e| format!("cannot listen on a loopback port for export {}: {e}", export.path))?;
     Ok(Listening { front, backend, limits: config.limits(), path: export.path.clone(), read_only: export.read_only })

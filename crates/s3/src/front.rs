@@ -139,6 +139,7 @@ fn error_response(e: S3Error) -> Result<HttpResponse, HttpError> {
 impl Front {
     async fn handle(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
+        let metered = crate::metered::Request::new(&parts.method, &parts.uri, &parts.headers);
         let method = parts.method.clone();
         let uri = parts.uri.clone();
         let expects =
@@ -180,6 +181,7 @@ impl Front {
         if close || (expects && (empty || !status.is_success())) {
             resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
+        metered.finish(resp.status(), resp.headers());
         Ok(resp)
     }
 }

@@ -39,6 +39,7 @@ pub mod errors;
 mod front;
 pub mod gateway;
 pub mod list;
+pub mod metered;
 pub mod multipart;
 pub mod names;
 pub mod objmeta;

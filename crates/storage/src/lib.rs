@@ -12,6 +12,7 @@
 //! service is needed.
 
 pub mod format;
+pub mod metered;
 pub mod service;
 pub mod store;
 
@@ -71,6 +72,9 @@ pub struct StorageConfig {
     /// the default pool. A pool no node named before is made when its first node registers.
     #[serde(default)]
     pub pool: String,
+    /// Where to serve metrics (`/metrics`), "HOST:PORT"; none: no metrics are recorded.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
 }
 
 impl StorageConfig {
@@ -207,10 +211,30 @@ pub async fn run_until(
     if config.advertise.is_none() && bound.ip().is_unspecified() {
         tracing::warn!("listening on {bound} without `advertise`: clients will be told to connect to {advertise}");
     }
+    // Before the node says it listens, so that a taken metrics port fails the start.
+    let exporter = match &config.metrics_listen {
+        Some(listen) => Some(metrics::http::serve(listen, None).await?),
+        None => None,
+    };
     tracing::info!(target: "trove::ready", "storage node {uuid:032x} listening on {bound}, advertised as {advertise}");
 
     let service = Arc::new(StorageService::new(Arc::new(store)));
     service.set_meta_addrs(&config.meta_addrs());
+    let _announcing = match exporter {
+        Some(exporter) => {
+            metered::publish_drives(&service);
+            let at = metrics::advertised(exporter.addr, &advertise);
+            exporter.detach();
+            Some(AbortOnDrop(tokio::spawn(metered::announce(
+                service.clone(),
+                config.meta_addrs(),
+                config.cluster.clone(),
+                advertise.clone(),
+                at,
+            ))))
+        }
+        None => None,
+    };
     let server = AbortOnDrop(tokio::spawn(serve_on(
         listener,
         service.clone(),

@@ -329,7 +329,8 @@ impl Handler for StorageService {
 /// Serves the storage protocol on `listener` until the task is dropped. This is what `run`
 /// uses; tests call it directly to run a node in-process without a metadata service.
 pub async fn serve_on(listener: TcpListener, service: Arc<StorageService>, cluster: String) {
-    wire::rpc::serve(listener, service, Service::Storage, cluster).await
+    let metered = Arc::new(crate::metered::MeteredStorage(service));
+    wire::rpc::serve(listener, metered, Service::Storage, cluster).await
 }
 
 /// Bytes as people read them: "1.5 GiB".

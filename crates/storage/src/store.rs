@@ -33,7 +33,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use wire::stages::{self, Stage};
@@ -790,107 +790,71 @@ impl ShardStore {
         err
     }
 
-    /// The open file of `key` on drive `d`: kept open from an earlier read, or opened now
-    /// (unless `wait` forbids: opening walks directories, which may wait for the drive).
-    fn shard_file(&self, key: ShardKey, d: usize, wait: Wait) -> Result<Arc<File>, ReadFail> {
+    /// The open shard of `key` on drive `d`: kept open from an earlier read (with the header
+    /// and block table that read verified), or opened and verified now, unless `wait` forbids
+    /// (opening walks directories and reads the header, which may wait for the drive). On a
+    /// fresh open, when `first_blocks_end` is given, the bytes of the shard's first blocks up
+    /// to that data offset come back too: one read brings the header, the table and them.
+    fn open_for_read(
+        &self,
+        key: ShardKey,
+        d: usize,
+        wait: Wait,
+        first_blocks_end: Option<u64>,
+    ) -> Result<(Arc<OpenShard>, Option<Bytes>), ReadFail> {
         if let Some(f) = self.open_files.get(key) {
-            return Ok(f);
+            return Ok((f, None));
         }
         if wait == Wait::NoWait {
             return Err(ReadFail::WouldBlock);
         }
         let drive = &self.drives[d];
         let path = drive.path_of(key);
-        match File::open(&path) {
-            Ok(f) => Ok(self.open_files.insert(key, f)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ReadFail::Error(werr!(
-                NotFound,
-                "{key} is not stored on this node"
-            ))),
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ReadFail::Error(werr!(
+                    NotFound,
+                    "{key} is not stored on this node"
+                )))
+            }
             Err(e) => {
                 drive.note_error(&e, "read");
-                Err(ReadFail::Error(werr!(
+                return Err(ReadFail::Error(werr!(
                     Io,
                     "{key}: cannot read {}: {e}",
                     path.display()
-                )))
+                )));
             }
-        }
-    }
-
-    /// Checks `key`'s header, length and block table and reads the whole blocks covering `len`
-    /// bytes at `offset` (not yet verified). The file stays open for later reads, but every
-    /// read checks everything again: the length (fstat), the header and the table (one read,
-    /// which also brings the data when it starts in the first block).
-    fn read_blocks(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-        wait: Wait,
-    ) -> Result<Blocks, ReadFail> {
-        let opening = Instant::now();
-        let d = self
-            .drive_of(key)
-            .ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
-        let drive = &self.drives[d];
-        let file = self.shard_file(key, d, wait)?;
-        let fail = |e: ReadFail| {
-            // Not kept open after a failure: the next read looks at the file afresh.
-            self.open_files.forget(key);
-            e
         };
         let io_err = |e: io::Error| {
             drive.note_error(&e, "read");
-            fail(ReadFail::Error(werr!(
-                Io,
-                "{key}: cannot read {}: {e}",
-                drive.path_of(key).display()
-            )))
+            ReadFail::Error(werr!(Io, "{key}: cannot read {}: {e}", path.display()))
         };
         let corrupt_file = |e: FormatError| {
-            let err = corrupt(key, &drive.path_of(key), &e);
+            let err = corrupt(key, &path, &e);
             tracing::warn!("{err}");
-            fail(ReadFail::Error(err))
+            ReadFail::Error(err)
         };
         let file_len = file.metadata().map_err(io_err)?.len();
         // The header and table, whose size the file's length gives (checked against the header
-        // below); and the data too when the range starts in the first block.
+        // below), and the first blocks' data if the caller wants them.
         let table_guess = 4 * file_len
             .saturating_sub(FIXED_HEADER_BYTES as u64)
             .div_ceil(u64::from(format::BLOCK_BYTES) + 4);
         let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(HEAD_BYTES_MAX);
-        let block = format::BLOCK_BYTES;
-        let first = offset / block;
-        let start = first * block;
-        let want_end = if len == 0 {
-            u64::MAX
-        } else {
-            u64::from(offset.saturating_add(len))
-        };
-        let head_len = if first == 0 {
-            head_guess.saturating_add(
-                want_end
-                    .div_ceil(u64::from(block))
-                    .saturating_mul(u64::from(block)),
-            )
-        } else {
-            head_guess
-        }
-        .min(file_len);
-        let head =
-            read_exact(&file, 0, head_len as usize, file_len, wait).map_err(|e| match e {
-                ReadFail::Error(_) => fail(e),
-                other => other,
-            })?;
+        let head_len = head_guess
+            .saturating_add(first_blocks_end.unwrap_or(0))
+            .min(file_len);
+        let head = read_exact(&file, 0, head_len as usize, file_len, Wait::Block)?;
         let header = ShardHeader::decode(&head).map_err(corrupt_file)?;
         if header.key != key {
-            return Err(fail(ReadFail::Error(werr!(
+            return Err(ReadFail::Error(werr!(
                 Corrupt,
                 "{key}: shard file {} is corrupt: it holds {}",
-                drive.path_of(key).display(),
+                path.display(),
                 header.key
-            ))));
+            )));
         }
         if file_len != header.file_bytes() {
             return Err(corrupt_file(FormatError::Length {
@@ -905,6 +869,66 @@ impl ShardStore {
                     .unwrap_or(&[]),
             )
             .map_err(corrupt_file)?;
+        let data_offset = header.data_offset() as usize;
+        let first_blocks = (first_blocks_end.is_some() && head.len() > data_offset)
+            .then(|| head.slice(data_offset..));
+        let open = self.open_files.insert(
+            key,
+            OpenShard {
+                file,
+                header,
+                table,
+                cold_reads: AtomicU32::new(0),
+            },
+        );
+        Ok((open, first_blocks))
+    }
+
+    /// Closes every shard file kept open for reads, so that the next read of each checks its
+    /// header and block table on the drive again, not as verified when it was opened. Reads
+    /// never need it (they verify every data block, and shard files do not change in place);
+    /// a check for damage anywhere in the files does.
+    pub fn close_open_files(&self) {
+        self.open_files.files.lock().clear();
+    }
+
+    /// Reads the whole blocks covering `len` bytes at `offset` of `key` (not yet verified).
+    /// The file stays open for later reads with the header and block table verified when it
+    /// was opened: shard files never change once they have their final name (a damaged one is
+    /// replaced by a rename, which closes the open one), so only the data is read again.
+    ///
+    /// A shard read from the drive for the second time since it was opened is read whole into
+    /// the page cache in the background (`POSIX_FADV_WILLNEED`): data read more than once is
+    /// likely read again (an epoch over a dataset, random samples of shared files), and one
+    /// large read costs the drive far less than many small ones. Shards read once stay as
+    /// they were, so a scan that never returns does not fill the cache.
+    fn read_blocks(
+        &self,
+        key: ShardKey,
+        offset: u32,
+        len: u32,
+        wait: Wait,
+    ) -> Result<Blocks, ReadFail> {
+        let opening = Instant::now();
+        let d = self
+            .drive_of(key)
+            .ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
+        let block = format::BLOCK_BYTES;
+        let first = offset / block;
+        let start = first * block;
+        let want_end = if len == 0 {
+            u64::MAX
+        } else {
+            u64::from(offset.saturating_add(len))
+        };
+        // A range in the first blocks comes with the header when the file is opened now.
+        let first_blocks_end = (first == 0).then(|| {
+            want_end
+                .div_ceil(u64::from(block))
+                .saturating_mul(u64::from(block))
+        });
+        let (open, first_blocks) = self.open_for_read(key, d, wait, first_blocks_end)?;
+        let header = open.header;
         if offset > header.len {
             return Err(ReadFail::Error(werr!(
                 Invalid,
@@ -920,22 +944,46 @@ impl ShardStore {
         let stop = (end.div_ceil(block) * block).min(header.len).max(start);
         stages::record(Stage::StorageOpen, opening);
         let reading = Instant::now();
-        let from = header.data_offset() as usize + start as usize;
-        let to = header.data_offset() as usize + stop as usize;
-        let data = if to <= head.len() {
-            head.slice(from..to)
-        } else {
-            read_exact(&file, from as u64, to - from, file_len, wait).map_err(|e| match e {
-                ReadFail::Error(_) => fail(e),
-                other => other,
-            })?
+        let data = match first_blocks {
+            Some(head) if head.len() >= stop as usize => head.slice(start as usize..stop as usize),
+            _ => {
+                let from = header.data_offset() + u64::from(start);
+                read_exact(
+                    &open.file,
+                    from,
+                    (stop - start) as usize,
+                    header.file_bytes(),
+                    wait,
+                )
+                .map_err(|e| {
+                    if let ReadFail::Error(_) = e {
+                        // Not kept open after a failure: the next read looks at the file afresh.
+                        self.open_files.forget(key);
+                    }
+                    e
+                })?
+            }
         };
+        // Reads that may wait are the ones the page cache could not answer (see `Wait`).
+        if wait == Wait::Block
+            && open.cold_reads.fetch_add(1, Ordering::Relaxed) == 1
+            && (stop - start) < header.len
+        {
+            // The second read from the drive: bring the rest of the shard in while the reader
+            // checks this part. Advice only; a failure changes nothing.
+            let _ = rustix::fs::fadvise(
+                &open.file,
+                header.data_offset(),
+                std::num::NonZeroU64::new(u64::from(header.len)),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
         stages::record(Stage::StorageDisk, reading);
         Ok(Blocks {
             key,
             drive: d,
             header,
-            table,
+            table: open.table.clone(),
             first,
             start,
             end,
@@ -1131,8 +1179,17 @@ static NOWAIT_READS: AtomicBool = AtomicBool::new(true);
 /// walk) and `close`. Bounded by [`OpenFiles::max`]; when full, an eighth is closed (which,
 /// does not matter: any of them opens again at its next read).
 struct OpenFiles {
-    files: Mutex<HashMap<ShardKey, Arc<File>>>,
+    files: Mutex<HashMap<ShardKey, Arc<OpenShard>>>,
     max: usize,
+}
+
+/// A shard file kept open for reads, with the header and block table verified when it was
+/// opened, and how many of its reads went to the drive (not answered from the page cache).
+struct OpenShard {
+    file: File,
+    header: ShardHeader,
+    table: Vec<u32>,
+    cold_reads: AtomicU32,
 }
 
 /// Most shard files a store keeps open, and the share of the process's file descriptor limit
@@ -1152,11 +1209,11 @@ impl OpenFiles {
         }
     }
 
-    fn get(&self, key: ShardKey) -> Option<Arc<File>> {
+    fn get(&self, key: ShardKey) -> Option<Arc<OpenShard>> {
         self.files.lock().get(&key).cloned()
     }
 
-    fn insert(&self, key: ShardKey, file: File) -> Arc<File> {
+    fn insert(&self, key: ShardKey, file: OpenShard) -> Arc<OpenShard> {
         let file = Arc::new(file);
         if self.max == 0 {
             return file;

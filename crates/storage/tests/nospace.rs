@@ -35,6 +35,16 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Held by each test for its whole run. The tests spawn `mount` and `umount`, and a spawn copies
+/// the process's file descriptors until the child execs: a copy of a deleted shard file's
+/// descriptor keeps its space taken, and a copy of a drive's lock file keeps its `flock`, for
+/// that moment. One test at a time, what a test sees is what its own store did.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Puts shards of `len` bytes until one is refused; returns the stored ones and the error.
 fn fill(store: &ShardStore, len: usize) -> (Vec<(ShardInfo, bytes::Bytes)>, wire::WireError) {
     let mut stored = Vec::new();
@@ -58,6 +68,7 @@ fn check_intact(store: &ShardStore, stored: &[(ShardInfo, bytes::Bytes)]) {
 
 #[test]
 fn full_disk_answers_no_space_and_keeps_earlier_shards() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(mnt) = Tmpfs::mount(&dir.path().join("mnt"), "4m") else {
         eprintln!(
@@ -108,6 +119,7 @@ fn full_disk_answers_no_space_and_keeps_earlier_shards() {
 
 #[test]
 fn reserve_is_kept_free_on_a_small_file_system() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(mnt) = Tmpfs::mount(&dir.path().join("mnt"), "4m") else {
         eprintln!("precise reserve test SKIPPED: cannot mount a tmpfs (not root?)");
@@ -136,6 +148,7 @@ fn reserve_is_kept_free_on_a_small_file_system() {
 
 #[test]
 fn reserve_refuses_puts_and_keeps_earlier_shards() {
+    let _serial = serial();
     // Runs anywhere: a reserve larger than any disk refuses every put before writing.
     let dir = tempfile::tempdir().unwrap();
     let drive = dir.path().join("drive");

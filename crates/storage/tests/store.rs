@@ -216,6 +216,9 @@ fn check_corruption_at(
             None => true,
             Some(b) => (first..last).contains(&b),
         };
+        // Damage to the header or table of a file already open is found when it is opened
+        // again (see `a_file_kept_open_serves_intact_blocks_and_refuses_damaged_ones`).
+        store.close_open_files();
         match store.get(info.key, off, len) {
             Err(e) => {
                 assert_eq!(e.code, ErrorCode::Corrupt, "pos {pos}: {e}");
@@ -238,6 +241,7 @@ fn check_corruption_at(
                 );
             }
         }
+        store.close_open_files();
         match store.get_range(info.key, off, len) {
             Err(e) => {
                 assert_eq!(e.code, ErrorCode::Corrupt, "pos {pos}: {e}");
@@ -318,6 +322,7 @@ fn truncated_or_extended_files_are_corrupt() {
         );
         for cut in cuts {
             std::fs::write(&path, &full[..cut]).unwrap();
+            store.close_open_files();
             let e = store
                 .get(info.key, 0, 0)
                 .expect_err("truncated file served");
@@ -326,6 +331,7 @@ fn truncated_or_extended_files_are_corrupt() {
         let mut longer = full.clone();
         longer.push(0);
         std::fs::write(&path, &longer).unwrap();
+        store.close_open_files();
         assert_eq!(code(store.get(info.key, 0, 0)), ErrorCode::Corrupt);
         std::fs::write(&path, &full).unwrap();
         check_get(&store, &info, &data, 0, 0);
@@ -628,4 +634,27 @@ fn reads_that_must_not_wait_answer_only_from_open_files_and_agree_with_blocking_
     let (info2, data2) = shard(key(60, 1), 2 * B);
     store.put(&info2, &data2).unwrap();
     check_get(&store, &info2, &data2, 0, 0);
+}
+
+#[test]
+fn a_file_kept_open_serves_intact_blocks_and_refuses_damaged_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&[dir.path()]);
+    let (info, data) = shard(key(70, 0), 3 * B);
+    store.put(&info, &data).unwrap();
+    let path = store.shard_path(info.key).unwrap();
+    check_get(&store, &info, &data, 0, 0);
+    // The header and table were verified when the file was opened; damage to them now (which
+    // a shard file never sees from the store: it is never written in place) is found when the
+    // file is opened again, and never makes a read return wrong bytes meanwhile.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"\xff", 30).unwrap();
+    check_get(&store, &info, &data, B as u32, 10);
+    check_get(&store, &info, &data, 0, 10);
+    // Damaged data is refused while the file is open...
+    let data_offset = (FIXED_HEADER_BYTES + 4 * 3) as u64;
+    file.write_all_at(b"\x00\x01", data_offset + 2 * B as u64 + 5).unwrap();
+    assert_eq!(code(store.get_range(info.key, 2 * B as u32, 10)), ErrorCode::Corrupt);
+    // ...and the file is closed: the next read opens it again and finds the header damage.
+    assert_eq!(code(store.get(info.key, 0, 10)), ErrorCode::Corrupt, "the header damage is found at the next open");
 }

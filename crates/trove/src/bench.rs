@@ -30,6 +30,17 @@ impl BenchArgs {
             BenchCmd::Size(a) => &a.common.cluster,
         }
     }
+
+    /// The benchmark's `--metrics-listen`.
+    fn metrics(&self) -> &crate::telemetry::MetricsOpt {
+        match &self.cmd {
+            BenchCmd::Io(a) => &a.common.metrics,
+            BenchCmd::Meta(a) => &a.common.metrics,
+            BenchCmd::Train(a) => &a.common.metrics,
+            BenchCmd::Scan(a) => &a.common.metrics,
+            BenchCmd::Size(a) => &a.common.metrics,
+        }
+    }
 }
 
 /// Options every benchmark takes.
@@ -62,6 +73,9 @@ pub struct Common {
     /// No progress display.
     #[arg(long, short = 'q', global = true)]
     quiet: bool,
+    /// The client library's metrics of this benchmark process (role `client` in `trove stats`).
+    #[command(flatten)]
+    metrics: crate::telemetry::MetricsOpt,
 }
 
 #[derive(Subcommand)]
@@ -334,6 +348,12 @@ fn emit(common: &Common, json: &serde_json::Value, text: &str, report: Option<Re
 
 pub async fn run(args: BenchArgs, cluster: Option<String>) -> Result<()> {
     HOST_AT_START.get_or_init(bench::world::HostInfo::collect);
+    let exporter = crate::telemetry::bind(args.metrics())?;
+    if let (Some(_), Some(cluster)) = (&exporter, &cluster) {
+        let client = crate::cmds::connect(Some(cluster.clone())).await?;
+        let id = format!("bench pid {}", std::process::id());
+        crate::telemetry::serve_front(exporter, &client, "client", &id, "", "")?;
+    }
     match args.cmd {
         BenchCmd::Io(a) => run_io(*a, cluster).await,
         BenchCmd::Meta(a) => run_meta(a, cluster).await,

@@ -114,6 +114,10 @@ pub struct StartArgs {
     /// disk, so this bounds what they may fill).
     #[arg(long, default_value_t = 0)]
     pub reserve_bytes: u64,
+    /// Start the roles without metrics exporters (by default each gets a port of its own,
+    /// recorded in cluster.toml, for `trove stats`, the dashboard and Prometheus).
+    #[arg(long)]
+    pub no_metrics: bool,
 }
 
 /// Parses `--pool NAME=COUNT`.
@@ -156,6 +160,52 @@ pub struct Proc {
     /// The storage pool of a storage node (empty: the default pool).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pool: String,
+    /// When the process started, in clock ticks since boot (`/proc/PID/stat`), so that a pid the
+    /// kernel gave to another program after ours exited is not taken for ours: pids wrap
+    /// around within minutes on a busy machine. 0 in state files written before it was kept
+    /// (the pid alone is trusted then).
+    #[serde(default)]
+    pub started: u64,
+    /// Where its metrics exporter listens (the metadata service's also serves the dashboard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
+}
+
+impl Proc {
+    fn new(addr: String, config: PathBuf, log: PathBuf, child: &std::process::Child) -> Proc {
+        let mut proc = Proc { addr, config, log, pid: 0, started: 0, metrics: None, pool: String::new() };
+        proc.set_child(child);
+        proc
+    }
+
+    /// A role [`spawn_bound`] started.
+    fn spawned(spawned: &Spawned, log: PathBuf) -> Proc {
+        let mut proc = Proc::new(spawned.addr.clone(), spawned.config.clone(), log, &spawned.child);
+        proc.metrics = spawned.metrics.clone();
+        proc
+    }
+
+    /// Records `child` as this role's process.
+    fn set_child(&mut self, child: &std::process::Child) {
+        self.pid = child.id();
+        self.started = process_start(self.pid).map_or(0, |(_, started)| started);
+    }
+
+    /// Whether the recorded process is running (not exited, not a zombie, and not another
+    /// program that got its pid since).
+    pub fn running(&self) -> bool {
+        match process_start(self.pid) {
+            Some((running, started)) => running && (self.started == 0 || started == self.started),
+            None => false,
+        }
+    }
+
+    /// Sends `sig` to the recorded process if it is still the one running.
+    fn signal(&self, sig: rustix::process::Signal) {
+        if self.running() {
+            signal(self.pid, sig);
+        }
+    }
 }
 
 /// The state file.
@@ -243,22 +293,38 @@ enum Bound {
 /// How many ports a role is tried on before `start` gives up.
 const BIND_ATTEMPTS: usize = 5;
 
-/// Spawns `role` on a free loopback port, `configure` writing its config for an address and
-/// returning the config's path. A port taken by another process between choosing and binding
-/// is replaced by a new one; any other exit at start is an error quoting the log.
-async fn spawn_bound(role: &str, log: &Path, mut configure: impl FnMut(&str) -> Result<PathBuf>) -> Result<(String, PathBuf, std::process::Child)> {
+/// A role started by [`spawn_bound`]: its address, its metrics exporter's, its config.
+struct Spawned {
+    addr: String,
+    metrics: Option<String>,
+    config: PathBuf,
+    child: std::process::Child,
+}
+
+/// Spawns `role` on a free loopback port (and its metrics exporter on another, with
+/// `metrics`), `configure` writing its config for the addresses and returning the config's
+/// path. A port taken by another process between choosing and binding is replaced by a new
+/// one; any other exit at start is an error quoting the log.
+async fn spawn_bound(role: &str, log: &Path, metrics: bool, mut configure: impl FnMut(&str, Option<&str>) -> Result<PathBuf>) -> Result<Spawned> {
     let mut last = String::new();
     for _ in 0..BIND_ATTEMPTS {
-        let addr = format!("127.0.0.1:{}", free_ports(1)?[0]);
-        let config = configure(&addr)?;
+        let ports = free_ports(2)?;
+        let addr = format!("127.0.0.1:{}", ports[0]);
+        let exporter = metrics.then(|| format!("127.0.0.1:{}", ports[1]));
+        let config = configure(&addr, exporter.as_deref())?;
         let from = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
         let mut child = spawn_role(role, &config, log)?;
         match wait_bound(&mut child, role, log, from).await? {
-            Bound::Listening => return Ok((addr, config, child)),
+            Bound::Listening => return Ok(Spawned { addr, metrics: exporter, config, child }),
             Bound::PortTaken(line) => last = line,
         }
     }
     bail!("the {role} process found no free port in {BIND_ATTEMPTS} attempts; last: {last}")
+}
+
+/// The config line that starts a role's exporter, if it has one.
+fn metrics_line(metrics: Option<&str>) -> String {
+    metrics.map(|m| format!("metrics_listen = {m:?}\n")).unwrap_or_default()
 }
 
 /// Waits until `child` logs (after byte `from` of `log`) that it listens, or exits.
@@ -296,16 +362,21 @@ fn last_line_of(text: &str) -> String {
     text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").to_string()
 }
 
-/// Whether a process with this pid is alive (and not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state letter follows the parenthesised command name.
-            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
+/// Whether the process with this pid is alive (not a zombie), and when it started (clock ticks
+/// since boot); `None` when there is no such process.
+fn process_start(pid: u32) -> Option<(bool, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+/// The state and start time of a `/proc/PID/stat` line: after the parenthesised command name
+/// (which may hold spaces and parentheses) come the state letter (field 3) and, 19 fields on,
+/// the start time (field 22).
+fn parse_stat(stat: &str) -> Option<(bool, u64)> {
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?;
+    let started = fields.nth(18)?.parse().ok()?;
+    Some((!matches!(state, "Z" | "X"), started))
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
@@ -334,7 +405,7 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
     Ok(child)
 }
 
-fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
+fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
     let engine_line = match (args.engine, &args.postgres_url) {
         (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
         _ => format!("redb = {:?}", dir.join("meta").join("meta.redb").display().to_string()),
@@ -350,14 +421,16 @@ fn meta_config(dir: &Path, addr: &str, cluster: &str, ec: EcScheme, chunk_bytes:
             extra.push_str(&format!("{key} = {value}\n"));
         }
     }
-    format!("listen = {addr:?}\ncluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
+    let metrics = metrics_line(metrics);
+    format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
-fn storage_config(dir: &Path, index: usize, addr: &str, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str) -> String {
+fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
     format!(
-        "listen = {addr:?}\nmeta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n{pool}",
+        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n{pool}",
+        metrics_line(metrics),
         drive.display().to_string()
     )
 }
@@ -378,15 +451,15 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
     let mut children = Vec::new();
     let state = if dir.join(STATE_FILE).exists() {
         let mut state = State::load(&dir)?;
-        if alive(state.meta.pid) || state.nodes.iter().any(|n| alive(n.pid)) {
+        if state.meta.running() || state.nodes.iter().any(Proc::running) {
             bail!("the cluster in {} is already running (metadata at {})", dir.display(), state.meta.addr);
         }
         let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
-        state.meta.pid = child.id();
+        state.meta.set_child(&child);
         children.push(child);
         for n in &mut state.nodes {
             let child = spawn_role("storage", &n.config, &n.log)?;
-            n.pid = child.id();
+            n.set_child(&child);
             children.push(child);
         }
         state
@@ -409,26 +482,29 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         }
         let meta_cfg = dir.join("meta").join("meta.toml");
         let meta_log = dir.join("logs").join("meta.log");
-        let (meta_addr, meta_cfg, child) = spawn_bound("meta", &meta_log, |addr| {
-            std::fs::write(&meta_cfg, meta_config(&dir, addr, &cluster, args.ec, args.chunk_bytes, args))?;
+        let spawned = spawn_bound("meta", &meta_log, !args.no_metrics, |addr, metrics| {
+            std::fs::write(&meta_cfg, meta_config(&dir, addr, metrics, &cluster, args.ec, args.chunk_bytes, args))?;
             Ok(meta_cfg.clone())
         })
         .await?;
-        let meta = Proc { addr: meta_addr.clone(), config: meta_cfg, log: meta_log, pid: child.id(), pool: String::new() };
-        children.push(child);
+        let meta_addr = spawned.addr.clone();
+        let meta = Proc::spawned(&spawned, meta_log);
+        children.push(spawned.child);
         let mut nodes = Vec::new();
         for (i, pool) in (1..).zip(&node_pools) {
             let node_dir = dir.join(format!("node-{i}"));
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &meta_addr, &cluster, args.reserve_bytes, pool))?;
+            let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool))?;
                 Ok(cfg.clone())
             })
             .await?;
-            nodes.push(Proc { addr, config: cfg, log, pid: child.id(), pool: pool.clone() });
-            children.push(child);
+            let mut proc = Proc::spawned(&spawned, log);
+            proc.pool = pool.clone();
+            nodes.push(proc);
+            children.push(spawned.child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
             // `kill-node --node I` means node I of `trove status`.
             let partial = State {
@@ -468,7 +544,7 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut last = String::from("metadata service not answering yet");
     while Instant::now() < deadline {
-        if !alive(state.meta.pid) {
+        if !state.meta.running() {
             bail!("the metadata process exited; see {}", state.meta.log.display());
         }
         if let Ok(client) = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await {
@@ -492,7 +568,7 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     }
     // Name the nodes that are not running, with the last thing each logged.
     for (i, n) in state.nodes.iter().enumerate() {
-        if !alive(n.pid) {
+        if !n.running() {
             last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line_of(&log_since(&n.log, 0))));
         }
     }
@@ -501,32 +577,28 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
 
 /// Stops every process: SIGTERM, then SIGKILL after a grace period.
 pub fn stop(state: &State) {
-    let pids: Vec<u32> = std::iter::once(state.meta.pid).chain(state.nodes.iter().map(|n| n.pid)).collect();
-    for &pid in &pids {
-        if alive(pid) {
-            signal(pid, rustix::process::Signal::TERM);
-        }
+    let procs: Vec<&Proc> = std::iter::once(&state.meta).chain(state.nodes.iter()).collect();
+    for p in &procs {
+        p.signal(rustix::process::Signal::TERM);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {
+    while Instant::now() < deadline && procs.iter().any(|p| p.running()) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    for &pid in &pids {
-        if alive(pid) {
-            signal(pid, rustix::process::Signal::KILL);
-        }
+    for p in &procs {
+        p.signal(rustix::process::Signal::KILL);
     }
 }
 
 /// SIGKILLs storage node `node` (1-based).
 pub fn kill_node(state: &State, node: usize) -> Result<()> {
     let n = node_proc(state, node)?;
-    if !alive(n.pid) {
+    if !n.running() {
         bail!("storage node {node} (pid {}) is not running", n.pid);
     }
-    signal(n.pid, rustix::process::Signal::KILL);
+    n.signal(rustix::process::Signal::KILL);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(n.pid) && Instant::now() < deadline {
+    while n.running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
@@ -542,11 +614,11 @@ fn node_proc(state: &State, node: usize) -> Result<&Proc> {
 /// Starts storage node `node` (1-based) again; returns the child.
 pub fn restart_node(dir: &Path, state: &mut State, node: usize) -> Result<std::process::Child> {
     let n = node_proc(state, node)?.clone();
-    if alive(n.pid) {
+    if n.running() {
         bail!("storage node {node} (pid {}) is still running", n.pid);
     }
     let child = spawn_role("storage", &n.config, &n.log)?;
-    state.nodes[node - 1].pid = child.id();
+    state.nodes[node - 1].set_child(&child);
     state.save(dir)?;
     Ok(child)
 }
@@ -566,6 +638,9 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             for (i, n) in s.nodes.iter().enumerate() {
                 let pool = if n.pool.is_empty() { String::new() } else { format!(", pool {}", n.pool) };
                 println!("  storage node {}: {} (pid {}{pool})", i + 1, n.addr, n.pid);
+            }
+            if let Some(m) = &s.meta.metrics {
+                println!("  dashboard: http://{m}/   (metrics of every role: `trove stats`)");
             }
             println!("  default erasure scheme: {}", s.ec);
             if let Some((first, _)) = args.pools.first() {
@@ -590,22 +665,28 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             Ok(())
         }
         ClusterCmd::RestartMeta { dir } => {
+            let began = Instant::now();
             let mut state = State::load(&dir)?;
-            let pid = state.meta.pid;
-            signal(pid, rustix::process::Signal::TERM);
+            state.meta.signal(rustix::process::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(10);
-            while alive(pid) && Instant::now() < deadline {
+            while state.meta.running() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            if alive(pid) {
-                signal(pid, rustix::process::Signal::KILL);
+            if state.meta.running() {
+                state.meta.signal(rustix::process::Signal::KILL);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            let stopped = began.elapsed();
             let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
-            state.meta.pid = child.id();
+            state.meta.set_child(&child);
             state.save(&dir)?;
-            println!("restarted the metadata service (pid {})", child.id());
-            let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+            println!(
+                "restarted the metadata service (pid {}; the old one was gone after {} ms, the new one started {} ms later)",
+                child.id(),
+                stopped.as_millis(),
+                (began.elapsed() - stopped).as_millis()
+            );
+            let running = state.nodes.iter().filter(|n| n.running()).count();
             wait_up(&state, running, true).await
         }
         ClusterCmd::AddNode { dir, pool } => {
@@ -620,14 +701,19 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
-            let (addr, cfg, child) = spawn_bound("storage", &log, |addr| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool))?;
+            // A node added to a cluster whose roles export metrics exports them too.
+            let export = state.meta.metrics.is_some();
+            let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool))?;
                 Ok(cfg.clone())
             })
             .await?;
-            state.nodes.push(Proc { addr, config: cfg, log, pid: child.id(), pool });
+            let pid = spawned.child.id();
+            let mut proc = Proc::spawned(&spawned, log);
+            proc.pool = pool;
+            state.nodes.push(proc);
             state.save(&dir)?;
-            println!("added storage node {i} (pid {})", child.id());
+            println!("added storage node {i} (pid {pid})");
             wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
             Ok(())
         }
@@ -643,13 +729,34 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
 
 /// Waits until every node except those not running is up again.
 pub async fn wait_node_up(state: &State, _node: usize) -> Result<()> {
-    let running = state.nodes.iter().filter(|n| alive(n.pid)).count();
+    let running = state.nodes.iter().filter(|n| n.running()).count();
     wait_up(state, running, true).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_known_by_its_pid_and_its_start_time() {
+        // Fields 3 (state) and 22 (start time) of a stat line, with a command name holding
+        // spaces and a parenthesis.
+        let line = "4242 (trove (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 0 0 20 0 9 0 123456 999 99 rest";
+        assert_eq!(parse_stat(line), Some((true, 123456)));
+        assert_eq!(parse_stat(&line.replace(") S ", ") Z ")), Some((false, 123456)));
+        assert_eq!(parse_stat("garbage"), None);
+        // This process: running, and a record of it with another start time is not it.
+        let child = std::process::Command::new("sleep").arg("5").spawn().expect("sleep runs");
+        let mut proc = Proc::new("a".into(), "c".into(), "l".into(), &child);
+        assert!(proc.started > 0 && proc.running());
+        proc.started += 1;
+        assert!(!proc.running(), "a pid reused by another program is not taken for ours");
+        proc.started -= 1;
+        proc.signal(rustix::process::Signal::KILL);
+        let mut child = child;
+        child.wait().expect("reaped");
+        assert!(!proc.running());
+    }
 
     #[test]
     fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {

@@ -17,6 +17,8 @@ mod mount;
 mod nfs;
 mod pools;
 mod s3;
+mod stats;
+mod telemetry;
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -112,6 +114,12 @@ enum Command {
         #[command(flatten)]
         cluster: ClusterOpt,
     },
+    /// Live statistics of every process of the cluster (like `isi statistics`): CPU,
+    /// operations per protocol, network and disk bytes, latency; refreshed until interrupted.
+    Stats(stats::StatsArgs),
+    /// The cluster's event log: nodes down, up and out, drive errors, repairs, capacity
+    /// thresholds, jobs starting and finishing.
+    Events(stats::EventsArgs),
     /// Copies a local file into the cluster.
     Put {
         /// The local file to copy.
@@ -268,6 +276,8 @@ impl Command {
             | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
             Command::Pool(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
+            Command::Stats(args) => &args.cluster,
+            Command::Events(args) => &args.cluster,
             Command::Bench(args) => args.cluster(),
             Command::Meta { .. } | Command::Storage { .. } | Command::Cluster(_) | Command::Node(NodeCmd::Add { .. }) | Command::Umount(_) | Command::Demo(_) => return None,
         };
@@ -336,12 +346,28 @@ async fn run(cli: Cli) -> Result<()> {
             let config: meta::MetaConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", config.display()))?;
             let settings = mover::Settings::of(&config);
-            meta::server::run_with(config, move |service, addr| mover::spawn(service, addr, settings)).await
+            // Bound before the service starts, so that a taken port fails the start.
+            let exporter = match &config.metrics_listen {
+                Some(listen) => Some(metrics::http::bind(listen)?),
+                None => None,
+            };
+            let exported = config.clone();
+            meta::server::run_with(config, move |service, addr| {
+                let http = exporter.map(|l| telemetry::serve_meta(l, &service, &addr, &exported));
+                if let Some(Err(e)) = &http {
+                    tracing::warn!("{e:#}");
+                }
+                (mover::spawn(service, addr, settings), http)
+            })
+            .await
         }
         Command::Node(NodeCmd::Add { config }) | Command::Storage { config } => {
             let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: storage::StorageConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad storage config {}: {e}", config.display()))?;
+            if config.metrics_listen.is_some() {
+                telemetry::bridge_wire();
+            }
             storage::run(config).await
         }
         Command::Cluster(cmd) => cluster::run(cmd).await,
@@ -353,6 +379,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Mount(args) => mount::mount(args, cluster).await,
         Command::Umount(args) => mount::umount(args),
         Command::Status { json, .. } => cmds::status(&cmds::connect(cluster).await?, json).await,
+        Command::Stats(args) => stats::stats(args, cluster).await,
+        Command::Events(args) => stats::events(args, cluster).await,
         Command::Node(NodeCmd::Drain { id, force, .. }) => {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining, force).await
         }
@@ -400,7 +428,7 @@ mod tests {
         walk(&cmd, "trove", &mut args);
         let with: std::collections::BTreeSet<&str> =
             args.iter().filter(|(_, a)| a.get_id() == "cluster").map(|(path, _)| path.as_str()).collect();
-        for uses in ["trove", "trove status", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove du"] {
+        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove du"] {
             assert!(with.contains(uses), "`{uses}` does not offer --cluster");
         }
         for ignores in ["trove meta", "trove storage", "trove cluster start", "trove cluster stop", "trove node add", "trove umount", "trove demo"] {

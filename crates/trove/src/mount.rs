@@ -62,6 +62,8 @@ pub struct MountArgs {
     /// open of a file opened again soon, and other hosts' changes show after at most this.
     #[arg(long, default_value_t = 0)]
     pub open_cache_ms: u64,
+    #[command(flatten)]
+    pub metrics: crate::telemetry::MetricsOpt,
 }
 
 #[derive(Args)]
@@ -97,7 +99,9 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     mount::check_mount_point(&mount_point)?;
     let client_options =
         client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), ..Default::default() };
+    let exporter = crate::telemetry::bind(&args.metrics)?;
     let client = crate::cmds::connect_with(Some(cluster), client_options).await?;
+    let announcer = client.clone();
     let options = mount::MountOptions {
         attr_timeout: Duration::from_millis(args.attr_timeout_ms),
         entry_timeout: Duration::from_millis(args.entry_timeout_ms),
@@ -118,6 +122,8 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
         .await
         .context("the mount task failed")??;
     eprintln!("trove: mounted {addr} on {} (unmount with Ctrl-C or `trove umount`)", mounted.mount_point().display());
+    let point = mounted.mount_point().display().to_string();
+    crate::telemetry::serve_front(exporter, &announcer, "mount", &point, "", "")?;
     let (mut unmounter, session) = mounted.split();
     let mut session_done = tokio::task::spawn_blocking(move || session.join());
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

@@ -75,6 +75,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
     // The kinds of failure logged last, and when: logged again when they change or after
     // FAILURE_LOG_INTERVAL.
     let mut failures_logged: Option<(Vec<wire::ErrorCode>, Instant)> = None;
+    let mut jobs = crate::telemetry::JobTracker::default();
     loop {
         tokio::time::sleep(TICK).await;
         if !service.is_leader() {
@@ -145,13 +146,16 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
         }
         let started = Instant::now();
         let mut throttle = Throttle::new(settings.bytes_per_s);
+        jobs.pass_starting();
         let report = match mover.pass(&mut throttle, scrub).await {
             Ok(report) => report,
             Err(e) => {
                 tracing::warn!("mover: pass failed: {e}");
+                jobs.pass_failed();
                 continue;
             }
         };
+        jobs.pass_done(&service, &report, started.elapsed(), scrub).await;
         last_pass = Some(Instant::now());
         pass_version = Some(report.map_version);
         if scrub {

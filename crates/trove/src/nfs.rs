@@ -42,6 +42,8 @@ pub struct NfsArgs {
     /// Connections one client address may hold per export; more are closed [default: 64].
     #[arg(long)]
     pub connections_per_client_max: Option<usize>,
+    #[command(flatten)]
+    pub metrics: crate::telemetry::MetricsOpt,
 }
 
 pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
@@ -77,16 +79,21 @@ pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), set TROVE_CLUSTER, or set `cluster` in the config");
     };
     let addr = crate::cluster::meta_addr_of(&cluster)?;
+    let exporter = crate::telemetry::bind(&args.metrics)?;
     let client =
         client::Client::connect(&addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
     let mut servers = Vec::new();
+    let mut listens = Vec::new();
     let mut out = std::io::stdout();
     for export in &config.exports {
         let listening = nfsgw::bind(client.clone(), export, &config).await.map_err(|e| anyhow!("{e}"))?;
         let mode = if listening.read_only { "read-only" } else { "read-write" };
         writeln!(out, "trove nfs: listening on {} export {} ({mode})", listening.local_addr(), listening.path)?;
+        listens.push(listening.local_addr());
         servers.push(tokio::spawn(listening.run()));
     }
+    let first = listens.first().cloned().unwrap_or_default();
+    crate::telemetry::serve_front(exporter, &client, "nfs", &listens.join(","), &first, "")?;
     out.flush()?;
     tokio::select! {
         (r, _, _) = futures::future::select_all(servers) => match r {

@@ -58,6 +58,8 @@ pub struct S3Args {
     /// Connections one client address may hold; more are answered 503 SlowDown [default: 512].
     #[arg(long)]
     pub connections_per_client_max: Option<usize>,
+    #[command(flatten)]
+    pub metrics: crate::telemetry::MetricsOpt,
 }
 
 pub async fn run(args: S3Args, cluster: Option<String>) -> Result<()> {
@@ -107,12 +109,14 @@ pub async fn run(args: S3Args, cluster: Option<String>) -> Result<()> {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), set TROVE_CLUSTER, or set `cluster` in the config");
     };
     let addr = crate::cluster::meta_addr_of(&cluster)?;
+    let exporter = crate::telemetry::bind(&args.metrics)?;
     let client =
         client::Client::connect(&addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
-    let gateway = s3gw::Gateway::new(client, config.region.clone());
+    let gateway = s3gw::Gateway::new(client.clone(), config.region.clone());
     let listening = s3gw::serve(gateway, &config).await.map_err(|e| anyhow!("{e}"))?;
     let scheme = if listening.is_tls() { "https" } else { "http" };
     let local = listening.local_addr()?;
+    crate::telemetry::serve_front(exporter, &client, "s3", &local.to_string(), &local.to_string(), "")?;
     let mut out = std::io::stdout();
     writeln!(out, "trove s3: listening on {scheme}://{local}")?;
     out.flush()?;

@@ -60,3 +60,59 @@ async fn overwrite_truncate_sparse_and_visibility() {
     assert!(first[..] == content(5, 2 * MIB)[..]);
     assert!(b.read_file("/cto").await.expect("read v2")[..] == content(6, 2 * MIB)[..]);
 }
+
+/// The storage read calls this process's clients have made so far.
+fn storage_calls() -> u64 {
+    wire::stages::snapshot().iter().find(|s| s.stage == wire::stages::Stage::ClientStorageCall.name()).map_or(0, |s| s.count)
+}
+
+/// Small chunks are mirrored with the file's parity (1+2 for 4+2): a small file is read with
+/// one storage request, survives as many lost nodes as its scheme promises, and is not taken
+/// for a chunk written narrow that the mover should widen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chunks_are_mirrored_and_read_with_one_request() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let small = content(7, 100 << 10);
+    let big = content(8, 4 * MIB + (50 << 10));
+    a.write_file("/small", &small).await.expect("write small");
+    a.write_file("/big", &big).await.expect("write big");
+    let records = |path: &'static str| {
+        let a = a.clone();
+        async move {
+            let attr = a.resolve(path).await.expect("resolve");
+            match a.meta(wire::MetaOp::GetChunks { ino: attr.ino, first: 0, count: 16 }).await.expect("GetChunks") {
+                wire::MetaReply::Chunks { chunks, .. } => chunks,
+                other => panic!("GetChunks answered {other:?}"),
+            }
+        }
+    };
+    let mirrored = wire::EcScheme { k: 1, m: 2 };
+    let s = records("/small").await;
+    assert_eq!(s.len(), 1);
+    assert_eq!((s[0].ec, s[0].shard_len as usize, s[0].missing), (mirrored, 100 << 10, 0), "a small file is three copies");
+    let b = records("/big").await;
+    assert_eq!(b.iter().map(|r| r.ec).collect::<Vec<_>>(), vec![wire::EcScheme::DEFAULT, mirrored], "a large file's small tail chunk is mirrored");
+
+    // One request reads the small file (a fresh client: nothing cached).
+    let reader = cluster.client().await;
+    let before = storage_calls();
+    assert!(reader.read_file("/small").await.expect("read")[..] == small[..]);
+    assert_eq!(storage_calls() - before, 1, "one storage request for a small file");
+
+    // Nothing to widen: the status counts no narrow chunk.
+    assert_eq!(cluster.status()["chunks_narrow"], 0, "{:#}", cluster.status());
+
+    // Two of its three copies lost: still readable, like any 4+2 chunk.
+    let map = match reader.meta(wire::MetaOp::GetMap { version: s[0].placement.map_version }).await.expect("GetMap") {
+        wire::MetaReply::Map(map) => map,
+        other => panic!("GetMap answered {other:?}"),
+    };
+    for slot in 0..2 {
+        let node = map.node_for(s[0].placement.pg, slot).expect("node of slot") as usize;
+        cluster.kill_node(node);
+    }
+    let survivor = cluster.client().await;
+    assert!(survivor.read_file("/small").await.expect("read with two copies lost")[..] == small[..]);
+    assert!(survivor.read_file("/big").await.expect("read big with two nodes lost")[..] == big[..]);
+}

@@ -187,6 +187,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>
     let body = read_section(r, header.body_len as usize).await?;
     header.verify(&head, &body)?;
     let data = read_section(r, header.data_len as usize).await?;
+    crate::traffic::received(HEADER_BYTES + body.len() + data.len());
     Ok(Some(Frame { header, body: body.freeze(), data: data.freeze() }))
 }
 

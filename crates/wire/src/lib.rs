@@ -6,18 +6,22 @@
 
 pub mod crc;
 pub mod error;
+pub mod events;
 pub mod frame;
 pub mod msg;
+mod opnames;
 pub mod rpc;
 pub mod stages;
+pub mod traffic;
 pub mod types;
 
 pub use error::{ErrorCode, WireError};
+pub use events::{Event, ProcessInfo, Severity};
 pub use msg::*;
 pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 7;
+pub const PROTOCOL_VERSION_MIN: u16 = 8;

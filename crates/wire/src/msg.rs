@@ -4,6 +4,7 @@
 //! beside it as the frame's raw data section so it is never re-encoded.
 
 use crate::error::WireError;
+use crate::events::{Event, ProcessInfo};
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
@@ -171,6 +172,15 @@ pub enum MetaOp {
     /// version is answered. Answered with `MetaReply::NodeStates`. What clients poll, cheaply,
     /// to route around nodes that are down.
     NodeStates { known: u64 },
+    /// A process says where its metrics exporter is (every few seconds while it runs); the
+    /// server keeps what it heard lately, in memory. Answered with `Ok`.
+    Announce { process: ProcessInfo },
+    /// The processes announced to this server lately (and the server itself). Answered with
+    /// `MetaReply::Processes`.
+    Processes,
+    /// Events of the cluster's event log with sequence numbers after `after`, oldest first, at
+    /// most `limit`; with `newest`, the last `limit` of them. Answered with `MetaReply::Events`.
+    Events { after: u64, limit: u32, newest: bool },
     /// Every pool; answered with `MetaReply::Pools`.
     ListPools,
     /// Creates a pool named `name` (refused when the name is taken); answered with
@@ -227,6 +237,11 @@ pub enum MetaReply {
     /// id, address and state: equal versions mean equal states, whichever metadata server
     /// answers), and the nodes, or none when `version` is the one the caller said it knew.
     NodeStates { version: u64, nodes: Vec<NodeBrief> },
+    /// The answer to `Processes`.
+    Processes(Vec<ProcessInfo>),
+    /// The answer to `Events`: the events, and the sequence number the next event will get
+    /// (what to ask after, to follow the log).
+    Events { events: Vec<Event>, next: u64 },
     /// The answer to `ListPools`, `CreatePool` and `SetPoolOptions`.
     Pools(Vec<PoolInfo>),
 }

@@ -134,6 +134,7 @@ impl Outbox {
     /// Sends `frame`: writes it now if nothing waits and the socket takes it, else queues it.
     /// Fails once a write on the socket has failed.
     fn send(&self, frame: OutFrame) -> Result<(), String> {
+        crate::traffic::sent(frame.len());
         let mut st = self.state.lock();
         if let Some(e) = &st.failed {
             return Err(e.clone());

@@ -128,6 +128,9 @@ pub struct EcScheme {
     pub m: u8,
 }
 
+/// Chunks of at most this many bytes are mirrored (see [`EcScheme::for_chunk`]).
+pub const SMALL_CHUNK_BYTES_MAX: u32 = 128 * 1024;
+
 impl EcScheme {
     /// The default scheme: 4 data + 2 parity.
     pub const DEFAULT: EcScheme = EcScheme { k: 4, m: 2 };
@@ -159,6 +162,27 @@ impl EcScheme {
 
     /// The limits every scheme keeps, as error messages state them.
     const LIMITS: &'static str = "a scheme K+M needs K >= 1 and K + M <= 32 shards in all (e.g. 4+2, 8+3, or 1+2 for three copies)";
+
+    /// The scheme a chunk of `len` bytes of a file coded `self` is written in: `self`, except
+    /// that a chunk of at most [`SMALL_CHUNK_BYTES_MAX`] is mirrored, `1+m` (three copies for
+    /// 4+2), with the same number of failures survived. Reading it then costs one request to
+    /// one node instead of `k` small ones to `k` nodes, which for small files (a training
+    /// sample per file) is what a drive's and a network's request rates are spent on; the
+    /// space this costs is small in bytes. Isilon OneFS mirrors small files for the same
+    /// reason.
+    pub fn for_chunk(self, len: u32) -> EcScheme {
+        if len <= SMALL_CHUNK_BYTES_MAX && self.k > 1 {
+            EcScheme { k: 1, m: self.m }
+        } else {
+            self
+        }
+    }
+
+    /// Whether a chunk coded `self` is narrower than `wanted`, the scheme it should have
+    /// ([`EcScheme::for_chunk`] of its file's): fewer data or parity shards.
+    pub fn narrower_than(self, wanted: EcScheme) -> bool {
+        self.k < wanted.k || self.m < wanted.m
+    }
 
     /// The size of each shard for a chunk holding `len` bytes: `len / k` rounded up to an even
     /// number of bytes (the Reed-Solomon codec works on 2-byte symbols), at least 2.
@@ -644,6 +668,22 @@ mod tests {
         for bad in ["", "-x", "a b", "fläsh", "a/b", &"x".repeat(65)] {
             assert!(check_pool_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn small_chunks_are_mirrored_with_the_files_parity() {
+        let ec = EcScheme::DEFAULT;
+        assert_eq!(ec.for_chunk(0), EcScheme { k: 1, m: 2 });
+        assert_eq!(ec.for_chunk(SMALL_CHUNK_BYTES_MAX), EcScheme { k: 1, m: 2 });
+        assert_eq!(ec.for_chunk(SMALL_CHUNK_BYTES_MAX + 1), ec);
+        assert_eq!(EcScheme { k: 8, m: 3 }.for_chunk(4096), EcScheme { k: 1, m: 3 });
+        assert_eq!(EcScheme { k: 6, m: 0 }.for_chunk(4096), EcScheme { k: 1, m: 0 });
+        assert_eq!(EcScheme { k: 1, m: 2 }.for_chunk(4096), EcScheme { k: 1, m: 2 });
+        // Mirrored small chunks are what their file wants; narrower ones are not.
+        assert!(!EcScheme { k: 1, m: 2 }.narrower_than(ec.for_chunk(1000)));
+        assert!(!ec.narrower_than(ec.for_chunk(1000)), "a small chunk written wide (before mirroring) is left as it is");
+        assert!(EcScheme { k: 2, m: 2 }.narrower_than(ec.for_chunk(4 << 20)));
+        assert!(EcScheme { k: 1, m: 1 }.narrower_than(ec.for_chunk(1000)));
     }
 
     #[test]
