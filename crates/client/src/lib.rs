@@ -471,6 +471,14 @@ impl Client {
         }
     }
 
+    /// The file pool policies, in order.
+    pub async fn policies(&self) -> Result<Vec<wire::FilePolicy>> {
+        match self.meta(MetaOp::ListPolicies).await? {
+            MetaReply::Policies(policies) => Ok(policies),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Every storage pool.
     pub async fn pools(&self) -> Result<Vec<wire::PoolInfo>> {
         match self.meta(MetaOp::ListPools).await? {
@@ -729,6 +737,7 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::ScanChunks { .. }
             | MetaOp::NodeStates { .. }
             | MetaOp::ListPools
+            | MetaOp::ListPolicies
             | MetaOp::Announce { .. }
             | MetaOp::Processes
             | MetaOp::Events { .. }

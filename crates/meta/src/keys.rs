@@ -69,6 +69,8 @@ pub mod prefix {
     pub const LEASE_NAMED: u8 = b'A';
     /// `O` + pool id: a storage pool.
     pub const POOL: u8 = b'O';
+    /// `F`: the file pool policies, one ordered list.
+    pub const POLICIES: u8 = b'F';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -234,6 +236,11 @@ pub fn pool(id: PoolId) -> Vec<u8> {
     key
 }
 
+/// The key of the file pool policies (one record: they are few and read as a whole, in order).
+pub fn policies() -> Vec<u8> {
+    vec![prefix::POLICIES]
+}
+
 pub fn gc(chunk: u64) -> Vec<u8> {
     let mut key = with_prefix(prefix::GC, 8);
     key.extend_from_slice(&chunk.to_be_bytes());
@@ -386,8 +393,8 @@ pub struct NodeRec {
     pub pool: PoolId,
 }
 
-/// A storage pool. The default pool (0) has a record only once an operator changed it; until
-/// then it is named [`wire::DEFAULT_POOL_NAME`] with the cluster's default scheme.
+/// A storage pool. The default pool (0, [`wire::DEFAULT_POOL_NAME`]) is written at every start
+/// of the metadata service if missing, with the cluster's default scheme.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolRec {
     pub id: PoolId,
@@ -395,6 +402,12 @@ pub struct PoolRec {
     pub name: String,
     pub kind: PoolRecKind,
     pub default_ec: EcScheme,
+}
+
+/// The file pool policies, in order (the first a file matches decides it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyListRec {
+    pub policies: Vec<wire::FilePolicy>,
 }
 
 /// What a pool stores its chunks on, as its record keeps it.
@@ -535,6 +548,7 @@ impl Record for LeaseRec {}
 impl Record for PoolRec {}
 impl Record for ChunkRecord {}
 impl Record for wire::Event {}
+impl Record for PolicyListRec {}
 
 impl Record for InodeRec {
     const FORMAT: u8 = FORMAT_V2;

@@ -9,7 +9,7 @@
 //!
 //! Module map: [`keys`] (key schema and value formats, documented in ARCHITECTURE.md), [`store`]
 //! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`pools`] (storage
-//! pools), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
+//! pools), [`policies`] (file pool policies), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
@@ -19,6 +19,7 @@ pub mod keys;
 pub mod locks;
 pub mod metered;
 pub mod namespace;
+pub mod policies;
 pub mod pools;
 pub mod processes;
 pub mod server;

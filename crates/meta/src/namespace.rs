@@ -13,6 +13,7 @@
 use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use crate::pools;
+use crate::policies;
 use kv::{KvEngine, KvTxn};
 use std::collections::HashMap;
 use wire::{
@@ -82,6 +83,8 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::CreatePool { .. }
             | MetaOp::SetPoolOptions { .. }
             | MetaOp::SetPool { .. }
+            | MetaOp::AddPolicy { .. }
+            | MetaOp::RemovePolicy { .. }
     )
 }
 
@@ -482,6 +485,13 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::SetPoolOptions { name, default_ec } => {
             let pool = pools::set_options(txn, name, *default_ec).await?;
             Ok(MetaReply::Pools(vec![pool.info()]))
+        }
+        MetaOp::ListPolicies => Ok(MetaReply::Policies(policies::read(txn).await?)),
+        MetaOp::AddPolicy { policy, before } => Ok(MetaReply::Policies(
+            policies::add(txn, policy.clone(), before.as_deref()).await?,
+        )),
+        MetaOp::RemovePolicy { name } => {
+            Ok(MetaReply::Policies(policies::remove(txn, name).await?))
         }
         MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
         MetaOp::ReplaceChunk { ino, expected, new } => {

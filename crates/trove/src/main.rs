@@ -15,6 +15,7 @@ mod demo;
 mod mover;
 mod mount;
 mod nfs;
+mod policy;
 mod pools;
 mod s3;
 mod stats;
@@ -188,6 +189,9 @@ enum Command {
     /// Storage pools: list, create, set (nodes join one by `pool = "NAME"` in their config).
     #[command(subcommand)]
     Pool(pools::PoolCmd),
+    /// File pool policies: add, list, rm, test (which policy decides a file, and why).
+    #[command(subcommand)]
+    Policy(policy::PolicyCmd),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -275,6 +279,7 @@ impl Command {
             | Command::Dataset { cluster, .. }
             | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
             Command::Pool(cmd) => cmd.cluster(),
+            Command::Policy(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -396,6 +401,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stat { remote, layout: true, json, .. } => pools::stat_layout(&cmds::connect(cluster).await?, &remote, json).await,
         Command::Du { remote, json, .. } => pools::du_by_pool(&cmds::connect(cluster).await?, &remote, json).await,
         Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }
@@ -428,7 +434,7 @@ mod tests {
         walk(&cmd, "trove", &mut args);
         let with: std::collections::BTreeSet<&str> =
             args.iter().filter(|(_, a)| a.get_id() == "cluster").map(|(path, _)| path.as_str()).collect();
-        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove du"] {
+        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove policy test", "trove du"] {
             assert!(with.contains(uses), "`{uses}` does not offer --cluster");
         }
         for ignores in ["trove meta", "trove storage", "trove cluster start", "trove cluster stop", "trove node add", "trove umount", "trove demo"] {

@@ -10,6 +10,7 @@ pub mod events;
 pub mod frame;
 pub mod msg;
 mod opnames;
+pub mod policy;
 pub mod rpc;
 pub mod stages;
 pub mod traffic;
@@ -18,6 +19,7 @@ pub mod types;
 pub use error::{ErrorCode, WireError};
 pub use events::{Event, ProcessInfo, Severity};
 pub use msg::*;
+pub use policy::{FilePolicy, PolicyAction, PolicyRule};
 pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 

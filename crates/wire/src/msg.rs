@@ -5,6 +5,7 @@
 
 use crate::error::WireError;
 use crate::events::{Event, ProcessInfo};
+use crate::policy::FilePolicy;
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
@@ -193,6 +194,15 @@ pub enum MetaOp {
     /// in pool `pool` (by name), with the pool's default scheme as its scheme (a `SetLayout`
     /// after it chooses another). Answered with the inode's attributes.
     SetPool { ino: Ino, pool: String },
+    /// The file pool policies in order; answered with `MetaReply::Policies`.
+    ListPolicies,
+    /// Adds a file pool policy before the policy named `before` (`None`: last). Refused when
+    /// its name is taken, its target pool does not exist, it is malformed, or it would come
+    /// after a policy without conditions (which matches every file, so it could never match).
+    /// Answered with `MetaReply::Policies`, the list as changed.
+    AddPolicy { policy: FilePolicy, before: Option<String> },
+    /// Removes the policy named `name`; answered with `MetaReply::Policies`.
+    RemovePolicy { name: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -244,6 +254,8 @@ pub enum MetaReply {
     Events { events: Vec<Event>, next: u64 },
     /// The answer to `ListPools`, `CreatePool` and `SetPoolOptions`.
     Pools(Vec<PoolInfo>),
+    /// The answer to `ListPolicies`, `AddPolicy` and `RemovePolicy`: every policy, in order.
+    Policies(Vec<FilePolicy>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

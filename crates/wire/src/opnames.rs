@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 44] = [
+    pub const NAMES: [&'static str; 47] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -51,6 +51,9 @@ impl MetaOp {
         "CreatePool",
         "SetPoolOptions",
         "SetPool",
+        "ListPolicies",
+        "AddPolicy",
+        "RemovePolicy",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -100,6 +103,9 @@ impl MetaOp {
             MetaOp::CreatePool { .. } => 41,
             MetaOp::SetPoolOptions { .. } => 42,
             MetaOp::SetPool { .. } => 43,
+            MetaOp::ListPolicies => 44,
+            MetaOp::AddPolicy { .. } => 45,
+            MetaOp::RemovePolicy { .. } => 46,
         }
     }
 
@@ -197,6 +203,8 @@ mod tests {
             },
             MetaOp::GetMap { version: 1 },
             MetaOp::ListPools,
+            MetaOp::ListPolicies,
+            MetaOp::RemovePolicy { name: "p".into() },
             MetaOp::SetPool {
                 ino: 1,
                 pool: "flash".into(),
