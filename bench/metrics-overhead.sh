@@ -9,7 +9,10 @@
 #   - metadata create rate through the mount (`trove bench meta --files-only`, TASKS tasks x
 #     ITEMS empty files each, one directory per task), in creates/s;
 # and prints every round, the medians, and on/off ratios, with the load average before and
-# after (the machine is shared). First it prints what one recording costs, measured directly
+# after (the machine is shared). Throughput on a shared machine moves with its load far more
+# than 2%, so each measurement also counts the CPU time (user + system, from /proc) that the
+# variant's Trove processes (every role and the mount) spent on it: CPU per GiB read and per
+# thousand creates, which the neighbours' load moves much less. First it prints what one recording costs, measured directly
 # (crates/metrics/examples/record_cost.rs, when built).
 #
 #   bench/record.sh metrics-overhead bench/metrics-overhead.sh
@@ -64,6 +67,19 @@ for v in off on; do
         --filename="$work/$v/mnt/seq" --output-format=terse >/dev/null
 done
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# Clock ticks of user and system time of every process whose command line names the variant's
+# directory (its roles' configurations, the mount point); fio and bench meta have exited when
+# it is read.
+cpu_ticks() {
+    local total=0 p f
+    for p in $(pgrep -f "$work/$1/"); do
+        f=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null) || continue
+        set -- $f
+        total=$((total + ${12} + ${13}))
+    done
+    echo "$total"
+}
+hz=$(getconf CLK_TCK)
 fio_mbs() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["io_bytes"]/(j["read"]["runtime"]/1000)/1e6))'; }
 creates() {
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["meta"][0]; print(round(next(p["summary"]["mean"] for p in r["phases"] if p["phase"]=="file create")))' "$1"
@@ -76,6 +92,15 @@ if [ -x "$cost" ]; then
 else
     echo "(build crates/metrics/examples/record_cost.rs with \`cargo build --release -p metrics --example record_cost\` to see what one recording costs)"
 fi
+# What the variant's processes spend with nothing to do: heartbeats, and with metrics on the
+# scrapes (the outside scraper's once a second and the dashboard's sampler every 2 s). Each
+# phase's CPU below is also given net of this, which is what the recording itself costs.
+declare -A idle
+for v in off on; do
+    t0=$(cpu_ticks "$v"); sleep 10; t1=$(cpu_ticks "$v")
+    idle[$v]=$(python3 -c "print(f'{($t1 - $t0) / $hz / 10:.4f}')")
+done
+echo "CPU of the idle processes: off ${idle[off]} s/s, on ${idle[on]} s/s"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "round order variant: seq read MB/s, creates/s"
 results=$work/results.txt
@@ -84,14 +109,23 @@ for i in $(seq "$rounds"); do
     if [ $((i % 2)) -eq 1 ]; then order="off on"; else order="on off"; fi
     for v in $order; do
         drop
+        t0=$(cpu_ticks "$v"); w0=$EPOCHREALTIME
         mbs=$(fio --name=seq --rw=read --bs=1M --size="${size_mb}M" --ioengine=psync \
             --filename="$work/$v/mnt/seq" --output-format=json | fio_mbs)
+        t1=$(cpu_ticks "$v"); w1=$EPOCHREALTIME
         mkdir -p "$work/$v/mnt/r$i"
         "$T" bench meta --dir "$work/$v/mnt/r$i" --tasks "$tasks" --items "$items" --unique \
             --files-only --iterations 1 --quiet --json > "$work/$v.json"
+        t2=$(cpu_ticks "$v"); w2=$EPOCHREALTIME
         c=$(creates "$work/$v.json")
-        echo "round $i $v: $mbs MB/s, $c creates/s"
-        echo "$v $mbs $c" >> "$results"
+        # CPU seconds per GiB read and per 1,000 creates, as spent and net of the idle rate.
+        cpu=$(python3 -c "
+gib, k, idle = $size_mb / 1024, $tasks * $items / 1000, ${idle[$v]}
+r, c = ($t1 - $t0) / $hz, ($t2 - $t1) / $hz
+print(f'{r / gib:.3f} {c / k:.3f} {(r - idle * ($w1 - $w0)) / gib:.3f} {(c - idle * ($w2 - $w1)) / k:.3f}')")
+        set -- $cpu
+        echo "round $i $v: $mbs MB/s, $c creates/s; Trove CPU $1 s per GiB read ($3 net of idle), $2 s per 1,000 creates ($4 net)"
+        echo "$v $mbs $c $cpu" >> "$results"
         rm -rf "$work/$v/mnt/r$i"
     done
 done
@@ -108,7 +142,10 @@ print(f"median creates: off {cr_off:.0f}/s, on {cr_on:.0f}/s: on/off {cr_on / cr
 # moved by the machine's load drifting over the sitting.
 off = [r for r in rows if r[0] == "off"]
 on = [r for r in rows if r[0] == "on"]
-for i, what in [(1, "sequential read"), (2, "creates")]:
+for i, what in [(3, "CPU per GiB read"), (4, "CPU per 1,000 creates"), (5, "CPU per GiB read net of idle"), (6, "CPU per 1,000 creates net of idle")]:
+    a, b = med("off", i), med("on", i)
+    print(f"median {what}: off {a:.3f} s, on {b:.3f} s: on/off {b / a:.3f} ({100 * (b / a - 1):+.1f}% cost)")
+for i, what in [(1, "sequential read"), (2, "creates"), (3, "CPU per GiB read"), (4, "CPU per 1,000 creates"), (5, "CPU per GiB read net of idle"), (6, "CPU per 1,000 creates net of idle")]:
     ratios = [float(b[i]) / float(a[i]) for a, b in zip(off, on)]
     print(f"median of per-round on/off ratios, {what}: {statistics.median(ratios):.3f} (rounds range {min(ratios):.2f}..{max(ratios):.2f})")
 EOF_PY
