@@ -445,6 +445,63 @@ impl Client {
         self.meta_ok(MetaOp::SetLayout { ino, ec, chunk_bytes, check }).await
     }
 
+    /// Puts directory `ino` (or an empty file) in pool `pool`, with the pool's default scheme;
+    /// new files below a directory inherit both.
+    pub async fn set_pool(&self, ino: Ino, pool: &str) -> Result<Attr> {
+        self.meta_attr(MetaOp::SetPool { ino, pool: pool.to_string() }).await
+    }
+
+    /// A regular file's attributes and every chunk record it has, in index order (in pages of
+    /// at most 1,024 records, one call each).
+    pub async fn chunk_records(&self, ino: Ino) -> Result<(Attr, Vec<wire::ChunkRecord>)> {
+        const PAGE: u64 = 1024;
+        let mut records = Vec::new();
+        let mut first = 0u64;
+        loop {
+            let (attr, chunks) = match self.meta(MetaOp::GetChunks { ino, first, count: PAGE }).await? {
+                MetaReply::Chunks { attr, chunks } => (attr, chunks),
+                other => return Err(unexpected(&other)),
+            };
+            records.extend(chunks);
+            first += PAGE;
+            let indices = attr.size.div_ceil(u64::from(attr.chunk_bytes.max(1)));
+            if first >= indices {
+                return Ok((attr, records));
+            }
+        }
+    }
+
+    /// The file pool policies, in order.
+    pub async fn policies(&self) -> Result<Vec<wire::FilePolicy>> {
+        match self.meta(MetaOp::ListPolicies).await? {
+            MetaReply::Policies(policies) => Ok(policies),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every storage pool.
+    pub async fn pools(&self) -> Result<Vec<wire::PoolInfo>> {
+        match self.meta(MetaOp::ListPools).await? {
+            MetaReply::Pools(pools) => Ok(pools),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The placement map of `version` (0: the newest, asked for every time), for tools that
+    /// show where chunks are.
+    pub async fn placement_map(&self, version: u32) -> Result<Arc<PlacementMap>> {
+        if version != 0 {
+            return self.map(version).await;
+        }
+        match self.meta(MetaOp::GetMap { version: 0 }).await? {
+            MetaReply::Map(map) => {
+                self.remember_map(map.clone());
+                Ok(Arc::new(map))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub async fn setxattr(&self, ino: Ino, name: &str, value: &[u8], mode: wire::XattrMode) -> Result<()> {
         self.meta_ok(MetaOp::SetXattr { ino, name: name.to_string(), value: value.to_vec(), mode }).await
     }
@@ -679,6 +736,8 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::Status { .. }
             | MetaOp::ScanChunks { .. }
             | MetaOp::NodeStates { .. }
+            | MetaOp::ListPools
+            | MetaOp::ListPolicies
             | MetaOp::Announce { .. }
             | MetaOp::Processes
             | MetaOp::Events { .. }
@@ -746,6 +805,7 @@ mod tests {
                     data_version: 0,
                     ec: EcScheme { k: 1, m: 0 },
                     chunk_bytes: 1 << 20,
+                    pool: wire::DEFAULT_POOL,
                 },
             })
             .collect();

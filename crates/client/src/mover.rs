@@ -205,7 +205,7 @@ impl Mover {
         let width = rec.ec.width();
         let old_map = client.map(rec.placement.map_version).await?;
         let pg = rec.placement.pg;
-        let group = |map: &PlacementMap| -> Vec<NodeId> { map.pgs.get(pg as usize).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
+        let group = |map: &PlacementMap| -> Vec<NodeId> { map.group(pg).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
         let (old, new) = (group(&old_map), group(newest));
         let fits = new.len() >= width;
         if rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)) || !fits {

@@ -651,6 +651,7 @@ mod tests {
                         device: i as u64 + 1,
                     }],
                     heartbeat_age_ms: 0,
+                    pool: wire::DEFAULT_POOL,
                 })
                 .collect(),
             map_version: 1,
@@ -669,6 +670,7 @@ mod tests {
             dirs_too_wide_count: 0,
             bytes_pending_delete: 0,
             pending_delete_within_ms: 0,
+            pools: vec![],
         }
     }
 

@@ -15,8 +15,9 @@
 //! ordering every node after the newcomer's position would shift to the next shard index, and
 //! a later rebalance would move all of those shards instead of one.
 
-use crate::keys::{self, NodeRec};
+use crate::keys::{self, NodeRec, PoolRec};
 use crate::namespace;
+use crate::pools;
 use crate::store::{self, abort, fail, get, transact, IdPool, TxResult};
 use kv::{KvEngine, KvTxn};
 use parking_lot::Mutex;
@@ -25,13 +26,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
     ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo,
-    NodeState, Placement, PlacementMap, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
+    NodeState, Placement, PlacementMap, PoolId, PoolPgs, PoolStatus, StatFs, Timestamp, WireError,
+    NAME_BYTES_MAX, SHARDS_MAX,
 };
 
 /// Most chunk ids one `AllocChunks` reserves.
 pub const ALLOC_CHUNKS_MAX: u32 = 1024;
-/// Most placement groups a map may have.
-pub const PG_COUNT_MAX: u32 = 1 << 16;
+/// Most placement groups a pool may have in a map (the lower 16 bits of a group number; the
+/// upper 16 name its pool).
+pub const PG_COUNT_MAX: u32 = wire::POOL_PGS_MAX;
 /// Longest node address accepted at registration.
 pub const NODE_ADDR_BYTES_MAX: usize = 256;
 /// Most drives a node may report.
@@ -225,13 +228,17 @@ impl Cluster {
 
     /// Registers a storage node by uuid: a known uuid gets its id back (its address and drives
     /// are updated); a new one gets the next id, and a new placement map including it is
-    /// published in the same transaction.
+    /// published in the same transaction. The node joins the pool named `pool` (empty: the
+    /// default pool), made for it if no pool has that name; a known node naming another pool
+    /// than before moves there (a new map without it in its old pool, whose chunks the mover
+    /// then moves off it).
     pub async fn register(
         &self,
         engine: &dyn KvEngine,
         uuid: u128,
         addr: String,
         drives: Vec<DriveInfo>,
+        pool: String,
     ) -> Result<MetaReply, WireError> {
         if uuid == 0 {
             return Err(wire::werr!(Invalid, "node uuid 0 is not valid"));
@@ -243,15 +250,30 @@ impl Cluster {
             ));
         }
         check_drives(&drives)?;
+        if !pool.is_empty() {
+            wire::check_pool_name(&pool).map_err(|e| wire::werr!(Invalid, "{e}"))?;
+        }
         let pg_count = self.options.pg_count;
-        let (addr_in, drives_in) = (Arc::new(addr), Arc::new(drives));
-        let (id, map_version, new_map) = transact(engine, {
-            let (addr, drives) = (addr_in.clone(), drives_in.clone());
+        let default_ec = self.options.default_ec;
+        let (addr_in, drives_in, pool_in) = (Arc::new(addr), Arc::new(drives), Arc::new(pool));
+        let (id, map_version, new_map, made_pool) = transact(engine, {
+            let (addr, drives, pool) = (addr_in.clone(), drives_in.clone(), pool_in.clone());
             move |txn| {
-                let (addr, drives) = (addr.clone(), drives.clone());
+                let (addr, drives, pool) = (addr.clone(), drives.clone(), pool.clone());
                 Box::pin(async move {
                     let uuid_key = keys::node_uuid(uuid);
                     let map_key = keys::counter(keys::counter::MAP);
+                    let (pool, made_pool) = match pools::find(txn, &pool).await? {
+                        Some(found) => (found, false),
+                        None => (pools::create(txn, &pool, wire::PoolKind::Nodes, default_ec).await?, true),
+                    };
+                    if pool.kind != keys::PoolRecKind::Nodes {
+                        fail!(
+                            Invalid,
+                            "pool {:?} keeps its chunks in an object store; a storage node cannot join it",
+                            pool.name
+                        );
+                    }
                     if let Some(value) = txn.get(&uuid_key).await? {
                         let id = node_id(
                             &uuid_key,
@@ -272,13 +294,19 @@ impl Cluster {
                             );
                         }
                         let stored: Vec<keys::StoredDrive> = drives.iter().map(Into::into).collect();
-                        if rec.addr != *addr || rec.drives != stored {
+                        let moved = rec.pool != pool.id;
+                        if rec.addr != *addr || rec.drives != stored || moved {
                             rec.addr = addr.to_string();
                             rec.drives = stored;
+                            rec.pool = pool.id;
                             store::put(txn, &node_key, &rec).await?;
                         }
+                        if moved && is_member(rec.state) {
+                            let map = publish_map(txn, pg_count).await?;
+                            return Ok((id, u64::from(map.version), Some(map), made_pool.then_some(pool.name)));
+                        }
                         let version = store::get_u64(txn, &map_key, 0).await?;
-                        return Ok((id, version, None));
+                        return Ok((id, version, None, made_pool.then_some(pool.name)));
                     }
                     let counter_key = keys::counter(keys::counter::NODE);
                     let id = node_id(&counter_key, store::get_u64(txn, &counter_key, 1).await?)?;
@@ -291,21 +319,26 @@ impl Cluster {
                         state: NodeState::Up,
                         drives: drives.iter().map(Into::into).collect(),
                         registered: Timestamp::now(),
+                        pool: pool.id,
                     };
                     store::put(txn, &keys::node(id), &rec).await?;
                     txn.put(&uuid_key, &keys::encode_u64(u64::from(id))).await?;
                     // The member set changed: publish the next map version.
                     let map = publish_map(txn, pg_count).await?;
                     let version = map.version;
-                    Ok((id, u64::from(version), Some(map)))
+                    Ok((id, u64::from(version), Some(map), made_pool.then_some(pool.name)))
                 })
             }
         })
         .await?;
+        if let Some(name) = made_pool {
+            tracing::info!("pool {name:?} made for node {id} ({addr_in}), its first node");
+        }
         if let Some(map) = new_map {
             tracing::info!(
-                "node {id} ({}) joined; placement map version {map_version} published",
-                addr_in
+                "node {id} ({}) joined pool {:?}; placement map version {map_version} published",
+                addr_in,
+                if pool_in.is_empty() { wire::DEFAULT_POOL_NAME } else { pool_in.as_str() }
             );
             self.maps.insert(map);
         }
@@ -390,14 +423,19 @@ impl Cluster {
                 "{count} chunks in one allocation exceed the limit of {ALLOC_CHUNKS_MAX}"
             ));
         }
-        let (ec, map, nodes) = transact(engine, |txn| {
+        let (ec, pool, in_pool, map, nodes) = transact(engine, |txn| {
             let maps = self.maps.clone();
             Box::pin(async move {
                 let rec = namespace::load_file(txn, ino).await?;
+                let all = pools::read_all(txn).await?;
+                let Some(pool) = all.iter().find(|p| p.id == rec.attr.pool).cloned() else {
+                    fail!(Internal, "file {ino} is in pool {}, which has no record", rec.attr.pool);
+                };
+                let in_pool = of_pool(&pool, all.len());
                 let version =
                     store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32;
                 let map = maps.get_in(txn, version).await?;
-                Ok((rec.attr.ec, map, read_nodes(txn).await?))
+                Ok((rec.attr.ec, pool, in_pool, map, read_nodes(txn).await?))
             })
         })
         .await?;
@@ -407,13 +445,22 @@ impl Cluster {
                 "no storage node has joined the cluster yet"
             ));
         };
+        let pgs = map.pool_pgs(pool.id);
+        if pgs.is_empty() {
+            return Err(wire::werr!(
+                Unavailable,
+                "pool {:?} has no storage nodes in service, and file {ino} is placed in it (start nodes with pool = {:?} in their configuration, or put the file's directory in another pool with `trove mkdir --pool`)",
+                pool.name,
+                pool.name
+            ));
+        }
         let up: HashSet<NodeId> = nodes
             .iter()
             .filter(|n| self.node_state(n).0 == NodeState::Up && !avoid.contains(&n.id))
             .map(|n| n.id)
             .collect();
-        let Some((scheme, fits)) = choose_scheme(ec, &map, &up) else {
-            let members = map.pgs.first().map_or(0, Vec::len);
+        let Some((scheme, fits)) = choose_scheme(ec, pgs, &up) else {
+            let members = pgs.first().map_or(0, Vec::len);
             let avoided = if avoid.is_empty() {
                 String::new()
             } else {
@@ -421,8 +468,8 @@ impl Cluster {
             };
             return Err(wire::werr!(
                 Unavailable,
-                "only {} of the {members} storage nodes can take writes now{avoided}; {ec} needs at least {} to store a chunk with any redundancy",
-                up.len(),
+                "only {} of the {members} storage nodes{in_pool} can take writes now{avoided}; {ec} needs at least {} to store a chunk with any redundancy",
+                pgs.first().map_or(0, |g| g.iter().filter(|n| up.contains(n)).count()),
                 narrowest_width(ec)
             ));
         };
@@ -430,12 +477,12 @@ impl Cluster {
             tracing::debug!("file {ino}: writing {scheme} instead of {ec} (nodes up: {up:?})");
         }
         let ids = self.chunk_ids.take(engine, u64::from(count)).await?;
-        let pg_count = map.pgs.len() as u32;
+        let pg_count = pgs.len() as u32;
         let chunks = ids
             .into_iter()
             .map(|id| {
                 let start = pg_for_chunk(id, pg_count);
-                let pg = (0..pg_count)
+                let local = (0..pg_count)
                     .map(|step| (start + step) % pg_count)
                     .find(|&pg| fits[pg as usize])
                     .unwrap_or(start);
@@ -443,7 +490,7 @@ impl Cluster {
                     id,
                     Placement {
                         map_version: map.version,
-                        pg,
+                        pg: wire::pg_global(pool.id, local),
                     },
                 )
             })
@@ -461,6 +508,7 @@ impl Cluster {
     pub async fn check_layout_fits(
         &self,
         engine: &dyn KvEngine,
+        ino: Ino,
         ec: EcScheme,
         check: wire::LayoutCheck,
     ) -> Result<(), WireError> {
@@ -473,17 +521,28 @@ impl Cluster {
                 "{ec} keeps no parity: losing any one node loses data; say so explicitly to use it (trove mkdir --no-redundancy)"
             ));
         }
-        let members = self
-            .nodes(engine)
-            .await?
+        let (pool, pool_count, nodes) = transact(engine, |txn| {
+            Box::pin(async move {
+                let rec = namespace::load(txn, ino).await?;
+                let all = pools::read_all(txn).await?;
+                let pool = all.iter().find(|p| p.id == rec.attr.pool).cloned();
+                Ok((pool, all.len(), read_nodes(txn).await?))
+            })
+        })
+        .await?;
+        let Some(pool) = pool else {
+            return Err(wire::werr!(Internal, "inode {ino}'s pool has no record"));
+        };
+        let members = nodes
             .iter()
-            .filter(|n| is_member(n.state))
+            .filter(|n| is_member(n.state) && n.pool == pool.id)
             .count();
         if ec.width() > members {
             return Err(wire::werr!(
                 Invalid,
-                "{ec} needs {} storage nodes; the cluster has {members}{}",
+                "{ec} needs {} storage nodes; {} has {members}{}",
                 ec.width(),
+                if pool_count <= 1 { "the cluster".to_string() } else { format!("pool {:?}", pool.name) },
                 match fitting_example(ec, members) {
                     Some(fit) => format!(" (a scheme that fits: {fit})"),
                     None => String::new(),
@@ -531,7 +590,7 @@ impl Cluster {
         engine: &dyn KvEngine,
         scan_chunks: bool,
     ) -> Result<MetaReply, WireError> {
-        let (nodes, stats, map_version, leader) = transact(engine, |txn| {
+        let (nodes, stats, map_version, leader, pool_recs) = transact(engine, |txn| {
             Box::pin(async move {
                 let nodes = read_nodes(txn).await?;
                 let stats = store::read_stats(txn).await?;
@@ -540,7 +599,7 @@ impl Cluster {
                     .await?
                     .filter(|rec| rec.expires_ms > store::now_ms())
                     .map(|rec| rec.addr);
-                Ok((nodes, stats, version as u32, leader))
+                Ok((nodes, stats, version as u32, leader, pools::read_all(txn).await?))
             })
         })
         .await?;
@@ -555,6 +614,29 @@ impl Cluster {
                     state,
                     drives: self.drives(rec),
                     heartbeat_age_ms,
+                    pool: rec.pool,
+                }
+            })
+            .collect();
+        let pools = pool_recs
+            .iter()
+            .map(|pool| {
+                let members: Vec<&NodeInfo> = infos
+                    .iter()
+                    .filter(|n| n.pool == pool.id && n.state != NodeState::Out)
+                    .collect();
+                let drives: Vec<DriveInfo> =
+                    members.iter().flat_map(|n| n.drives.iter().cloned()).collect();
+                let (bytes_total, bytes_free) = wire::capacity_once_per_device(&drives);
+                PoolStatus {
+                    pool: pool.info(),
+                    nodes: members.len() as u32,
+                    nodes_up: members.iter().filter(|n| n.state == NodeState::Up).count() as u32,
+                    bytes_total,
+                    bytes_free,
+                    chunks: 0,
+                    bytes_stored: 0,
+                    schemes: Vec::new(),
                 }
             })
             .collect();
@@ -576,6 +658,7 @@ impl Cluster {
             dirs_too_wide_count: 0,
             bytes_pending_delete: stats.pending_delete_bytes,
             pending_delete_within_ms: self.pending_delete_within_ms(),
+            pools,
         };
         if scan_chunks {
             let serving: HashSet<NodeId> = nodes
@@ -585,8 +668,12 @@ impl Cluster {
                 .collect();
             self.scan_chunk_health(engine, &serving, &mut status)
                 .await?;
-            let members = nodes.iter().filter(|n| is_member(n.state)).count();
-            let schemes = namespace::scheme_use(engine, members, DIRS_TOO_WIDE_LISTED_MAX).await?;
+            let mut members: HashMap<PoolId, usize> = HashMap::new();
+            for node in nodes.iter().filter(|n| is_member(n.state)) {
+                *members.entry(node.pool).or_default() += 1;
+            }
+            let schemes =
+                namespace::scheme_use(engine, None, &members, DIRS_TOO_WIDE_LISTED_MAX).await?;
             status.dirs_too_wide = schemes
                 .too_wide
                 .into_iter()
@@ -676,14 +763,17 @@ impl Cluster {
         }
         let left = nodes
             .iter()
-            .filter(|n| n.id != node && is_member(n.state))
+            .filter(|n| n.id != node && is_member(n.state) && n.pool == rec.pool)
             .count();
-        let Some(widest) = namespace::widest_scheme(engine).await? else {
+        let Some(widest) = namespace::widest_scheme(engine, Some(rec.pool)).await? else {
             return Ok(());
         };
         if widest.ec.width() <= left {
             return Ok(());
         }
+        let pool = rec.pool;
+        let all = transact(engine, |txn| Box::pin(async move { pools::read_all(txn).await })).await?;
+        let in_pool = all.iter().find(|p| p.id == pool).map_or_else(String::new, |p| of_pool(p, all.len()));
         let verb = if state == NodeState::Draining {
             "draining"
         } else {
@@ -691,7 +781,7 @@ impl Cluster {
         };
         Err(wire::werr!(
             NoSpace,
-            "{verb} node {node} leaves {left} storage node{}; {} uses {}, which needs {}: add a node first, or pass --force to re-encode such chunks narrower ({}) until nodes are added",
+            "{verb} node {node} leaves {left} storage node{}{in_pool}; {} uses {}, which needs {}: add a node first, or pass --force to re-encode such chunks narrower ({}) until nodes are added",
             if left == 1 { "" } else { "s" },
             widest.path,
             widest.ec,
@@ -839,23 +929,25 @@ impl Cluster {
                 let more = page.len() == limit;
                 let mut chunks = Vec::with_capacity(page.len());
                 // The page is in file order: each file's inode is read once.
-                let mut file: Option<(Ino, EcScheme)> = None;
+                let mut file: Option<(Ino, EcScheme, PoolId)> = None;
                 for (key, value) in page {
                     let Some((ino, _)) = keys::parse_chunk(&key) else {
                         fail!(Internal, "malformed chunk key {}", keys::describe(&key));
                     };
                     let rec: wire::ChunkRecord = keys::decode(&key, &value).map_err(abort)?;
-                    let file_ec = match file {
-                        Some((known, ec)) if known == ino => ec,
+                    let (file_ec, file_pool) = match file {
+                        Some((known, ec, pool)) if known == ino => (ec, pool),
                         _ => {
-                            let ec = get::<keys::InodeRec>(txn, &keys::inode(ino))
+                            let (ec, pool) = get::<keys::InodeRec>(txn, &keys::inode(ino))
                                 .await?
-                                .map_or(rec.ec, |inode| inode.attr.ec);
-                            file = Some((ino, ec));
-                            ec
+                                .map_or((rec.ec, wire::pg_pool(rec.placement.pg)), |inode| {
+                                    (inode.attr.ec, inode.attr.pool)
+                                });
+                            file = Some((ino, ec, pool));
+                            (ec, pool)
                         }
                     };
-                    chunks.push(wire::ScannedChunk { ino, rec, file_ec });
+                    chunks.push(wire::ScannedChunk { ino, rec, file_ec, file_pool });
                 }
                 Ok(MetaReply::ChunkPage { chunks, more })
             })
@@ -873,7 +965,7 @@ impl Cluster {
         missing: u64,
     ) -> Result<MetaReply, WireError> {
         let map = self.map(engine, placement.map_version).await?;
-        if placement.pg as usize >= map.pgs.len() {
+        if map.group(placement.pg).is_none() {
             return Err(wire::werr!(
                 Invalid,
                 "placement group {} does not exist in map version {}",
@@ -912,6 +1004,7 @@ impl Cluster {
         status: &mut ClusterStatus,
     ) -> Result<(), WireError> {
         let mut schemes: HashMap<EcScheme, u64> = HashMap::new();
+        let mut per_pool: HashMap<PoolId, (u64, u64, HashMap<EcScheme, u64>)> = HashMap::new();
         let mut chunks = 0u64;
         let mut after = None;
         loop {
@@ -925,6 +1018,11 @@ impl Cluster {
                 let chunk = &found.rec;
                 chunks += 1;
                 *schemes.entry(chunk.ec).or_default() += 1;
+                let pool = per_pool.entry(wire::pg_pool(chunk.placement.pg)).or_default();
+                pool.0 += 1;
+                let stored = chunk.ec.width() as u64 - u64::from(chunk.missing.count_ones());
+                pool.1 += stored * u64::from(chunk.shard_len);
+                *pool.2.entry(chunk.ec).or_default() += 1;
                 if chunk.ec.narrower_than(found.file_ec.for_chunk(chunk.len)) {
                     status.chunks_narrow += 1;
                 }
@@ -953,9 +1051,19 @@ impl Cluster {
         }
         // The walk is an exact count; prefer it over the statistics counters.
         status.chunks = chunks;
-        let mut schemes: Vec<(EcScheme, u64)> = schemes.into_iter().collect();
-        schemes.sort_by_key(|(ec, _)| (ec.k, ec.m));
-        status.ec_schemes = schemes;
+        let sorted = |schemes: HashMap<EcScheme, u64>| {
+            let mut schemes: Vec<(EcScheme, u64)> = schemes.into_iter().collect();
+            schemes.sort_by_key(|(ec, _)| (ec.k, ec.m));
+            schemes
+        };
+        status.ec_schemes = sorted(schemes);
+        for pool in &mut status.pools {
+            if let Some((chunks, bytes, schemes)) = per_pool.remove(&pool.pool.id) {
+                pool.chunks = chunks;
+                pool.bytes_stored = bytes;
+                pool.schemes = sorted(schemes);
+            }
+        }
         Ok(())
     }
 }
@@ -1019,6 +1127,16 @@ fn node_id(key: &[u8], value: u64) -> TxResult<NodeId> {
     }
 }
 
+/// " of pool \"NAME\"" for messages about `pool` when the cluster has more than one pool, else
+/// nothing (a cluster of one pool speaks of its nodes as it did before pools).
+fn of_pool(pool: &PoolRec, pool_count: usize) -> String {
+    if pool_count <= 1 {
+        String::new()
+    } else {
+        format!(" of pool {:?}", pool.name)
+    }
+}
+
 /// Reads every node record.
 async fn read_nodes(txn: &mut dyn KvTxn) -> TxResult<Vec<NodeRec>> {
     let prefix = [keys::prefix::NODE];
@@ -1035,20 +1153,29 @@ pub fn is_member(state: NodeState) -> bool {
     matches!(state, NodeState::Up | NodeState::Down)
 }
 
-/// Computes and stores the next placement map version from the current node records.
+/// Computes and stores the next placement map version from the current node records: the
+/// groups of every pool, each from its own member nodes.
 async fn publish_map(txn: &mut dyn KvTxn, pg_count: u32) -> TxResult<PlacementMap> {
     let map_key = keys::counter(keys::counter::MAP);
-    let members: Vec<NodeId> = read_nodes(txn)
+    let mut members: Vec<(PoolId, NodeId)> = read_nodes(txn)
         .await?
         .iter()
         .filter(|n| is_member(n.state))
-        .map(|n| n.id)
+        .map(|n| (n.pool, n.id))
         .collect();
+    members.sort_unstable();
     let version = store::get_u64(txn, &map_key, 0).await? + 1;
     let Ok(version) = u32::try_from(version) else {
         fail!(Internal, "placement map versions are exhausted");
     };
-    let map = compute_map(version, pg_count, &members);
+    let mut by_pool: Vec<(PoolId, Vec<NodeId>)> = Vec::new();
+    for (pool, node) in members {
+        match by_pool.last_mut() {
+            Some((last, nodes)) if *last == pool => nodes.push(node),
+            _ => by_pool.push((pool, vec![node])),
+        }
+    }
+    let map = compute_pools_map(version, pg_count, &by_pool);
     store::put(txn, &keys::map(version), &map).await?;
     txn.put(&map_key, &keys::encode_u64(u64::from(version))).await?;
     Ok(map)
@@ -1102,18 +1229,17 @@ fn fitting_example(ec: EcScheme, nodes: usize) -> Option<EcScheme> {
     narrowed(ec, nodes).filter(|fit| *fit != ec)
 }
 
-/// Chooses the scheme to write `ec` chunks with on map `map` when the nodes in `up` can take
-/// shards: the widest [`narrowed`] scheme whose width some placement group has all up at its
-/// head. Returns it with, per group, whether the group can hold it; `None` if no group can
-/// hold any scheme with redundancy.
+/// Chooses the scheme to write `ec` chunks with in a pool whose placement groups are `pgs`
+/// when the nodes in `up` can take shards: the widest [`narrowed`] scheme whose width some
+/// group has all up at its head. Returns it with, per group (by local number), whether the
+/// group can hold it; `None` if no group can hold any scheme with redundancy.
 pub fn choose_scheme(
     ec: EcScheme,
-    map: &PlacementMap,
+    pgs: &[Vec<NodeId>],
     up: &HashSet<NodeId>,
 ) -> Option<(EcScheme, Vec<bool>)> {
     let width = ec.width();
-    let leading: Vec<usize> = map
-        .pgs
+    let leading: Vec<usize> = pgs
         .iter()
         .map(|pg| pg.iter().take(width).take_while(|n| up.contains(n)).count())
         .collect();
@@ -1145,17 +1271,45 @@ pub fn pg_for_chunk(id: ChunkId, pg_count: u32) -> u32 {
     (mix64(id ^ 0x5047_5047_5047_5047) % u64::from(pg_count.max(1))) as u32
 }
 
-/// Computes a placement map: for each PG, slot 0 goes to the member with the highest score for
-/// (pg, slot 0), slot 1 to the highest-scoring remaining member for (pg, slot 1), and so on for
-/// the first [`SHARDS_MAX`] slots; members beyond those (spares for rebuild) follow in order of
-/// one more score. Deterministic, never repeats a node within a PG, spreads slots evenly, and
-/// when a node joins, the slots it wins change plus knock-on moves (see the module comment).
+/// Computes a placement map of the default pool only, from its members (see
+/// [`compute_pool_pgs`]).
 pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> PlacementMap {
+    compute_pools_map(version, pg_count, &[(wire::DEFAULT_POOL, members.to_vec())])
+}
+
+/// Computes a placement map from each pool's members; pools without members get no groups.
+pub fn compute_pools_map(
+    version: u32,
+    pg_count: u32,
+    pools: &[(PoolId, Vec<NodeId>)],
+) -> PlacementMap {
+    let mut pools: Vec<PoolPgs> = pools
+        .iter()
+        .filter(|(_, members)| !members.is_empty())
+        .map(|(pool, members)| PoolPgs {
+            pool: *pool,
+            pgs: compute_pool_pgs(*pool, pg_count, members),
+        })
+        .collect();
+    pools.sort_by_key(|p| p.pool);
+    PlacementMap { version, pools }
+}
+
+/// Computes the placement groups of one pool: for each PG, slot 0 goes to the member with the
+/// highest score for (pg, slot 0), slot 1 to the highest-scoring remaining member for (pg,
+/// slot 1), and so on for the first [`SHARDS_MAX`] slots; members beyond those (spares for
+/// rebuild) follow in order of one more score. Scores hash the group's global number, so
+/// pools sharing no nodes are placed independently, and the default pool's groups are what
+/// they were before pools. Deterministic, never repeats a node within a PG, spreads slots
+/// evenly, and when a node joins, the slots it wins change plus knock-on moves (see the
+/// module comment).
+pub fn compute_pool_pgs(pool: PoolId, pg_count: u32, members: &[NodeId]) -> Vec<Vec<NodeId>> {
     let mut nodes: Vec<NodeId> = members.to_vec();
     nodes.sort_unstable();
     nodes.dedup();
-    let pgs = (0..pg_count)
-        .map(|pg| {
+    (0..pg_count.min(PG_COUNT_MAX))
+        .map(|local| {
+            let pg = wire::pg_global(pool, local);
             let mut remaining = nodes.clone();
             let mut order = Vec::with_capacity(nodes.len());
             for slot in 0..SHARDS_MAX.min(nodes.len()) as u32 {
@@ -1169,8 +1323,7 @@ pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> Placement
             order.extend(remaining);
             order
         })
-        .collect();
-    PlacementMap { version, pgs }
+        .collect()
 }
 
 #[cfg(test)]
@@ -1200,38 +1353,55 @@ mod tests {
         let map = compute_map(1, 256, &[1, 2, 3, 4, 5, 6]);
         let ec = EcScheme { k: 4, m: 2 };
         let all: HashSet<NodeId> = (1..=6).collect();
-        let (scheme, fits) = choose_scheme(ec, &map, &all).expect("fits");
+        let (scheme, fits) = choose_scheme(ec, map.pool_pgs(0), &all).expect("fits");
         assert_eq!(scheme, ec);
         assert!(fits.iter().all(|f| *f));
         // Two nodes down: 2+2 on the four others, in the groups that list them first.
         let four: HashSet<NodeId> = [1, 3, 4, 6].into_iter().collect();
-        let (scheme, fits) = choose_scheme(ec, &map, &four).expect("fits");
+        let (scheme, fits) = choose_scheme(ec, map.pool_pgs(0), &four).expect("fits");
         assert_eq!(scheme, EcScheme { k: 2, m: 2 });
         assert!(fits.iter().any(|f| *f));
-        for (pg, fit) in map.pgs.iter().zip(&fits) {
+        for (pg, fit) in map.pool_pgs(0).iter().zip(&fits) {
             assert_eq!(*fit, pg[..4].iter().all(|n| four.contains(n)), "group {pg:?}");
         }
         // One node left: no redundancy possible.
         let one: HashSet<NodeId> = [2].into_iter().collect();
-        assert!(choose_scheme(ec, &map, &one).is_none());
+        assert!(choose_scheme(ec, map.pool_pgs(0), &one).is_none());
     }
 
     #[test]
     fn small_maps_are_complete() {
         let map = compute_map(1, 4, &[3, 1, 2]);
-        for pg in &map.pgs {
+        for pg in map.pool_pgs(0) {
             let mut sorted = pg.clone();
             sorted.sort();
             assert_eq!(sorted, vec![1, 2, 3]);
         }
-        assert!(compute_map(1, 2, &[]).pgs.iter().all(Vec::is_empty));
+        assert!(compute_map(1, 2, &[]).pools.is_empty());
+    }
+
+    #[test]
+    fn pools_are_placed_on_their_own_members_only() {
+        let map = compute_pools_map(3, 16, &[(0, vec![1, 2, 3]), (2, vec![4, 5, 6, 7]), (5, vec![])]);
+        assert_eq!(map.pools.len(), 2);
+        assert_eq!(map.pool_pgs(0), compute_map(3, 16, &[1, 2, 3]).pool_pgs(0));
+        for local in 0..16 {
+            let group = map.group(wire::pg_global(2, local)).expect("pool 2's group");
+            let mut sorted = group.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![4, 5, 6, 7]);
+        }
+        assert!(map.group(wire::pg_global(5, 0)).is_none());
+        // The same members in another pool are ordered differently (independent placement).
+        let other = compute_pools_map(3, 16, &[(1, vec![1, 2, 3])]);
+        assert_ne!(other.pool_pgs(1), map.pool_pgs(0));
     }
 
     #[test]
     fn many_members_list_spares_after_the_slots() {
         let members: Vec<NodeId> = (1..=40).collect();
         let map = compute_map(1, 8, &members);
-        for pg in &map.pgs {
+        for pg in map.pool_pgs(0) {
             assert_eq!(pg.len(), 40);
             let unique: HashSet<_> = pg.iter().collect();
             assert_eq!(unique.len(), 40);

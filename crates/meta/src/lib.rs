@@ -8,8 +8,8 @@
 //! reply in that transaction, so a client may retry anything, even after `MaybeCommitted`.
 //!
 //! Module map: [`keys`] (key schema and value formats, documented in ARCHITECTURE.md), [`store`]
-//! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`gc`], [`locks`]
-//! (byte-range locks under leases), and [`server`] (configuration, network serving, background
+//! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`pools`] (storage
+//! pools), [`policies`] (file pool policies), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
@@ -19,6 +19,8 @@ pub mod keys;
 pub mod locks;
 pub mod metered;
 pub mod namespace;
+pub mod policies;
+pub mod pools;
 pub mod processes;
 pub mod server;
 pub mod store;
@@ -189,9 +191,12 @@ impl MetaService {
             MetaOp::GetMap { version } => Ok(MetaReply::Map(
                 (*self.cluster.map(engine, version).await?).clone(),
             )),
-            MetaOp::RegisterNode { uuid, addr, drives } => {
-                self.cluster.register(engine, uuid, addr, drives).await
-            }
+            MetaOp::RegisterNode {
+                uuid,
+                addr,
+                drives,
+                pool,
+            } => self.cluster.register(engine, uuid, addr, drives, pool).await,
             MetaOp::Heartbeat { node, drives } => {
                 self.cluster.heartbeat(engine, node, drives).await
             }
@@ -221,8 +226,10 @@ impl MetaService {
             }
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
-                if let MetaOp::SetLayout { ec, check, .. } = &op {
-                    self.cluster.check_layout_fits(engine, *ec, *check).await?;
+                if let MetaOp::SetLayout { ino, ec, check, .. } = &op {
+                    self.cluster
+                        .check_layout_fits(engine, *ino, *ec, *check)
+                        .await?;
                 }
                 let mut replies = self
                     .call_batch(vec![MetaCall {

@@ -12,10 +12,13 @@
 
 use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
+use crate::pools;
+use crate::policies;
 use kv::{KvEngine, KvTxn};
+use std::collections::HashMap;
 use wire::{
-    Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, RenameMode, SetAttr,
-    Timestamp, WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX,
+    Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, PoolId, RenameMode,
+    SetAttr, Timestamp, WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX,
     XATTR_VALUE_BYTES_MAX,
 };
 
@@ -77,6 +80,11 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::AppendFile { .. }
             | MetaOp::AbandonChunks { .. }
             | MetaOp::ReplaceChunk { .. }
+            | MetaOp::CreatePool { .. }
+            | MetaOp::SetPoolOptions { .. }
+            | MetaOp::SetPool { .. }
+            | MetaOp::AddPolicy { .. }
+            | MetaOp::RemovePolicy { .. }
     )
 }
 
@@ -186,6 +194,7 @@ pub async fn ensure_root(
                 }
                 None => txn.put(&schema_key, &keys::encode_u64(u64::from(keys::SCHEMA_VERSION))).await?,
             }
+            pools::ensure_default(txn, ec).await?;
             if txn.get(&keys::inode(ROOT_INO)).await?.is_some() {
                 return Ok(());
             }
@@ -206,6 +215,7 @@ pub async fn ensure_root(
                 data_version: 0,
                 ec,
                 chunk_bytes,
+                pool: wire::DEFAULT_POOL,
             };
             put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new() }).await?;
             store::stat_add(txn, Stat::Inodes, ROOT_INO, 1).await?;
@@ -272,7 +282,7 @@ pub async fn sweep_requests(engine: &dyn KvEngine, now_ms: u64) -> Result<u64, W
                     // A request id whose record expired may have been applied again since, with
                     // a later expiry: delete the reply only if it is the one this entry is for.
                     let request_key = keys::request(request_id);
-                    if let Some(rec) = get::<RequestRec>(txn, &request_key).await? {
+                    if let Some(rec) = get::<keys::RequestHead>(txn, &request_key).await? {
                         if rec.expires_ms == expires_ms {
                             txn.delete(&request_key).await?;
                         }
@@ -460,6 +470,29 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             chunk_bytes,
             check: _,
         } => set_layout(txn, ctx, *ino, *ec, *chunk_bytes).await,
+        MetaOp::SetPool { ino, pool } => set_pool(txn, ctx, *ino, pool).await,
+        MetaOp::ListPools => Ok(MetaReply::Pools(
+            pools::read_all(txn).await?.iter().map(keys::PoolRec::info).collect(),
+        )),
+        MetaOp::CreatePool {
+            name,
+            kind,
+            default_ec,
+        } => {
+            let pool = pools::create(txn, name, kind.clone(), *default_ec).await?;
+            Ok(MetaReply::Pools(vec![pool.info()]))
+        }
+        MetaOp::SetPoolOptions { name, default_ec } => {
+            let pool = pools::set_options(txn, name, *default_ec).await?;
+            Ok(MetaReply::Pools(vec![pool.info()]))
+        }
+        MetaOp::ListPolicies => Ok(MetaReply::Policies(policies::read(txn).await?)),
+        MetaOp::AddPolicy { policy, before } => Ok(MetaReply::Policies(
+            policies::add(txn, policy.clone(), before.as_deref()).await?,
+        )),
+        MetaOp::RemovePolicy { name } => {
+            Ok(MetaReply::Policies(policies::remove(txn, name).await?))
+        }
         MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
         MetaOp::ReplaceChunk { ino, expected, new } => {
             replace_chunk(txn, ctx, *ino, expected, new).await
@@ -1022,6 +1055,7 @@ async fn make(
         // New files and directories inherit the layout of the directory they are created in.
         ec: dir.attr.ec,
         chunk_bytes: dir.attr.chunk_bytes,
+        pool: dir.attr.pool,
     };
     let rec = InodeRec {
         attr,
@@ -1427,6 +1461,41 @@ async fn set_layout(
     Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
 }
 
+/// Puts a directory, or a regular file without data, in pool `name` with the pool's default
+/// scheme. A file with data changes pool only by having its chunks moved (a file pool policy's
+/// job), so that its record never names a pool its data is not on.
+async fn set_pool(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, name: &str) -> TxResult<MetaReply> {
+    let mut rec = load(txn, ino).await?;
+    match rec.attr.kind {
+        FileKind::Dir => {}
+        FileKind::File => {
+            let prefix = keys::chunk_prefix(ino);
+            if rec.attr.size != 0
+                || !txn
+                    .scan(&prefix, &kv::prefix_end(&prefix), 1)
+                    .await?
+                    .is_empty()
+            {
+                fail!(
+                    Invalid,
+                    "the regular file (inode {ino}) already has data; it moves to another pool when a file pool policy matches it (trove policy add, trove job start tier)"
+                );
+            }
+        }
+        kind => fail!(
+            Invalid,
+            "a {} (inode {ino}) has no pool; only files and directories do",
+            kind_name(kind)
+        ),
+    }
+    let pool = pools::by_name(txn, name).await?;
+    rec.attr.pool = pool.id;
+    rec.attr.ec = pool.default_ec;
+    rec.attr.ctime = ctx.now;
+    store_inode(txn, &rec).await?;
+    Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
+}
+
 /// Reads a regular file's inode; `IsDir` / `Invalid` for other kinds.
 pub async fn load_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     let rec = load(txn, ino).await?;
@@ -1570,23 +1639,29 @@ pub struct SchemeUse {
     pub too_wide_count: u64,
 }
 
-/// The widest scheme a directory or file uses, with an example. Walks every inode, one page
-/// per transaction: for operator commands (drain, remove), not for the data path.
-pub async fn widest_scheme(engine: &dyn KvEngine) -> Result<Option<SchemeAt>, WireError> {
-    Ok(scheme_use(engine, usize::MAX, 0).await?.widest)
+/// The widest scheme a directory or file (of `pool`, or of any pool) uses, with an example.
+/// Walks every inode, one page per transaction: for operator commands (drain, remove), not for
+/// the data path.
+pub async fn widest_scheme(
+    engine: &dyn KvEngine,
+    pool: Option<PoolId>,
+) -> Result<Option<SchemeAt>, WireError> {
+    Ok(scheme_use(engine, pool, &HashMap::new(), 0).await?.widest)
 }
 
 /// The scheme with the fewest parity shards a directory or file uses, with an example. Walks
 /// every inode.
 pub async fn least_parity(engine: &dyn KvEngine) -> Result<Option<SchemeAt>, WireError> {
-    Ok(scheme_use(engine, usize::MAX, 0).await?.least_parity)
+    Ok(scheme_use(engine, None, &HashMap::new(), 0).await?.least_parity)
 }
 
-/// Walks every inode: the widest scheme in use, and the directories (at most `limit`) whose
-/// scheme needs more than `nodes` storage nodes.
+/// Walks every inode (of `pool`, or of every pool): the widest scheme in use, and the
+/// directories (at most `limit`) whose scheme needs more storage nodes than their pool has
+/// (`members`, by pool).
 pub async fn scheme_use(
     engine: &dyn KvEngine,
-    nodes: usize,
+    pool: Option<PoolId>,
+    members: &HashMap<PoolId, usize>,
     limit: usize,
 ) -> Result<SchemeUse, WireError> {
     let prefix = [keys::prefix::INODE];
@@ -1608,7 +1683,9 @@ pub async fn scheme_use(
         for (key, value) in &page {
             let rec: InodeRec = keys::decode(key, value)?;
             let attr = &rec.attr;
-            if !matches!(attr.kind, FileKind::Dir | FileKind::File) {
+            if !matches!(attr.kind, FileKind::Dir | FileKind::File)
+                || pool.is_some_and(|p| p != attr.pool)
+            {
                 continue;
             }
             let better = match widest {
@@ -1624,6 +1701,7 @@ pub async fn scheme_use(
             if least.is_none_or(|(ec, _)| attr.ec.m < ec.m) {
                 least = Some((attr.ec, attr.ino));
             }
+            let nodes = members.get(&attr.pool).copied().unwrap_or(0);
             if attr.kind == FileKind::Dir && attr.ec.width() > nodes {
                 found.too_wide_count += 1;
                 if too_wide.len() < limit {

@@ -7,8 +7,6 @@
 
 use crate::keys::{self, Stat};
 use kv::{KvEngine, KvError, KvTxn, TxnError, TxnFuture};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::{ErrorCode, WireError};
 
@@ -90,7 +88,7 @@ pub fn now_ms() -> u64 {
 }
 
 /// Reads and decodes a record.
-pub async fn get<T: DeserializeOwned>(txn: &mut dyn KvTxn, key: &[u8]) -> TxResult<Option<T>> {
+pub async fn get<T: keys::Record>(txn: &mut dyn KvTxn, key: &[u8]) -> TxResult<Option<T>> {
     match txn.get(key).await? {
         Some(value) => Ok(Some(keys::decode(key, &value).map_err(abort)?)),
         None => Ok(None),
@@ -98,7 +96,7 @@ pub async fn get<T: DeserializeOwned>(txn: &mut dyn KvTxn, key: &[u8]) -> TxResu
 }
 
 /// Encodes and writes a record.
-pub async fn put<T: Serialize>(txn: &mut dyn KvTxn, key: &[u8], value: &T) -> TxResult<()> {
+pub async fn put<T: keys::Record>(txn: &mut dyn KvTxn, key: &[u8], value: &T) -> TxResult<()> {
     txn.put(key, &keys::encode(value)).await?;
     Ok(())
 }

@@ -421,6 +421,7 @@ mod tests {
                         device: u64::from(id),
                     }],
                     heartbeat_age_ms: 5000,
+                    pool: wire::DEFAULT_POOL,
                 })
                 .collect(),
             map_version: 1,
@@ -439,6 +440,7 @@ mod tests {
             dirs_too_wide_count: 0,
             bytes_pending_delete: 0,
             pending_delete_within_ms: 0,
+            pools: vec![],
         }
     }
 

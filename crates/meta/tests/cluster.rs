@@ -21,7 +21,7 @@ const PGS: u32 = 256;
 /// Shard slots each node holds in the first `width` positions of every PG.
 fn slot_counts(map: &PlacementMap, width: usize) -> HashMap<NodeId, usize> {
     let mut counts = HashMap::new();
-    for pg in &map.pgs {
+    for pg in map.pool_pgs(0) {
         for node in pg.iter().take(width) {
             *counts.entry(*node).or_default() += 1;
         }
@@ -40,8 +40,8 @@ fn placement_is_deterministic_and_complete() {
         compute_map(3, PGS, &shuffled),
         "member order does not matter"
     );
-    assert_eq!(map.pgs.len(), PGS as usize);
-    for (pg, nodes) in map.pgs.iter().enumerate() {
+    assert_eq!(map.pool_pgs(0).len(), PGS as usize);
+    for (pg, nodes) in map.pool_pgs(0).iter().enumerate() {
         let unique: HashSet<_> = nodes.iter().collect();
         assert_eq!(
             unique.len(),
@@ -53,7 +53,7 @@ fn placement_is_deterministic_and_complete() {
     // Fixed across builds and machines: pin a few values.
     assert_eq!(pg_for_chunk(1, PGS), pg_for_chunk(1, PGS));
     let again = compute_map(3, PGS, &members);
-    assert_eq!(map.pgs[17], again.pgs[17]);
+    assert_eq!(map.pool_pgs(0)[17], again.pool_pgs(0)[17]);
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn placement_spreads_shard_slots_evenly() {
         }
         // Every shard index is spread too (shard 0 is not always on the same few nodes).
         let mut firsts: HashMap<NodeId, usize> = HashMap::new();
-        for pg in &map.pgs {
+        for pg in map.pool_pgs(0) {
             *firsts.entry(pg[0]).or_default() += 1;
         }
         assert_eq!(firsts.len(), n, "{n} nodes: every node leads some PG");
@@ -106,7 +106,7 @@ fn placement_moves_little_when_a_node_joins() {
         let newcomer = n as NodeId + 1;
         let mut changed = 0usize;
         let mut taken = 0usize;
-        for (old, new) in before.pgs.iter().zip(&after.pgs) {
+        for (old, new) in before.pool_pgs(0).iter().zip(after.pool_pgs(0)) {
             for slot in 0..width {
                 if old[slot] != new[slot] {
                     changed += 1;
@@ -170,6 +170,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 7,
             addr: "h1:1".into(),
             drives: vec![],
+            pool: String::new(),
         },
     )
     .await
@@ -186,6 +187,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 8,
             addr: "h2:1".into(),
             drives: vec![],
+            pool: String::new(),
         },
     )
     .await
@@ -200,6 +202,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 7,
             addr: "h1:2".into(),
             drives: vec![drive(10, 5)],
+            pool: String::new(),
         },
     )
     .await
@@ -234,6 +237,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 0,
             addr: "x:1".into(),
             drives: vec![],
+            pool: String::new(),
         },
         ErrorCode::Invalid,
     )
@@ -244,6 +248,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 9,
             addr: String::new(),
             drives: vec![],
+            pool: String::new(),
         },
         ErrorCode::Invalid,
     )
@@ -258,6 +263,7 @@ async fn registration_is_stable_and_publishes_maps() {
             uuid: 8,
             addr: "h2:1".into(),
             drives: vec![],
+            pool: String::new(),
         },
     )
     .await
@@ -420,7 +426,7 @@ async fn alloc_narrows_the_scheme_to_the_nodes_there_are() {
     };
     assert_eq!(ec, EcScheme { k: 2, m: 2 });
     for (_, placement) in &chunks {
-        assert!(!map.pgs[placement.pg as usize][..4].contains(&five[0]));
+        assert!(!map.pool_pgs(0)[placement.pg as usize][..4].contains(&five[0]));
     }
     let MetaReply::Alloc { ec, .. } = ok(svc, alloc(1, five[..3].to_vec())).await else {
         panic!("alloc")
@@ -576,7 +582,7 @@ async fn alloc_avoids_groups_with_down_nodes() {
     };
     let mut moved = 0;
     for (id, placement) in &chunks {
-        let group = &map.pgs[placement.pg as usize][..6];
+        let group = &map.pool_pgs(0)[placement.pg as usize][..6];
         assert!(
             !group.contains(&down),
             "chunk {id} placed on down node {down} in pg {}",
@@ -618,7 +624,7 @@ async fn alloc_avoids_groups_with_down_nodes() {
     };
     assert_eq!(ec, EcScheme { k: 2, m: 2 });
     for (id, placement) in &chunks {
-        let group = &map.pgs[placement.pg as usize][..4];
+        let group = &map.pool_pgs(0)[placement.pg as usize][..4];
         assert!(
             group.iter().all(|n| up.contains(n)),
             "chunk {id} in pg {} on {group:?}",
@@ -638,6 +644,7 @@ async fn statfs_scales_capacity_by_the_default_scheme() {
                 uuid: 50 + i,
                 addr: format!("n{i}:1"),
                 drives: vec![drive(600, 300), drive(60, 30)],
+                pool: String::new(),
             },
         )
         .await;
@@ -711,7 +718,7 @@ async fn status_counts_degraded_and_unavailable_chunks() {
     assert!(status.engine.starts_with("redb "), "{}", status.engine);
     // Nodes go down: the nodes of shards 1 and 2 of chunk 1 (whose shard 0 is missing) stop
     // heartbeating, so chunk 1 has 3 unavailable shards (> m = 2), every chunk is degraded.
-    let pg = &map.pgs[records[1].placement.pg as usize];
+    let pg = &map.pool_pgs(0)[records[1].placement.pg as usize];
     let silent: HashSet<NodeId> = [pg[1], pg[2]].into_iter().collect();
     tokio::time::sleep(Duration::from_millis(350)).await;
     for id in ids.iter().filter(|id| !silent.contains(id)) {
@@ -1072,6 +1079,7 @@ async fn serves_over_the_network_with_background_gc() {
             uuid: 900 + i,
             addr: fake_addr,
             drives: vec![],
+            pool: String::new(),
         })
         .await;
         assert!(matches!(reply, Ok(MetaReply::Node { .. })), "{reply:?}");
@@ -1329,6 +1337,7 @@ async fn statfs_counts_each_device_once() {
             uuid: 90 + i,
             addr: format!("n{i}:1"),
             drives: vec![d],
+            pool: String::new(),
         };
         ok(svc, op).await;
     }

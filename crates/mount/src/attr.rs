@@ -184,6 +184,7 @@ pub(crate) fn test_attr(kind: FileKind) -> Attr {
         data_version: 3,
         ec: wire::EcScheme::DEFAULT,
         chunk_bytes: 4 << 20,
+        pool: wire::DEFAULT_POOL,
     }
 }
 

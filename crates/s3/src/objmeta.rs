@@ -187,6 +187,7 @@ mod tests {
             data_version: version,
             ec: wire::EcScheme::DEFAULT,
             chunk_bytes: wire::CHUNK_BYTES_DEFAULT,
+            pool: wire::DEFAULT_POOL,
         }
     }
 

@@ -44,6 +44,7 @@ fn default_heartbeat_ms() -> u64 {
 /// cluster = "prod"
 /// reserve_bytes = 10_000_000_000  # optional, default 0
 /// heartbeat_ms = 1000             # optional
+/// pool = "flash"                  # optional, default: the default pool
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,6 +68,10 @@ pub struct StorageConfig {
     /// Interval between heartbeats to the metadata service.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// The storage pool the node belongs to (nodes of one kind: flash, disk); empty or absent:
+    /// the default pool. A pool no node named before is made when its first node registers.
+    #[serde(default)]
+    pub pool: String,
     /// Where to serve metrics (`/metrics`), "HOST:PORT"; none: no metrics are recorded.
     #[serde(default)]
     pub metrics_listen: Option<String>,
@@ -116,6 +121,9 @@ impl StorageConfig {
         }
         if self.heartbeat_ms == 0 {
             bail!("`heartbeat_ms` must be at least 1");
+        }
+        if !self.pool.is_empty() {
+            wire::check_pool_name(&self.pool).map_err(|e| anyhow::anyhow!("`pool`: {e}"))?;
         }
         Ok(())
     }
@@ -245,6 +253,7 @@ pub async fn run_until(
                 uuid,
                 addr: advertise.clone(),
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
+                pool: config.pool.clone(),
             },
         ));
     }

@@ -404,7 +404,7 @@ impl MetaLink {
 }
 
 /// Registers with the metadata service, retrying with backoff until it answers with a node id.
-async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, addr: &str) -> NodeId {
+async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, addr: &str, pool: &str) -> NodeId {
     // One id for every retry of this registration: if an earlier attempt was applied but its
     // answer lost, the service returns that answer instead of applying it again.
     let id = request_id();
@@ -420,6 +420,7 @@ async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, add
                 uuid,
                 addr: addr.to_string(),
                 drives,
+                pool: pool.to_string(),
             },
         };
         let error = match link.call(&call).await {
@@ -456,6 +457,8 @@ pub(crate) struct Membership {
     pub uuid: u128,
     pub addr: String,
     pub heartbeat: Duration,
+    /// The pool the node belongs to (empty: the default pool).
+    pub pool: String,
 }
 
 /// Registers, then heartbeats forever; re-registers when the metadata service no longer knows
@@ -463,7 +466,7 @@ pub(crate) struct Membership {
 pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
     let mut link = MetaLink::new(m.meta.clone(), m.cluster.clone());
     loop {
-        let node = register(&mut link, &service, m.uuid, &m.addr).await;
+        let node = register(&mut link, &service, m.uuid, &m.addr, &m.pool).await;
         service.set_node_id(node);
         let mut ticker = tokio::time::interval(m.heartbeat);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -282,7 +282,7 @@ impl Handler for FakeMeta {
 
     async fn handle(&self, call: MetaCall, _data: Bytes) -> (Result<MetaReply, WireError>, Bytes) {
         let reply = match call.op {
-            MetaOp::RegisterNode { uuid, addr, drives } => {
+            MetaOp::RegisterNode { uuid, addr, drives, .. } => {
                 assert_ne!(
                     call.request_id, 0,
                     "registration must be idempotent-tracked"

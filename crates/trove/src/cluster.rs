@@ -64,6 +64,10 @@ pub enum ClusterCmd {
         /// The cluster's directory (as given to `cluster start`).
         #[arg(long)]
         dir: PathBuf,
+        /// The storage pool the node joins (default: the default pool); a pool no node named
+        /// before is made for it.
+        #[arg(long)]
+        pool: Option<String>,
     },
 }
 
@@ -72,9 +76,14 @@ pub struct StartArgs {
     /// Directory for the cluster's configs, data and logs.
     #[arg(long)]
     pub dir: PathBuf,
-    /// Number of storage nodes.
-    #[arg(long, default_value_t = 6)]
-    pub nodes: usize,
+    /// Number of storage nodes in the default pool (default: 6, or none when --pool is given).
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// Storage nodes of a named pool, NAME=COUNT (e.g. --pool flash=6 --pool hdd=6); nodes are
+    /// numbered in the order given, after those of the default pool. The root directory is put
+    /// in the first pool given, so new files go there.
+    #[arg(long = "pool", value_name = "NAME=COUNT", value_parser = parse_pool_arg)]
+    pub pools: Vec<(String, usize)>,
     /// Default erasure scheme, K+M.
     #[arg(long, default_value = "4+2")]
     pub ec: EcScheme,
@@ -111,6 +120,29 @@ pub struct StartArgs {
     pub no_metrics: bool,
 }
 
+/// Parses `--pool NAME=COUNT`.
+fn parse_pool_arg(text: &str) -> Result<(String, usize), String> {
+    let (name, count) = text.split_once('=').ok_or_else(|| format!("--pool {text:?} is not of the form NAME=COUNT (e.g. flash=6)"))?;
+    wire::check_pool_name(name)?;
+    let count = count.parse::<usize>().map_err(|_| format!("--pool {text:?}: {count:?} is not a number of nodes"))?;
+    if count == 0 {
+        return Err(format!("--pool {text:?}: a pool needs at least one node"));
+    }
+    Ok((name.to_string(), count))
+}
+
+impl StartArgs {
+    /// The storage nodes to start, in order: the pool each joins ("" for the default pool).
+    pub fn node_pools(&self) -> Vec<String> {
+        let default = self.nodes.unwrap_or(if self.pools.is_empty() { 6 } else { 0 });
+        let mut out = vec![String::new(); default];
+        for (name, count) in &self.pools {
+            out.extend(std::iter::repeat_n(name.clone(), *count));
+        }
+        out
+    }
+}
+
 /// The metadata engine of a new local cluster.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
@@ -125,6 +157,9 @@ pub struct Proc {
     pub config: PathBuf,
     pub log: PathBuf,
     pub pid: u32,
+    /// The storage pool of a storage node (empty: the default pool).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pool: String,
     /// When the process started, in clock ticks since boot (`/proc/PID/stat`), so that a pid the
     /// kernel gave to another program after ours exited is not taken for ours: pids wrap
     /// around within minutes on a busy machine. 0 in state files written before it was kept
@@ -138,7 +173,7 @@ pub struct Proc {
 
 impl Proc {
     fn new(addr: String, config: PathBuf, log: PathBuf, child: &std::process::Child) -> Proc {
-        let mut proc = Proc { addr, config, log, pid: 0, started: 0, metrics: None };
+        let mut proc = Proc { addr, config, log, pid: 0, started: 0, metrics: None, pool: String::new() };
         proc.set_child(child);
         proc
     }
@@ -390,10 +425,11 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
     format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
-fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64) -> String {
+fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
+    let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
     format!(
-        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n",
+        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n{pool}",
         metrics_line(metrics),
         drive.display().to_string()
     )
@@ -433,8 +469,12 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             (EngineKind::Redb, Some(_)) => bail!("--postgres-url is only for --engine postgres"),
             _ => {}
         }
-        if args.nodes < args.ec.width() {
-            bail!("erasure scheme {} needs at least {} storage nodes; --nodes is {}", args.ec, args.ec.width(), args.nodes);
+        let node_pools = args.node_pools();
+        let in_first = |pool: &str| node_pools.iter().filter(|p| p.as_str() == pool).count();
+        let first = node_pools.first().cloned().unwrap_or_default();
+        if in_first(&first) < args.ec.width() {
+            let which = if first.is_empty() { "--nodes is".to_string() } else { format!("pool {first} has") };
+            bail!("erasure scheme {} needs at least {} storage nodes; {which} {}", args.ec, args.ec.width(), in_first(&first));
         }
         let cluster = format!("trove-{:08x}", rand_u32());
         for sub in ["meta", "logs"] {
@@ -451,17 +491,19 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         let meta = Proc::spawned(&spawned, meta_log);
         children.push(spawned.child);
         let mut nodes = Vec::new();
-        for i in 1..=args.nodes {
+        for (i, pool) in (1..).zip(&node_pools) {
             let node_dir = dir.join(format!("node-{i}"));
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool))?;
                 Ok(cfg.clone())
             })
             .await?;
-            nodes.push(Proc::spawned(&spawned, log));
+            let mut proc = Proc::spawned(&spawned, log);
+            proc.pool = pool.clone();
+            nodes.push(proc);
             children.push(spawned.child);
             // One at a time, so the metadata service numbers the nodes 1..N in this order and
             // `kill-node --node I` means node I of `trove status`.
@@ -474,12 +516,27 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             };
             wait_up(&partial, i, quiet).await?;
         }
+        if !first.is_empty() {
+            // New files go to the first pool given: the root directory is put in it.
+            put_root_in_pool(&meta.addr, &first).await?;
+        }
         State { cluster, ec: args.ec.to_string(), meta, nodes, reserve_bytes: args.reserve_bytes }
     };
     state.save(&dir)?;
     let started = Started { dir: dir.clone(), state, children };
     wait_up(&started.state, started.state.nodes.len(), quiet).await?;
     Ok(started)
+}
+
+/// Puts the root directory in `pool`, keeping its scheme (the cluster's default scheme).
+async fn put_root_in_pool(meta: &str, pool: &str) -> Result<()> {
+    let client = client::Client::connect(meta).await.map_err(|e| anyhow!("cannot reach the metadata service at {meta}: {e}"))?;
+    let root = client.getattr(wire::ROOT_INO).await.map_err(|e| anyhow!("cannot read the root directory: {e}"))?;
+    client.set_pool(wire::ROOT_INO, pool).await.map_err(|e| anyhow!("cannot put the root directory in pool {pool}: {e}"))?;
+    client
+        .set_layout(wire::ROOT_INO, root.ec, root.chunk_bytes, wire::LayoutCheck::Chosen)
+        .await
+        .map_err(|e| anyhow!("cannot keep {} for the root directory in pool {pool}: {e}", root.ec))
 }
 
 /// Waits until the metadata service answers and `want` nodes are up.
@@ -579,12 +636,16 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             println!("Trove cluster {} is running in {}", s.cluster, started.dir.display());
             println!("  metadata service: {} (pid {})", s.meta.addr, s.meta.pid);
             for (i, n) in s.nodes.iter().enumerate() {
-                println!("  storage node {}: {} (pid {})", i + 1, n.addr, n.pid);
+                let pool = if n.pool.is_empty() { String::new() } else { format!(", pool {}", n.pool) };
+                println!("  storage node {}: {} (pid {}{pool})", i + 1, n.addr, n.pid);
             }
             if let Some(m) = &s.meta.metrics {
                 println!("  dashboard: http://{m}/   (metrics of every role: `trove stats`)");
             }
             println!("  default erasure scheme: {}", s.ec);
+            if let Some((first, _)) = args.pools.first() {
+                println!("  new files go to pool {first} (the root directory's pool; see `trove pool list`)");
+            }
             println!();
             println!("Use it with:  trove --cluster {} status   (or export TROVE_CLUSTER={})", started.dir.display(), started.dir.display());
             println!("Stop it with: trove cluster stop --dir {}", started.dir.display());
@@ -628,7 +689,11 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             let running = state.nodes.iter().filter(|n| n.running()).count();
             wait_up(&state, running, true).await
         }
-        ClusterCmd::AddNode { dir } => {
+        ClusterCmd::AddNode { dir, pool } => {
+            let pool = pool.unwrap_or_default();
+            if !pool.is_empty() {
+                wire::check_pool_name(&pool).map_err(|e| anyhow!("--pool: {e}"))?;
+            }
             let mut state = State::load(&dir)?;
             let dir = dir.canonicalize()?;
             let i = state.nodes.len() + 1;
@@ -639,12 +704,14 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             // A node added to a cluster whose roles export metrics exports them too.
             let export = state.meta.metrics.is_some();
             let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool))?;
                 Ok(cfg.clone())
             })
             .await?;
             let pid = spawned.child.id();
-            state.nodes.push(Proc::spawned(&spawned, log));
+            let mut proc = Proc::spawned(&spawned, log);
+            proc.pool = pool;
+            state.nodes.push(proc);
             state.save(&dir)?;
             println!("added storage node {i} (pid {pid})");
             wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;

@@ -335,14 +335,20 @@ pub async fn stat(client: &Client, remote: &str) -> Result<()> {
     println!("  modify: {}", date(a.mtime, true));
     println!("  change: {}", date(a.ctime, true));
     println!("  birth:  {}", date(a.crtime, true));
-    println!("  layout: erasure {}  chunk {} bytes", a.ec, a.chunk_bytes);
+    let pool = match client.pools().await {
+        Ok(pools) => pools.into_iter().find(|p| p.id == a.pool).map_or_else(|| format!("{}", a.pool), |p| p.name),
+        Err(e) => bail!("cannot read the pools: {e}"),
+    };
+    println!("  layout: erasure {}  chunk {} bytes  pool {}", a.ec, a.chunk_bytes, shown(&pool));
     Ok(())
 }
 
-/// `trove mkdir [--ec K+M]`: creates a directory (and its parents). When the scheme is refused
-/// (wider than the cluster's nodes, or without parity unasked), the directories this command
-/// created are removed again: a refused mkdir leaves nothing behind.
-pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no_redundancy: bool) -> Result<()> {
+/// `trove mkdir [--pool P] [--ec K+M]`: creates a directory (and its parents), or changes an
+/// existing one's pool and scheme for the files made in it from then on. A pool brings its
+/// default scheme unless `--ec` is given. When the pool or scheme is refused (no such pool, a
+/// scheme wider than the pool's nodes, or without parity unasked), the directories this
+/// command created are removed again: a refused mkdir leaves nothing behind.
+pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no_redundancy: bool, pool: Option<&str>) -> Result<()> {
     if ec.is_none() && no_redundancy {
         bail!("--no-redundancy goes with --ec K+0");
     }
@@ -357,14 +363,23 @@ pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no
         created.push(path);
     }
     let attr = client.mkdir_p(remote).await.map_err(|e| anyhow!("cannot create directory {remote}: {e}"))?;
-    let Some(ec) = ec else { return Ok(()) };
-    let check = if no_redundancy { wire::LayoutCheck::ChosenWithoutRedundancy } else { wire::LayoutCheck::Chosen };
-    if let Err(e) = client.set_layout(attr.ino, ec, attr.chunk_bytes, check).await {
+    let undo = || async {
         for path in created.iter().rev() {
             if let Ok((parent, name)) = client.parent_of(path).await {
                 let _ = client.rmdir(parent, name).await;
             }
         }
+    };
+    if let Some(pool) = pool {
+        if let Err(e) = client.set_pool(attr.ino, pool).await {
+            undo().await;
+            bail!("cannot put {remote} in pool {pool}: {e}");
+        }
+    }
+    let Some(ec) = ec else { return Ok(()) };
+    let check = if no_redundancy { wire::LayoutCheck::ChosenWithoutRedundancy } else { wire::LayoutCheck::Chosen };
+    if let Err(e) = client.set_layout(attr.ino, ec, attr.chunk_bytes, check).await {
+        undo().await;
         bail!("cannot use {ec} for {remote}: {e}");
     }
     Ok(())
@@ -414,7 +429,7 @@ fn remove_tree(client: &Client, dir: u64) -> futures::future::BoxFuture<'_, clie
     })
 }
 
-fn human_bytes(b: u64) -> String {
+pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
     let mut u = 0;
@@ -450,13 +465,14 @@ fn capacity(s: &wire::ClusterStatus) -> Capacity {
 pub async fn status(client: &Client, json: bool) -> Result<()> {
     let s = client.status(true).await.map_err(|e| anyhow!("cannot get cluster status: {e}"))?;
     let capacity = capacity(&s);
+    let pool_name = |id: wire::PoolId| s.pools.iter().find(|p| p.pool.id == id).map_or_else(|| id.to_string(), |p| p.pool.name.clone());
     if json {
         let nodes: Vec<serde_json::Value> = s
             .nodes
             .iter()
             .map(|n| {
                 serde_json::json!({
-                    "id": n.id, "addr": n.addr, "state": n.state.to_string(),
+                    "id": n.id, "addr": n.addr, "state": n.state.to_string(), "pool": pool_name(n.pool),
                     "heartbeat_age_ms": n.heartbeat_age_ms,
                     "bytes_total": n.drives.iter().map(|d| d.bytes_total).sum::<u64>(),
                     "bytes_free": n.drives.iter().map(|d| d.bytes_free).sum::<u64>(),
@@ -476,6 +492,7 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
             "dirs_too_wide_count": s.dirs_too_wide_count,
             "ec_schemes": s.ec_schemes.iter().map(|(ec, n)| serde_json::json!({"ec": ec.to_string(), "chunks": n})).collect::<Vec<_>>(),
             "nodes": nodes,
+            "pools": s.pools.iter().map(crate::pools::pool_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -512,8 +529,24 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
             if more > 0 { format!(" and {more} more") } else { String::new() }
         );
     }
+    // Pools: one line each (a cluster of the default pool only shows it too, with its chunks).
     println!();
-    println!("{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "state", "capacity", "free", "shards ", "hb age");
+    println!("{:<16} {:<6} {:<7} {:>11} {:>10} {:>10} {:>10} {:>10}", "pool", "kind", "scheme", "nodes (up)", "capacity", "free", "chunks", "stored");
+    for p in &s.pools {
+        println!(
+            "{:<16} {:<6} {:<7} {:>11} {:>10} {:>10} {:>10} {:>10}",
+            shown(&p.pool.name),
+            p.pool.kind.name(),
+            p.pool.default_ec.to_string(),
+            format!("{} ({})", p.nodes, p.nodes_up),
+            human_bytes(p.bytes_total),
+            human_bytes(p.bytes_free),
+            p.chunks,
+            human_bytes(p.bytes_stored)
+        );
+    }
+    println!();
+    println!("{:>4}  {:<22} {:<12} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "pool", "state", "capacity", "free", "shards ", "hb age");
     // A node that is down or out sends no heartbeats: its figures are the last it reported.
     let stale = |n: &wire::NodeInfo| matches!(n.state, wire::NodeState::Down | wire::NodeState::Out);
     for n in &s.nodes {
@@ -524,9 +557,10 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
         let errors: Vec<String> = n.drives.iter().filter(|d| !d.error.is_empty()).map(|d| format!("{}: {}", d.path, d.error)).collect();
         let health = if errors.is_empty() { format!("{} ok", n.drives.len()) } else { errors.join("; ") };
         println!(
-            "{:>4}  {:<22} {:<9} {:>10} {:>10} {:>10} {:>7}s  {}",
+            "{:>4}  {:<22} {:<12} {:<9} {:>10} {:>10} {:>10} {:>7}s  {}",
             n.id,
             n.addr,
+            shown(&pool_name(n.pool)),
             n.state.to_string(),
             human_bytes(total),
             human_bytes(free),

@@ -15,6 +15,8 @@ mod demo;
 mod mover;
 mod mount;
 mod nfs;
+mod policy;
+mod pools;
 mod s3;
 mod stats;
 mod telemetry;
@@ -159,9 +161,37 @@ enum Command {
     Stat {
         /// The file or directory in the cluster.
         remote: String,
+        /// Also list each chunk: its pool, erasure scheme, placement group and the node of each
+        /// shard (like PowerScale's `isi get -DD`).
+        #[arg(long)]
+        layout: bool,
+        /// With --layout: print JSON.
+        #[arg(long, requires = "layout")]
+        json: bool,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
+    /// Sums the data below a path: with --by-pool, per storage pool (files, chunks, bytes of
+    /// data, raw bytes stored).
+    Du {
+        /// The directory (or file) in the cluster.
+        #[arg(default_value = "/")]
+        remote: String,
+        /// Sum per storage pool (the only view for now; required).
+        #[arg(long, required = true)]
+        by_pool: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Storage pools: list, create, set (nodes join one by `pool = "NAME"` in their config).
+    #[command(subcommand)]
+    Pool(pools::PoolCmd),
+    /// File pool policies: add, list, rm, test (which policy decides a file, and why).
+    #[command(subcommand)]
+    Policy(policy::PolicyCmd),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -173,6 +203,10 @@ enum Command {
         /// Allow a scheme without parity (K+0): losing any one node then loses data.
         #[arg(long)]
         no_redundancy: bool,
+        /// Storage pool new files below go to (with the pool's default scheme unless --ec is
+        /// given); also changes an existing directory's pool.
+        #[arg(long)]
+        pool: Option<String>,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
@@ -236,6 +270,7 @@ impl Command {
             | Command::Cat { cluster, .. }
             | Command::Ls { cluster, .. }
             | Command::Stat { cluster, .. }
+            | Command::Du { cluster, .. }
             | Command::Mkdir { cluster, .. }
             | Command::Mv { cluster, .. }
             | Command::Rm { cluster, .. }
@@ -243,6 +278,8 @@ impl Command {
             | Command::Nfs { cluster, .. }
             | Command::Dataset { cluster, .. }
             | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
+            Command::Pool(cmd) => cmd.cluster(),
+            Command::Policy(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -360,8 +397,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Get { remote, local, .. } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
         Command::Cat { remote, .. } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
         Command::Ls { remote, long, .. } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
-        Command::Stat { remote, .. } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
-        Command::Mkdir { remote, ec, no_redundancy, .. } => cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy).await,
+        Command::Stat { remote, layout: false, .. } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
+        Command::Stat { remote, layout: true, json, .. } => pools::stat_layout(&cmds::connect(cluster).await?, &remote, json).await,
+        Command::Du { remote, json, .. } => pools::du_by_pool(&cmds::connect(cluster).await?, &remote, json).await,
+        Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
+            cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
+        }
         Command::Mv { from, to, .. } => cmds::mv(&cmds::connect(cluster).await?, &from, &to).await,
         Command::Rm { remote, recursive, .. } => cmds::rm(&cmds::connect(cluster).await?, &remote, recursive).await,
     }
@@ -391,7 +434,7 @@ mod tests {
         walk(&cmd, "trove", &mut args);
         let with: std::collections::BTreeSet<&str> =
             args.iter().filter(|(_, a)| a.get_id() == "cluster").map(|(path, _)| path.as_str()).collect();
-        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain"] {
+        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove policy test", "trove du"] {
             assert!(with.contains(uses), "`{uses}` does not offer --cluster");
         }
         for ignores in ["trove meta", "trove storage", "trove cluster start", "trove cluster stop", "trove node add", "trove umount", "trove demo"] {

@@ -324,7 +324,7 @@ impl Sim {
     }
     /// The first `width` nodes of a chunk's PG in map `version`.
     fn group(&self, version: u32, pg: u32) -> Vec<NodeId> {
-        self.map(version).pgs[pg as usize].iter().take(self.width()).copied().collect()
+        self.map(version).group(pg).unwrap_or(&[]).iter().take(self.width()).copied().collect()
     }
     /// Members that will still be there after their grace: up, not failed.
     fn lasting_members(&self) -> usize {
@@ -374,7 +374,7 @@ impl Sim {
         }
         for map in &self.maps {
             h.add(u64::from(map.version));
-            for pg in &map.pgs {
+            for pg in map.pool_pgs(0) {
                 pg.iter().for_each(|&n| h.add(u64::from(n)));
             }
         }
@@ -517,12 +517,12 @@ impl Sim {
         let members = self.members();
         let version = self.newest() + 1;
         let map = (self.logic.compute_map)(version, PG_COUNT, &members);
-        ensure!(self, map.version == version && map.pgs.len() == PG_COUNT as usize, "map v{version} has version {} and {} PGs", map.version, map.pgs.len());
+        ensure!(self, map.version == version && map.pool_pgs(0).len() == PG_COUNT as usize, "map v{version} has version {} and {} PGs", map.version, map.pool_pgs(0).len());
         ensure!(self, members.len() >= self.width(), "map v{version} has {} members for width {}", members.len(), self.width());
         let member_set: BTreeSet<NodeId> = members.iter().copied().collect();
         let w = self.width();
         let mut slots: BTreeMap<NodeId, u64> = members.iter().map(|&n| (n, 0)).collect();
-        for (pg, list) in map.pgs.iter().enumerate() {
+        for (pg, list) in map.pool_pgs(0).iter().enumerate() {
             let set: BTreeSet<NodeId> = list.iter().copied().collect();
             ensure!(self, list.len() == members.len() && set == member_set, "map v{version} PG {pg} lists {list:?}, not each member of {members:?} once");
             for &n in &list[..w] {
@@ -537,7 +537,7 @@ impl Sim {
         ensure!(self, max <= self.cfg.bounds.map_balance, "map v{version}: a member has {max:.3} x the mean slot count (bound {}); slots {slots:?}", self.cfg.bounds.map_balance);
         let mut line = format!("map v{version} members {members:?} slot balance max {max:.3} min {min:.3}");
         if let Some(old) = self.maps.last() {
-            let old_members: BTreeSet<NodeId> = old.pgs[0].iter().copied().collect();
+            let old_members: BTreeSet<NodeId> = old.members(0).iter().copied().collect();
             let removed: BTreeSet<NodeId> = old_members.difference(&member_set).copied().collect();
             let added: BTreeSet<NodeId> = member_set.difference(&old_members).copied().collect();
             let want: BTreeSet<NodeId> = changed.iter().copied().collect();
@@ -564,7 +564,7 @@ impl Sim {
         let w = self.width();
         let (mut necessary, mut knock_on) = (0u64, 0u64);
         for pg in 0..PG_COUNT as usize {
-            let (old, new) = (&a.pgs[pg][..w], &b.pgs[pg][..w]);
+            let (old, new) = (&a.pool_pgs(0)[pg][..w], &b.pool_pgs(0)[pg][..w]);
             let changed: Vec<usize> = (0..w).filter(|&i| old[i] != new[i]).collect();
             for &i in &changed {
                 if removed.contains(&old[i]) || added.contains(&new[i]) {
@@ -597,7 +597,7 @@ impl Sim {
         let w = self.width();
         let up: BTreeSet<NodeId> = self.nodes.iter().filter(|(_, n)| n.state() == NodeState::Up).map(|(&id, _)| id).collect();
         let serving = self.serving();
-        let healthy: Vec<bool> = self.map(version).pgs.iter().map(|pg| pg.iter().take(w).all(|n| up.contains(n))).collect();
+        let healthy: Vec<bool> = self.map(version).pool_pgs(0).iter().map(|pg| pg.iter().take(w).all(|n| up.contains(n))).collect();
         let (mut degraded, mut skipped) = (0, 0);
         for _ in 0..count {
             let id: u64 = self.rng.gen();
@@ -762,7 +762,7 @@ impl Sim {
         let newest = self.newest();
         let (w, k, m) = (self.width(), self.k(), self.m());
         let serving = self.serving();
-        let new_members: BTreeSet<NodeId> = self.map(newest).pgs[0].iter().copied().collect();
+        let new_members: BTreeSet<NodeId> = self.map(newest).members(0).iter().copied().collect();
         let mut r = PassReport::default();
         for ci in 0..self.chunks.len() {
             let (version, pg, missing_before) = (self.chunks[ci].version, self.chunks[ci].pg, self.chunks[ci].missing);
@@ -780,7 +780,7 @@ impl Sim {
             let c = &self.chunks[ci];
             let readable = (0..w).filter(|&i| missing_before & bit(i) == 0 && serving.contains(&old[i]) && c.held.contains(&(old[i], i))).count();
             ensure!(self, readable >= k, "the mover cannot read chunk {:016x} (PG {pg}, map v{version}): {readable} readable shards of {w} on {old:?}", c.id);
-            let old_members: BTreeSet<NodeId> = self.map(version).pgs[0].iter().copied().collect();
+            let old_members: BTreeSet<NodeId> = self.map(version).members(0).iter().copied().collect();
             let mut missing = 0u64;
             let mut written = Vec::new();
             for &slot in &slots {
@@ -1019,13 +1019,13 @@ mod broken {
                 nodes
             })
             .collect();
-        PlacementMap { version, pgs }
+        PlacementMap::of_default_pool(version, pgs)
     }
 
     /// The real map with the lowest node id moved to slot 0 of every PG.
     pub fn map_favouring_one(version: u32, pg_count: u32, members: &[NodeId]) -> PlacementMap {
         let mut map = compute_map(version, pg_count, members);
-        for pg in &mut map.pgs {
+        for pg in &mut map.pools[0].pgs {
             let low = *pg.iter().min().unwrap();
             pg.retain(|&n| n != low);
             pg.insert(0, low);
@@ -1036,7 +1036,7 @@ mod broken {
     /// The real map with one PG listing a node twice.
     pub fn map_with_duplicate(version: u32, pg_count: u32, members: &[NodeId]) -> PlacementMap {
         let mut map = compute_map(version, pg_count, members);
-        map.pgs[7][1] = map.pgs[7][0];
+        map.pools[0].pgs[7][1] = map.pools[0].pgs[7][0];
         map
     }
 }

@@ -10,6 +10,7 @@ pub mod events;
 pub mod frame;
 pub mod msg;
 mod opnames;
+pub mod policy;
 pub mod rpc;
 pub mod stages;
 pub mod traffic;
@@ -18,10 +19,11 @@ pub mod types;
 pub use error::{ErrorCode, WireError};
 pub use events::{Event, ProcessInfo, Severity};
 pub use msg::*;
+pub use policy::{FilePolicy, PolicyAction, PolicyRule};
 pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 7;
+pub const PROTOCOL_VERSION_MIN: u16 = 8;

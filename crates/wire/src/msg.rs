@@ -5,6 +5,7 @@
 
 use crate::error::WireError;
 use crate::events::{Event, ProcessInfo};
+use crate::policy::FilePolicy;
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 
@@ -122,8 +123,11 @@ pub enum MetaOp {
     CommitChunks { ino: Ino, chunks: Vec<ChunkRecord>, size: u64, set_size: bool, mtime: Timestamp },
     /// Returns a placement map version.
     GetMap { version: u32 },
-    /// Storage node registration: returns its node id (stable across restarts by uuid).
-    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo> },
+    /// Storage node registration: returns its node id (stable across restarts by uuid). `pool`
+    /// names the pool the node belongs to (empty: the default pool); a pool of nodes that does
+    /// not exist yet is created with the cluster's default scheme, as the node is the first of
+    /// its kind. A node whose configuration names another pool than before moves to it.
+    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo>, pool: String },
     Heartbeat { node: NodeId, drives: Vec<DriveInfo> },
     /// Cluster status; `scan_chunks` also counts degraded chunks (walks all chunk records).
     Status { scan_chunks: bool },
@@ -178,6 +182,27 @@ pub enum MetaOp {
     /// Events of the cluster's event log with sequence numbers after `after`, oldest first, at
     /// most `limit`; with `newest`, the last `limit` of them. Answered with `MetaReply::Events`.
     Events { after: u64, limit: u32, newest: bool },
+    /// Every pool; answered with `MetaReply::Pools`.
+    ListPools,
+    /// Creates a pool named `name` (refused when the name is taken); answered with
+    /// `MetaReply::Pools` holding the new pool.
+    CreatePool { name: String, kind: PoolKind, default_ec: EcScheme },
+    /// Changes a pool's default scheme (`None`: unchanged); answered with `MetaReply::Pools`
+    /// holding the pool as changed.
+    SetPoolOptions { name: String, default_ec: Option<EcScheme> },
+    /// Puts directory `ino` (new files below it inherit the pool) or a regular file without data
+    /// in pool `pool` (by name), with the pool's default scheme as its scheme (a `SetLayout`
+    /// after it chooses another). Answered with the inode's attributes.
+    SetPool { ino: Ino, pool: String },
+    /// The file pool policies in order; answered with `MetaReply::Policies`.
+    ListPolicies,
+    /// Adds a file pool policy before the policy named `before` (`None`: last). Refused when
+    /// its name is taken, its target pool does not exist, it is malformed, or it would come
+    /// after a policy without conditions (which matches every file, so it could never match).
+    /// Answered with `MetaReply::Policies`, the list as changed.
+    AddPolicy { policy: FilePolicy, before: Option<String> },
+    /// Removes the policy named `name`; answered with `MetaReply::Policies`.
+    RemovePolicy { name: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -227,6 +252,10 @@ pub enum MetaReply {
     /// The answer to `Events`: the events, and the sequence number the next event will get
     /// (what to ask after, to follow the log).
     Events { events: Vec<Event>, next: u64 },
+    /// The answer to `ListPools`, `CreatePool` and `SetPoolOptions`.
+    Pools(Vec<PoolInfo>),
+    /// The answer to `ListPolicies`, `AddPolicy` and `RemovePolicy`: every policy, in order.
+    Policies(Vec<FilePolicy>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
@@ -237,6 +266,8 @@ pub struct ScannedChunk {
     /// The file's scheme: a chunk coded narrower (written while nodes were down) is widened
     /// back to it when the nodes allow.
     pub file_ec: EcScheme,
+    /// The file's pool.
+    pub file_pool: PoolId,
 }
 
 /// What the metadata service sends back for a [`MetaCall`].

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 40] = [
+    pub const NAMES: [&'static str; 47] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -47,6 +47,13 @@ impl MetaOp {
         "Announce",
         "Processes",
         "Events",
+        "ListPools",
+        "CreatePool",
+        "SetPoolOptions",
+        "SetPool",
+        "ListPolicies",
+        "AddPolicy",
+        "RemovePolicy",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -92,6 +99,13 @@ impl MetaOp {
             MetaOp::Announce { .. } => 37,
             MetaOp::Processes => 38,
             MetaOp::Events { .. } => 39,
+            MetaOp::ListPools => 40,
+            MetaOp::CreatePool { .. } => 41,
+            MetaOp::SetPoolOptions { .. } => 42,
+            MetaOp::SetPool { .. } => 43,
+            MetaOp::ListPolicies => 44,
+            MetaOp::AddPolicy { .. } => 45,
+            MetaOp::RemovePolicy { .. } => 46,
         }
     }
 
@@ -188,6 +202,13 @@ mod tests {
                 newest: false,
             },
             MetaOp::GetMap { version: 1 },
+            MetaOp::ListPools,
+            MetaOp::ListPolicies,
+            MetaOp::RemovePolicy { name: "p".into() },
+            MetaOp::SetPool {
+                ino: 1,
+                pool: "flash".into(),
+            },
             MetaOp::RenewLease {
                 session: 1,
                 lease_ms: 1,

@@ -30,6 +30,96 @@ pub const SHARD_BLOCK_BYTES: u32 = 64 << 10;
 /// Most shards a chunk can have (data + parity).
 pub const SHARDS_MAX: usize = 32;
 
+/// A storage pool's identifier: a set of storage nodes with its own placement groups and
+/// default erasure scheme. Stable for the pool's life; [`DEFAULT_POOL`] always exists.
+pub type PoolId = u32;
+/// The pool of nodes that name none, and of every file and chunk written before pools existed.
+pub const DEFAULT_POOL: PoolId = 0;
+/// The default pool's name.
+pub const DEFAULT_POOL_NAME: &str = "default";
+/// Largest pool id: a placement group number holds its pool in its upper 16 bits.
+pub const POOL_ID_MAX: PoolId = 0xffff;
+/// Most placement groups one pool may have: the lower 16 bits of a placement group number.
+pub const POOL_PGS_MAX: u32 = 1 << 16;
+/// Longest pool name.
+pub const POOL_NAME_BYTES_MAX: usize = 64;
+
+/// The pool a (global) placement group number belongs to. Placement group numbers are
+/// `pool << 16 | local`, so that every chunk record of the time before pools (pool 0) keeps its
+/// meaning, and a chunk's pool is known from its record alone.
+pub fn pg_pool(pg: u32) -> PoolId {
+    pg >> 16
+}
+
+/// A placement group's number within its pool.
+pub fn pg_local(pg: u32) -> u32 {
+    pg & (POOL_PGS_MAX - 1)
+}
+
+/// The global number of placement group `local` of `pool`.
+pub fn pg_global(pool: PoolId, local: u32) -> u32 {
+    (pool << 16) | (local & (POOL_PGS_MAX - 1))
+}
+
+/// Checks a pool name: 1 to [`POOL_NAME_BYTES_MAX`] bytes of ASCII letters, digits, `.`, `_`
+/// and `-`, not starting with `-` (names appear in commands and configuration files).
+pub fn check_pool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > POOL_NAME_BYTES_MAX {
+        return Err(format!("pool name {name:?} must be 1 to {POOL_NAME_BYTES_MAX} bytes long"));
+    }
+    if name.starts_with('-') || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err(format!(
+            "pool name {name:?} may hold only ASCII letters, digits, '.', '_' and '-', and may not start with '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// What a pool stores its chunks on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolKind {
+    /// Trove storage nodes that name the pool in their configuration (`pool = "flash"`).
+    Nodes,
+}
+
+impl PoolKind {
+    /// What the kind is called in listings.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PoolKind::Nodes => "nodes",
+        }
+    }
+}
+
+/// A storage pool as the metadata service describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    pub id: PoolId,
+    pub name: String,
+    pub kind: PoolKind,
+    /// The scheme of directories put in the pool without one of their own, and of files a
+    /// policy moves there without naming one.
+    pub default_ec: EcScheme,
+}
+
+/// One pool's figures in [`ClusterStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    pub pool: PoolInfo,
+    /// Storage nodes in the pool (not counting those removed), and how many of them are up.
+    pub nodes: u32,
+    pub nodes_up: u32,
+    /// Raw capacity and free space of the pool's nodes' drives (each file system counted once).
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    /// Chunks placed in the pool and the raw bytes of their stored shards (counted only by a
+    /// status that walks the chunk records).
+    pub chunks: u64,
+    pub bytes_stored: u64,
+    /// Schemes of the pool's chunks and how many each has (with the walk only).
+    pub schemes: Vec<(EcScheme, u64)>,
+}
+
 /// An erasure-coding scheme: `k` data shards plus `m` parity shards. `k = 1` is replication
 /// with `m` extra copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -200,6 +290,9 @@ pub struct Attr {
     pub ec: EcScheme,
     /// Chunk size in bytes of the file (for a directory: inherited by new files).
     pub chunk_bytes: u32,
+    /// The pool new chunks of the file are written to (for a directory: the pool new files
+    /// inherit). Chunks already written say in their record where they are.
+    pub pool: PoolId,
 }
 
 impl Attr {
@@ -381,22 +474,53 @@ pub struct NodeInfo {
     pub drives: Vec<DriveInfo>,
     /// Milliseconds since the last heartbeat (as seen by the metadata service answering).
     pub heartbeat_age_ms: u64,
+    /// The pool the node belongs to.
+    pub pool: PoolId,
 }
 
-/// A version of the placement map: for each placement group, the ordered list of nodes holding
-/// shard 0, 1, 2, ... of the chunks in that group. Versions are immutable once published.
+/// A version of the placement map: for each pool of storage nodes, for each of its placement
+/// groups, the ordered list of nodes holding shard 0, 1, 2, ... of the chunks in that group.
+/// Versions are immutable once published; one version covers every pool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacementMap {
     pub version: u32,
-    /// `pgs[pg]` lists every node of the map in the group's order; a chunk of width `w` uses
-    /// the first `w`.
+    /// The groups of each pool that has member nodes, by pool id ascending.
+    pub pools: Vec<PoolPgs>,
+}
+
+/// The placement groups of one pool in a [`PlacementMap`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolPgs {
+    pub pool: PoolId,
+    /// `pgs[local]` lists every member node of the pool in the group's order; a chunk of width
+    /// `w` uses the first `w`. The group's global number is [`pg_global`]`(pool, local)`.
     pub pgs: Vec<Vec<NodeId>>,
 }
 
 impl PlacementMap {
-    /// The node holding shard `index` of a chunk in placement group `pg`.
+    /// A map of the default pool only (maps from before pools, and tests).
+    pub fn of_default_pool(version: u32, pgs: Vec<Vec<NodeId>>) -> PlacementMap {
+        PlacementMap { version, pools: vec![PoolPgs { pool: DEFAULT_POOL, pgs }] }
+    }
+
+    /// The placement groups of `pool`, indexed by local number (empty when it has no members).
+    pub fn pool_pgs(&self, pool: PoolId) -> &[Vec<NodeId>] {
+        self.pools.iter().find(|p| p.pool == pool).map_or(&[], |p| p.pgs.as_slice())
+    }
+
+    /// The ordered nodes of global placement group `pg`.
+    pub fn group(&self, pg: u32) -> Option<&[NodeId]> {
+        self.pool_pgs(pg_pool(pg)).get(pg_local(pg) as usize).map(Vec::as_slice)
+    }
+
+    /// The node holding shard `index` of a chunk in (global) placement group `pg`.
     pub fn node_for(&self, pg: u32, index: usize) -> Option<NodeId> {
-        self.pgs.get(pg as usize)?.get(index).copied()
+        self.group(pg)?.get(index).copied()
+    }
+
+    /// The member nodes of `pool` (every group lists all of them).
+    pub fn members(&self, pool: PoolId) -> &[NodeId] {
+        self.pool_pgs(pool).first().map_or(&[], Vec::as_slice)
     }
 }
 
@@ -435,6 +559,8 @@ pub struct ClusterStatus {
     /// At most how long until the GC has freed what is pending now (its grace period and a
     /// pass), when every node holding those shards is reachable.
     pub pending_delete_within_ms: u64,
+    /// Every pool with its nodes, capacity and (with the chunk walk) chunks.
+    pub pools: Vec<PoolStatus>,
 }
 
 /// What a byte-range lock request asks for (fcntl's F_RDLCK, F_WRLCK, F_UNLCK).
@@ -512,6 +638,36 @@ mod tests {
 
     fn parse_err(s: &str) -> String {
         s.parse::<EcScheme>().err().unwrap_or_default()
+    }
+
+    #[test]
+    fn placement_groups_carry_their_pool() {
+        assert_eq!(pg_global(0, 17), 17);
+        assert_eq!(pg_global(3, 17), (3 << 16) | 17);
+        assert_eq!((pg_pool(pg_global(3, 17)), pg_local(pg_global(3, 17))), (3, 17));
+        let map = PlacementMap {
+            version: 2,
+            pools: vec![
+                PoolPgs { pool: 0, pgs: vec![vec![1, 2], vec![2, 1]] },
+                PoolPgs { pool: 3, pgs: vec![vec![7, 8], vec![8, 7]] },
+            ],
+        };
+        assert_eq!(map.node_for(1, 0), Some(2));
+        assert_eq!(map.node_for(pg_global(3, 1), 0), Some(8));
+        assert_eq!(map.node_for(pg_global(3, 2), 0), None);
+        assert_eq!(map.node_for(pg_global(4, 0), 0), None);
+        assert_eq!(map.members(3), &[7, 8]);
+        assert!(map.pool_pgs(9).is_empty());
+    }
+
+    #[test]
+    fn pool_names_are_checked() {
+        for good in ["flash", "hdd-2", "tier_1.cold", "A"] {
+            assert!(check_pool_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-x", "a b", "fläsh", "a/b", &"x".repeat(65)] {
+            assert!(check_pool_name(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

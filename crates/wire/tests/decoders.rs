@@ -38,6 +38,7 @@ fn samples() -> Vec<Vec<u8>> {
         data_version: 9,
         ec: EcScheme::DEFAULT,
         chunk_bytes: CHUNK_BYTES_DEFAULT,
+        pool: 2,
     };
     let rec = ChunkRecord {
         index: 3,

@@ -297,6 +297,7 @@ pub async fn register(svc: &MetaService, uuid: u128, addr: &str) -> u32 {
         uuid,
         addr: addr.into(),
         drives: vec![drive(1 << 40, 1 << 39)],
+        pool: String::new(),
     };
     match ok(svc, op).await {
         MetaReply::Node { id, .. } => id,
