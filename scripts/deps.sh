@@ -45,6 +45,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+# The mount tests need the kernel's FUSE device; load the module when it is not there yet.
+if [ ! -e /dev/fuse ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd modprobe fuse 2>/dev/null || echo "/dev/fuse is absent and the fuse module cannot be loaded: the mount tests will fail" >&2
+fi
 
 need_pip=()
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)

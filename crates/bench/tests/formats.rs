@@ -1,40 +1,23 @@
 //! The generated datasets are in the real formats: TFRecord files written by `bench` are read
 //! back by the independent `tfrecord` PyPI package (and their masked CRCs recomputed by a
 //! separate pure-Python CRC-32C), and npz files load with numpy (whose zipfile checks every
-//! member's CRC-32). The Python packages are installed with pip when missing; the test is
-//! skipped, saying why, only if pip cannot reach PyPI.
+//! member's CRC-32). scripts/deps.sh installs the Python packages; a test fails, naming the
+//! module, when one cannot be imported.
 
 use bench::train::{Dataset, FileGen, Format};
 use std::path::Path;
 use std::process::Command;
 
-/// Makes sure `modules` import in python3, installing `packages` with pip if not. Returns why
-/// not, when they cannot be had.
-fn python_with(modules: &str, packages: &[&str]) -> Result<(), String> {
-    let probe = || Command::new("python3").args(["-c", &format!("import {modules}")]).output();
-    match probe() {
-        Ok(o) if o.status.success() => return Ok(()),
-        Ok(_) => {}
-        Err(e) => return Err(format!("python3 is not available: {e}")),
-    }
-    let out = Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(packages)
-        .output()
-        .map_err(|e| format!("pip cannot run: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        // Only an unreachable index is a reason to skip; any other pip failure is a failure.
-        let offline = ["Could not find a version", "No matching distribution", "NewConnectionError", "Temporary failure in name resolution", "Network is unreachable", "ConnectTimeout", "ReadTimeout"]
-            .iter()
-            .any(|m| err.contains(m));
-        assert!(offline, "pip install {packages:?} failed:\n{err}");
-        return Err(format!("pip cannot reach PyPI: {}", err.lines().last().unwrap_or_default()));
-    }
-    match probe() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => panic!("{modules} still does not import after pip install: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => Err(format!("python3 is not available: {e}")),
+/// Fails the test, naming the cause, unless `modules` import in python3.
+fn require_python(modules: &str) {
+    let out = Command::new("python3").args(["-c", &format!("import {modules}")]).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "python3 cannot import {modules} (scripts/deps.sh installs them): {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("python3 is not available (scripts/deps.sh installs it): {e}"),
     }
 }
 
@@ -102,10 +85,7 @@ print(n, framed, sum(sizes))
 
 #[test]
 fn tfrecord_files_read_back_with_the_tfrecord_package() {
-    if let Err(why) = python_with("tfrecord, numpy", &["tfrecord", "numpy", "protobuf"]) {
-        println!("SKIPPED tfrecord_files_read_back_with_the_tfrecord_package: {why}");
-        return;
-    }
+    require_python("tfrecord, numpy");
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("shard.tfrecord");
     let ds = Dataset {
@@ -141,10 +121,7 @@ print(x.shape[0], x.shape[1], x.shape[2], y.shape[0], zlib.crc32(x.tobytes()))
 
 #[test]
 fn npz_files_load_with_numpy() {
-    if let Err(why) = python_with("numpy", &["numpy"]) {
-        println!("SKIPPED npz_files_load_with_numpy: {why}");
-        return;
-    }
+    require_python("numpy");
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("sample.npz");
     let ds = Dataset {
