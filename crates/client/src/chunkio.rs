@@ -18,23 +18,26 @@ use wire::{
 };
 
 /// Why one shard could not be used, for error messages.
-pub(crate) struct ShardFailure {
-    pub(crate) index: usize,
-    pub(crate) node: Option<NodeId>,
-    pub(crate) reason: String,
+pub struct ShardFailure {
+    pub index: usize,
+    pub node: Option<NodeId>,
+    pub reason: String,
     /// The storage node's answer, when it answered with an error; `Corrupt` also for shards
     /// that failed the client's own verification.
-    pub(crate) code: Option<ErrorCode>,
+    pub code: Option<ErrorCode>,
 }
 
 /// Where and how one chunk is to be written: a fresh id, its placement, the scheme (the file's,
 /// or narrower while too few nodes can take writes) and the map the placement refers to.
 #[derive(Clone, Debug)]
-pub(crate) struct Allocation {
-    pub(crate) id: ChunkId,
-    pub(crate) placement: Placement,
-    pub(crate) ec: EcScheme,
-    pub(crate) map: Arc<PlacementMap>,
+pub struct Allocation {
+    pub id: ChunkId,
+    pub placement: Placement,
+    pub ec: EcScheme,
+    pub map: Arc<PlacementMap>,
+    /// The pool and scheme asked for instead of the file's (a job moving the file), which a
+    /// fresh allocation after a failed upload asks for again.
+    pub target: Option<(String, Option<EcScheme>)>,
 }
 
 impl Allocation {
@@ -66,12 +69,31 @@ pub const UPLOAD_ATTEMPTS_MAX: u32 = 4;
 impl Client {
     /// Reserves `count` chunk ids for file `ino`, placed on nodes that are up and not in
     /// `avoid`, with the scheme to write them in.
-    pub(crate) async fn alloc_chunks(&self, ino: Ino, count: u32, avoid: Vec<NodeId>) -> Result<Vec<Allocation>> {
-        match self.meta(MetaOp::AllocChunks { ino, count, avoid }).await? {
+    pub async fn alloc_chunks(&self, ino: Ino, count: u32, avoid: Vec<NodeId>) -> Result<Vec<Allocation>> {
+        self.alloc_chunks_for(ino, count, avoid, None).await
+    }
+
+    /// [`Client::alloc_chunks`] in pool `target.0` with scheme `target.1` (`None`: the pool's
+    /// default) instead of the file's, or the file's with `target` `None`.
+    pub async fn alloc_chunks_for(
+        &self,
+        ino: Ino,
+        count: u32,
+        avoid: Vec<NodeId>,
+        target: Option<(String, Option<EcScheme>)>,
+    ) -> Result<Vec<Allocation>> {
+        let op = match &target {
+            None => MetaOp::AllocChunks { ino, count, avoid },
+            Some((pool, ec)) => MetaOp::AllocChunksIn { ino, count, avoid, pool: pool.clone(), ec: *ec },
+        };
+        match self.meta(op).await? {
             MetaReply::Alloc { chunks, map, ec } => {
                 self.remember_map(map.clone());
                 let map = Arc::new(map);
-                Ok(chunks.into_iter().map(|(id, placement)| Allocation { id, placement, ec, map: map.clone() }).collect())
+                Ok(chunks
+                    .into_iter()
+                    .map(|(id, placement)| Allocation { id, placement, ec, map: map.clone(), target: target.clone() })
+                    .collect())
             }
             other => Err(crate::unexpected(&other)),
         }
@@ -79,7 +101,7 @@ impl Client {
 
     /// Gives up chunks that were (partly) uploaded for `ino` and will not be committed, so GC
     /// deletes their shards. Best effort: a failure is logged, and the shards stay behind.
-    pub(crate) async fn abandon_chunks(&self, ino: Ino, chunks: Vec<ChunkRecord>) {
+    pub async fn abandon_chunks(&self, ino: Ino, chunks: Vec<ChunkRecord>) {
         if chunks.is_empty() {
             return;
         }
@@ -100,10 +122,11 @@ impl Client {
     ///
     /// Fails naming the chunk, every node that failed and why; the code is `NoSpace` when
     /// nodes were full.
-    pub(crate) async fn upload_chunk(&self, ino: Ino, index: u64, first: Allocation, data: Bytes) -> Result<ChunkRecord> {
+    pub async fn upload_chunk(&self, ino: Ino, index: u64, first: Allocation, data: Bytes) -> Result<ChunkRecord> {
         let started = Instant::now();
         let mut delay = std::time::Duration::from_millis(50);
         let len = data.len();
+        let first_target = first.target.clone();
         let mut alloc = first.for_len(len);
         let mut avoid: Vec<NodeId> = Vec::new();
         let mut attempts = 0u32;
@@ -117,7 +140,7 @@ impl Client {
             if !known_bad.is_empty() && attempts + 1 < UPLOAD_ATTEMPTS_MAX {
                 avoid.extend(known_bad);
                 attempts += 1;
-                match self.alloc_chunks(ino, 1, avoid.clone()).await {
+                match self.alloc_chunks_for(ino, 1, avoid.clone(), first_target.clone()).await {
                     Ok(mut fresh) if !fresh.is_empty() => {
                         alloc = fresh.swap_remove(0).for_len(len);
                         continue;
@@ -165,12 +188,45 @@ impl Client {
             } else if last {
                 return Err(upload_failed(ino, index, &reasons, None));
             }
-            match self.alloc_chunks(ino, 1, avoid.clone()).await {
+            match self.alloc_chunks_for(ino, 1, avoid.clone(), first_target.clone()).await {
                 Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0).for_len(len),
                 Ok(_) => return Err(upload_failed(ino, index, &reasons, Some("the metadata service allocated nothing"))),
                 Err(e) => return Err(upload_failed(ino, index, &reasons, Some(&e.message))),
             }
         }
+    }
+
+    /// Stores one shard on `node` (a data mover's write: the shard is already checked against
+    /// its chunk record); with `replace`, a copy there is removed first (a put never
+    /// overwrites).
+    pub async fn put_shard_at(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
+        let handle = self.node(node).await?;
+        let timeout = self.inner.options.storage_timeout;
+        if replace {
+            let op = StorageOp::DeleteShards { keys: vec![info.key] };
+            handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(rpc_error)?;
+        }
+        let op = StorageOp::PutShard { info };
+        handle.peer.call::<StorageOp, StorageReply>(&op, data, timeout).await.map_err(rpc_error)?;
+        Ok(())
+    }
+
+    /// Asks `node` to verify its own shards after `after` (at most `limit`) where they lie;
+    /// answered with `StorageReply::Scrubbed`. Waits as long as a scrub page may take.
+    pub async fn scrub_at(&self, node: NodeId, after: Option<ShardKey>, limit: u32) -> Result<StorageReply> {
+        let handle = self.node(node).await?;
+        let op = StorageOp::Scrub { after, limit };
+        let timeout = self.inner.options.storage_timeout * 6;
+        let (reply, _) = handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(rpc_error)?;
+        Ok(reply)
+    }
+
+    /// Deletes one shard on `node` (deleting an absent shard is not an error).
+    pub async fn delete_shard_at(&self, node: NodeId, key: ShardKey) -> Result<()> {
+        let handle = self.node(node).await?;
+        let op = StorageOp::DeleteShards { keys: vec![key] };
+        handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await.map_err(rpc_error)?;
+        Ok(())
     }
 
     /// Encodes `data` in the allocation's scheme and sends every shard to its node in parallel.
@@ -273,7 +329,7 @@ impl Client {
     /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
     /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
     /// starting at the block-aligned offset, and that offset.
-    pub(crate) async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+    pub async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
         let key = ShardKey { chunk: rec.id, index: index as u8 };
         let (reply, data, node_id) = self.call_shard_node(rec, map, index, &StorageOp::GetShard { key, offset, len }).await?;
         let fail = |reason: String| ShardFailure { index, node: Some(node_id), reason, code: None };
@@ -337,13 +393,13 @@ impl Client {
     /// failed, and rebuilds. `what` names the file for error messages.
     /// The chunk's `len` bytes are its data shards one after another, kept as the shards that
     /// arrived (no copy into one buffer).
-    pub(crate) async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Chunk> {
+    pub async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Chunk> {
         Ok(Chunk::new(self.data_shards(rec, what).await?, rec.len as usize))
     }
 
     /// Reads a whole chunk as stored: all `shard_len * k` bytes the shards encode (at least
     /// `len`), which re-encode to exactly the shards the writer stored.
-    pub(crate) async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
+    pub async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k)).max(rec.len);
         Ok(Chunk::new(self.data_shards(rec, what).await?, stored_len as usize).to_bytes())
     }
@@ -508,7 +564,7 @@ fn verify_cut(data: &[u8], offset: u32, shard_len: u32, table: &[u32], head: u32
 /// A chunk's bytes as the data shards they arrived in: `len` bytes, the concatenation of
 /// `parts` cut at `len`. A read within one shard is a slice of it, not a copy.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Chunk {
+pub struct Chunk {
     parts: Vec<Bytes>,
 }
 
@@ -539,7 +595,7 @@ impl Chunk {
     }
 
     /// All the bytes in one buffer (a copy unless there is at most one part).
-    pub(crate) fn to_bytes(&self) -> Bytes {
+    pub fn to_bytes(&self) -> Bytes {
         match self.parts.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),

@@ -12,9 +12,9 @@
 //! Architecture invariant: the client never returns bytes that failed verification. When too
 //! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
 
-mod chunkio;
+mod atime;
+pub mod chunkio;
 pub mod metered;
-pub mod mover;
 mod file;
 mod posix;
 mod reader;
@@ -24,6 +24,7 @@ pub use file::{FileHandle, FirstChunks};
 pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
 pub use wire::stages::StageTotal;
+pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
 
 use parking_lot::RwLock;
@@ -89,6 +90,9 @@ pub struct ClientOptions {
     /// How long a chunk upload waits for storage nodes when none of them answers at all
     /// (nodes that fail while others answer are written around at once instead).
     pub write_retry_deadline: Duration,
+    /// Whether reads record access times (relatime, batched; see `atime.rs`). Off: like a
+    /// `noatime` mount, reads leave atimes alone.
+    pub atime: bool,
 }
 
 impl Default for ClientOptions {
@@ -101,6 +105,7 @@ impl Default for ClientOptions {
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
             write_retry_deadline: Duration::from_secs(20),
+            atime: true,
         }
     }
 }
@@ -127,6 +132,8 @@ pub(crate) struct Inner {
     node_states: parking_lot::Mutex<(u64, Vec<(NodeId, wire::NodeState)>)>,
     /// Told of every directory change a namespace call of this client made.
     dir_observer: std::sync::OnceLock<DirObserver>,
+    /// Reads whose access times are still to be recorded (`atime.rs`).
+    atimes: parking_lot::Mutex<atime::Pending>,
 }
 
 type DirObserver = Box<dyn Fn(&DirChange) + Send + Sync>;
@@ -175,7 +182,7 @@ impl NodeHandle {
 }
 
 /// Converts a transport error into the client's error, keeping remote codes.
-pub(crate) fn rpc_error(e: RpcError) -> Error {
+pub fn rpc_error(e: RpcError) -> Error {
     match e {
         RpcError::Remote(w) => w,
         RpcError::Version { .. } => WireError::new(ErrorCode::VersionMismatch, e.to_string()),
@@ -184,7 +191,8 @@ pub(crate) fn rpc_error(e: RpcError) -> Error {
     }
 }
 
-pub(crate) fn unexpected(reply: &MetaReply) -> Error {
+/// The error for a reply of the wrong kind.
+pub fn unexpected(reply: &MetaReply) -> Error {
     WireError::new(ErrorCode::Internal, format!("unexpected reply from the metadata service: {reply:?}"))
 }
 
@@ -234,6 +242,7 @@ impl Client {
                 last_node_refresh: parking_lot::Mutex::new(None),
                 node_states: parking_lot::Mutex::new((0, Vec::new())),
                 dir_observer: std::sync::OnceLock::new(),
+                atimes: parking_lot::Mutex::new(atime::Pending::default()),
             }),
         };
         client.refresh_nodes().await?;
@@ -703,7 +712,7 @@ impl Client {
     }
 
     /// A placement map version (cached forever: versions are immutable).
-    pub(crate) async fn map(&self, version: u32) -> Result<Arc<PlacementMap>> {
+    pub async fn map(&self, version: u32) -> Result<Arc<PlacementMap>> {
         if let Some(m) = self.inner.maps.read().get(&version) {
             return Ok(m.clone());
         }

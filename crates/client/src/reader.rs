@@ -84,6 +84,8 @@ struct Inner {
     /// Bumped by every change of the write side (see the module text).
     generation: AtomicU64,
     state: Mutex<State>,
+    /// The file's attributes at open, until its first read notes the access (`atime.rs`).
+    unread: parking_lot::Mutex<Option<Attr>>,
 }
 
 #[derive(Default)]
@@ -184,6 +186,7 @@ impl ReadSide {
                 what: format!("inode {ino}"),
                 generation: AtomicU64::new(0),
                 state: Mutex::new(state),
+                unread: parking_lot::Mutex::new(Some(attr.clone())),
             }),
         }
     }
@@ -400,6 +403,9 @@ impl ReadSide {
     /// holds from it.
     pub(crate) async fn read_with(&self, offset: u64, len: usize, size: u64, local: &dyn LocalChunks) -> Result<Bytes> {
         let reading = std::time::Instant::now();
+        if let Some(attr) = self.inner.unread.lock().take() {
+            self.inner.client.note_read(&attr);
+        }
         let started = crate::metered::table().start();
         let out = self.read_pieces(offset, len, size, local).await;
         wire::stages::record(wire::stages::Stage::ClientRead, reading);

@@ -416,6 +416,7 @@ impl Cluster {
         ino: Ino,
         count: u32,
         avoid: &[NodeId],
+        target: Option<(String, Option<EcScheme>)>,
     ) -> Result<MetaReply, WireError> {
         if count > ALLOC_CHUNKS_MAX {
             return Err(wire::werr!(
@@ -423,19 +424,34 @@ impl Cluster {
                 "{count} chunks in one allocation exceed the limit of {ALLOC_CHUNKS_MAX}"
             ));
         }
+        let target = Arc::new(target);
         let (ec, pool, in_pool, map, nodes) = transact(engine, |txn| {
             let maps = self.maps.clone();
+            let target = target.clone();
             Box::pin(async move {
                 let rec = namespace::load_file(txn, ino).await?;
                 let all = pools::read_all(txn).await?;
-                let Some(pool) = all.iter().find(|p| p.id == rec.attr.pool).cloned() else {
-                    fail!(Internal, "file {ino} is in pool {}, which has no record", rec.attr.pool);
+                let (pool, ec) = match target.as_ref() {
+                    // A job moving the file: the pool and scheme it moves to.
+                    Some((name, ec)) => {
+                        let pool = pools::by_name(txn, name).await?;
+                        let ec = ec.unwrap_or(pool.default_ec);
+                        ec.validate()
+                            .map_err(|e| store::abort(wire::werr!(Invalid, "{e}")))?;
+                        (pool, ec)
+                    }
+                    None => {
+                        let Some(pool) = all.iter().find(|p| p.id == rec.attr.pool).cloned() else {
+                            fail!(Internal, "file {ino} is in pool {}, which has no record", rec.attr.pool);
+                        };
+                        (pool, rec.attr.ec)
+                    }
                 };
                 let in_pool = of_pool(&pool, all.len());
                 let version =
                     store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32;
                 let map = maps.get_in(txn, version).await?;
-                Ok((rec.attr.ec, pool, in_pool, map, read_nodes(txn).await?))
+                Ok((ec, pool, in_pool, map, read_nodes(txn).await?))
             })
         })
         .await?;
@@ -984,6 +1000,9 @@ impl Cluster {
                         moved.placement = placement;
                         moved.missing = missing;
                         store::put(txn, &key, &moved).await?;
+                        if missing != 0 {
+                            crate::jobs::queue(txn, ino, moved.index, moved.id).await?;
+                        }
                         Ok(MetaReply::Ok)
                     }
                     _ => fail!(

@@ -71,6 +71,11 @@ pub mod prefix {
     pub const POOL: u8 = b'O';
     /// `F`: the file pool policies, one ordered list.
     pub const POLICIES: u8 = b'F';
+    /// `J` + job name: a job's record (state, run, progress).
+    pub const JOB: u8 = b'J';
+    /// `B` + ino + chunk index: a chunk queued for the repair job (the work queue, its
+    /// backlog), valued with the chunk id it was queued for.
+    pub const WORK: u8 = b'B';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -241,6 +246,31 @@ pub fn policies() -> Vec<u8> {
     vec![prefix::POLICIES]
 }
 
+/// The key of job `name`'s record.
+pub fn job(name: &str) -> Vec<u8> {
+    let mut key = with_prefix(prefix::JOB, name.len());
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+/// The work queue's entry for chunk `index` of file `ino`.
+pub fn work(ino: Ino, index: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::WORK, 16);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// Splits a work queue key into file and chunk index.
+pub fn parse_work(key: &[u8]) -> Option<(Ino, u64)> {
+    if key.len() != 17 || key[0] != prefix::WORK {
+        return None;
+    }
+    let ino = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let index = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    Some((ino, index))
+}
+
 pub fn gc(chunk: u64) -> Vec<u8> {
     let mut key = with_prefix(prefix::GC, 8);
     key.extend_from_slice(&chunk.to_be_bytes());
@@ -315,7 +345,7 @@ pub fn describe(key: &[u8]) -> String {
                 String::from_utf8_lossy(&rest[8..])
             )
         }
-        prefix::COUNTER | prefix::LEASE_NAMED => {
+        prefix::COUNTER | prefix::LEASE_NAMED | prefix::JOB => {
             format!("{}/{}", first as char, String::from_utf8_lossy(rest))
         }
         _ if first.is_ascii_graphic() => format!("{}/{}", first as char, hex(rest)),
@@ -549,6 +579,7 @@ impl Record for PoolRec {}
 impl Record for ChunkRecord {}
 impl Record for wire::Event {}
 impl Record for PolicyListRec {}
+impl Record for wire::JobInfo {}
 
 impl Record for InodeRec {
     const FORMAT: u8 = FORMAT_V2;

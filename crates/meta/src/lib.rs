@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod events;
 pub mod gc;
+pub mod jobs;
 pub mod keys;
 pub mod locks;
 pub mod metered;
@@ -186,7 +187,12 @@ impl MetaService {
         match call.op {
             MetaOp::StatFs => self.cluster.statfs(engine).await,
             MetaOp::AllocChunks { ino, count, avoid } => {
-                self.cluster.alloc_chunks(engine, ino, count, &avoid).await
+                self.cluster.alloc_chunks(engine, ino, count, &avoid, None).await
+            }
+            MetaOp::AllocChunksIn { ino, count, avoid, pool, ec } => {
+                self.cluster
+                    .alloc_chunks(engine, ino, count, &avoid, Some((pool, ec)))
+                    .await
             }
             MetaOp::GetMap { version } => Ok(MetaReply::Map(
                 (*self.cluster.map(engine, version).await?).clone(),

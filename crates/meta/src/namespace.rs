@@ -12,6 +12,7 @@
 
 use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
+use crate::jobs;
 use crate::pools;
 use crate::policies;
 use kv::{KvEngine, KvTxn};
@@ -85,6 +86,8 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::SetPool { .. }
             | MetaOp::AddPolicy { .. }
             | MetaOp::RemovePolicy { .. }
+            | MetaOp::SetFilePool { .. }
+            | MetaOp::ControlJob { .. }
     )
 }
 
@@ -116,6 +119,7 @@ pub fn is_namespace_op(op: &MetaOp) -> bool {
             | MetaOp::MoveChunk { .. }
             | MetaOp::SetNodeState { .. }
             | MetaOp::NodeStates { .. }
+            | MetaOp::AllocChunksIn { .. }
     )
 }
 
@@ -494,6 +498,14 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             Ok(MetaReply::Policies(policies::remove(txn, name).await?))
         }
         MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
+        MetaOp::SetFilePool { ino, pool, ec } => set_file_pool(txn, ctx, *ino, pool, *ec).await,
+        MetaOp::TouchAtimes { inos, atime } => touch_atimes(txn, inos, *atime).await,
+        MetaOp::ListJobs => jobs::list(txn).await,
+        MetaOp::ControlJob { name, action } => jobs::control(txn, ctx.now_ms, name, action).await,
+        MetaOp::ReportJob { info } => jobs::report(txn, info).await,
+        MetaOp::QueueChunks { chunks } => jobs::queue_chunks(txn, chunks).await,
+        MetaOp::ScanQueue { after, limit } => jobs::scan_queue(txn, *after, *limit).await,
+        MetaOp::Dequeue { chunks } => jobs::dequeue(txn, chunks).await,
         MetaOp::ReplaceChunk { ino, expected, new } => {
             replace_chunk(txn, ctx, *ino, expected, new).await
         }
@@ -526,6 +538,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::NodeStates { .. }
         | MetaOp::Announce { .. }
         | MetaOp::Processes
+        | MetaOp::AllocChunksIn { .. }
         | MetaOp::Events { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
@@ -1496,6 +1509,69 @@ async fn set_pool(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, name: &str) -> TxRes
     Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
 }
 
+/// Puts regular file `ino` in pool `name` once every chunk of it is there (see
+/// `MetaOp::SetFilePool`).
+async fn set_file_pool(
+    txn: &mut dyn KvTxn,
+    ctx: &Ctx,
+    ino: Ino,
+    name: &str,
+    ec: Option<EcScheme>,
+) -> TxResult<MetaReply> {
+    let mut rec = load_file(txn, ino).await?;
+    let pool = pools::by_name(txn, name).await?;
+    let ec = ec.unwrap_or(pool.default_ec);
+    ec.validate().map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
+    let prefix = keys::chunk_prefix(ino);
+    for (key, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+        let chunk: ChunkRecord = keys::decode(&key, &value).map_err(abort)?;
+        let at = wire::pg_pool(chunk.placement.pg);
+        if at != pool.id || chunk.ec.k > ec.k || chunk.ec.m > ec.m {
+            fail!(
+                Changed,
+                "chunk {} of file {ino} is in pool {at} coded {}, not yet in pool {:?} within {ec}; move it first",
+                chunk.index,
+                chunk.ec,
+                pool.name
+            );
+        }
+    }
+    if rec.attr.pool != pool.id || rec.attr.ec != ec {
+        rec.attr.pool = pool.id;
+        rec.attr.ec = ec;
+        rec.attr.ctime = ctx.now;
+        store_inode(txn, &rec).await?;
+    }
+    Ok(MetaReply::Attr(rec.attr))
+}
+
+/// How long an atime may lag behind reads before a read moves it (relatime's day).
+pub const ATIME_LAG_S: i64 = 24 * 3600;
+
+/// Records reads of files at `atime`, with relatime's rule (see `MetaOp::TouchAtimes`).
+async fn touch_atimes(txn: &mut dyn KvTxn, inos: &[Ino], atime: Timestamp) -> TxResult<MetaReply> {
+    if inos.len() as u64 > CHUNKS_PER_CALL_MAX {
+        fail!(
+            TooLarge,
+            "{} files in one atime update exceed the limit of {CHUNKS_PER_CALL_MAX}",
+            inos.len()
+        );
+    }
+    for &ino in inos {
+        let Some(mut rec) = get::<InodeRec>(txn, &keys::inode(ino)).await? else {
+            continue;
+        };
+        let a = rec.attr.atime;
+        let stale =
+            a <= rec.attr.mtime || a <= rec.attr.ctime || a.secs + ATIME_LAG_S <= atime.secs;
+        if stale && atime > a {
+            rec.attr.atime = atime;
+            store_inode(txn, &rec).await?;
+        }
+    }
+    Ok(MetaReply::Ok)
+}
+
 /// Reads a regular file's inode; `IsDir` / `Invalid` for other kinds.
 pub async fn load_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     let rec = load(txn, ino).await?;
@@ -1602,6 +1678,9 @@ async fn commit_chunks(
             None => added += 1,
         }
         put(txn, &key, chunk).await?;
+        if jobs::needs_repair(chunk, rec.attr.ec) {
+            jobs::queue(txn, ino, chunk.index, chunk.id).await?;
+        }
     }
     store::stat_add(txn, Stat::Chunks, ino, added).await?;
     add_pending_delete(txn, ino, queued_bytes).await?;
@@ -1843,7 +1922,14 @@ async fn replace_chunk(
             expected.index
         );
     }
-    check_chunk_record(ino, file.attr.ec, new).map_err(abort)?;
+    // A chunk moving to another pool than its file's (a tiering job's, before the file
+    // follows with `SetFilePool`) is coded in that pool's scheme, which may be wider.
+    let moving = wire::pg_pool(new.placement.pg) != file.attr.pool;
+    let bound = if moving { new.ec } else { file.attr.ec };
+    check_chunk_record(ino, bound, new).map_err(abort)?;
+    if new.missing != 0 {
+        jobs::queue(txn, ino, new.index, new.id).await?;
+    }
     if txn.get(&keys::gc(new.id)).await?.is_some() {
         fail!(
             Invalid,

@@ -79,6 +79,24 @@ pub struct MetaConfig {
     /// Pause between scrub passes (checksum verification of every shard); 0 disables scrub.
     #[serde(default = "default_scrub_interval_ms")]
     pub scrub_interval_ms: u64,
+    /// When the tiering job (files to the pools their file pool policies name) runs by
+    /// itself: "daily HH:MM" (UTC), "every N" with N in s, m or h (e.g. "every 30s"), or "off"
+    /// (only `trove job start tier`).
+    #[serde(default = "default_tier_schedule")]
+    pub tier_schedule: String,
+    /// Most bytes per second the tiering job writes.
+    #[serde(default = "default_move_bytes_per_s")]
+    pub tier_bytes_per_s: u64,
+    /// Chunks the tiering job moves at once.
+    #[serde(default = "default_tier_chunks_max")]
+    pub tier_chunks_max: u32,
+    /// Hours (UTC, "HH:MM-HH:MM") when the jobs run gentler: the tiering job at
+    /// `window_bytes_per_s` instead of `tier_bytes_per_s` (e.g. the working day, when training
+    /// reads the cluster); none: no such window.
+    #[serde(default)]
+    pub impact_window: Option<String>,
+    #[serde(default = "default_window_bytes_per_s")]
+    pub window_bytes_per_s: u64,
     /// Where to serve metrics (`/metrics`) and the dashboard (`/`), "HOST:PORT"; none: no
     /// metrics are recorded. Served by the `trove` binary.
     #[serde(default)]
@@ -111,6 +129,22 @@ fn default_move_bytes_per_s() -> u64 {
 pub const SCRUB_INTERVAL_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 fn default_scrub_interval_ms() -> u64 {
     SCRUB_INTERVAL_MS_DEFAULT
+}
+
+/// The tiering job's default schedule, PowerScale's SmartPools default.
+pub const TIER_SCHEDULE_DEFAULT: &str = "daily 22:00";
+fn default_tier_schedule() -> String {
+    TIER_SCHEDULE_DEFAULT.into()
+}
+/// Default of chunks the tiering job moves at once.
+pub const TIER_CHUNKS_MAX_DEFAULT: u32 = 4;
+fn default_tier_chunks_max() -> u32 {
+    TIER_CHUNKS_MAX_DEFAULT
+}
+/// Default rate of the jobs during the impact window: 32 MiB/s.
+pub const WINDOW_BYTES_PER_S_DEFAULT: u64 = 32 << 20;
+fn default_window_bytes_per_s() -> u64 {
+    WINDOW_BYTES_PER_S_DEFAULT
 }
 
 fn default_cluster() -> String {

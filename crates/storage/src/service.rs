@@ -312,6 +312,11 @@ impl Handler for StorageService {
                 }
             }
             StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), Bytes::new()),
+            StorageOp::Scrub { after, limit } => {
+                // Queued behind the first drive's reads and writes like any blocking work.
+                let r = self.run_blocking(0, move |s| Ok(s.scrub(after, limit))).await;
+                (r, Bytes::new())
+            }
             StorageOp::Stat => {
                 let drives = self.drive_info().await;
                 (

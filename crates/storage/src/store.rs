@@ -43,6 +43,8 @@ use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
 pub const TMP_PREFIX: &str = ".tmp.";
 /// Most keys one `list` call returns, whatever the caller asks (bounds the reply size).
 pub const LIST_KEYS_MAX: u32 = 10_000;
+/// Most shards one `Scrub` request verifies (a page: a few seconds of one drive at most).
+pub const SCRUB_KEYS_MAX: u32 = 256;
 /// Number of hash directories under `<drive>/shards` (named `00` .. `ff`).
 const HASH_DIRS: usize = 256;
 /// Number of per-key lock stripes serialising puts and deletes of the same key.
@@ -1037,6 +1039,33 @@ impl ShardStore {
             }
         }
         result.map(|()| removed)
+    }
+
+    /// Verifies the shards with keys after `after` (at most `limit`, capped at
+    /// [`SCRUB_KEYS_MAX`]) where they lie: each file is opened afresh (so its header and block
+    /// table are checked again, not taken from an open file) and every block read and checked.
+    /// A shard deleted meanwhile is passed over. Blocking.
+    pub fn scrub(&self, after: Option<ShardKey>, limit: u32) -> wire::StorageReply {
+        let keys = self.list(after, limit.min(SCRUB_KEYS_MAX));
+        let more = keys.len() == limit.min(SCRUB_KEYS_MAX) as usize;
+        let (mut checked, mut bytes, mut bad) = (0u32, 0u64, Vec::new());
+        for &key in &keys {
+            self.open_files.forget(key);
+            match self.get(key, 0, 0) {
+                Ok((_, _, data)) => {
+                    checked += 1;
+                    bytes += data.len() as u64;
+                }
+                Err(e) if matches!(e.code, wire::ErrorCode::Corrupt | wire::ErrorCode::Io) => {
+                    checked += 1;
+                    bad.push((key, e.message));
+                }
+                Err(_) => {}
+            }
+            // What scrub read once is not worth a descriptor.
+            self.open_files.forget(key);
+        }
+        wire::StorageReply::Scrubbed { checked, bytes, bad, last: keys.last().copied(), more }
     }
 
     /// Keys strictly after `after`, in order, at most `limit` (capped at [`LIST_KEYS_MAX`]).

@@ -109,6 +109,13 @@ pub struct StartArgs {
     /// Pause between scrub passes, 0 to disable (`scrub_interval_ms`).
     #[arg(long)]
     pub scrub_interval_ms: Option<u64>,
+    /// When the tiering job runs by itself: "daily HH:MM" (UTC), "every N" (s, m, h) or "off"
+    /// (`tier_schedule`; default daily 22:00).
+    #[arg(long)]
+    pub tier_schedule: Option<String>,
+    /// Most bytes per second the tiering job writes (`tier_bytes_per_s`).
+    #[arg(long)]
+    pub tier_bytes_per_s: Option<u64>,
     /// Free bytes each storage node keeps on its drive: shards that would leave less are
     /// refused with "no space" (storage `reserve_bytes`; nodes of one local cluster share a
     /// disk, so this bounds what they may fill).
@@ -420,6 +427,12 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
         if let Some(value) = value {
             extra.push_str(&format!("{key} = {value}\n"));
         }
+    }
+    if let Some(schedule) = &args.tier_schedule {
+        extra.push_str(&format!("tier_schedule = {schedule:?}\n"));
+    }
+    if let Some(rate) = args.tier_bytes_per_s {
+        extra.push_str(&format!("tier_bytes_per_s = {rate}\n"));
     }
     let metrics = metrics_line(metrics);
     format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")

@@ -11,8 +11,8 @@ mod cluster;
 mod cmds;
 mod data;
 mod dataset;
+mod job;
 mod demo;
-mod mover;
 mod mount;
 mod nfs;
 mod policy;
@@ -192,6 +192,9 @@ enum Command {
     /// File pool policies: add, list, rm, test (which policy decides a file, and why).
     #[command(subcommand)]
     Policy(policy::PolicyCmd),
+    /// Jobs that move or check data (tier, repair, scrub): start, pause, resume, cancel, status.
+    #[command(subcommand)]
+    Job(job::JobCmd),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -280,6 +283,7 @@ impl Command {
             | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
             Command::Pool(cmd) => cmd.cluster(),
             Command::Policy(cmd) => cmd.cluster(),
+            Command::Job(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -350,7 +354,7 @@ async fn run(cli: Cli) -> Result<()> {
             let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: meta::MetaConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", config.display()))?;
-            let settings = mover::Settings::of(&config);
+            let settings = jobs::Settings::of(&config).map_err(|e| anyhow::anyhow!("bad metadata config: {e}"))?;
             // Bound before the service starts, so that a taken port fails the start.
             let exporter = match &config.metrics_listen {
                 Some(listen) => Some(metrics::http::bind(listen)?),
@@ -362,7 +366,7 @@ async fn run(cli: Cli) -> Result<()> {
                 if let Some(Err(e)) = &http {
                     tracing::warn!("{e:#}");
                 }
-                (mover::spawn(service, addr, settings), http)
+                (jobs::spawn(service, addr, settings), http)
             })
             .await
         }
@@ -402,6 +406,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Du { remote, json, .. } => pools::du_by_pool(&cmds::connect(cluster).await?, &remote, json).await,
         Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Job(cmd) => job::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }

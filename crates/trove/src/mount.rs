@@ -45,6 +45,10 @@ pub struct MountArgs {
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// Reads leave access times alone (by default a read records the file's access, relatime
+    /// style and batched, which file pool policies by last access use).
+    #[arg(long)]
+    pub noatime: bool,
     /// Only the mounting user may use the mount (default: everyone, with permissions checked).
     #[arg(long)]
     pub owner_only: bool,
@@ -98,7 +102,7 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     // Check the mount point before connecting, so its problems are reported first and fast.
     mount::check_mount_point(&mount_point)?;
     let client_options =
-        client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), ..Default::default() };
+        client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), atime: !args.noatime, ..Default::default() };
     let exporter = crate::telemetry::bind(&args.metrics)?;
     let client = crate::cmds::connect_with(Some(cluster), client_options).await?;
     let announcer = client.clone();

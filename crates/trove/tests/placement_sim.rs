@@ -1,6 +1,6 @@
 //! A seeded, deterministic simulation of placement and rebuild: the real placement functions
 //! (`meta::cluster::compute_map`, `pg_for_chunk`, `is_member`) and the real mover's slot choice
-//! (`client::mover::slots_to_write`) driven through thousands of node lifecycle events, with no
+//! (`jobs::repair::slots_to_write`) driven through thousands of node lifecycle events, with no
 //! network, disks or clock. Same seed, same run: every choice comes from one `StdRng`, and all
 //! state lives in ordered collections.
 //!
@@ -73,7 +73,7 @@
 //! - Stale deletes aimed at failed nodes that are out: the real mover keeps a delete that fails
 //!   with `Unavailable`, so these are retried on every tick for good.
 
-use client::mover::slots_to_write;
+use jobs::repair::slots_to_write;
 use meta::cluster::{compute_map, is_member, pg_for_chunk};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -8,6 +8,7 @@ pub mod crc;
 pub mod error;
 pub mod events;
 pub mod frame;
+pub mod jobs;
 pub mod msg;
 mod opnames;
 pub mod policy;
@@ -18,12 +19,13 @@ pub mod types;
 
 pub use error::{ErrorCode, WireError};
 pub use events::{Event, ProcessInfo, Severity};
+pub use jobs::{JobAction, JobInfo, JobProgress, JobState};
 pub use msg::*;
 pub use policy::{FilePolicy, PolicyAction, PolicyRule};
 pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 8;
+pub const PROTOCOL_VERSION_MIN: u16 = 9;

@@ -5,6 +5,7 @@
 
 use crate::error::WireError;
 use crate::events::{Event, ProcessInfo};
+use crate::jobs::{JobAction, JobInfo};
 use crate::policy::FilePolicy;
 use crate::types::*;
 use serde::{Deserialize, Serialize};
@@ -203,6 +204,44 @@ pub enum MetaOp {
     AddPolicy { policy: FilePolicy, before: Option<String> },
     /// Removes the policy named `name`; answered with `MetaReply::Policies`.
     RemovePolicy { name: String },
+    /// `AllocChunks` in pool `pool` (by name) with scheme `ec` (`None`: the pool's default)
+    /// instead of the file's: what a job moving a file to another pool writes its chunks with.
+    AllocChunksIn { ino: Ino, count: u32, avoid: Vec<NodeId>, pool: String, ec: Option<EcScheme> },
+    /// Puts regular file `ino`, whose every chunk is already in pool `pool` (by name), in that
+    /// pool with scheme `ec` (`None`: the pool's default), so that data written to it later
+    /// goes there too; refused with `Changed` while a chunk is elsewhere. The last step of a
+    /// job moving the file. Answered with the file's attributes.
+    SetFilePool { ino: Ino, pool: String, ec: Option<EcScheme> },
+    /// Records that files were read at `atime` (relatime: a file's atime changes only when it
+    /// is not later than its mtime or ctime, or is a day old), all in one transaction: readers
+    /// batch them, so reading costs no metadata round trip per read. Inodes that no longer
+    /// exist are passed over. Answered with `Ok`.
+    TouchAtimes { inos: Vec<Ino>, atime: Timestamp },
+    /// Every job's record; answered with `MetaReply::Jobs`.
+    ListJobs,
+    /// An operator's action on job `name`; answered with `MetaReply::Jobs` holding the job as
+    /// changed. Refused with the reason when the job's state does not allow it (pausing a job
+    /// that does not run, ...).
+    ControlJob { name: String, action: JobAction },
+    /// The job runner's report on run `info.run` of job `info.name`: its progress, and with
+    /// `info.state` `Done`, `Failed` or `Cancelled`, its end. Ignored (answered with the record as
+    /// it is) when the record is on another run or the run was cancelled meanwhile, so that an
+    /// operator's action is never undone by a report in flight. A report of a newer run than
+    /// the record's, while no run is under way, records it (a run the runner starts by
+    /// itself). Answered with
+    /// `MetaReply::Jobs` holding the record.
+    ReportJob { info: JobInfo },
+    /// Records chunks that need the repair job's attention (shards missing, a narrower scheme
+    /// than their file's, placed by an older map): `(file, index, chunk id)`. Answered with
+    /// `Ok`.
+    QueueChunks { chunks: Vec<(Ino, u64, ChunkId)> },
+    /// Chunks queued for the repair job after `after`, at most `limit`, with their current
+    /// records (entries whose chunk is gone or was replaced are dropped); answered with
+    /// `ChunkPage`.
+    ScanQueue { after: Option<(Ino, u64)>, limit: u32 },
+    /// Removes queue entries `(file, index, chunk id)` whose chunk is still the one named (an
+    /// entry queued again for a newer chunk stays).
+    Dequeue { chunks: Vec<(Ino, u64, ChunkId)> },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -256,6 +295,8 @@ pub enum MetaReply {
     Pools(Vec<PoolInfo>),
     /// The answer to `ListPolicies`, `AddPolicy` and `RemovePolicy`: every policy, in order.
     Policies(Vec<FilePolicy>),
+    /// The answer to `ListJobs`, `ControlJob` and `ReportJob`.
+    Jobs(Vec<JobInfo>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.
@@ -304,6 +345,10 @@ pub enum StorageOp {
     /// the bytes asked for, with what a reader needs to check them against the shard's block
     /// checksums itself (see `StorageReply::Range`).
     ReadRange { key: ShardKey, offset: u32, len: u32 },
+    /// Verifies the node's own shards with keys after `after` (at most `limit`) where they lie:
+    /// header, block table and every block, read from the drive. Answered with
+    /// `StorageReply::Scrubbed`; no shard data crosses the network.
+    Scrub { after: Option<ShardKey>, limit: u32 },
 }
 
 /// Answers of the storage service.
@@ -323,6 +368,9 @@ pub enum StorageReply {
     /// them, so that `crc32c(head ‖ bytes ‖ tail)` of each block can be checked against
     /// `info.block_crcs` (tied to the metadata) without the whole blocks crossing the network.
     Range { info: ShardInfo, head_crc: u32, tail_crc: u32 },
+    /// The answer to `Scrub`: shards verified and their bytes, the damaged ones (with why),
+    /// the last key looked at (where the next page starts) and whether there may be more.
+    Scrubbed { checked: u32, bytes: u64, bad: Vec<(ShardKey, String)>, last: Option<ShardKey>, more: bool },
 }
 
 /// What the storage service sends back for a [`StorageOp`].

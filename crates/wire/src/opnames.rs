@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 47] = [
+    pub const NAMES: [&'static str; 56] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -54,6 +54,15 @@ impl MetaOp {
         "ListPolicies",
         "AddPolicy",
         "RemovePolicy",
+        "AllocChunksIn",
+        "SetFilePool",
+        "TouchAtimes",
+        "ListJobs",
+        "ControlJob",
+        "ReportJob",
+        "QueueChunks",
+        "ScanQueue",
+        "Dequeue",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -106,6 +115,15 @@ impl MetaOp {
             MetaOp::ListPolicies => 44,
             MetaOp::AddPolicy { .. } => 45,
             MetaOp::RemovePolicy { .. } => 46,
+            MetaOp::AllocChunksIn { .. } => 47,
+            MetaOp::SetFilePool { .. } => 48,
+            MetaOp::TouchAtimes { .. } => 49,
+            MetaOp::ListJobs => 50,
+            MetaOp::ControlJob { .. } => 51,
+            MetaOp::ReportJob { .. } => 52,
+            MetaOp::QueueChunks { .. } => 53,
+            MetaOp::ScanQueue { .. } => 54,
+            MetaOp::Dequeue { .. } => 55,
         }
     }
 
@@ -117,7 +135,7 @@ impl MetaOp {
 
 impl StorageOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "PutShard",
         "GetShard",
         "DeleteShards",
@@ -125,6 +143,7 @@ impl StorageOp {
         "Stat",
         "Stages",
         "ReadRange",
+        "Scrub",
     ];
 
     /// The operation's position in [`StorageOp::NAMES`].
@@ -137,6 +156,7 @@ impl StorageOp {
             StorageOp::Stat => 4,
             StorageOp::Stages => 5,
             StorageOp::ReadRange { .. } => 6,
+            StorageOp::Scrub { .. } => 7,
         }
     }
 

@@ -23,19 +23,22 @@
 //! one with `MetaOp::ReplaceChunk` (refused if the file changed meanwhile); the old one goes to
 //! GC. The bytes are the same, so the file's data version does not change.
 //!
-//! The mover runs in the metadata server holding the cluster manager's lease (see the `trove`
-//! binary); it is a client of the cluster like any other, throttled to a byte rate. A chunk it
+//! The mover runs in the metadata server holding the cluster manager's lease (see
+//! `runner.rs`); it is a client of the cluster like any other, throttled to a byte rate. Between
+//! map changes it does not walk the chunk records: it repairs what the work queue names
+//! ([`Mover::queue_pass`]); a full pass ([`Mover::pass`]) queues what it leaves. A chunk it
 //! cannot move is logged at debug; a pass's failures are summed up by kind in its report, so a
 //! cause that affects every chunk costs one line per pass, not one per chunk.
 
-use crate::{Client, Result};
+use crate::Throttle;
 use bytes::Bytes;
+use client::{Client, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ScannedChunk,
-    ShardInfo, ShardKey, StorageOp, StorageReply, WireError,
+    ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement,
+    PlacementMap, ScannedChunk, ShardInfo, ShardKey, StorageReply, WireError,
 };
 
 /// Chunk records read per `ScanChunks` page.
@@ -53,7 +56,10 @@ pub struct MoveReport {
     /// Shards written (copied, rebuilt or repaired).
     pub shards_written: u64,
     pub bytes_written: u64,
-    /// Shards scrub found damaged or missing on a node that serves.
+    /// Shards scrub verified where they lie, and their bytes.
+    pub shards_checked: u64,
+    pub bytes_checked: u64,
+    /// Shards scrub found damaged on a node that serves.
     pub shards_bad: u64,
     /// Chunks re-encoded in another scheme (widened back, or narrowed to fit fewer nodes).
     pub chunks_recoded: u64,
@@ -69,26 +75,17 @@ pub struct MoveReport {
     pub draining: Vec<NodeId>,
 }
 
-/// A byte-rate limit for the mover's writes.
-pub struct Throttle {
-    bytes_per_s: u64,
-    started: Instant,
-    bytes: u64,
-}
+/// Shards one scrub request to a node verifies.
+pub const SCRUB_PAGE_SHARDS: u32 = 256;
 
-impl Throttle {
-    pub fn new(bytes_per_s: u64) -> Throttle {
-        Throttle { bytes_per_s: bytes_per_s.max(1), started: Instant::now(), bytes: 0 }
-    }
-
-    /// Accounts `bytes` written and sleeps until the average rate is back under the limit.
-    pub async fn take(&mut self, bytes: u64) {
-        self.bytes += bytes;
-        let due = Duration::from_secs_f64(self.bytes as f64 / self.bytes_per_s as f64);
-        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-    }
+/// Which chunks a walk looks at.
+enum Walk {
+    /// Every chunk record.
+    All,
+    /// The work queue's.
+    Queue,
+    /// Those with damaged shards (chunk id -> the nodes and slots that reported them).
+    Damaged(HashMap<u64, Vec<(NodeId, u8)>>),
 }
 
 /// A chunk's current record with the map it is placed by.
@@ -115,7 +112,13 @@ pub struct Mover {
 /// The slots of a chunk that must be written to move it from `old` to `new` (node lists of its
 /// placement group, slot order) with `missing` (never written) and `bad` (damaged) slots: every
 /// slot whose node changes, plus missing and bad ones. Pure, for the simulation tests.
-pub fn slots_to_write(old: &[NodeId], new: &[NodeId], width: usize, missing: u64, bad: u64) -> Vec<usize> {
+pub fn slots_to_write(
+    old: &[NodeId],
+    new: &[NodeId],
+    width: usize,
+    missing: u64,
+    bad: u64,
+) -> Vec<usize> {
     (0..width)
         .filter(|&i| {
             let moved = old.get(i) != new.get(i);
@@ -128,13 +131,92 @@ pub fn slots_to_write(old: &[NodeId], new: &[NodeId], width: usize, missing: u64
 impl Mover {
     /// A mover working through `client`; old shards wait `grace` before deletion.
     pub fn new(client: Client, grace: Duration) -> Mover {
-        Mover { client, grace, stale: Vec::new() }
+        Mover {
+            client,
+            grace,
+            stale: Vec::new(),
+        }
     }
 
     /// One pass over every chunk: moves chunks placed by an older map to the newest one and
-    /// writes missing shards; with `scrub`, also reads every shard of every chunk, verifying
-    /// its checksums, and rewrites damaged ones. Also deletes stale shards whose grace ended.
-    pub async fn pass(&mut self, throttle: &mut Throttle, scrub: bool) -> Result<MoveReport> {
+    /// writes missing shards. Also deletes stale shards whose grace ended. What it leaves
+    /// (nodes down, chunks it could not read) goes to the work queue, so that retries read the
+    /// queue, not every record.
+    pub async fn pass(&mut self, throttle: &mut Throttle) -> Result<MoveReport> {
+        self.walk(throttle, Walk::All).await
+    }
+
+    /// Scrub: every storage node that serves verifies its own shards where they lie
+    /// (`StorageOp::Scrub`, page by page, all nodes at once), so healthy shards never cross
+    /// the network; the chunks of the damaged shards they report are then found (one walk of
+    /// the chunk records, metadata only) and their damaged shards rewritten from the others.
+    pub async fn scrub(&mut self, throttle: &mut Throttle) -> Result<MoveReport> {
+        let status = self.client.status(false).await?;
+        let nodes: Vec<NodeId> = status
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.state, NodeState::Up | NodeState::Draining))
+            .map(|n| n.id)
+            .collect();
+        let client = self.client.clone();
+        let pages = nodes.iter().map(|&node| {
+            let client = client.clone();
+            async move {
+                let (mut checked, mut bytes, mut bad) = (0u64, 0u64, Vec::new());
+                let mut after = None;
+                loop {
+                    match client.scrub_at(node, after, SCRUB_PAGE_SHARDS).await {
+                        Ok(StorageReply::Scrubbed { checked: c, bytes: b, bad: found, last, more }) => {
+                            checked += u64::from(c);
+                            bytes += b;
+                            bad.extend(found.into_iter().map(|(key, why)| (node, key, why)));
+                            if !more || last.is_none() {
+                                return Ok((checked, bytes, bad));
+                            }
+                            after = last;
+                        }
+                        Ok(other) => {
+                            return Err(WireError::new(ErrorCode::Internal, format!("node {node} answered a scrub with {other:?}")))
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        });
+        let mut damaged: HashMap<u64, Vec<(NodeId, u8)>> = HashMap::new();
+        let (mut checked, mut bytes) = (0u64, 0u64);
+        for (node, result) in nodes.iter().zip(futures::future::join_all(pages).await) {
+            match result {
+                Ok((c, b, bad)) => {
+                    checked += c;
+                    bytes += b;
+                    for (node, key, why) in bad {
+                        tracing::warn!("scrub: {key} on node {node}: {why}");
+                        damaged.entry(key.chunk).or_default().push((node, key.index));
+                    }
+                }
+                Err(e) => tracing::warn!("scrub: node {node} could not be scrubbed: {e}"),
+            }
+        }
+        let mut report = if damaged.is_empty() {
+            MoveReport { map_version: status.map_version, ..MoveReport::default() }
+        } else {
+            self.walk(throttle, Walk::Damaged(damaged)).await?
+        };
+        report.shards_checked = checked;
+        report.bytes_checked = bytes;
+        Ok(report)
+    }
+
+    /// A pass over the chunks in the work queue only (written with shards missing or
+    /// narrower than their file, left by an earlier pass): what runs between map changes.
+    /// Chunks it settles leave the queue.
+    pub async fn queue_pass(&mut self, throttle: &mut Throttle) -> Result<MoveReport> {
+        self.walk(throttle, Walk::Queue).await
+    }
+
+    async fn walk(&mut self, throttle: &mut Throttle, walk: Walk) -> Result<MoveReport> {
+        let queued = matches!(walk, Walk::Queue);
         let client = self.client.clone();
         let status = client.status(false).await?;
         let serving: HashSet<NodeId> = status
@@ -146,39 +228,104 @@ impl Mover {
         let newest = client.map(status.map_version).await?;
         // Shards on nodes removed from the cluster are gone with them (such a node must be
         // emptied before it can join again): nothing to delete there.
-        let node_states: Vec<(NodeId, NodeState)> = status.nodes.iter().map(|n| (n.id, n.state)).collect();
-        self.stale.retain(|s| !node_states.contains(&(s.node, NodeState::Out)));
+        let node_states: Vec<(NodeId, NodeState)> =
+            status.nodes.iter().map(|n| (n.id, n.state)).collect();
+        self.stale
+            .retain(|s| !node_states.contains(&(s.node, NodeState::Out)));
         let mut report = MoveReport {
             map_version: status.map_version,
-            draining: status.nodes.iter().filter(|n| n.state == NodeState::Draining).map(|n| n.id).collect(),
+            draining: status
+                .nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Draining)
+                .map(|n| n.id)
+                .collect(),
             ..MoveReport::default()
         };
         let mut after: Option<(Ino, u64)> = None;
         loop {
-            let (chunks, more) = match client.meta(MetaOp::ScanChunks { after, limit: MOVE_PAGE_CHUNKS }).await? {
-                MetaReply::ChunkPage { chunks, more } => (chunks, more),
-                other => return Err(crate::unexpected(&other)),
+            let op = if queued {
+                MetaOp::ScanQueue {
+                    after,
+                    limit: MOVE_PAGE_CHUNKS,
+                }
+            } else {
+                MetaOp::ScanChunks {
+                    after,
+                    limit: MOVE_PAGE_CHUNKS,
+                }
             };
+            let (chunks, more) = match client.meta(op).await? {
+                MetaReply::ChunkPage { chunks, more } => (chunks, more),
+                other => return Err(client::unexpected(&other)),
+            };
+            let (mut settled, mut left) = (Vec::new(), Vec::new());
             for found in &chunks {
-                report.chunks_seen += 1;
                 let (ino, rec) = (found.ino, &found.rec);
-                match self.move_chunk(found, &newest, &serving, scrub, throttle, &mut report).await {
-                    Ok(true) => {}
-                    Ok(false) => report.chunks_left += 1,
+                // Scrub's repair walk looks only at the chunks of damaged shards: the bits of
+                // their slots where the record places them on the nodes that reported them.
+                let bad = match &walk {
+                    Walk::Damaged(damaged) => match damaged.get(&rec.id) {
+                        None => continue,
+                        Some(found) => {
+                            let map = client.map(rec.placement.map_version).await?;
+                            found
+                                .iter()
+                                .filter(|(node, i)| map.node_for(rec.placement.pg, usize::from(*i)) == Some(*node))
+                                .fold(0u64, |bits, (_, i)| bits | (1u64 << i))
+                        }
+                    },
+                    _ => 0,
+                };
+                report.chunks_seen += 1;
+                // A chunk as wide as the nodes allow but narrower than its file stays queued:
+                // the queue pass after a node comes back widens it.
+                let narrow = wire::pg_pool(rec.placement.pg) == found.file_pool
+                    && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len));
+                match self
+                    .move_chunk(found, &newest, &serving, bad, throttle, &mut report)
+                    .await
+                {
+                    Ok(true) if narrow => left.push((ino, rec.index, rec.id)),
+                    Ok(true) => settled.push((ino, rec.index, rec.id)),
+                    Ok(false) => {
+                        report.chunks_left += 1;
+                        left.push((ino, rec.index, rec.id));
+                    }
                     Err(e) => {
                         report.chunks_failed += 1;
                         report.chunks_left += 1;
-                        tracing::debug!("mover: chunk {} of file {ino} ({:016x}): {e}", rec.index, rec.id);
-                        match report.failures.iter_mut().find(|(code, _, _)| *code == e.code) {
+                        left.push((ino, rec.index, rec.id));
+                        tracing::debug!(
+                            "mover: chunk {} of file {ino} ({:016x}): {e}",
+                            rec.index,
+                            rec.id
+                        );
+                        match report
+                            .failures
+                            .iter_mut()
+                            .find(|(code, _, _)| *code == e.code)
+                        {
                             Some((_, count, _)) => *count += 1,
                             None => report.failures.push((
                                 e.code,
                                 1,
-                                format!("chunk {} of file {ino} ({:016x}): {}", rec.index, rec.id, e.message),
+                                format!(
+                                    "chunk {} of file {ino} ({:016x}): {}",
+                                    rec.index, rec.id, e.message
+                                ),
                             )),
                         }
                     }
                 }
+            }
+            // Settled chunks leave the queue; chunks left join it. A chunk re-written
+            // meanwhile has a new id, and its entry stays (see `MetaOp::Dequeue`).
+            if queued && !settled.is_empty() {
+                client.meta(MetaOp::Dequeue { chunks: settled }).await?;
+            }
+            if !queued && !left.is_empty() {
+                client.meta(MetaOp::QueueChunks { chunks: left }).await?;
             }
             self.delete_stale(false, &node_states).await;
             match chunks.last() {
@@ -196,7 +343,7 @@ impl Mover {
         found: &ScannedChunk,
         newest: &PlacementMap,
         serving: &HashSet<NodeId>,
-        scrub: bool,
+        bad: u64,
         throttle: &mut Throttle,
         report: &mut MoveReport,
     ) -> Result<bool> {
@@ -205,10 +352,19 @@ impl Mover {
         let width = rec.ec.width();
         let old_map = client.map(rec.placement.map_version).await?;
         let pg = rec.placement.pg;
-        let group = |map: &PlacementMap| -> Vec<NodeId> { map.group(pg).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default() };
+        let group = |map: &PlacementMap| -> Vec<NodeId> {
+            map.group(pg)
+                .map(|g| g.iter().take(width).copied().collect())
+                .unwrap_or_default()
+        };
         let (old, new) = (group(&old_map), group(newest));
         let fits = new.len() >= width;
-        if rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)) || !fits {
+        // A chunk in another pool than its file's is being moved there by a tiering job,
+        // coded in that pool's scheme: not widened back to the file's.
+        let own_pool = wire::pg_pool(pg) == found.file_pool;
+        if (own_pool && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)))
+            || (own_pool && !fits)
+        {
             // Narrower than its file (written while nodes were down), or wider than the nodes
             // left: re-encode it if the nodes now allow a better scheme.
             match self.better_scheme(ino, rec, fits).await? {
@@ -225,23 +381,24 @@ impl Mover {
             }
         }
         let settled = true;
-        let mut bad = 0u64;
-        if scrub {
-            bad = self.scrub_chunk(rec, &old_map, serving).await;
-            report.shards_bad += u64::from(bad.count_ones());
-        }
+        report.shards_bad += u64::from(bad.count_ones());
         let slots = slots_to_write(&old, &new, width, rec.missing, bad);
         if slots.is_empty() {
             if rec.placement.map_version == newest.version {
                 return Ok(settled);
             }
-            let placement = Placement { map_version: newest.version, pg };
+            let placement = Placement {
+                map_version: newest.version,
+                pg,
+            };
             self.commit(ino, rec, placement, 0).await?;
             report.chunks_relabelled += 1;
             return Ok(settled);
         }
         // Rebuild: the chunk as stored, re-encoded; each shard must be the writer's exactly.
-        let data = client.read_chunk_stored(rec, &format!("file {ino}")).await?;
+        let data = client
+            .read_chunk_stored(rec, &format!("file {ino}"))
+            .await?;
         let shards = erasure::encode(rec.ec, &data);
         let mut missing = 0u64;
         let mut written: Vec<(usize, NodeId)> = Vec::new();
@@ -249,7 +406,9 @@ impl Mover {
             let node = new[slot];
             let shard: &Bytes = &shards[slot];
             let block_crcs = erasure::block_crcs(shard);
-            if shard.len() != rec.shard_len as usize || rec.table_crcs.get(slot) != Some(&erasure::table_crc(&block_crcs)) {
+            if shard.len() != rec.shard_len as usize
+                || rec.table_crcs.get(slot) != Some(&erasure::table_crc(&block_crcs))
+            {
                 return Err(WireError::new(
                     ErrorCode::Corrupt,
                     format!("re-encoded shard {slot} does not match the chunk record's checksums; not writing it"),
@@ -259,8 +418,16 @@ impl Mover {
                 missing |= 1 << slot;
                 continue;
             }
-            let key = ShardKey { chunk: rec.id, index: slot as u8 };
-            let info = ShardInfo { key, ec: rec.ec, len: rec.shard_len, block_crcs };
+            let key = ShardKey {
+                chunk: rec.id,
+                index: slot as u8,
+            };
+            let info = ShardInfo {
+                key,
+                ec: rec.ec,
+                len: rec.shard_len,
+                block_crcs,
+            };
             // A damaged copy in place is removed first (a put never overwrites).
             let replace = bad & (1 << slot) != 0 && old.get(slot) == Some(&node);
             match self.put_shard(node, info, shard.clone(), replace).await {
@@ -276,11 +443,20 @@ impl Mover {
                 }
             }
         }
-        let placement = Placement { map_version: newest.version, pg };
+        let placement = Placement {
+            map_version: newest.version,
+            pg,
+        };
         if missing.count_ones() > u32::from(rec.ec.m) {
             // Committing would leave fewer than k shards where the record points.
             self.forget(rec, &old, &written).await;
-            return Err(WireError::new(ErrorCode::Unavailable, format!("only {} of {width} shards could be placed", width - missing.count_ones() as usize)));
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "only {} of {width} shards could be placed",
+                    width - missing.count_ones() as usize
+                ),
+            ));
         }
         if let Err(e) = self.commit(ino, rec, placement, missing).await {
             self.forget(rec, &old, &written).await;
@@ -294,7 +470,14 @@ impl Mover {
                 // Also when the slot was marked missing: an earlier move may have left a copy
                 // there that is no longer tracked (deleting an absent shard is harmless).
                 if node != new[slot] {
-                    self.stale.push(StaleShard { due, ino, index: rec.index, chunk: rec.id, slot, node });
+                    self.stale.push(StaleShard {
+                        due,
+                        ino,
+                        index: rec.index,
+                        chunk: rec.id,
+                        slot,
+                        node,
+                    });
                 }
             }
         }
@@ -304,44 +487,81 @@ impl Mover {
     /// The scheme chunk `rec` of file `ino` would be written in now, if it is better than the
     /// one it has, `current`: wider than `current` (when `current` fits the newest map), or any scheme that
     /// fits (when it does not). Asks the metadata service without reserving anything.
-    async fn better_scheme(&self, ino: Ino, rec: &ChunkRecord, fits: bool) -> Result<Option<EcScheme>> {
+    async fn better_scheme(
+        &self,
+        ino: Ino,
+        rec: &ChunkRecord,
+        fits: bool,
+    ) -> Result<Option<EcScheme>> {
         let current = rec.ec;
-        let probe = match self.client.meta(MetaOp::AllocChunks { ino, count: 0, avoid: Vec::new() }).await {
+        let probe = match self
+            .client
+            .meta(MetaOp::AllocChunks {
+                ino,
+                count: 0,
+                avoid: Vec::new(),
+            })
+            .await
+        {
             Ok(MetaReply::Alloc { ec, .. }) => ec.for_chunk(rec.len),
-            Ok(other) => return Err(crate::unexpected(&other)),
+            Ok(other) => return Err(client::unexpected(&other)),
             // Too few nodes up for any scheme: nothing better now.
             Err(e) if e.code == ErrorCode::Unavailable => return Ok(None),
             Err(e) => return Err(e),
         };
-        let wider = (probe.k, probe.m) > (current.k, current.m) && probe.k >= current.k && probe.m >= current.m;
+        let wider = (probe.k, probe.m) > (current.k, current.m)
+            && probe.k >= current.k
+            && probe.m >= current.m;
         Ok((wider || (!fits && probe != current)).then_some(probe))
     }
 
     /// Re-encodes chunk `rec` of file `ino` in the scheme the nodes allow now, under a new chunk
     /// id, and replaces the old chunk with it (queued for GC). `Ok(true)` when the new chunk is
     /// in its file's scheme with every shard stored.
-    async fn recode(&self, ino: Ino, rec: &ChunkRecord, throttle: &mut Throttle, report: &mut MoveReport) -> Result<bool> {
+    async fn recode(
+        &self,
+        ino: Ino,
+        rec: &ChunkRecord,
+        throttle: &mut Throttle,
+        report: &mut MoveReport,
+    ) -> Result<bool> {
         let client = &self.client;
-        let data = client.read_chunk(rec, &format!("file {ino}")).await?.to_bytes();
+        let data = client
+            .read_chunk(rec, &format!("file {ino}"))
+            .await?
+            .to_bytes();
         let mut alloc = client.alloc_chunks(ino, 1, Vec::new()).await?;
         let Some(alloc) = alloc.pop() else {
-            return Err(WireError::new(ErrorCode::Internal, "the metadata service allocated nothing"));
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                "the metadata service allocated nothing",
+            ));
         };
         let new = client.upload_chunk(ino, rec.index, alloc, data).await?;
-        let written = u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
-        let op = MetaOp::ReplaceChunk { ino, expected: rec.clone(), new: new.clone() };
+        let written =
+            u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
+        let op = MetaOp::ReplaceChunk {
+            ino,
+            expected: rec.clone(),
+            new: new.clone(),
+        };
         match client.meta(op).await {
             Ok(MetaReply::Ok) => {}
             Ok(other) => {
                 client.abandon_chunks(ino, vec![new]).await;
-                return Err(crate::unexpected(&other));
+                return Err(client::unexpected(&other));
             }
             Err(e) => {
                 client.abandon_chunks(ino, vec![new]).await;
                 return Err(e);
             }
         }
-        tracing::debug!("mover: chunk {} of file {ino} re-encoded from {} to {}", rec.index, rec.ec, new.ec);
+        tracing::debug!(
+            "mover: chunk {} of file {ino} re-encoded from {} to {}",
+            rec.index,
+            rec.ec,
+            new.ec
+        );
         report.chunks_recoded += 1;
         report.shards_written += (new.ec.width() - new.missing.count_ones() as usize) as u64;
         report.bytes_written += written;
@@ -350,11 +570,22 @@ impl Mover {
         Ok(false)
     }
 
-    async fn commit(&self, ino: Ino, rec: &ChunkRecord, placement: Placement, missing: u64) -> Result<()> {
-        let op = MetaOp::MoveChunk { ino, expected: rec.clone(), placement, missing };
+    async fn commit(
+        &self,
+        ino: Ino,
+        rec: &ChunkRecord,
+        placement: Placement,
+        missing: u64,
+    ) -> Result<()> {
+        let op = MetaOp::MoveChunk {
+            ino,
+            expected: rec.clone(),
+            placement,
+            missing,
+        };
         match self.client.meta(op).await? {
             MetaReply::Ok => Ok(()),
-            other => Err(crate::unexpected(&other)),
+            other => Err(client::unexpected(&other)),
         }
     }
 
@@ -363,7 +594,10 @@ impl Mover {
     async fn forget(&self, rec: &ChunkRecord, old: &[NodeId], written: &[(usize, NodeId)]) {
         for &(slot, node) in written {
             if old.get(slot) != Some(&node) {
-                let key = ShardKey { chunk: rec.id, index: slot as u8 };
+                let key = ShardKey {
+                    chunk: rec.id,
+                    index: slot as u8,
+                };
                 if let Err(e) = self.delete_shard(node, key).await {
                     tracing::debug!("mover: cleaning up {key} on node {node}: {e}");
                 }
@@ -371,46 +605,18 @@ impl Mover {
         }
     }
 
-    /// Verifies every shard of a chunk in place; returns the bitmap of shards that are damaged
-    /// or absent on a node that serves (unreachable nodes are not scrubbed).
-    async fn scrub_chunk(&self, rec: &ChunkRecord, map: &PlacementMap, serving: &HashSet<NodeId>) -> u64 {
-        let mut bad = 0u64;
-        for i in 0..rec.ec.width() {
-            if rec.missing & (1 << i) != 0 {
-                continue;
-            }
-            let Some(node) = map.node_for(rec.placement.pg, i) else { continue };
-            if !serving.contains(&node) {
-                continue;
-            }
-            if let Err(f) = self.client.fetch_shard(rec, map, i, 0, 0).await {
-                let damaged = matches!(f.code, Some(ErrorCode::Corrupt | ErrorCode::NotFound | ErrorCode::Io));
-                if damaged {
-                    tracing::warn!("scrub: chunk {:016x} shard {i} on node {node}: {}", rec.id, f.reason);
-                    bad |= 1 << i;
-                }
-            }
-        }
-        bad
-    }
-
-    async fn put_shard(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
-        let handle = self.client.node(node).await?;
-        let timeout = self.client.inner.options.storage_timeout;
-        if replace {
-            let op = StorageOp::DeleteShards { keys: vec![info.key] };
-            handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(crate::rpc_error)?;
-        }
-        let op = StorageOp::PutShard { info };
-        handle.peer.call::<StorageOp, StorageReply>(&op, data, timeout).await.map_err(crate::rpc_error)?;
-        Ok(())
+    async fn put_shard(
+        &self,
+        node: NodeId,
+        info: ShardInfo,
+        data: Bytes,
+        replace: bool,
+    ) -> Result<()> {
+        self.client.put_shard_at(node, info, data, replace).await
     }
 
     async fn delete_shard(&self, node: NodeId, key: ShardKey) -> Result<()> {
-        let handle = self.client.node(node).await?;
-        let op = StorageOp::DeleteShards { keys: vec![key] };
-        handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.client.inner.options.storage_timeout).await.map_err(crate::rpc_error)?;
-        Ok(())
+        self.client.delete_shard_at(node, key).await
     }
 
     /// Shards at their old place still waiting for their grace period.
@@ -433,9 +639,11 @@ impl Mover {
         let instant = Instant::now();
         let state = |id: NodeId| nodes.iter().find(|(n, _)| *n == id).map(|(_, s)| *s);
         self.stale.retain(|s| state(s.node) != Some(NodeState::Out));
-        let (due, later): (Vec<StaleShard>, Vec<StaleShard>) = std::mem::take(&mut self.stale)
-            .into_iter()
-            .partition(|s| (now || s.due <= instant) && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining)));
+        let (due, later): (Vec<StaleShard>, Vec<StaleShard>) =
+            std::mem::take(&mut self.stale).into_iter().partition(|s| {
+                (now || s.due <= instant)
+                    && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining))
+            });
         self.stale = later;
         let mut current: HashMap<(Ino, u64), Option<Arc<Placed>>> = HashMap::new();
         for shard in due {
@@ -457,27 +665,41 @@ impl Mover {
             };
             let still_there = placed.as_ref().is_some_and(|p| {
                 let (rec, map) = p.as_ref();
-                rec.id == shard.chunk && map.node_for(rec.placement.pg, shard.slot) == Some(shard.node)
+                rec.id == shard.chunk
+                    && map.node_for(rec.placement.pg, shard.slot) == Some(shard.node)
             });
             if still_there {
                 continue;
             }
-            let key = ShardKey { chunk: shard.chunk, index: shard.slot as u8 };
+            let key = ShardKey {
+                chunk: shard.chunk,
+                index: shard.slot as u8,
+            };
             if let Err(e) = self.delete_shard(shard.node, key).await {
                 tracing::debug!("mover: deleting stale {key} on node {}: {e}", shard.node);
                 if e.code == ErrorCode::Unavailable {
                     // Tried again after another grace period, not at every tick.
-                    self.stale.push(StaleShard { due: Instant::now() + self.grace, ..shard });
+                    self.stale.push(StaleShard {
+                        due: Instant::now() + self.grace,
+                        ..shard
+                    });
                 }
             }
         }
     }
 
     async fn current_record(&self, ino: Ino, index: u64) -> Result<Option<Placed>> {
-        let reply = self.client.meta(MetaOp::GetChunks { ino, first: index, count: 1 }).await;
+        let reply = self
+            .client
+            .meta(MetaOp::GetChunks {
+                ino,
+                first: index,
+                count: 1,
+            })
+            .await;
         let chunks = match reply {
             Ok(MetaReply::Chunks { chunks, .. }) => chunks,
-            Ok(other) => return Err(crate::unexpected(&other)),
+            Ok(other) => return Err(client::unexpected(&other)),
             Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };

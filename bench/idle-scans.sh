@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# An idle cluster with many chunk records does no scans: a local 6-node 4+2 cluster is filled
+# with FILES small files (one chunk record each: SEEDS files of 1 KiB copied by `trove dataset
+# expand`), left idle to settle, and then the metadata service's own counters are read a
+# minute apart: chunk-record walks (`ScanChunks`), work-queue pages (`ScanQueue`), chunk record
+# reads (`GetChunks`), every operation served, and the metadata process's CPU seconds.
+#
+#   bench/record.sh idle-scans bench/idle-scans.sh
+#
+# Tunables (environment): SEEDS (default 100), COPIES (default 10000: 1,000,000 files), JOBS
+# (copies at once, default 32), IDLE_SECONDS (default 60), WORK (default
+# /var/tmp/trove-bench-idle), TROVE (the binary).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+trove=${TROVE:-$here/../target/release/trove}
+seeds=${SEEDS:-100}
+copies=${COPIES:-10000}
+jobs=${JOBS:-32}
+idle=${IDLE_SECONDS:-60}
+work=${WORK:-/var/tmp/trove-bench-idle}
+[ -x "$trove" ] || { echo "build first: cargo build --release -p trove" >&2; exit 1; }
+
+rm -rf "$work"
+mkdir -p "$work/seed"
+c="$work/cluster"
+cleanup() { "$trove" cluster stop --dir "$c" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+"$trove" cluster start --dir "$c" --nodes 6 --ec 4+2 --scrub-interval-ms 0 >/dev/null
+for i in $(seq 1 "$seeds"); do head -c 1024 /dev/urandom > "$work/seed/s$i.bin"; done
+"$trove" --cluster "$c" mkdir /seed
+for f in "$work"/seed/*; do "$trove" --cluster "$c" put "$f" "/seed/$(basename "$f")"; done
+start=$(date +%s)
+"$trove" --cluster "$c" dataset expand --src /seed --out /many --copies "$copies" --jobs "$jobs"
+echo "wrote $((seeds * copies)) files in $(( $(date +%s) - start )) s"
+
+meta=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["meta"]["metrics"])' "$c/cluster.toml")
+counters() {
+    curl -s "http://$meta/metrics" | python3 -c '
+import sys
+ops = {}
+cpu = 0.0
+for line in sys.stdin:
+    if line.startswith("trove_ops_total{") and "protocol=\"meta\"" in line:
+        op = line.split("op=\"", 1)[1].split("\"", 1)[0]
+        ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
+    elif line.startswith("process_cpu_seconds_total"):
+        cpu = float(line.rsplit(" ", 1)[1])
+print(int(ops.get("ScanChunks", 0)), int(ops.get("ScanQueue", 0)), int(ops.get("GetChunks", 0)), int(sum(ops.values())), f"{cpu:.2f}")'
+}
+"$trove" --cluster "$c" status | head -5
+echo "settling for 30 s (the repair job's passes after the writes)"
+sleep 30
+read -r scans0 queue0 chunks0 all0 cpu0 < <(counters)
+sleep "$idle"
+read -r scans1 queue1 chunks1 all1 cpu1 < <(counters)
+echo "over ${idle} s idle with $((seeds * copies + seeds)) chunk records:"
+echo "  ScanChunks calls: $((scans1 - scans0))"
+echo "  ScanQueue calls (over the network): $((queue1 - queue0))"
+echo "  GetChunks calls: $((chunks1 - chunks0))"
+echo "  metadata calls of any kind: $((all1 - all0)) (heartbeats, node states, announcements)"
+echo "  metadata process CPU seconds: $(python3 -c "print(round($cpu1 - $cpu0, 2))")"
+"$trove" --cluster "$c" job status
