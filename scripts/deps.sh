@@ -80,3 +80,19 @@ if [ "${rust_minor:-0}" -lt 90 ]; then
   echo "Trove needs Rust 1.90 or newer; found $(rustc --version). Update with 'rustup update'." >&2
   exit 1
 fi
+
+# The object pool test (crates/trove/tests/object_pool.rs) stores shards in a real S3 server
+# that is not Trove: Garage, built once (about 7 minutes on 2 cores) into a cache outside
+# target/ and reused from there, so a warm machine does not build it again.
+garage_version="2.5.0"
+garage_root="${TROVE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trove}/garage"
+if [ ! -x "$garage_root/bin/garage" ]; then
+  echo "building Garage $garage_version into $garage_root (once)" >&2
+  mkdir -p "$garage_root"
+  cargo install garage --locked --version "$garage_version" --root "$garage_root" >&2 \
+    || { echo "cannot build Garage (the object pool test needs it)" >&2; exit 1; }
+fi
+case ":$PATH:" in
+  *":$garage_root/bin:"*) ;;
+  *) export PATH="$garage_root/bin:$PATH" ;;
+esac

@@ -239,6 +239,7 @@ impl Cluster {
         addr: String,
         drives: Vec<DriveInfo>,
         pool: String,
+        object: Option<wire::ObjectTarget>,
     ) -> Result<MetaReply, WireError> {
         if uuid == 0 {
             return Err(wire::werr!(Invalid, "node uuid 0 is not valid"));
@@ -253,6 +254,20 @@ impl Cluster {
         if !pool.is_empty() {
             wire::check_pool_name(&pool).map_err(|e| wire::werr!(Invalid, "{e}"))?;
         }
+        if let Some(t) = &object {
+            if pool.is_empty() || pool == wire::DEFAULT_POOL_NAME {
+                return Err(wire::werr!(
+                    Invalid,
+                    "a node keeping its shards in an object store (bucket {:?} at {}) must name a pool of its own (pool = \"NAME\"), not the default pool",
+                    t.bucket,
+                    t.endpoint
+                ));
+            }
+            if t.endpoint.len() + t.bucket.len() + t.prefix.len() > NODE_ADDR_BYTES_MAX * 4 {
+                return Err(wire::werr!(Invalid, "the object store's endpoint, bucket and prefix are too long"));
+            }
+        }
+        let node_kind = Arc::new(keys::PoolRecKind::of_node(object.as_ref()));
         let pg_count = self.options.pg_count;
         let default_ec = self.options.default_ec;
         let (addr_in, drives_in, pool_in) = (Arc::new(addr), Arc::new(drives), Arc::new(pool));
@@ -260,19 +275,44 @@ impl Cluster {
             let (addr, drives, pool) = (addr_in.clone(), drives_in.clone(), pool_in.clone());
             move |txn| {
                 let (addr, drives, pool) = (addr.clone(), drives.clone(), pool.clone());
+                let node_kind = node_kind.clone();
                 Box::pin(async move {
                     let uuid_key = keys::node_uuid(uuid);
                     let map_key = keys::counter(keys::counter::MAP);
-                    let (pool, made_pool) = match pools::find(txn, &pool).await? {
+                    let (mut pool, made_pool) = match pools::find(txn, &pool).await? {
                         Some(found) => (found, false),
-                        None => (pools::create(txn, &pool, wire::PoolKind::Nodes, default_ec).await?, true),
+                        None => {
+                            // An object store is durable by itself: an object pool made by its
+                            // first node stores one copy (1+0); more nodes on other prefixes
+                            // or buckets and a scheme with parity add Trove's own repair.
+                            let (kind, ec) = match &*node_kind {
+                                keys::PoolRecKind::Nodes => (wire::PoolKind::Nodes, default_ec),
+                                keys::PoolRecKind::Object { endpoint, bucket } => (
+                                    wire::PoolKind::Object { endpoint: endpoint.clone(), bucket: bucket.clone() },
+                                    EcScheme { k: 1, m: 0 },
+                                ),
+                            };
+                            (pools::create(txn, &pool, kind, ec).await?, true)
+                        }
                     };
-                    if pool.kind != keys::PoolRecKind::Nodes {
-                        fail!(
-                            Invalid,
-                            "pool {:?} keeps its chunks in an object store; a storage node cannot join it",
-                            pool.name
-                        );
+                    if pool.kind != *node_kind {
+                        // A pool no node is in yet (made by `trove pool create`) takes the kind
+                        // of the first node that joins it.
+                        let others = read_nodes(txn)
+                            .await?
+                            .iter()
+                            .any(|n| n.pool == pool.id && n.uuid != uuid && n.state != NodeState::Out);
+                        if others || pool.id == wire::DEFAULT_POOL {
+                            fail!(
+                                Invalid,
+                                "pool {:?} keeps its chunks on {}; this node keeps its shards on {}, so it cannot join it (name another pool in its configuration)",
+                                pool.name,
+                                pool.kind.describe(),
+                                node_kind.describe()
+                            );
+                        }
+                        pool.kind = (*node_kind).clone();
+                        store::put(txn, &keys::pool(pool.id), &pool).await?;
                     }
                     if let Some(value) = txn.get(&uuid_key).await? {
                         let id = node_id(

@@ -445,6 +445,30 @@ pub struct PolicyListRec {
 pub enum PoolRecKind {
     /// Storage nodes whose configuration names the pool.
     Nodes,
+    /// An S3-compatible bucket, fronted by storage nodes with an object backend (added after
+    /// format 1's first records; older records are all `Nodes`).
+    Object { endpoint: String, bucket: String },
+}
+
+impl PoolRecKind {
+    /// The kind of pool a node keeping its shards at `object` (none: on drives) belongs in.
+    pub fn of_node(object: Option<&wire::ObjectTarget>) -> PoolRecKind {
+        match object {
+            Some(t) => PoolRecKind::Object {
+                endpoint: t.endpoint.clone(),
+                bucket: t.bucket.clone(),
+            },
+            None => PoolRecKind::Nodes,
+        }
+    }
+
+    /// What the pool keeps its chunks on, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            PoolRecKind::Nodes => "storage nodes' drives".to_string(),
+            PoolRecKind::Object { endpoint, bucket } => format!("bucket {bucket:?} at {endpoint}"),
+        }
+    }
 }
 
 impl PoolRec {
@@ -453,8 +477,12 @@ impl PoolRec {
         wire::PoolInfo {
             id: self.id,
             name: self.name.clone(),
-            kind: match self.kind {
+            kind: match &self.kind {
                 PoolRecKind::Nodes => wire::PoolKind::Nodes,
+                PoolRecKind::Object { endpoint, bucket } => wire::PoolKind::Object {
+                    endpoint: endpoint.clone(),
+                    bucket: bucket.clone(),
+                },
             },
             default_ec: self.default_ec,
         }

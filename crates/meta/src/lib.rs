@@ -202,7 +202,12 @@ impl MetaService {
                 addr,
                 drives,
                 pool,
-            } => self.cluster.register(engine, uuid, addr, drives, pool).await,
+                object,
+            } => {
+                self.cluster
+                    .register(engine, uuid, addr, drives, pool, object)
+                    .await
+            }
             MetaOp::Heartbeat { node, drives } => {
                 self.cluster.heartbeat(engine, node, drives).await
             }

@@ -104,6 +104,7 @@ pub async fn create(
         name: name.to_string(),
         kind: match kind {
             PoolKind::Nodes => PoolRecKind::Nodes,
+            PoolKind::Object { endpoint, bucket } => PoolRecKind::Object { endpoint, bucket },
         },
         default_ec,
     };

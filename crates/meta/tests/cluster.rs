@@ -171,6 +171,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: "h1:1".into(),
             drives: vec![],
             pool: String::new(),
+            object: None,
         },
     )
     .await
@@ -188,6 +189,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: "h2:1".into(),
             drives: vec![],
             pool: String::new(),
+            object: None,
         },
     )
     .await
@@ -203,6 +205,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: "h1:2".into(),
             drives: vec![drive(10, 5)],
             pool: String::new(),
+            object: None,
         },
     )
     .await
@@ -238,6 +241,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: "x:1".into(),
             drives: vec![],
             pool: String::new(),
+            object: None,
         },
         ErrorCode::Invalid,
     )
@@ -249,6 +253,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: String::new(),
             drives: vec![],
             pool: String::new(),
+            object: None,
         },
         ErrorCode::Invalid,
     )
@@ -264,6 +269,7 @@ async fn registration_is_stable_and_publishes_maps() {
             addr: "h2:1".into(),
             drives: vec![],
             pool: String::new(),
+            object: None,
         },
     )
     .await
@@ -645,6 +651,7 @@ async fn statfs_scales_capacity_by_the_default_scheme() {
                 addr: format!("n{i}:1"),
                 drives: vec![drive(600, 300), drive(60, 30)],
                 pool: String::new(),
+                object: None,
             },
         )
         .await;
@@ -1080,6 +1087,7 @@ async fn serves_over_the_network_with_background_gc() {
             addr: fake_addr,
             drives: vec![],
             pool: String::new(),
+            object: None,
         })
         .await;
         assert!(matches!(reply, Ok(MetaReply::Node { .. })), "{reply:?}");
@@ -1338,6 +1346,7 @@ async fn statfs_counts_each_device_once() {
             addr: format!("n{i}:1"),
             drives: vec![d],
             pool: String::new(),
+            object: None,
         };
         ok(svc, op).await;
     }

@@ -17,6 +17,7 @@ async fn register_in(svc: &meta::MetaService, uuid: u128, pool: &str) -> NodeId 
         addr: format!("h{uuid}:1"),
         drives: vec![drive(1 << 40, 1 << 39)],
         pool: pool.to_string(),
+        object: None,
     };
     match ok(svc, op).await {
         MetaReply::Node { id, .. } => id,
@@ -181,10 +182,57 @@ async fn pools_are_made_changed_and_refused_with_reasons() {
     // A storage node cannot name a malformed pool.
     let message = err(
         svc,
-        MetaOp::RegisterNode { uuid: 9, addr: "h9:1".into(), drives: vec![], pool: "a/b".into() },
+        MetaOp::RegisterNode { uuid: 9, addr: "h9:1".into(), drives: vec![], pool: "a/b".into(), object: None },
         ErrorCode::Invalid,
     )
     .await;
     assert!(message.contains("pool name"), "{message}");
     assert_eq!(pg_global(0, 5), 5);
+}
+
+#[tokio::test]
+async fn object_pools_are_made_by_their_first_node_and_keep_one_kind_of_node() {
+    let env = env().await;
+    let svc = &env.svc;
+    let target = |prefix: &str| wire::ObjectTarget { endpoint: "http://s3.test:3900".into(), bucket: "cold".into(), prefix: prefix.into() };
+    let object_node = |uuid: u128, pool: &str, prefix: &str| MetaOp::RegisterNode {
+        uuid,
+        addr: format!("h{uuid}:1"),
+        drives: vec![drive(1 << 40, 1 << 39)],
+        pool: pool.to_string(),
+        object: Some(target(prefix)),
+    };
+    // The first node makes an object pool storing one copy; the record names the bucket.
+    ok(svc, object_node(1, "cold", "n1")).await;
+    ok(svc, object_node(2, "cold", "n2")).await;
+    let cold = pools(svc).await.into_iter().find(|p| p.name == "cold").expect("pool cold");
+    assert_eq!(cold.kind, PoolKind::Object { endpoint: "http://s3.test:3900".into(), bucket: "cold".into() });
+    assert_eq!(cold.default_ec, EcScheme { k: 1, m: 0 });
+    // A node with drives cannot join it, nor a node on another bucket; an object node cannot
+    // join the default pool or a pool of drives.
+    let message = err(svc, MetaOp::RegisterNode { uuid: 3, addr: "h3:1".into(), drives: vec![], pool: "cold".into(), object: None }, ErrorCode::Invalid).await;
+    assert!(message.contains("bucket \"cold\" at http://s3.test:3900") && message.contains("cannot join"), "{message}");
+    let other = MetaOp::RegisterNode {
+        uuid: 4,
+        addr: "h4:1".into(),
+        drives: vec![],
+        pool: "cold".into(),
+        object: Some(wire::ObjectTarget { endpoint: "http://s3.test:3900".into(), bucket: "other".into(), prefix: String::new() }),
+    };
+    assert!(err(svc, other, ErrorCode::Invalid).await.contains("bucket \"other\""));
+    assert!(err(svc, object_node(5, "", "x"), ErrorCode::Invalid).await.contains("not the default pool"));
+    register_in(svc, 6, "hdd").await;
+    assert!(err(svc, object_node(7, "hdd", "x"), ErrorCode::Invalid).await.contains("storage nodes' drives"));
+    // A pool made empty by `trove pool create` takes the kind of its first node.
+    ok(svc, MetaOp::CreatePool { name: "archive".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 1, m: 1 } }).await;
+    ok(svc, object_node(8, "archive", "a")).await;
+    let archive = pools(svc).await.into_iter().find(|p| p.name == "archive").expect("pool archive");
+    assert_eq!((archive.kind.name(), archive.default_ec), ("object", EcScheme { k: 1, m: 1 }));
+    // Files in the object pool are placed on its nodes.
+    let dir = mkdir(svc, ROOT_INO, "c").await;
+    ok(svc, MetaOp::SetPool { ino: dir.ino, pool: "cold".into() }).await;
+    let file = create(svc, dir.ino, "f").await;
+    let (pg, nodes, ec) = alloc(svc, file.ino).await;
+    assert_eq!((pg_pool(pg), ec), (cold.id, EcScheme { k: 1, m: 0 }));
+    assert!(nodes.iter().all(|n| *n == 1 || *n == 2), "{nodes:?}");
 }

@@ -13,9 +13,11 @@
 
 pub mod format;
 pub mod metered;
+pub mod object;
 pub mod service;
 pub mod store;
 
+pub use object::{ObjectConfig, ObjectShards};
 pub use service::{serve_on, StorageService};
 pub use store::{OpenError, ShardStore, StoreConfig};
 
@@ -46,6 +48,9 @@ fn default_heartbeat_ms() -> u64 {
 /// heartbeat_ms = 1000             # optional
 /// pool = "flash"                  # optional, default: the default pool
 /// ```
+///
+/// A node of an object pool has no drives: it keeps its shards in an S3-compatible bucket
+/// (`[object]`, see [`ObjectConfig`]) and must name its pool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
@@ -56,6 +61,8 @@ pub struct StorageConfig {
     #[serde(default)]
     pub advertise: Option<String>,
     /// Drive directories; created if missing. The first one also holds the node's identity.
+    /// None with `[object]`.
+    #[serde(default)]
     pub drives: Vec<PathBuf>,
     /// Address of the metadata service; with several metadata servers, all of them,
     /// comma-separated ("10.0.0.1:7100,10.0.0.2:7100").
@@ -75,6 +82,10 @@ pub struct StorageConfig {
     /// Where to serve metrics (`/metrics`), "HOST:PORT"; none: no metrics are recorded.
     #[serde(default)]
     pub metrics_listen: Option<String>,
+    /// Keep the shards in an S3-compatible bucket instead of on drives (a node of an object
+    /// pool; its identity is kept there too).
+    #[serde(default)]
+    pub object: Option<ObjectConfig>,
 }
 
 impl StorageConfig {
@@ -105,8 +116,16 @@ impl StorageConfig {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.drives.is_empty() {
-            bail!("no drives configured: `drives` needs at least one directory");
+        if let Some(object) = &self.object {
+            if !self.drives.is_empty() {
+                bail!("a node with [object] keeps its shards in the bucket: remove `drives`");
+            }
+            if self.pool.is_empty() || self.pool == wire::DEFAULT_POOL_NAME {
+                bail!("a node with [object] must name its object pool (pool = \"NAME\"), not the default pool");
+            }
+            object.validate()?;
+        } else if self.drives.is_empty() {
+            bail!("no drives configured: `drives` needs at least one directory (or [object] for a node of an object pool)");
         }
         for (i, d) in self.drives.iter().enumerate() {
             if self.drives[..i].contains(d) {
@@ -191,15 +210,24 @@ pub async fn run_until(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     config.validate()?;
-    let store_config = config.store_config();
-    let first_drive = config.drives[0].clone();
-    let (store, uuid) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let store = ShardStore::open(&store_config)?;
-        let uuid = load_or_create_node_uuid(&first_drive)?;
-        Ok((store, uuid))
-    })
-    .await
-    .context("opening the drives panicked")??;
+    let (service, uuid) = match &config.object {
+        Some(object) => {
+            let (shards, uuid) = ObjectShards::open(object).await?;
+            (StorageService::new_object(Arc::new(shards)), uuid)
+        }
+        None => {
+            let store_config = config.store_config();
+            let first_drive = config.drives[0].clone();
+            let (store, uuid) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let store = ShardStore::open(&store_config)?;
+                let uuid = load_or_create_node_uuid(&first_drive)?;
+                Ok((store, uuid))
+            })
+            .await
+            .context("opening the drives panicked")??;
+            (StorageService::new(Arc::new(store)), uuid)
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -218,7 +246,7 @@ pub async fn run_until(
     };
     tracing::info!(target: "trove::ready", "storage node {uuid:032x} listening on {bound}, advertised as {advertise}");
 
-    let service = Arc::new(StorageService::new(Arc::new(store)));
+    let service = Arc::new(service);
     service.set_meta_addrs(&config.meta_addrs());
     let _announcing = match exporter {
         Some(exporter) => {
@@ -254,22 +282,33 @@ pub async fn run_until(
                 addr: advertise.clone(),
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
                 pool: config.pool.clone(),
+                object: config.object.as_ref().map(ObjectConfig::target),
             },
         ));
     }
     // The loops never end; dropping the set at shutdown aborts them.
-    let memberships = async move { while memberships.join_next().await.is_some() {} };
-    tokio::select! {
-        () = shutdown => {}
-        () = memberships => {}
-    }
+    let memberships = async move {
+        while let Some(ended) = memberships.join_next().await {
+            if let Ok(refused) = ended {
+                return Some(refused);
+            }
+        }
+        None
+    };
+    let refused = tokio::select! {
+        () = shutdown => None,
+        refused = memberships => refused,
+    };
     // Stop accepting, let running operations finish, then drop the store so the drives are
     // unlocked when this returns (connections still open only get `Unavailable` from now on).
     let mut server = server;
     server.0.abort();
     let _ = (&mut server.0).await;
     service.shutdown().await;
-    Ok(())
+    match refused {
+        Some(e) => bail!("the metadata service refused this node: {}", e.message),
+        None => Ok(()),
+    }
 }
 
 /// A storage node running inside the current process, for tests (here and in other crates):

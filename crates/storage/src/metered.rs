@@ -77,10 +77,10 @@ impl Handler for MeteredStorage {
 pub fn publish_drives(service: &Arc<StorageService>) {
     let weak: Weak<StorageService> = Arc::downgrade(service);
     metrics::gauges::register_source(move |out| {
-        let Some(store) = weak.upgrade().and_then(|s| s.store()) else {
+        let Some(service) = weak.upgrade() else {
             return;
         };
-        for d in store.stat() {
+        for d in service.drives_now() {
             out.push(Sample::new(
                 names::DRIVE_BYTES,
                 &[("drive", &d.path), ("kind", "total")],

@@ -13,6 +13,7 @@
 //! move as `Bytes` from the request frame to the file and from the file into the reply frame
 //! without further copies.
 
+use crate::object::ObjectShards;
 use crate::store::ShardStore;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -42,6 +43,9 @@ pub struct StorageService {
     /// `None` after [`StorageService::shutdown`]: connections may outlive the server (a client
     /// that never hangs up), and must not keep the drives open and locked.
     store: RwLock<Option<Arc<ShardStore>>>,
+    /// A node of an object pool keeps its shards in a bucket instead (then `store` is `None`
+    /// from the start); `None` after shutdown as well.
+    object: RwLock<Option<Arc<ObjectShards>>>,
     /// The node id the metadata service assigned; 0 until registered.
     node: AtomicU32,
     /// Blocking store operations allowed at once, per drive.
@@ -66,11 +70,99 @@ impl StorageService {
             .collect();
         StorageService {
             store: RwLock::new(Some(store)),
+            object: RwLock::new(None),
             node: AtomicU32::new(0),
             drives,
             pending_delete: parking_lot::Mutex::new((0, 0, None)),
             metas: parking_lot::Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A service over an object backend: requests are answered with S3 requests (async, no
+    /// blocking pool; the backend bounds the requests in flight).
+    pub fn new_object(object: Arc<ObjectShards>) -> StorageService {
+        StorageService {
+            store: RwLock::new(None),
+            object: RwLock::new(Some(object)),
+            node: AtomicU32::new(0),
+            drives: vec![Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX)],
+            pending_delete: parking_lot::Mutex::new((0, 0, None)),
+            metas: parking_lot::Mutex::new(Vec::new()),
+            asking: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The object backend, on a node of an object pool (until shutdown).
+    pub fn object(&self) -> Option<Arc<ObjectShards>> {
+        self.object.read().clone()
+    }
+
+    /// Capacity and health of the drives, or of the object store as one drive, without
+    /// waiting for the blocking pool (statvfs of the drives blocks briefly).
+    pub fn drives_now(&self) -> Vec<DriveInfo> {
+        if let Some(object) = self.object() {
+            return object.stat();
+        }
+        self.store().map(|s| s.stat()).unwrap_or_default()
+    }
+
+    /// Answers a request from the object backend.
+    async fn handle_object(
+        &self,
+        object: &ObjectShards,
+        req: StorageOp,
+        data: Bytes,
+    ) -> (Result<StorageReply, WireError>, Bytes) {
+        let none = Bytes::new();
+        match req {
+            StorageOp::PutShard { info } => match object.put(&info, data).await {
+                Ok(()) => (Ok(StorageReply::Ok), none),
+                Err(e) => (Err(self.explain_no_space(e).await), none),
+            },
+            StorageOp::GetShard { key, offset, len } => {
+                let handling = Instant::now();
+                let r = object.get(key, offset, len).await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+                    Err(e) => (Err(e), none),
+                }
+            }
+            StorageOp::ReadRange { key, offset, len } => {
+                let handling = Instant::now();
+                let r = object.get_range(key, offset, len).await;
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, head_crc, tail_crc, bytes)) => (
+                        Ok(StorageReply::Range {
+                            info,
+                            head_crc,
+                            tail_crc,
+                        }),
+                        bytes,
+                    ),
+                    Err(e) => (Err(e), none),
+                }
+            }
+            StorageOp::DeleteShards { keys } => (
+                object
+                    .delete(&keys)
+                    .await
+                    .map(|count| StorageReply::Deleted { count }),
+                none,
+            ),
+            StorageOp::ListShards { after, limit } => {
+                (Ok(StorageReply::Keys(object.list(after, limit))), none)
+            }
+            StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), none),
+            StorageOp::Stat => (
+                Ok(StorageReply::Stat {
+                    node: self.node_id(),
+                    drives: object.stat(),
+                }),
+                none,
+            ),
         }
     }
 
@@ -159,6 +251,9 @@ impl StorageService {
             }
         }
         self.store.write().take();
+        if let Some(object) = self.object.write().take() {
+            object.close();
+        }
     }
 
     /// The node id reported in `Stat` (0 until the node has registered).
@@ -211,6 +306,9 @@ impl StorageService {
 
     /// Capacity and health of the drives, for `Stat`, registration and heartbeats.
     pub async fn drive_info(&self) -> Vec<DriveInfo> {
+        if let Some(object) = self.object() {
+            return object.stat();
+        }
         self.run_blocking(0, |s| Ok(s.stat()))
             .await
             .unwrap_or_default()
@@ -254,6 +352,9 @@ impl Handler for StorageService {
         req: StorageOp,
         data: Bytes,
     ) -> (Result<StorageReply, WireError>, Bytes) {
+        if let Some(object) = self.object() {
+            return self.handle_object(&object, req, data).await;
+        }
         match req {
             StorageOp::PutShard { info } => {
                 let drive = match self.live_store() {
@@ -409,7 +510,12 @@ impl MetaLink {
 }
 
 /// Registers with the metadata service, retrying with backoff until it answers with a node id.
-async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, addr: &str, pool: &str) -> NodeId {
+async fn register(
+    link: &mut MetaLink,
+    service: &StorageService,
+    m: &Membership,
+) -> Result<NodeId, WireError> {
+    let (uuid, addr, pool) = (m.uuid, m.addr.as_str(), m.pool.as_str());
     // One id for every retry of this registration: if an earlier attempt was applied but its
     // answer lost, the service returns that answer instead of applying it again.
     let id = request_id();
@@ -426,6 +532,7 @@ async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, add
                 addr: addr.to_string(),
                 drives,
                 pool: pool.to_string(),
+                object: m.object.clone(),
             },
         };
         let error = match link.call(&call).await {
@@ -434,9 +541,12 @@ async fn register(link: &mut MetaLink, service: &StorageService, uuid: u128, add
                     "registered with {} as node {id} (placement map version {map_version})",
                     link.addr
                 );
-                return id;
+                return Ok(id);
             }
             Ok(other) => format!("unexpected answer {other:?}"),
+            // The configuration is refused (a pool of another kind, a bad name): retrying
+            // cannot help, and the node stops with the reason.
+            Err(RpcError::Remote(e)) if e.code == ErrorCode::Invalid => return Err(e),
             Err(e) => e.to_string(),
         };
         // Loud at first, then once a minute: a node started before its metadata service is
@@ -464,14 +574,20 @@ pub(crate) struct Membership {
     pub heartbeat: Duration,
     /// The pool the node belongs to (empty: the default pool).
     pub pool: String,
+    /// Where a node of an object pool keeps its shards.
+    pub object: Option<wire::ObjectTarget>,
 }
 
 /// Registers, then heartbeats forever; re-registers when the metadata service no longer knows
 /// the node. Keeps going while the metadata service is unreachable.
-pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) {
+/// Returns only when the metadata service refuses the node's configuration.
+pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) -> WireError {
     let mut link = MetaLink::new(m.meta.clone(), m.cluster.clone());
     loop {
-        let node = register(&mut link, &service, m.uuid, &m.addr, &m.pool).await;
+        let node = match register(&mut link, &service, &m).await {
+            Ok(node) => node,
+            Err(e) => return e,
+        };
         service.set_node_id(node);
         let mut ticker = tokio::time::interval(m.heartbeat);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

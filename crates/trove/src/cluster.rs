@@ -68,6 +68,12 @@ pub enum ClusterCmd {
         /// before is made for it.
         #[arg(long)]
         pool: Option<String>,
+        /// A file holding an `[object]` table (endpoint, bucket, prefix, region,
+        /// access_key_id, secret_access_key_file or _env, allow_http): the node keeps its
+        /// shards in that S3 bucket instead of on a drive (a node of an object pool; needs
+        /// --pool).
+        #[arg(long, value_name = "FILE")]
+        object: Option<PathBuf>,
     },
 }
 
@@ -438,14 +444,17 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
     format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
 }
 
-fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str) -> String {
+/// A storage node's configuration: a drive in its directory, or with `object` (an `[object]`
+/// table) its shards in a bucket.
+#[allow(clippy::too_many_arguments)]
+fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str, object: Option<&str>) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
-    format!(
-        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\ndrives = [{:?}]\nreserve_bytes = {reserve_bytes}\n{pool}",
-        metrics_line(metrics),
-        drive.display().to_string()
-    )
+    let (drives, object) = match object {
+        Some(table) => (String::new(), format!("\n{table}\n")),
+        None => (format!("drives = [{:?}]\n", drive.display().to_string()), String::new()),
+    };
+    format!("listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\n{drives}reserve_bytes = {reserve_bytes}\n{pool}{object}", metrics_line(metrics))
 }
 
 /// A started local cluster and the child processes this process owns (the demo and tests
@@ -510,7 +519,7 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool, None))?;
                 Ok(cfg.clone())
             })
             .await?;
@@ -702,22 +711,43 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             let running = state.nodes.iter().filter(|n| n.running()).count();
             wait_up(&state, running, true).await
         }
-        ClusterCmd::AddNode { dir, pool } => {
+        ClusterCmd::AddNode { dir, pool, object } => {
             let pool = pool.unwrap_or_default();
             if !pool.is_empty() {
                 wire::check_pool_name(&pool).map_err(|e| anyhow!("--pool: {e}"))?;
             }
+            let object = match object {
+                Some(file) => {
+                    if pool.is_empty() {
+                        bail!("--object needs --pool: a node of an object pool names its pool");
+                    }
+                    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+                    // Checked here so that a mistake is told before a process is started.
+                    let table: toml::Table = toml::from_str(&text).with_context(|| format!("{} is not TOML", file.display()))?;
+                    let Some(inner) = table.get("object") else {
+                        bail!("{} has no [object] table", file.display());
+                    };
+                    let config: storage::ObjectConfig = inner.clone().try_into().with_context(|| format!("[object] in {}", file.display()))?;
+                    config.validate()?;
+                    Some(text)
+                }
+                None => None,
+            };
             let mut state = State::load(&dir)?;
             let dir = dir.canonicalize()?;
             let i = state.nodes.len() + 1;
             let node_dir = dir.join(format!("node-{i}"));
-            std::fs::create_dir_all(node_dir.join("drive0"))?;
+            if object.is_some() {
+                std::fs::create_dir_all(&node_dir)?;
+            } else {
+                std::fs::create_dir_all(node_dir.join("drive0"))?;
+            }
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             // A node added to a cluster whose roles export metrics exports them too.
             let export = state.meta.metrics.is_some();
             let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool))?;
+                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool, object.as_deref()))?;
                 Ok(cfg.clone())
             })
             .await?;
@@ -727,7 +757,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             state.nodes.push(proc);
             state.save(&dir)?;
             println!("added storage node {i} (pid {pid})");
-            wait_node_up(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
+            wait_added(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
             Ok(())
         }
         ClusterCmd::RestartNode { dir, node } => {
@@ -737,6 +767,35 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             wait_node_up(&state, node).await.map_err(|e| anyhow!("node {node} restarted but {e}"))?;
             Ok(())
         }
+    }
+}
+
+/// Waits until node `node`, just added, is up with the others running; fails with what it
+/// logged last when it exits instead (the metadata service refused it, say).
+async fn wait_added(state: &State, node: usize) -> Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let proc = node_proc(state, node)?;
+    loop {
+        // Counted before looking at the new node: one that exits in between is then still
+        // waited for, and found gone on the next round.
+        let running = state.nodes.iter().filter(|n| n.running()).count();
+        if !proc.running() {
+            bail!("it exited: {}", last_line_of(&log_since(&proc.log, 0)));
+        }
+        let answered = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await;
+        if let Ok(client) = answered {
+            if let Ok(s) = client.status(false).await {
+                let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
+                let out = s.nodes.iter().filter(|n| n.state == NodeState::Out).count();
+                if up >= running.saturating_sub(out) {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("it is not up after {} s (see {})", START_TIMEOUT.as_secs(), proc.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -104,12 +104,22 @@ async fn list(client: &Client, json: bool) -> Result<()> {
             human_bytes(p.bytes_free)
         )?;
     }
+    for p in &status.pools {
+        if let wire::PoolKind::Object { endpoint, bucket } = &p.pool.kind {
+            writeln!(out, "pool {}: objects in bucket {} at {endpoint}", shown(&p.pool.name), shown(bucket))?;
+        }
+    }
     Ok(())
 }
 
 /// One pool's figures as `status --json` and `pool list --json` show them.
 pub fn pool_json(p: &wire::PoolStatus) -> serde_json::Value {
+    let (endpoint, bucket) = match &p.pool.kind {
+        wire::PoolKind::Object { endpoint, bucket } => (Some(endpoint), Some(bucket)),
+        wire::PoolKind::Nodes => (None, None),
+    };
     serde_json::json!({
+        "endpoint": endpoint, "bucket": bucket,
         "id": p.pool.id, "name": p.pool.name, "kind": p.pool.kind.name(),
         "default_ec": p.pool.default_ec.to_string(),
         "nodes": p.nodes, "nodes_up": p.nodes_up,

@@ -128,7 +128,9 @@ pub enum MetaOp {
     /// names the pool the node belongs to (empty: the default pool); a pool of nodes that does
     /// not exist yet is created with the cluster's default scheme, as the node is the first of
     /// its kind. A node whose configuration names another pool than before moves to it.
-    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo>, pool: String },
+    /// `object` is where a node of an object pool keeps its shards (none: on its drives); the
+    /// first node to join a pool decides the pool's kind.
+    RegisterNode { uuid: u128, addr: String, drives: Vec<DriveInfo>, pool: String, object: Option<ObjectTarget> },
     Heartbeat { node: NodeId, drives: Vec<DriveInfo> },
     /// Cluster status; `scan_chunks` also counts degraded chunks (walks all chunk records).
     Status { scan_chunks: bool },

@@ -80,6 +80,10 @@ pub fn check_pool_name(name: &str) -> Result<(), String> {
 pub enum PoolKind {
     /// Trove storage nodes that name the pool in their configuration (`pool = "flash"`).
     Nodes,
+    /// An S3-compatible bucket, fronted by storage nodes configured with an object backend
+    /// (`[object]`), each keeping its shards as objects under a prefix of its own. Never the
+    /// credentials: they stay in the nodes' configurations.
+    Object { endpoint: String, bucket: String },
 }
 
 impl PoolKind {
@@ -87,8 +91,20 @@ impl PoolKind {
     pub fn name(&self) -> &'static str {
         match self {
             PoolKind::Nodes => "nodes",
+            PoolKind::Object { .. } => "object",
         }
     }
+}
+
+/// Where a storage node of an object pool keeps its shards, as it tells the metadata service
+/// at registration (no credentials).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectTarget {
+    /// The S3 endpoint's URL.
+    pub endpoint: String,
+    pub bucket: String,
+    /// The node's prefix in the bucket ("" for its root), without slashes around it.
+    pub prefix: String,
 }
 
 /// A storage pool as the metadata service describes it.

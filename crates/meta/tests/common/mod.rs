@@ -298,6 +298,7 @@ pub async fn register(svc: &MetaService, uuid: u128, addr: &str) -> u32 {
         addr: addr.into(),
         drives: vec![drive(1 << 40, 1 << 39)],
         pool: String::new(),
+        object: None,
     };
     match ok(svc, op).await {
         MetaReply::Node { id, .. } => id,
