@@ -109,6 +109,9 @@ pub struct StartArgs {
     /// Pause between scrub passes, 0 to disable (`scrub_interval_ms`).
     #[arg(long)]
     pub scrub_interval_ms: Option<u64>,
+    /// Days deleted files are kept in the trash, 0 (default) for none (`trash_days`).
+    #[arg(long)]
+    pub trash_days: Option<u64>,
     /// Free bytes each storage node keeps on its drive: shards that would leave less are
     /// refused with "no space" (storage `reserve_bytes`; nodes of one local cluster share a
     /// disk, so this bounds what they may fill).
@@ -416,6 +419,7 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
         ("rebuild_after_ms", args.rebuild_after_ms),
         ("gc_grace_ms", args.gc_grace_ms),
         ("scrub_interval_ms", args.scrub_interval_ms),
+        ("trash_days", args.trash_days),
     ] {
         if let Some(value) = value {
             extra.push_str(&format!("{key} = {value}\n"));

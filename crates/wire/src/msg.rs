@@ -203,6 +203,24 @@ pub enum MetaOp {
     AddPolicy { policy: FilePolicy, before: Option<String> },
     /// Removes the policy named `name`; answered with `MetaReply::Policies`.
     RemovePolicy { name: String },
+    /// Sets the quota of directory `ino` (`None`: removes it). Setting one on a directory with
+    /// content counts its tree once, in the same transaction. Answered with `MetaReply::Quotas`
+    /// holding the quota as set (empty when removed).
+    SetQuota { ino: Ino, limits: Option<QuotaLimits> },
+    /// The quota of directory `ino`; with `nearest`, the quota of the nearest directory at or
+    /// above `ino` that has one (what `df` below it shows). Answered with `MetaReply::Quotas`,
+    /// empty when there is none.
+    GetQuota { ino: Ino, nearest: bool },
+    /// Every quota; answered with `MetaReply::Quotas`.
+    ListQuotas,
+    /// The files in the trash, oldest first; answered with `MetaReply::Trash`.
+    ListTrash,
+    /// Puts the trashed file `id` back at the path it was deleted from, or at `to` (a path)
+    /// when given. Answered with the file's attributes.
+    RestoreTrash { id: String, to: Option<String> },
+    /// Deletes trashed files for good: `id`, or (empty `id`) every one deleted before
+    /// `before_ms` (wall clock). Answered with `MetaReply::Trash` holding those purged.
+    PurgeTrash { id: String, before_ms: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -256,6 +274,10 @@ pub enum MetaReply {
     Pools(Vec<PoolInfo>),
     /// The answer to `ListPolicies`, `AddPolicy` and `RemovePolicy`: every policy, in order.
     Policies(Vec<FilePolicy>),
+    /// The answer to `SetQuota`, `GetQuota` and `ListQuotas`.
+    Quotas(Vec<QuotaInfo>),
+    /// The answer to `ListTrash` and `PurgeTrash`.
+    Trash(Vec<TrashEntry>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 47] = [
+    pub const NAMES: [&'static str; 53] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -54,6 +54,12 @@ impl MetaOp {
         "ListPolicies",
         "AddPolicy",
         "RemovePolicy",
+        "SetQuota",
+        "GetQuota",
+        "ListQuotas",
+        "ListTrash",
+        "RestoreTrash",
+        "PurgeTrash",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -106,6 +112,12 @@ impl MetaOp {
             MetaOp::ListPolicies => 44,
             MetaOp::AddPolicy { .. } => 45,
             MetaOp::RemovePolicy { .. } => 46,
+            MetaOp::SetQuota { .. } => 47,
+            MetaOp::GetQuota { .. } => 48,
+            MetaOp::ListQuotas => 49,
+            MetaOp::ListTrash => 50,
+            MetaOp::RestoreTrash { .. } => 51,
+            MetaOp::PurgeTrash { .. } => 52,
         }
     }
 
@@ -204,6 +216,12 @@ mod tests {
             MetaOp::GetMap { version: 1 },
             MetaOp::ListPools,
             MetaOp::ListPolicies,
+            MetaOp::ListQuotas,
+            MetaOp::ListTrash,
+            MetaOp::GetQuota {
+                ino: 1,
+                nearest: true,
+            },
             MetaOp::RemovePolicy { name: "p".into() },
             MetaOp::SetPool {
                 ino: 1,
