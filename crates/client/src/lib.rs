@@ -54,7 +54,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Files being written under a temporary name, renamed onto their final name only once complete
 /// (`trove put`, the S3 gateway's PUT, copy and part uploads), carry this prefix, so a failed or
 /// interrupted write never shows as a file that looks finished.
-pub const TMP_PREFIX: &str = ".trove-tmp.";
+pub const TMP_PREFIX: &str = wire::TMP_NAME_PREFIX;
 
 /// A fresh temporary name for a file being written in some directory (see [`TMP_PREFIX`]).
 pub fn tmp_name() -> String {

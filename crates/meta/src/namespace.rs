@@ -1186,7 +1186,11 @@ async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRe
     }
     if trash::is_trash_dir(&dir) {
         trash::forget(txn, name).await?;
-    } else if ctx.trash && child.attr.kind == FileKind::File && child.attr.nlink == 1 {
+    } else if ctx.trash
+        && child.attr.kind == FileKind::File
+        && child.attr.nlink == 1
+        && !name.starts_with(wire::TMP_NAME_PREFIX)
+    {
         return trash::put_in(txn, ctx, parent, name, child).await;
     }
     txn.delete(&keys::dentry(parent, name)).await?;

@@ -34,6 +34,7 @@ pub enum QuotaCmd {
     },
     /// Shows a directory's quota and its usage.
     Get {
+        /// The directory.
         remote: String,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -49,8 +50,9 @@ pub enum QuotaCmd {
         #[command(flatten)]
         cluster: ClusterOpt,
     },
-    /// Removes a directory's quota.
+    /// Removes a directory's quota (its tree's usage stays counted by the quotas above it).
     Rm {
+        /// The directory.
         remote: String,
         #[command(flatten)]
         cluster: ClusterOpt,

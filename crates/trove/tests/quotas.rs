@@ -416,8 +416,21 @@ fn trash_keeps_deletes_from_the_mount_and_s3_until_purged() {
     );
     assert!(out.contains("deleted"), "{out}");
 
+    // A write given up (its temporary file removed) is not a delete: nothing goes to the trash.
+    set_quota(&cluster, "/proj", &["--bytes", "1M"]);
+    let failed = run(&[
+        "put",
+        &scratch.path().join("a").to_string_lossy(),
+        "/proj/big",
+        "--cluster",
+        &dir,
+    ]);
+    assert!(!failed.status.success() && String::from_utf8_lossy(&failed.stderr).contains("quota"));
+    run_ok(&["quota", "rm", "/proj", "--cluster", &dir]);
+
     let list = run_ok(&["trash", "list", "--json", "--cluster", &dir]);
     let entries: Vec<serde_json::Value> = serde_json::from_str(&list).expect("JSON");
+    assert_eq!(entries.len(), 2, "{list}");
     let paths: Vec<&str> = entries.iter().filter_map(|e| e["path"].as_str()).collect();
     assert!(
         paths.contains(&"/proj/a") && paths.contains(&"/trashb/dir/obj"),

@@ -102,6 +102,12 @@ pub struct PoolInfo {
     pub default_ec: EcScheme,
 }
 
+/// The prefix of the names of files being written under a temporary name (`trove put`, S3
+/// uploads), renamed onto their final name once complete: listings leave them out, and the
+/// metadata service deletes them at once when they are removed (a write given up is not a file
+/// anyone deleted, so it does not go to the trash).
+pub const TMP_NAME_PREFIX: &str = ".trove-tmp.";
+
 /// The limits of a directory tree's quota; 0 means no limit of that kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaLimits {
