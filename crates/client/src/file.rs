@@ -403,8 +403,14 @@ impl FileHandle {
         while !self.uploads.is_empty() {
             self.reap_one().await;
         }
-        let Some(error) = self.deferred_error.take() else {
-            return self.commit().await;
+        let error = match self.deferred_error.take() {
+            Some(error) => error,
+            None => match self.commit().await {
+                // A commit refused for good (a quota): what it would have published is given up
+                // like a failed upload's, so the file stays as it was.
+                Err(e) if e.code == ErrorCode::QuotaExceeded => e,
+                done => return done,
+            },
         };
         // Publish what was stored before the first failed chunk; nothing acknowledged earlier
         // is lost.

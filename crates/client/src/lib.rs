@@ -55,7 +55,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Files being written under a temporary name, renamed onto their final name only once complete
 /// (`trove put`, the S3 gateway's PUT, copy and part uploads), carry this prefix, so a failed or
 /// interrupted write never shows as a file that looks finished.
-pub const TMP_PREFIX: &str = ".trove-tmp.";
+pub const TMP_PREFIX: &str = wire::TMP_NAME_PREFIX;
 
 /// A fresh temporary name for a file being written in some directory (see [`TMP_PREFIX`]).
 pub fn tmp_name() -> String {
@@ -477,6 +477,54 @@ impl Client {
             if first >= indices {
                 return Ok((attr, records));
             }
+        }
+    }
+
+    /// Sets (or with `None` removes) the quota of directory `ino`; answered with the quota as
+    /// set, with its usage.
+    pub async fn set_quota(&self, ino: Ino, limits: Option<wire::QuotaLimits>) -> Result<Option<wire::QuotaInfo>> {
+        match self.meta(MetaOp::SetQuota { ino, limits }).await? {
+            MetaReply::Quotas(mut q) => Ok(q.pop()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The quota of directory `ino`, or with `nearest` the quota of the nearest directory at
+    /// or above it that has one.
+    pub async fn quota(&self, ino: Ino, nearest: bool) -> Result<Option<wire::QuotaInfo>> {
+        match self.meta(MetaOp::GetQuota { ino, nearest }).await? {
+            MetaReply::Quotas(mut q) => Ok(q.pop()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every quota of the cluster.
+    pub async fn quotas(&self) -> Result<Vec<wire::QuotaInfo>> {
+        match self.meta(MetaOp::ListQuotas).await? {
+            MetaReply::Quotas(q) => Ok(q),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The files in the trash, oldest first.
+    pub async fn trash(&self) -> Result<Vec<wire::TrashEntry>> {
+        match self.meta(MetaOp::ListTrash).await? {
+            MetaReply::Trash(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Puts trashed file `id` back where it was deleted from, or at path `to`.
+    pub async fn restore_trash(&self, id: &str, to: Option<&str>) -> Result<Attr> {
+        self.meta_attr(MetaOp::RestoreTrash { id: id.to_string(), to: to.map(str::to_string) }).await
+    }
+
+    /// Deletes trashed file `id` for good, or (empty `id`) those deleted before `before_ms`
+    /// (a call deletes at most a page of them: repeat while it returns some).
+    pub async fn purge_trash(&self, id: &str, before_ms: u64) -> Result<Vec<wire::TrashEntry>> {
+        match self.meta(MetaOp::PurgeTrash { id: id.to_string(), before_ms }).await? {
+            MetaReply::Trash(t) => Ok(t),
+            other => Err(unexpected(&other)),
         }
     }
 

@@ -25,6 +25,8 @@ pub const FORMAT_V1: u8 = 1;
 /// Value format 2: records that grew with storage pools (inodes, node records, placement maps,
 /// recorded replies).
 pub const FORMAT_V2: u8 = 2;
+/// Value format 3: inode records that carry their quota domain ([`InodeRec::quota`]).
+pub const FORMAT_V3: u8 = 3;
 /// The schema version stored under [`SCHEMA`]; bumped when keys change meaning.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -76,6 +78,10 @@ pub mod prefix {
     /// `B` + ino + chunk index: a chunk queued for the repair job (the work queue, its
     /// backlog), valued with the chunk id it was queued for.
     pub const WORK: u8 = b'B';
+    /// `Z` + directory ino: the quota of a directory tree and its exact usage.
+    pub const QUOTA: u8 = b'Z';
+    /// `W` + deleted ms + ino: a file in the trash (wastebasket), oldest first.
+    pub const TRASH: u8 = b'W';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -241,6 +247,31 @@ pub fn pool(id: PoolId) -> Vec<u8> {
     key
 }
 
+/// The key of directory `ino`'s quota.
+pub fn quota(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::QUOTA, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+/// The key of a file put in the trash at `deleted_ms`.
+pub fn trash(deleted_ms: u64, ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::TRASH, 16);
+    key.extend_from_slice(&deleted_ms.to_be_bytes());
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
+/// Splits a trash key into deletion time and inode.
+pub fn parse_trash(key: &[u8]) -> Option<(u64, Ino)> {
+    if key.len() != 17 || key[0] != prefix::TRASH {
+        return None;
+    }
+    let ms = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let ino = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    Some((ms, ino))
+}
+
 /// The key of the file pool policies (one record: they are few and read as a whole, in order).
 pub fn policies() -> Vec<u8> {
     vec![prefix::POLICIES]
@@ -369,6 +400,39 @@ pub struct InodeRec {
     /// following parent pointers without scanning its parents' entries. Empty for other kinds,
     /// and in directories made before names were recorded (readers then look the name up).
     pub target: String,
+    /// The quota domain: the nearest directory at or above this inode that has a quota (`Z`
+    /// record), 0 for none. A directory with a quota names itself; its own inode is counted in
+    /// its [`QuotaRec::parent`]'s domain. Every other inode is counted in this domain and, through
+    /// the domain's `parent` chain, in every quota above it. All links of a file lie in one
+    /// domain (links and renames across domains that could not move the usage are refused).
+    pub quota: Ino,
+}
+
+/// A directory tree's quota (`Z` + the directory's ino) and its usage, kept exactly by every
+/// transaction that changes a file's size or creates, removes or moves an inode below it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaRec {
+    pub limits: wire::QuotaLimits,
+    /// The quota domain of the directory itself (the nearest quota above it; 0 for none): where
+    /// its own inode and, through it, all of its usage are counted too.
+    pub parent: Ino,
+    /// Logical bytes: the sum of the sizes of the regular files below the directory.
+    pub bytes_used: u64,
+    /// Inodes below the directory, not counting itself.
+    pub inodes_used: u64,
+    /// Wall-clock ms since which `bytes_used` has been over the soft limit (0: it is not).
+    pub bytes_over_soft_since_ms: u64,
+    pub inodes_over_soft_since_ms: u64,
+}
+
+/// A file in the trash (`W` + deleted ms + ino): where it came from and its name in the trash
+/// directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrashRec {
+    /// The path it was deleted from.
+    pub path: String,
+    /// Its entry in the trash directory (also the id `trove trash` names it by).
+    pub name: String,
 }
 
 /// Who holds the cluster manager's lease, and until when (wall clock, milliseconds since the
@@ -608,13 +672,16 @@ impl Record for ChunkRecord {}
 impl Record for wire::Event {}
 impl Record for PolicyListRec {}
 impl Record for wire::JobInfo {}
+impl Record for QuotaRec {}
+impl Record for TrashRec {}
 
 impl Record for InodeRec {
-    const FORMAT: u8 = FORMAT_V2;
+    const FORMAT: u8 = FORMAT_V3;
 
     fn migrate(version: u8, body: &[u8]) -> Result<Self, String> {
         match version {
             FORMAT_V1 => Ok(from_body::<v1::InodeRec>(body)?.into()),
+            FORMAT_V2 => Ok(from_body::<v2::InodeRec>(body)?.into()),
             _ => Err(format!("unknown format version {version}")),
         }
     }
@@ -732,6 +799,26 @@ pub mod v1 {
     }
 }
 
+/// The record types as value format 2 wrote them, kept to read old values (see [`Record`]).
+pub mod v2 {
+    use serde::Deserialize;
+    use wire::{Attr, Ino};
+
+    /// An inode before quotas: no quota domain (0, as no quota existed).
+    #[derive(Deserialize)]
+    pub struct InodeRec {
+        pub attr: Attr,
+        pub parent: Ino,
+        pub target: String,
+    }
+}
+
+impl From<v2::InodeRec> for InodeRec {
+    fn from(old: v2::InodeRec) -> InodeRec {
+        InodeRec { attr: old.attr, parent: old.parent, target: old.target, quota: 0 }
+    }
+}
+
 impl From<v1::InodeRec> for InodeRec {
     fn from(old: v1::InodeRec) -> InodeRec {
         let a = old.attr;
@@ -756,6 +843,7 @@ impl From<v1::InodeRec> for InodeRec {
             },
             parent: old.parent,
             target: old.target,
+            quota: 0,
         }
     }
 }
@@ -936,13 +1024,13 @@ mod tests {
     fn format_1_values_written_before_pools_read_as_records_of_the_default_pool() {
         let file = "012a00a403e80764c096b102010080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c04070402808080020000";
         let rec: InodeRec = decode(&inode(42), &unhex(file)).expect("format 1 inode");
-        assert_eq!(rec, InodeRec { attr: golden_attr(), parent: 0, target: String::new() });
+        assert_eq!(rec, InodeRec { attr: golden_attr(), parent: 0, target: String::new(), quota: 0 });
 
         let dir = "010901a403e80764c096b102030080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c0407040280808002010464617461";
         let rec: InodeRec = decode(&inode(9), &unhex(dir)).expect("format 1 directory");
         let mut attr = golden_attr();
         (attr.ino, attr.kind, attr.nlink) = (9, FileKind::Dir, 3);
-        assert_eq!(rec, InodeRec { attr, parent: 1, target: "data".into() });
+        assert_eq!(rec, InodeRec { attr, parent: 1, target: "data".into(), quota: 0 });
 
         let node = "0103f7ccd5a2b4c6c88880deb7de9af1d9a2a3020e3132372e302e302e313a373130330201032f64308080808080208080808080100c0080c49fd50c05";
         let rec: NodeRec = decode(&self::node(3), &unhex(node)).expect("format 1 node");
@@ -981,9 +1069,19 @@ mod tests {
     fn records_of_format_2_round_trip() {
         let mut attr = golden_attr();
         attr.pool = 3;
-        let rec = InodeRec { attr: attr.clone(), parent: 0, target: String::new() };
+        let rec = InodeRec { attr: attr.clone(), parent: 0, target: String::new(), quota: 0 };
+        // An inode of format 2 (before quotas) reads with no quota domain.
+        #[derive(Serialize)]
+        struct V2<'a> {
+            attr: &'a Attr,
+            parent: Ino,
+            target: &'a str,
+        }
+        let v2 = postcard::to_extend(&V2 { attr: &attr, parent: 0, target: "" }, vec![FORMAT_V2]).expect("encodes");
+        assert_eq!(decode::<InodeRec>(b"I", &v2).ok(), Some(rec.clone()));
+        let rec = InodeRec { quota: 77, ..rec };
         let bytes = encode(&rec);
-        assert_eq!(bytes[0], FORMAT_V2);
+        assert_eq!(bytes[0], FORMAT_V3);
         assert_eq!(decode::<InodeRec>(b"I", &bytes).ok(), Some(rec));
         let reply = RequestRec { expires_ms: 99, reply: MetaReply::Attr(attr) };
         let bytes = encode(&reply);

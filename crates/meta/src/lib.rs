@@ -9,7 +9,7 @@
 //!
 //! Module map: [`keys`] (key schema and value formats, documented in ARCHITECTURE.md), [`store`]
 //! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`pools`] (storage
-//! pools), [`policies`] (file pool policies), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
+//! pools), [`policies`] (file pool policies), [`quota`] (directory tree quotas), [`trash`] (deleted files kept for a while), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
@@ -23,8 +23,10 @@ pub mod namespace;
 pub mod policies;
 pub mod pools;
 pub mod processes;
+pub mod quota;
 pub mod server;
 pub mod store;
+pub mod trash;
 pub mod watch;
 
 pub use server::{run, serve, Background, EngineConfig, MetaConfig};
@@ -70,6 +72,9 @@ pub struct MetaOptions {
     pub rebuild_after_ms: u64,
     /// Length of the cluster manager's lease (renewed every quarter of it).
     pub lease_ms: u64,
+    /// Days a deleted regular file is kept in the trash (`/.trash`) before it is purged; 0
+    /// (the default): deletes are immediate.
+    pub trash_days: u32,
 }
 
 impl Default for MetaOptions {
@@ -85,6 +90,7 @@ impl Default for MetaOptions {
             id_batch: 1024,
             rebuild_after_ms: 120_000,
             lease_ms: 5000,
+            trash_days: 0,
         }
     }
 }
@@ -276,7 +282,10 @@ impl MetaService {
         }
         // Inode numbers come from memory (refilled by their own transaction) before the
         // transaction starts, so a retried transaction body has no side effect.
-        let wanted = calls.iter().filter(|c| namespace::needs_ino(&c.op)).count() as u64;
+        let trash = self.options.trash_days > 0;
+        // With the trash on, an unlink may have to make the trash directory.
+        let needs_ino = |op: &MetaOp| namespace::needs_ino(op) || (trash && matches!(op, MetaOp::Unlink { .. }));
+        let wanted = calls.iter().filter(|c| needs_ino(&c.op)).count() as u64;
         let mut inos = self
             .inos
             .take(self.engine.as_ref(), wanted)
@@ -287,7 +296,7 @@ impl MetaService {
             calls
                 .into_iter()
                 .map(|call| {
-                    let new_ino = if namespace::needs_ino(&call.op) {
+                    let new_ino = if needs_ino(&call.op) {
                         inos.next()
                     } else {
                         None
@@ -297,6 +306,7 @@ impl MetaService {
                         now_ms,
                         new_ino,
                         request_ttl_ms: self.options.request_ttl_ms,
+                        trash,
                     };
                     (call, ctx)
                 })
@@ -395,6 +405,29 @@ impl MetaService {
     /// Runs one garbage collection pass over the whole queue.
     pub async fn gc_once(&self) -> Result<GcReport, WireError> {
         self.gc.run_once(self.engine.as_ref(), &self.cluster).await
+    }
+
+    /// Purges the files that have been in the trash longer than `trash_days` (none when the
+    /// trash is off); returns how many.
+    pub async fn purge_trash_once(&self) -> Result<u64, WireError> {
+        if self.options.trash_days == 0 {
+            return Ok(0);
+        }
+        let before_ms = store::now_ms().saturating_sub(u64::from(self.options.trash_days) * trash::DAY_MS);
+        let mut purged = 0u64;
+        loop {
+            let replies = self
+                .call_batch(vec![MetaCall { request_id: 0, op: MetaOp::PurgeTrash { id: String::new(), before_ms } }])
+                .await?;
+            let count = match replies.first() {
+                Some(MetaReply::Trash(gone)) => gone.len(),
+                _ => 0,
+            };
+            purged += count as u64;
+            if count < trash::PURGE_ENTRIES_MAX {
+                return Ok(purged);
+            }
+        }
     }
 
     /// Removes expired idempotency records; returns how many.

@@ -15,6 +15,8 @@ use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use crate::jobs;
 use crate::pools;
 use crate::policies;
+use crate::quota;
+use crate::trash;
 use kv::{KvEngine, KvTxn};
 use std::collections::HashMap;
 use wire::{
@@ -50,6 +52,9 @@ pub struct Ctx {
     pub new_ino: Option<Ino>,
     /// How long the reply of a mutation is kept for retries.
     pub request_ttl_ms: u64,
+    /// Whether deleted files go to the trash (`trash_days > 0`); an `Unlink` then carries a
+    /// fresh inode number in `new_ino` for the trash directory, should it not exist yet.
+    pub trash: bool,
 }
 
 impl Ctx {
@@ -88,6 +93,9 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::RemovePolicy { .. }
             | MetaOp::SetFilePool { .. }
             | MetaOp::ControlJob { .. }
+            | MetaOp::SetQuota { .. }
+            | MetaOp::RestoreTrash { .. }
+            | MetaOp::PurgeTrash { .. }
     )
 }
 
@@ -221,7 +229,7 @@ pub async fn ensure_root(
                 chunk_bytes,
                 pool: wire::DEFAULT_POOL,
             };
-            put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new() }).await?;
+            put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new(), quota: 0 }).await?;
             store::stat_add(txn, Stat::Inodes, ROOT_INO, 1).await?;
             Ok(())
         })
@@ -506,6 +514,12 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::QueueChunks { chunks } => jobs::queue_chunks(txn, chunks).await,
         MetaOp::ScanQueue { after, limit } => jobs::scan_queue(txn, *after, *limit).await,
         MetaOp::Dequeue { chunks } => jobs::dequeue(txn, chunks).await,
+        MetaOp::SetQuota { ino, limits } => quota::set(txn, ctx.now_ms, *ino, *limits).await,
+        MetaOp::GetQuota { ino, nearest } => quota::get_quota(txn, *ino, *nearest).await,
+        MetaOp::ListQuotas => quota::list(txn).await,
+        MetaOp::ListTrash => trash::list(txn).await,
+        MetaOp::RestoreTrash { id, to } => trash::restore(txn, ctx, id, to.as_deref()).await,
+        MetaOp::PurgeTrash { id, before_ms } => trash::purge(txn, ctx, id, *before_ms).await,
         MetaOp::ReplaceChunk { ino, expected, new } => {
             replace_chunk(txn, ctx, *ino, expected, new).await
         }
@@ -632,7 +646,7 @@ async fn find_entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResu
 }
 
 /// The path of entry `name` of directory `parent`, for error messages.
-async fn entry_path(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<String> {
+pub(crate) async fn entry_path(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<String> {
     let dir = dir_path(txn, parent).await?;
     Ok(format!("{}/{name}", dir.trim_end_matches('/')))
 }
@@ -661,7 +675,7 @@ pub async fn load(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
 }
 
 /// Reads a directory inode; `NotDir` if it is something else.
-async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
+pub(crate) async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     let rec = load(txn, ino).await?;
     if rec.attr.kind != FileKind::Dir {
         fail!(
@@ -673,16 +687,16 @@ async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     Ok(rec)
 }
 
-async fn store_inode(txn: &mut dyn KvTxn, rec: &InodeRec) -> TxResult<()> {
+pub(crate) async fn store_inode(txn: &mut dyn KvTxn, rec: &InodeRec) -> TxResult<()> {
     put(txn, &keys::inode(rec.attr.ino), rec).await
 }
 
-async fn get_dentry(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<Option<DentryRec>> {
+pub(crate) async fn get_dentry(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<Option<DentryRec>> {
     get(txn, &keys::dentry(parent, name)).await
 }
 
 /// Reads the inode a directory entry points to; a missing one means damaged metadata.
-async fn load_child(
+pub(crate) async fn load_child(
     txn: &mut dyn KvTxn,
     parent: Ino,
     name: &str,
@@ -709,7 +723,7 @@ async fn load_child(
 /// are those of the change committed last: concurrent changes may commit in another order than
 /// their clocks were read, so a directory's mtime can be a few microseconds older than the
 /// latest of them (never older than the change before them all).
-async fn touch_dir(
+pub(crate) async fn touch_dir(
     txn: &mut dyn KvTxn,
     ino: Ino,
     nlink_delta: i64,
@@ -763,7 +777,7 @@ async fn with_dir_times(txn: &mut dyn KvTxn, mut attr: Attr) -> TxResult<Attr> {
 }
 
 /// An inode's attributes as clients see them.
-async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
+pub(crate) async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
     let rec = load(txn, ino).await?;
     with_dir_times(txn, rec.attr).await
 }
@@ -819,6 +833,12 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
 /// Deletes an inode with its extended attributes and chunk records (queued for GC).
 async fn delete_inode(txn: &mut dyn KvTxn, ctx: &Ctx, rec: &InodeRec) -> TxResult<()> {
     let ino = rec.attr.ino;
+    // Freed from its quotas (never refused); a directory's own quota goes with it.
+    let domain = quota::counted_in(txn, rec).await?;
+    quota::charge(txn, ctx.now_ms, domain, -quota::bytes_of(rec), -1, false).await?;
+    if rec.quota == ino {
+        txn.delete(&keys::quota(ino)).await?;
+    }
     let prefix = keys::xattr_prefix(ino);
     for (key, _) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
         txn.delete(&key).await?;
@@ -835,7 +855,7 @@ async fn delete_inode(txn: &mut dyn KvTxn, ctx: &Ctx, rec: &InodeRec) -> TxResul
 }
 
 /// Drops one link of a non-directory inode, deleting it with the last link.
-async fn drop_link(txn: &mut dyn KvTxn, ctx: &Ctx, mut rec: InodeRec) -> TxResult<()> {
+pub(crate) async fn drop_link(txn: &mut dyn KvTxn, ctx: &Ctx, mut rec: InodeRec) -> TxResult<()> {
     if rec.attr.nlink <= 1 {
         return delete_inode(txn, ctx, &rec).await;
     }
@@ -846,7 +866,7 @@ async fn drop_link(txn: &mut dyn KvTxn, ctx: &Ctx, mut rec: InodeRec) -> TxResul
 
 /// Whether directory `ino` has at least one entry. Scans with limit 1, so a concurrent create
 /// in it conflicts with this transaction.
-async fn dir_has_entries(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<bool> {
+pub(crate) async fn dir_has_entries(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<bool> {
     let prefix = keys::dentry_prefix(ino);
     Ok(!txn
         .scan(&prefix, &kv::prefix_end(&prefix), 1)
@@ -869,6 +889,12 @@ async fn lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<MetaRe
 }
 
 async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
+    let rec = resolve_rec(txn, path).await?;
+    Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
+}
+
+/// The inode a slash-separated path from the root names (following no symlinks).
+pub(crate) async fn resolve_rec(txn: &mut dyn KvTxn, path: &str) -> TxResult<InodeRec> {
     if path.len() > PATH_BYTES_MAX {
         fail!(
             NameTooLong,
@@ -906,7 +932,7 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
         current = load_child(txn, dir, component, entry).await?;
         walked = format!("{}/{component}", walked.trim_end_matches('/'));
     }
-    Ok(MetaReply::Attr(with_dir_times(txn, current.attr).await?))
+    Ok(current)
 }
 
 async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> TxResult<MetaReply> {
@@ -930,6 +956,9 @@ async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Tx
             ),
         }
         if size != rec.attr.size {
+            let delta = i128::from(size) - i128::from(rec.attr.size);
+            let delta = i64::try_from(delta).unwrap_or(if delta > 0 { i64::MAX } else { i64::MIN });
+            quota::charge(txn, ctx.now_ms, rec.quota, delta, 0, true).await?;
             if size < rec.attr.size {
                 truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, size).await?;
             }
@@ -986,13 +1015,13 @@ async fn truncate_chunks(
 }
 
 /// What `make` creates.
-struct NewInode {
-    kind: FileKind,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    rdev: u32,
-    target: String,
+pub(crate) struct NewInode {
+    pub(crate) kind: FileKind,
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) rdev: u32,
+    pub(crate) target: String,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1030,7 +1059,7 @@ async fn create(
 }
 
 /// Creates an inode of any kind under `parent`; `Exists` if the name is taken.
-async fn make(
+pub(crate) async fn make(
     txn: &mut dyn KvTxn,
     ctx: &Ctx,
     parent: Ino,
@@ -1070,11 +1099,14 @@ async fn make(
         chunk_bytes: dir.attr.chunk_bytes,
         pool: dir.attr.pool,
     };
+    let domain = quota::domain_of_entries(&dir);
+    quota::charge(txn, ctx.now_ms, domain, 0, 1, true).await?;
     let rec = InodeRec {
         attr,
         parent: if is_dir { parent } else { 0 },
         // A directory keeps its own name, so that error messages can name its path.
         target: if is_dir { name.to_string() } else { new.target },
+        quota: domain,
     };
     store_inode(txn, &rec).await?;
     put(
@@ -1113,7 +1145,15 @@ async fn link(
             "{path:?} is a directory; directories cannot be hard-linked"
         );
     }
-    load_dir(txn, new_parent).await?;
+    let dir = load_dir(txn, new_parent).await?;
+    if quota::domain_of_entries(&dir) != rec.quota {
+        let path = dir_path(txn, new_parent).await?;
+        fail!(
+            CrossDevice,
+            "{} lies in another quota tree than directory {path:?}; a hard link cannot join two quota trees",
+            inode_name(txn, &rec).await?
+        );
+    }
     let entry_key = keys::dentry(new_parent, new_name);
     if txn.get(&entry_key).await?.is_some() {
         let path = entry_path(txn, new_parent, new_name).await?;
@@ -1147,7 +1187,7 @@ async fn link(
 
 async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
     check_name(name).map_err(abort)?;
-    load_dir(txn, parent).await?;
+    let dir = load_dir(txn, parent).await?;
     let Some(entry) = get_dentry(txn, parent, name).await? else {
         let dir = dir_path(txn, parent).await?;
         fail!(NotFound, "no entry {name:?} in directory {dir:?}");
@@ -1156,6 +1196,15 @@ async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRe
     if child.attr.kind == FileKind::Dir {
         let path = entry_path(txn, parent, name).await?;
         fail!(IsDir, "{path:?} is a directory; use rmdir");
+    }
+    if trash::is_trash_dir(&dir) {
+        trash::forget(txn, name).await?;
+    } else if ctx.trash
+        && child.attr.kind == FileKind::File
+        && child.attr.nlink == 1
+        && !name.starts_with(wire::TMP_NAME_PREFIX)
+    {
+        return trash::put_in(txn, ctx, parent, name, child).await;
     }
     txn.delete(&keys::dentry(parent, name)).await?;
     let ino = child.attr.ino;
@@ -1217,7 +1266,7 @@ async fn check_not_under(txn: &mut dyn KvTxn, start: Ino, dir: Ino) -> TxResult<
     )
 }
 
-async fn rename(
+pub(crate) async fn rename(
     txn: &mut dyn KvTxn,
     ctx: &Ctx,
     parent: Ino,
@@ -1228,8 +1277,8 @@ async fn rename(
 ) -> TxResult<MetaReply> {
     check_name(name).map_err(abort)?;
     check_name(new_name).map_err(abort)?;
-    load_dir(txn, parent).await?;
-    load_dir(txn, new_parent).await?;
+    let parent_rec = load_dir(txn, parent).await?;
+    let new_parent_rec = load_dir(txn, new_parent).await?;
     let Some(src) = get_dentry(txn, parent, name).await? else {
         let dir = dir_path(txn, parent).await?;
         fail!(NotFound, "no entry {name:?} in directory {dir:?}");
@@ -1254,7 +1303,7 @@ async fn rename(
     if dst.is_some_and(|d| d.ino == src.ino) {
         return Ok(MetaReply::Ok);
     }
-    let src_rec = load_child(txn, parent, name, src).await?;
+    let mut src_rec = load_child(txn, parent, name, src).await?;
     let src_is_dir = src_rec.attr.kind == FileKind::Dir;
     let dst_rec = match dst {
         Some(entry) => Some(load_child(txn, new_parent, new_name, entry).await?),
@@ -1274,6 +1323,15 @@ async fn rename(
         };
         if dst_is_dir && parent != new_parent {
             check_not_under(txn, parent, dst_rec.attr.ino).await?;
+        }
+        if quota::counted_in(txn, &src_rec).await? != quota::domain_of_entries(&new_parent_rec)
+            || quota::counted_in(txn, &dst_rec).await? != quota::domain_of_entries(&parent_rec)
+        {
+            let (from, to) = (dir_path(txn, parent).await?, dir_path(txn, new_parent).await?);
+            fail!(
+                CrossDevice,
+                "cannot exchange entries of {from:?} and {to:?}: they lie in different quota trees"
+            );
         }
         put(
             txn,
@@ -1318,6 +1376,11 @@ async fn rename(
                 (false, false) => drop_link(txn, ctx, dst_rec).await?,
             }
         }
+        let from = quota::counted_in(txn, &src_rec).await?;
+        let to = quota::domain_of_entries(&new_parent_rec);
+        if from != to {
+            move_domain(txn, ctx, &mut src_rec, from, to).await?;
+        }
         txn.delete(&keys::dentry(parent, name)).await?;
         put(txn, &keys::dentry(new_parent, new_name), &src).await?;
         move_inode(txn, ctx, src_rec, new_parent, new_name).await?;
@@ -1332,6 +1395,54 @@ async fn rename(
         touch_dir(txn, new_parent, new_parent_delta, ctx.now).await?;
     }
     Ok(MetaReply::Ok)
+}
+
+/// Moves an inode's usage from quota domain `from` to `to` (a rename between quota trees): a
+/// file with one link, anything without entries, and a directory with a quota of its own (its
+/// record holds its tree's usage) can move; anything else would need a walk of its tree or
+/// would split a file's links between trees, and is refused with `CrossDevice` (EXDEV: `mv`
+/// then copies, as between file systems).
+async fn move_domain(txn: &mut dyn KvTxn, ctx: &Ctx, rec: &mut InodeRec, from: Ino, to: Ino) -> TxResult<()> {
+    let ino = rec.attr.ino;
+    if rec.attr.kind == FileKind::Dir && rec.quota == ino {
+        let key = keys::quota(ino);
+        let Some(mut q) = get::<keys::QuotaRec>(txn, &key).await? else {
+            fail!(Internal, "damaged metadata: directory {ino} names itself as a quota without one");
+        };
+        let (bytes, inodes) = (
+            i64::try_from(q.bytes_used).unwrap_or(i64::MAX),
+            i64::try_from(q.inodes_used.saturating_add(1)).unwrap_or(i64::MAX),
+        );
+        quota::charge(txn, ctx.now_ms, from, -bytes, -inodes, false).await?;
+        quota::charge(txn, ctx.now_ms, to, bytes, inodes, true).await?;
+        q.parent = to;
+        return put(txn, &key, &q).await;
+    }
+    let movable = match rec.attr.kind {
+        FileKind::Dir => !dir_has_entries(txn, ino).await?,
+        _ => rec.attr.nlink <= 1,
+    };
+    if !movable {
+        let what = inode_name(txn, rec).await?;
+        let (from, to) = (quota_name(txn, from).await?, quota_name(txn, to).await?);
+        fail!(
+            CrossDevice,
+            "{what} lies under {from} and cannot move under {to}: only files with one link, empty directories and directories with a quota of their own move between quota trees"
+        );
+    }
+    let bytes = quota::bytes_of(rec);
+    quota::charge(txn, ctx.now_ms, from, -bytes, -1, false).await?;
+    quota::charge(txn, ctx.now_ms, to, bytes, 1, true).await?;
+    rec.quota = to;
+    Ok(())
+}
+
+/// A quota domain as messages name it.
+async fn quota_name(txn: &mut dyn KvTxn, domain: Ino) -> TxResult<String> {
+    Ok(match domain {
+        0 => "no quota".to_string(),
+        d => format!("the quota of {:?}", dir_path(txn, d).await?),
+    })
 }
 
 /// Records that an inode is now entry `new_name` of `new_parent`: a directory's parent pointer
@@ -1662,6 +1773,11 @@ async fn commit_chunks(
                 chunk.id
             );
         }
+    }
+    if new_size != old_size {
+        let delta = i128::from(new_size) - i128::from(old_size);
+        let delta = i64::try_from(delta).unwrap_or(if delta > 0 { i64::MAX } else { i64::MIN });
+        quota::charge(txn, ctx.now_ms, rec.quota, delta, 0, true).await?;
     }
     if new_size < old_size {
         truncate_chunks(txn, ctx, ino, rec.attr.chunk_bytes, new_size).await?;
@@ -2030,6 +2146,7 @@ async fn append_file(
     txn.delete(&keys::dentry(parent, name)).await?;
     delete_inode(txn, ctx, &src).await?;
     touch_dir(txn, parent, 0, ctx.now).await?;
+    quota::charge(txn, ctx.now_ms, dst.quota, quota::bytes_of(&src), 0, true).await?;
     dst.attr.size = new_size;
     dst.attr.data_version += 1;
     dst.attr.mtime = mtime;

@@ -108,6 +108,11 @@ pub struct MetaConfig {
     /// none: it is open to whoever reaches the port (it only shows, never changes anything).
     #[serde(default)]
     pub dashboard_auth: Option<String>,
+    /// Days a deleted regular file is kept in the trash (`/.trash`, `trove trash`) before it
+    /// is purged; 0 (the default) turns the trash off: deletes are immediate. Every metadata
+    /// server of a cluster should say the same.
+    #[serde(default)]
+    pub trash_days: u32,
 }
 
 fn default_dashboard() -> bool {
@@ -197,6 +202,7 @@ impl MetaConfig {
             gc_grace_ms: self.gc_grace_ms,
             rebuild_after_ms: self.rebuild_after_ms,
             lease_ms: self.lease_ms,
+            trash_days: self.trash_days,
             ..MetaOptions::default()
         }
     }
@@ -330,6 +336,11 @@ impl MetaService {
                     }
                     Ok(_) => {}
                     Err(err) => tracing::warn!("gc pass failed: {err}"),
+                }
+                match service.purge_trash_once().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!("trash: purged {n} files older than the trash's days"),
+                    Err(err) => tracing::warn!("trash purge failed: {err}"),
                 }
             },
         ));

@@ -1265,26 +1265,40 @@ impl Filesystem for TroveFs {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    /// The cluster's capacity, or below a directory with a quota the quota's (as CephFS and
+    /// JuiceFS show it): `df` in a quota'd tree shows its limit as the size and what is left of
+    /// it (never more than the cluster has free) as free.
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         let _op = metered::begin(const { metered::slot("statfs") });
+        let ino = ino.0;
         self.spawn(
             reply,
-            move |s| async move { s.client.statfs().await.map_err(fail) },
-            |r, st| {
+            move |s| async move {
+                let st = s.client.statfs().await.map_err(fail)?;
+                let quota = s.client.quota(ino, true).await.map_err(fail)?;
+                Ok((st, quota))
+            },
+            |r, (st, quota)| {
                 let bsize = if st.block_bytes == 0 { 4096 } else { st.block_bytes };
-                let blocks = st.bytes_total / u64::from(bsize);
-                let free = st.bytes_free / u64::from(bsize);
+                let mut blocks = st.bytes_total / u64::from(bsize);
+                let mut free = st.bytes_free / u64::from(bsize);
+                let mut files = st.inodes_used + STATFS_FREE_INODES;
+                let mut files_free = STATFS_FREE_INODES;
+                if let Some(q) = quota {
+                    let l = q.limits;
+                    let bytes_limit = if l.bytes_hard != 0 { l.bytes_hard } else { l.bytes_soft };
+                    if bytes_limit != 0 {
+                        blocks = bytes_limit.div_ceil(u64::from(bsize));
+                        free = free.min(bytes_limit.saturating_sub(q.bytes_used) / u64::from(bsize));
+                    }
+                    let inodes_limit = if l.inodes_hard != 0 { l.inodes_hard } else { l.inodes_soft };
+                    if inodes_limit != 0 {
+                        files = inodes_limit;
+                        files_free = inodes_limit.saturating_sub(q.inodes_used);
+                    }
+                }
                 let name_max = if st.name_bytes_max == 0 { wire::NAME_BYTES_MAX as u32 } else { st.name_bytes_max };
-                r.statfs(
-                    blocks,
-                    free,
-                    free,
-                    st.inodes_used + STATFS_FREE_INODES,
-                    STATFS_FREE_INODES,
-                    bsize,
-                    name_max,
-                    bsize,
-                )
+                r.statfs(blocks, free, free, files, files_free, bsize, name_max, bsize)
             },
         );
     }

@@ -80,6 +80,8 @@ pub fn nfs_error(e: &WireError) -> nfsstat3 {
         ErrorCode::NameTooLong => nfsstat3::NFS3ERR_NAMETOOLONG,
         ErrorCode::TooLarge => nfsstat3::NFS3ERR_FBIG,
         ErrorCode::NotSupported => nfsstat3::NFS3ERR_NOTSUPP,
+        ErrorCode::QuotaExceeded => nfsstat3::NFS3ERR_DQUOT,
+        ErrorCode::CrossDevice => nfsstat3::NFS3ERR_XDEV,
         // The client retries JUKEBOX later: right for a cluster that is briefly unreachable.
         ErrorCode::Unavailable | ErrorCode::Conflict => nfsstat3::NFS3ERR_JUKEBOX,
         _ => {

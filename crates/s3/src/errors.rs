@@ -56,6 +56,14 @@ pub fn s3_error(e: &WireError, target: Target) -> S3Error {
         (ErrorCode::Unavailable | ErrorCode::Conflict | ErrorCode::MaybeCommitted | ErrorCode::Changed, _) => {
             S3ErrorCode::ServiceUnavailable
         }
+        // AWS has no quota code; MinIO answers a bucket quota with 400 XMinioAdminBucketQuotaExceeded.
+        // Trove says what it is: 403 QuotaExceeded with the message naming the quota.
+        (ErrorCode::QuotaExceeded, _) => {
+            let mut err = S3Error::with_message(S3ErrorCode::Custom("QuotaExceeded".into()), e.message.clone());
+            err.set_status_code(http::StatusCode::FORBIDDEN);
+            return err;
+        }
+        (ErrorCode::CrossDevice, _) => S3ErrorCode::InvalidRequest,
         (ErrorCode::NoSpace, _) => {
             let mut err = S3Error::with_message(S3ErrorCode::Custom("StorageFull".into()), e.message.clone());
             err.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);

@@ -122,6 +122,9 @@ pub struct StartArgs {
     /// Most bytes per second the tiering job writes (`tier_bytes_per_s`).
     #[arg(long)]
     pub tier_bytes_per_s: Option<u64>,
+    /// Days deleted files are kept in the trash, 0 (default) for none (`trash_days`).
+    #[arg(long)]
+    pub trash_days: Option<u64>,
     /// Free bytes each storage node keeps on its drive: shards that would leave less are
     /// refused with "no space" (storage `reserve_bytes`; nodes of one local cluster share a
     /// disk, so this bounds what they may fill).
@@ -429,6 +432,7 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
         ("rebuild_after_ms", args.rebuild_after_ms),
         ("gc_grace_ms", args.gc_grace_ms),
         ("scrub_interval_ms", args.scrub_interval_ms),
+        ("trash_days", args.trash_days),
     ] {
         if let Some(value) = value {
             extra.push_str(&format!("{key} = {value}\n"));

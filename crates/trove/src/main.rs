@@ -17,6 +17,7 @@ mod mount;
 mod nfs;
 mod policy;
 mod pools;
+mod quota;
 mod s3;
 mod stats;
 mod telemetry;
@@ -195,6 +196,12 @@ enum Command {
     /// Jobs that move or check data (tier, repair, scrub): start, pause, resume, cancel, status.
     #[command(subcommand)]
     Job(job::JobCmd),
+    /// Directory tree quotas (bytes and inodes, hard and soft): set, get, list, rm.
+    #[command(subcommand)]
+    Quota(quota::QuotaCmd),
+    /// Deleted files kept for `trash_days`: list, restore, purge.
+    #[command(subcommand)]
+    Trash(quota::TrashCmd),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -284,6 +291,8 @@ impl Command {
             Command::Pool(cmd) => cmd.cluster(),
             Command::Policy(cmd) => cmd.cluster(),
             Command::Job(cmd) => cmd.cluster(),
+            Command::Quota(cmd) => cmd.cluster(),
+            Command::Trash(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -407,6 +416,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Job(cmd) => job::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Quota(cmd) => quota::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }

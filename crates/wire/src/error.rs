@@ -47,6 +47,12 @@ pub enum ErrorCode {
     NotMember = 20,
     /// The record an operation was conditional on has changed meanwhile (it was not applied).
     Changed = 21,
+    /// A quota of a directory tree would be exceeded (bytes or inodes, hard limit, or a soft
+    /// limit past its grace period); the operation was not applied.
+    QuotaExceeded = 22,
+    /// The operation would move something between trees it cannot move between (a link or a
+    /// rename across quota trees that cannot carry its usage); `mv` copies instead.
+    CrossDevice = 23,
 }
 
 impl ErrorCode {
@@ -72,6 +78,8 @@ impl ErrorCode {
             ErrorCode::Internal => 5,           // EIO
             ErrorCode::NotMember => 5,          // EIO
             ErrorCode::Changed => 11,           // EAGAIN
+            ErrorCode::QuotaExceeded => 122,    // EDQUOT
+            ErrorCode::CrossDevice => 18,       // EXDEV
         }
     }
 }

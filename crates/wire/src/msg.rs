@@ -244,6 +244,24 @@ pub enum MetaOp {
     /// Removes queue entries `(file, index, chunk id)` whose chunk is still the one named (an
     /// entry queued again for a newer chunk stays).
     Dequeue { chunks: Vec<(Ino, u64, ChunkId)> },
+    /// Sets the quota of directory `ino` (`None`: removes it). Setting one on a directory with
+    /// content counts its tree once, in the same transaction. Answered with `MetaReply::Quotas`
+    /// holding the quota as set (empty when removed).
+    SetQuota { ino: Ino, limits: Option<QuotaLimits> },
+    /// The quota of directory `ino`; with `nearest`, the quota of the nearest directory at or
+    /// above `ino` that has one (what `df` below it shows). Answered with `MetaReply::Quotas`,
+    /// empty when there is none.
+    GetQuota { ino: Ino, nearest: bool },
+    /// Every quota; answered with `MetaReply::Quotas`.
+    ListQuotas,
+    /// The files in the trash, oldest first; answered with `MetaReply::Trash`.
+    ListTrash,
+    /// Puts the trashed file `id` back at the path it was deleted from, or at `to` (a path)
+    /// when given. Answered with the file's attributes.
+    RestoreTrash { id: String, to: Option<String> },
+    /// Deletes trashed files for good: `id`, or (empty `id`) every one deleted before
+    /// `before_ms` (wall clock). Answered with `MetaReply::Trash` holding those purged.
+    PurgeTrash { id: String, before_ms: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -299,6 +317,10 @@ pub enum MetaReply {
     Policies(Vec<FilePolicy>),
     /// The answer to `ListJobs`, `ControlJob` and `ReportJob`.
     Jobs(Vec<JobInfo>),
+    /// The answer to `SetQuota`, `GetQuota` and `ListQuotas`.
+    Quotas(Vec<QuotaInfo>),
+    /// The answer to `ListTrash` and `PurgeTrash`.
+    Trash(Vec<TrashEntry>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

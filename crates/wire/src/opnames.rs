@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 56] = [
+    pub const NAMES: [&'static str; 62] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -63,6 +63,12 @@ impl MetaOp {
         "QueueChunks",
         "ScanQueue",
         "Dequeue",
+        "SetQuota",
+        "GetQuota",
+        "ListQuotas",
+        "ListTrash",
+        "RestoreTrash",
+        "PurgeTrash",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -124,6 +130,12 @@ impl MetaOp {
             MetaOp::QueueChunks { .. } => 53,
             MetaOp::ScanQueue { .. } => 54,
             MetaOp::Dequeue { .. } => 55,
+            MetaOp::SetQuota { .. } => 56,
+            MetaOp::GetQuota { .. } => 57,
+            MetaOp::ListQuotas => 58,
+            MetaOp::ListTrash => 59,
+            MetaOp::RestoreTrash { .. } => 60,
+            MetaOp::PurgeTrash { .. } => 61,
         }
     }
 
@@ -224,6 +236,12 @@ mod tests {
             MetaOp::GetMap { version: 1 },
             MetaOp::ListPools,
             MetaOp::ListPolicies,
+            MetaOp::ListQuotas,
+            MetaOp::ListTrash,
+            MetaOp::GetQuota {
+                ino: 1,
+                nearest: true,
+            },
             MetaOp::RemovePolicy { name: "p".into() },
             MetaOp::SetPool {
                 ino: 1,

@@ -118,6 +118,58 @@ pub struct PoolInfo {
     pub default_ec: EcScheme,
 }
 
+/// The prefix of the names of files being written under a temporary name (`trove put`, S3
+/// uploads), renamed onto their final name once complete: listings leave them out, and the
+/// metadata service deletes them at once when they are removed (a write given up is not a file
+/// anyone deleted, so it does not go to the trash).
+pub const TMP_NAME_PREFIX: &str = ".trove-tmp.";
+
+/// The limits of a directory tree's quota; 0 means no limit of that kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaLimits {
+    /// Logical bytes (the sum of the sizes of the regular files in the tree) never exceeded.
+    pub bytes_hard: u64,
+    /// Logical bytes that may be exceeded for `grace_ms`, then are enforced as hard.
+    pub bytes_soft: u64,
+    /// Inodes (files, directories, symlinks, special files below the directory) never exceeded.
+    pub inodes_hard: u64,
+    /// Inodes that may be exceeded for `grace_ms`, then are enforced as hard.
+    pub inodes_soft: u64,
+    /// How long a soft limit may stay exceeded.
+    pub grace_ms: u64,
+}
+
+/// A directory tree's quota and its exact usage, as `GetQuota` and `ListQuotas` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaInfo {
+    /// The directory the quota is on.
+    pub ino: Ino,
+    /// Its path.
+    pub path: String,
+    pub limits: QuotaLimits,
+    /// Logical bytes of the regular files below the directory.
+    pub bytes_used: u64,
+    /// Inodes below the directory (not counting the directory itself).
+    pub inodes_used: u64,
+    /// Wall-clock ms since which usage has been over the soft limit of bytes (0: it is not).
+    pub bytes_over_soft_since_ms: u64,
+    /// The same for the soft limit of inodes.
+    pub inodes_over_soft_since_ms: u64,
+}
+
+/// A file in the trash, as `ListTrash` answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrashEntry {
+    /// What `RestoreTrash` and `PurgeTrash` name it by: its name in the trash directory.
+    pub id: String,
+    /// The path it was deleted from.
+    pub path: String,
+    /// When it was deleted, wall-clock ms.
+    pub deleted_ms: u64,
+    pub size: u64,
+    pub ino: Ino,
+}
+
 /// One pool's figures in [`ClusterStatus`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolStatus {
