@@ -26,7 +26,34 @@ mod tracker;
 
 pub use runner::{spawn, Guard, Settings};
 
+use client::{Client, Result};
 use std::time::{Duration, Instant};
+use wire::{ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, WireError};
+
+/// Rewrites chunk `rec` of file `ino` under a new chunk id: read (verified end to end),
+/// written in `target`'s pool and scheme (`None`: the file's, as the nodes allow now), and
+/// swapped in with `ReplaceChunk`, which refuses if the file changed meanwhile (the new chunk is
+/// then given up). Returns the new record and the shard bytes written.
+pub async fn rewrite_chunk(client: &Client, ino: Ino, rec: &ChunkRecord, target: Option<(String, Option<EcScheme>)>) -> Result<(ChunkRecord, u64)> {
+    let data = client.read_chunk(rec, &format!("file {ino}")).await?.to_bytes();
+    let Some(alloc) = client.alloc_chunks_for(ino, 1, Vec::new(), target).await?.pop() else {
+        return Err(WireError::new(ErrorCode::Internal, "the metadata service allocated nothing"));
+    };
+    let new = client.upload_chunk(ino, rec.index, alloc, data).await?;
+    let written = u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
+    let op = MetaOp::ReplaceChunk { ino, expected: rec.clone(), new: new.clone() };
+    match client.meta(op).await {
+        Ok(MetaReply::Ok) => Ok((new, written)),
+        Ok(other) => {
+            client.abandon_chunks(ino, vec![new]).await;
+            Err(client::unexpected(&other))
+        }
+        Err(e) => {
+            client.abandon_chunks(ino, vec![new]).await;
+            Err(e)
+        }
+    }
+}
 
 /// A byte-rate limit for a job's writes.
 pub struct Throttle {

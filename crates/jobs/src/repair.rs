@@ -525,37 +525,7 @@ impl Mover {
         throttle: &mut Throttle,
         report: &mut MoveReport,
     ) -> Result<bool> {
-        let client = &self.client;
-        let data = client
-            .read_chunk(rec, &format!("file {ino}"))
-            .await?
-            .to_bytes();
-        let mut alloc = client.alloc_chunks(ino, 1, Vec::new()).await?;
-        let Some(alloc) = alloc.pop() else {
-            return Err(WireError::new(
-                ErrorCode::Internal,
-                "the metadata service allocated nothing",
-            ));
-        };
-        let new = client.upload_chunk(ino, rec.index, alloc, data).await?;
-        let written =
-            u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
-        let op = MetaOp::ReplaceChunk {
-            ino,
-            expected: rec.clone(),
-            new: new.clone(),
-        };
-        match client.meta(op).await {
-            Ok(MetaReply::Ok) => {}
-            Ok(other) => {
-                client.abandon_chunks(ino, vec![new]).await;
-                return Err(client::unexpected(&other));
-            }
-            Err(e) => {
-                client.abandon_chunks(ino, vec![new]).await;
-                return Err(e);
-            }
-        }
+        let (new, written) = crate::rewrite_chunk(&self.client, ino, rec, None).await?;
         tracing::debug!(
             "mover: chunk {} of file {ino} re-encoded from {} to {}",
             rec.index,

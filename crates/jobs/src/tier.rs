@@ -371,50 +371,9 @@ impl Run {
     }
 
     /// Copies one chunk into the target pool and swaps it in; the bytes written.
-    async fn move_chunk(
-        &self,
-        ino: Ino,
-        rec: &ChunkRecord,
-        target: &Target,
-    ) -> Result<u64, WireError> {
-        let client = &self.client;
-        let data = client
-            .read_chunk(rec, &format!("file {ino}"))
-            .await?
-            .to_bytes();
-        let mut alloc = client
-            .alloc_chunks_for(
-                ino,
-                1,
-                Vec::new(),
-                Some((target.pool.clone(), Some(target.ec))),
-            )
-            .await?;
-        let Some(alloc) = alloc.pop() else {
-            return Err(WireError::new(
-                ErrorCode::Internal,
-                "the metadata service allocated nothing",
-            ));
-        };
-        let new = client.upload_chunk(ino, rec.index, alloc, data).await?;
-        let written =
-            u64::from(new.shard_len) * (new.ec.width() - new.missing.count_ones() as usize) as u64;
-        let op = MetaOp::ReplaceChunk {
-            ino,
-            expected: rec.clone(),
-            new: new.clone(),
-        };
-        match client.meta(op).await {
-            Ok(MetaReply::Ok) => Ok(written),
-            Ok(other) => {
-                client.abandon_chunks(ino, vec![new]).await;
-                Err(client::unexpected(&other))
-            }
-            Err(e) => {
-                client.abandon_chunks(ino, vec![new]).await;
-                Err(e)
-            }
-        }
+    async fn move_chunk(&self, ino: Ino, rec: &ChunkRecord, target: &Target) -> Result<u64, WireError> {
+        let to = Some((target.pool.clone(), Some(target.ec)));
+        Ok(crate::rewrite_chunk(&self.client, ino, rec, to).await?.1)
     }
 }
 
