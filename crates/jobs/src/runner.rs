@@ -286,6 +286,14 @@ impl Leading {
                     && since_pass.min(since_queue) >= RETRY_AFTER));
         let queue = queue && !scrub;
         if !full && !queue && !scrub {
+            // A run the runner started (a queue pass that left work) ends once nothing is
+            // queued any more: the entries it left were settled or dropped meanwhile.
+            if repair.state == JobState::Running && repair.trigger != "operator" && !self.queue_nonempty {
+                let info = JobInfo { state: JobState::Done, finished_ms: now_ms(), ..repair.clone() };
+                if let Err(e) = report_job(service, info).await {
+                    tracing::debug!("jobs: cannot record the end of the repair run: {e}");
+                }
+            }
             self.idle(service, &nodes).await;
             return;
         }
