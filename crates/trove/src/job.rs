@@ -22,18 +22,21 @@ pub enum JobCmd {
     },
     /// Pauses a running job at its next file or chunk; it keeps its place.
     Pause {
+        /// tier, repair or scrub.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
     /// Resumes a paused job where it stopped.
     Resume {
+        /// tier, repair or scrub.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
     /// Cancels a running or paused job.
     Cancel {
+        /// tier, repair or scrub.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
