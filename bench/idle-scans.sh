@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An idle cluster with many chunk records does no scans: a local 6-node 4+2 cluster is filled
+# An idle cluster with many chunk records does no scans: a local cluster (NODES, EC) is filled
 # with FILES small files (one chunk record each: SEEDS files of 1 KiB copied by `trove dataset
 # expand`), left idle to settle, and then the metadata service's own counters are read a
 # minute apart: chunk-record walks (`ScanChunks`), work-queue pages (`ScanQueue`), chunk record
@@ -7,12 +7,16 @@
 #
 #   bench/record.sh idle-scans bench/idle-scans.sh
 #
-# Tunables (environment): SEEDS (default 100), COPIES (default 10000: 1,000,000 files), JOBS
+# Tunables (environment): NODES and EC (default 3 and 2+1: a 1 KiB chunk is two shard files, so
+# a million of them fit a small disk), SEEDS (default 100), COPIES (default 10000: 1,000,000
+# files), JOBS
 # (copies at once, default 32), IDLE_SECONDS (default 60), WORK (default
 # /var/tmp/trove-bench-idle), TROVE (the binary).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 trove=${TROVE:-$here/../target/release/trove}
+nodes=${NODES:-3}
+ec=${EC:-2+1}
 seeds=${SEEDS:-100}
 copies=${COPIES:-10000}
 jobs=${JOBS:-32}
@@ -25,7 +29,7 @@ mkdir -p "$work/seed"
 c="$work/cluster"
 cleanup() { "$trove" cluster stop --dir "$c" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-"$trove" cluster start --dir "$c" --nodes 6 --ec 4+2 --scrub-interval-ms 0 >/dev/null
+"$trove" cluster start --dir "$c" --nodes "$nodes" --ec "$ec" --scrub-interval-ms 0 >/dev/null
 for i in $(seq 1 "$seeds"); do head -c 1024 /dev/urandom > "$work/seed/s$i.bin"; done
 "$trove" --cluster "$c" mkdir /seed
 for f in "$work"/seed/*; do "$trove" --cluster "$c" put "$f" "/seed/$(basename "$f")"; done

@@ -12,8 +12,14 @@
 #
 #   bench/record.sh tiering bench/tiering.sh
 #
-# Both pools' nodes share this machine's disk, so this shows that reads follow the data and
-# that the move does not slow training; it cannot show a slower disk tier. Tunables
+# Then the same with an object pool `cold` (two storage nodes keeping their shards in a bucket of
+# a real Garage S3 server, 1+1) and the tier job moving the data there:
+#   4. from the bucket, under a policy by modification time (reads recall nothing);
+#   5. from the bucket again after another tier run: the data stayed there;
+#   6. under a policy by access time instead (reads recall): run 5's reads brought it back.
+#
+# Both disk pools' nodes and Garage share this machine's disk, so this shows that reads follow
+# the data and that the move does not slow training; it cannot show a slower tier. Tunables
 # (environment): ACCELERATORS (default 4), FILES (default 600), EPOCHS (default 2), AGE (default
 # 30s), WORK (default /var/tmp/trove-bench-tiering), TROVE (the binary).
 set -euo pipefail
@@ -25,11 +31,15 @@ epochs=${EPOCHS:-2}
 age=${AGE:-30s}
 work=${WORK:-/var/tmp/trove-bench-tiering}
 [ -x "$trove" ] || { echo "build first: cargo build --release -p trove" >&2; exit 1; }
+command -v garage >/dev/null || { echo "garage is needed: scripts/deps.sh builds it" >&2; exit 1; }
 
 rm -rf "$work"
 mkdir -p "$work"
 c="$work/cluster"
-cleanup() { "$trove" cluster stop --dir "$c" >/dev/null 2>&1 || true; }
+cleanup() {
+    "$trove" cluster stop --dir "$c" >/dev/null 2>&1 || true
+    if [ -n "${garage_pid:-}" ]; then kill "$garage_pid" 2>/dev/null || true; fi
+}
 trap cleanup EXIT
 "$trove" cluster start --dir "$c" --pool flash=6 --pool hdd=6 --ec 4+2 --tier-schedule off >/dev/null
 "$trove" --cluster "$c" policy add cold --pool hdd --path '/bench/**' --accessed-before "$age"
@@ -127,4 +137,83 @@ echo "layout: $(layout)"
 echo "== run 3: data back in flash"
 status_json; before=$(pool_reads)
 train 3
+status_json; echo "shard bytes served before: $before; after: $(pool_reads)"
+
+echo "== an object pool on Garage"
+g="$work/garage"
+mkdir -p "$g"
+port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+rpc=$(port)
+s3=$(port)
+cat > "$g/garage.toml" <<EOF
+metadata_dir = "$g/meta"
+data_dir = "$g/data"
+db_engine = "sqlite"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$rpc"
+rpc_public_addr = "127.0.0.1:$rpc"
+rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+[s3_api]
+s3_region = "garage"
+api_bind_addr = "127.0.0.1:$s3"
+root_domain = ".s3.garage.localhost"
+EOF
+RUST_LOG=garage=warn garage -c "$g/garage.toml" server > "$g/garage.log" 2>&1 &
+garage_pid=$!
+gar() { garage -c "$g/garage.toml" "$@"; }
+node=
+for _ in $(seq 1 300); do
+    node=$(gar node id -q 2>/dev/null | cut -c1-16) && [ -n "$node" ] && break
+    sleep 0.2
+done
+[ -n "$node" ] || { echo "garage did not start: $(cat "$g/garage.log")" >&2; exit 1; }
+gar layout assign -z dc1 -c 10G "$node" >/dev/null
+gar layout apply --version 1 >/dev/null
+keyinfo=$(gar key create trove-bench)
+key_id=$(echo "$keyinfo" | sed -n 's/^Key ID: *//p')
+echo "$keyinfo" | sed -n 's/^Secret key: *//p' > "$g/secret"
+gar bucket create trove-cold >/dev/null
+gar bucket allow --read --write --owner trove-cold --key trove-bench >/dev/null
+for prefix in n1 n2; do
+    printf '[object]\nendpoint = "http://127.0.0.1:%s"\nbucket = "trove-cold"\nprefix = "%s"\nregion = "garage"\naccess_key_id = "%s"\nsecret_access_key_file = "%s"\nallow_http = true\n' \
+        "$s3" "$prefix" "$key_id" "$g/secret" > "$g/$prefix.toml"
+    for _ in $(seq 1 30); do
+        "$trove" cluster add-node --dir "$c" --pool cold --object "$g/$prefix.toml" >/dev/null && break
+        sleep 1
+    done
+done
+"$trove" --cluster "$c" pool list
+
+echo "== policy by modification time: /bench to the bucket, and reads recall nothing"
+"$trove" --cluster "$c" policy rm cold
+"$trove" --cluster "$c" policy add archive --pool cold --ec 1+1 --path '/bench/**' --modified-before "$age" --before hot
+"$trove" --cluster "$c" policy list
+wait_tier
+echo "layout: $(layout)"
+
+echo "== run 4: data in the bucket"
+status_json; before=$(pool_reads)
+train 4
+status_json; echo "shard bytes served before: $before; after: $(pool_reads)"
+
+echo "== the tier job again: by modification time the data stays in the bucket"
+sleep 2
+wait_tier
+echo "layout: $(layout)"
+
+echo "== run 5: data still in the bucket"
+status_json; before=$(pool_reads)
+train 5
+status_json; echo "shard bytes served before: $before; after: $(pool_reads)"
+
+echo "== policy by access time instead: what run 5 read is recalled to flash"
+"$trove" --cluster "$c" policy rm archive
+"$trove" --cluster "$c" policy add archive --pool cold --ec 1+1 --path '/bench/**' --accessed-before "$age" --before hot
+sleep 2
+wait_tier
+echo "layout: $(layout)"
+
+echo "== run 6: data recalled to flash"
+status_json; before=$(pool_reads)
+train 6
 status_json; echo "shard bytes served before: $before; after: $(pool_reads)"

@@ -334,6 +334,19 @@ impl Run {
             }
         };
         let moved = !to_move.is_empty();
+        // Re-coding in place to a scheme with more data or parity shards: the file's scheme
+        // widens first (to cover both: a chunk is never wider than its file's scheme), then
+        // the chunks follow, then the scheme settles on the target below.
+        let (old_ec, new_ec) = (file_attr.ec, target.ec);
+        if moved && file_attr.pool == target.pool_id && (new_ec.k > old_ec.k || new_ec.m > old_ec.m) {
+            let cover = EcScheme { k: old_ec.k.max(new_ec.k), m: old_ec.m.max(new_ec.m) };
+            let op = MetaOp::SetFilePool { ino, pool: target.pool.clone(), ec: Some(cover) };
+            match self.client.meta(op).await {
+                Ok(_) => {}
+                Err(e) if e.code == ErrorCode::Changed => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
         let mut failed = 0u64;
         for batch in to_move.chunks(self.impact.chunks_max.max(1)) {
             let moves = batch.iter().map(|rec| self.move_chunk(ino, rec, target));
@@ -367,7 +380,8 @@ impl Run {
                 Err(e) => return Err(e),
             }
         }
-        Ok(moved || !in_place)
+        // A file counts as moved once all of it is where its policy wants it.
+        Ok(failed == 0 && (moved || !in_place))
     }
 
     /// Copies one chunk into the target pool and swaps it in; the bytes written.
@@ -389,5 +403,25 @@ mod tests {
         assert!(before(&c("/a/b"), &c("/a/c")));
         assert!(!before(&c("/b"), &c("/a/z")));
         assert!(!before(&c("/a/b"), &c("/a/b")));
+    }
+
+    #[test]
+    fn the_impact_window_sets_the_rate_while_it_is_open() {
+        let hour_ms = 3_600_000;
+        let day_ms = 24 * hour_ms;
+        let impact = Impact {
+            bytes_per_s: 100 << 20,
+            window_bytes_per_s: 10 << 20,
+            window: Some(crate::schedule::Window::parse("08:00-18:00").expect("window")),
+            chunks_max: 4,
+        };
+        // Some day, at 07:59, 08:00, 17:59 and 18:00 UTC.
+        let day = 20_000 * day_ms;
+        assert_eq!(impact.rate(day + 8 * hour_ms - 60_000), 100 << 20);
+        assert_eq!(impact.rate(day + 8 * hour_ms), 10 << 20);
+        assert_eq!(impact.rate(day + 18 * hour_ms - 60_000), 10 << 20);
+        assert_eq!(impact.rate(day + 18 * hour_ms), 100 << 20);
+        let always = Impact { window: None, ..impact };
+        assert_eq!(always.rate(day + 12 * hour_ms), 100 << 20);
     }
 }

@@ -48,7 +48,12 @@ pub async fn control(
     let state = job.state;
     match action {
         JobAction::Start { path } => {
-            if state.active() {
+            // The repair job's automatic runs (a work-queue pass that left chunks it could not
+            // settle yet, a placement map change) stay running until their work is done; an
+            // operator's start takes such a run over as a full walk instead of being refused.
+            let automatic_repair =
+                name == "repair" && state == JobState::Running && job.trigger != "operator";
+            if state.active() && !automatic_repair {
                 fail!(
                     Exists,
                     "job {name} is {} (run {}, started by {}); cancel it first to start it again",

@@ -159,25 +159,12 @@ impl StorageService {
             StorageOp::Scrub { after, limit } => {
                 // Each object read whole from the store and verified here, on the node that
                 // fronts it: nothing crosses the cluster's network.
-                let limit = limit.min(crate::store::SCRUB_KEYS_MAX);
-                let keys = object.list(after, limit);
-                let more = keys.len() == limit as usize;
-                let (mut checked, mut bytes, mut bad) = (0u32, 0u64, Vec::new());
+                let keys = object.list(after, limit.min(crate::store::SCRUB_KEYS_MAX));
+                let mut tally = crate::store::ScrubTally::default();
                 for &key in &keys {
-                    match object.get(key, 0, 0).await {
-                        Ok((_, _, data)) => {
-                            checked += 1;
-                            bytes += data.len() as u64;
-                        }
-                        Err(e) if matches!(e.code, wire::ErrorCode::Corrupt | wire::ErrorCode::Io) => {
-                            checked += 1;
-                            bad.push((key, e.message));
-                        }
-                        Err(_) => {}
-                    }
+                    tally.note(key, object.get(key, 0, 0).await.map(|(_, _, data)| data.len()));
                 }
-                let last = keys.last().copied();
-                (Ok(StorageReply::Scrubbed { checked, bytes, bad, last, more }), none)
+                (Ok(tally.reply(&keys, limit)), none)
             }
             StorageOp::Stat => (
                 Ok(StorageReply::Stat {

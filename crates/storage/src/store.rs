@@ -50,6 +50,44 @@ const HASH_DIRS: usize = 256;
 /// Number of per-key lock stripes serialising puts and deletes of the same key.
 const STRIPES: usize = 256;
 
+/// What one page of a scrub found, whichever backend the shards live on: a shard that reads
+/// back is counted with its bytes, one that fails its checks (or cannot be read) is named with
+/// the cause, and one deleted meanwhile is passed over.
+#[derive(Default)]
+pub struct ScrubTally {
+    checked: u32,
+    bytes: u64,
+    bad: Vec<(ShardKey, String)>,
+}
+
+impl ScrubTally {
+    /// Notes the outcome of reading shard `key` whole (its length on success).
+    pub fn note(&mut self, key: ShardKey, read: Result<usize, wire::WireError>) {
+        match read {
+            Ok(len) => {
+                self.checked += 1;
+                self.bytes += len as u64;
+            }
+            Err(e) if matches!(e.code, wire::ErrorCode::Corrupt | wire::ErrorCode::Io) => {
+                self.checked += 1;
+                self.bad.push((key, e.message));
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The reply for a page of `keys`, listed with `limit` (more follow if the page is full).
+    pub fn reply(self, keys: &[ShardKey], limit: u32) -> wire::StorageReply {
+        wire::StorageReply::Scrubbed {
+            checked: self.checked,
+            bytes: self.bytes,
+            bad: self.bad,
+            last: keys.last().copied(),
+            more: keys.len() == limit.min(SCRUB_KEYS_MAX) as usize,
+        }
+    }
+}
+
 /// What the store needs to open.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -1047,25 +1085,14 @@ impl ShardStore {
     /// A shard deleted meanwhile is passed over. Blocking.
     pub fn scrub(&self, after: Option<ShardKey>, limit: u32) -> wire::StorageReply {
         let keys = self.list(after, limit.min(SCRUB_KEYS_MAX));
-        let more = keys.len() == limit.min(SCRUB_KEYS_MAX) as usize;
-        let (mut checked, mut bytes, mut bad) = (0u32, 0u64, Vec::new());
+        let mut tally = ScrubTally::default();
         for &key in &keys {
             self.open_files.forget(key);
-            match self.get(key, 0, 0) {
-                Ok((_, _, data)) => {
-                    checked += 1;
-                    bytes += data.len() as u64;
-                }
-                Err(e) if matches!(e.code, wire::ErrorCode::Corrupt | wire::ErrorCode::Io) => {
-                    checked += 1;
-                    bad.push((key, e.message));
-                }
-                Err(_) => {}
-            }
+            tally.note(key, self.get(key, 0, 0).map(|(_, _, data)| data.len()));
             // What scrub read once is not worth a descriptor.
             self.open_files.forget(key);
         }
-        wire::StorageReply::Scrubbed { checked, bytes, bad, last: keys.last().copied(), more }
+        tally.reply(&keys, limit)
     }
 
     /// Keys strictly after `after`, in order, at most `limit` (capped at [`LIST_KEYS_MAX`]).

@@ -775,6 +775,87 @@ async fn metadata_server_killed_mid_load_fails_no_operation() {
     lab.log("done");
 }
 
+/// The job engine across a metadata failover: a tier run started by hand (re-coding /data from
+/// 4+2 to 6+2 in the default pool, slowed to 4 MiB/s) is under way when the metadata host that
+/// holds the lease, and so runs the jobs, is SIGKILLed; the survivor takes the lease, takes the
+/// same run up from the cursor in its record (no file before the cursor judged again), and ends
+/// it; every file is in 6+2 and reads back bit-exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
+    let _serial = one_lab_at_a_time();
+    const LEASE_MS: u64 = 3000;
+    let lab = Lab::start(LabOptions {
+        meta_extra: format!("lease_ms = {LEASE_MS}\nscrub_interval_ms = 0\ntier_schedule = \"off\"\ntier_bytes_per_s = 4194304\n"),
+        ..LabOptions::default()
+    });
+    let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(20), "a lease holder", |s| s["leader"].is_string());
+    let leader = status["leader"].as_str().unwrap_or_default().to_string();
+    let Some(victim) = BOTH.into_iter().find(|&m| lab.meta(m).addr() == leader) else {
+        lab.fail(&format!("the leader {leader:?} is no metadata host of the lab: {status:#}"));
+    };
+    let survivor = 1 - victim;
+    let client = lab.client_of(&[survivor], client::ClientOptions::default()).await;
+    let files: Vec<FileSpec> = (0..16).map(|i| (format!("/data/f{i:02}.bin"), 500 + i as u64, 3 * MIB + i)).collect();
+    write_all(&lab, &client, &files, "16 files of 3 MiB in 4+2").await;
+    let cli_ok = |meta: usize, args: &[&str]| {
+        let out = lab.cli(meta, args, Duration::from_secs(20)).unwrap_or_else(|e| lab.fail(&e));
+        if !out.status.success() {
+            lab.fail(&format!("trove {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)));
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tier = |meta: usize| -> serde_json::Value {
+        let all: serde_json::Value = serde_json::from_str(&cli_ok(meta, &["job", "status", "--json"])).unwrap_or_else(|e| lab.fail(&format!("job status --json: {e}")));
+        all.as_array().and_then(|a| a.iter().find(|j| j["name"] == "tier")).cloned().unwrap_or_else(|| lab.fail(&format!("no tier job in {all:#}")))
+    };
+    cli_ok(survivor, &["policy", "add", "wide", "--pool", "default", "--ec", "6+2", "--path", "/data/**"]);
+    cli_ok(survivor, &["job", "start", "tier"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tier(survivor)["files_moved"].as_u64().unwrap_or(0) < 3 {
+        if Instant::now() > deadline {
+            lab.fail(&format!("the tier run made no progress: {:#}", tier(survivor)));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let before = tier(survivor);
+    lab.meta(victim).kill();
+    lab.log(&format!("SIGKILLed {} (lease holder) with the tier run at {} files moved", lab.meta(victim).name, before["files_moved"]));
+    let survivor_addr = lab.meta(survivor).addr();
+    wait_status(&lab, &[survivor], Duration::from_secs(30), "survivor holds the lease", |s| s["leader"].as_str() == Some(survivor_addr.as_str()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let done = loop {
+        let j = tier(survivor);
+        if j["state"] == "done" {
+            break j;
+        }
+        if j["state"] == "failed" || Instant::now() > deadline {
+            lab.fail(&format!("the tier run did not end after the failover: {j:#}"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    if done["run"] != before["run"] {
+        lab.fail(&format!("a new run ({}) instead of the one under way ({}) went on: {done:#}", done["run"], before["run"]));
+    }
+    let log = lab.meta(survivor).log_tail(100_000);
+    if !log.contains("goes on here after") {
+        lab.fail(&format!("{} did not take the run up from its cursor:\n{}", lab.meta(survivor).name, log.lines().filter(|l| l.contains("job tier")).collect::<Vec<_>>().join("\n")));
+    }
+    if done["items_seen"].as_u64().unwrap_or(u64::MAX) > files.len() as u64 + 3 {
+        lab.fail(&format!("files before the cursor were judged again: {done:#}"));
+    }
+    lab.log(&format!("the run ended on {}: {} files moved, {} items seen", lab.meta(survivor).name, done["files_moved"], done["items_seen"]));
+    for (path, _, _) in &files {
+        let ino = client.resolve(path).await.unwrap_or_else(|e| lab.fail(&format!("{path}: {e}"))).ino;
+        let (_, recs) = client.chunk_records(ino).await.unwrap_or_else(|e| lab.fail(&format!("{path}: {e}")));
+        if let Some(r) = recs.iter().find(|r| r.ec.to_string() != "6+2" || r.missing != 0) {
+            lab.fail(&format!("{path}: chunk {} in {} with missing {:#x} after the run", r.index, r.ec, r.missing));
+        }
+    }
+    let fresh = lab.client_of(&[survivor], client::ClientOptions::default()).await;
+    check_all(&lab, &fresh, &files, "after the failover mid-run").await;
+    lab.log("done");
+}
+
 /// Issue evidence 4: under load, every storage host is restarted one at a time, then every
 /// metadata host, then PostgreSQL (`pg_ctl restart -m fast`, which ends every connection of the
 /// metadata servers); no client operation may fail in any phase, every acknowledged write reads

@@ -5,9 +5,13 @@
 //! the S3 gateway and `trove get` after them, and files read again (their atime moved by the
 //! read, batched by the client) go back to `flash` at the next run. Pausing keeps the job's place, resuming goes
 //! on from it, a storage node killed during a move loses nothing, and a metadata server
-//! restarted mid-run resumes the run from its record's cursor.
+//! restarted mid-run resumes the run from its record's cursor. With an object pool on a real S3
+//! server that is not Trove (Garage), files age from flash to hdd to the bucket; one read
+//! without moving its atime stays in the bucket and is served from it, one read through S3 is
+//! recalled to flash by the next run.
 
 mod common;
+mod garage;
 mod gw;
 mod mnt;
 
@@ -67,9 +71,7 @@ fn add_policies(c: &str, age: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tier_job_moves_files_by_last_access_and_back_when_they_are_read() {
-    if mnt::fuse_missing() {
-        return;
-    }
+    assert!(!mnt::fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
     gw::need("aws");
     let cluster = TestCluster::start_with(
         0,
@@ -235,4 +237,99 @@ async fn a_tier_run_pauses_resumes_survives_a_node_loss_and_a_metadata_restart()
     for (path, data) in &files {
         get_matches(&c, path, data, scratch.path());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_read() {
+    assert!(!mnt::fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
+    gw::need("aws");
+    let garage = garage::Garage::start("trove-tier");
+    let cluster = TestCluster::start_with(
+        0,
+        "2+1",
+        &["--pool", "flash=3", "--pool", "hdd=3", "--tier-schedule", "every 2s", "--gc-grace-ms", "2000"],
+    );
+    let c = cluster.dir_str();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let secret = scratch.path().join("s3.secret");
+    std::fs::write(&secret, format!("{}\n", garage.secret)).expect("write secret");
+    for prefix in ["n1", "n2"] {
+        let table = scratch.path().join(format!("{prefix}.toml"));
+        std::fs::write(&table, garage.object_table(prefix, &secret)).expect("write object table");
+        run_ok(&["cluster", "add-node", "--dir", &c, "--pool", "cold", "--object", table.to_str().expect("utf-8")]);
+    }
+    let files: Vec<(&str, Vec<u8>)> = vec![("/data/a.bin", content(21, (6 << 20) + 3)), ("/data/b.bin", content(22, 3 << 20)), ("/data/c.bin", content(23, 1000))];
+    run_ok(&["--cluster", &c, "mkdir", "/data"]);
+    for (path, data) in &files {
+        let local = scratch.path().join("f");
+        std::fs::write(&local, data).expect("write");
+        run_ok(&["--cluster", &c, "put", local.to_str().expect("utf-8"), path]);
+        assert!(in_pool(&c, path, "flash"), "{path} starts in flash: {:?}", pools_of(&c, path));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while job(&c, "tier")["schedule"] != "every 2 s" {
+        assert!(Instant::now() < deadline, "the schedule is not shown: {:#}", job(&c, "tier"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Not read for 5 s: hdd; for 14 s: the bucket, two copies; read again: flash.
+    run_ok(&["--cluster", &c, "policy", "add", "archive", "--pool", "cold", "--ec", "1+1", "--path", "/data/**", "--accessed-before", "14s"]);
+    run_ok(&["--cluster", &c, "policy", "add", "cool", "--pool", "hdd", "--path", "/data/**", "--accessed-before", "5s"]);
+    run_ok(&["--cluster", &c, "policy", "add", "hot", "--pool", "flash"]);
+
+    // Read bit-exact through a mount that leaves atimes alone, all the way to the bucket; each
+    // file is seen in hdd on the way.
+    let quiet = mnt::Mount::start(&cluster, "noatime", &["--noatime", "--direct-io"]);
+    let mut seen_in_hdd = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut all_cold = true;
+        for (path, data) in &files {
+            assert!(std::fs::read(quiet.join(&path[1..])).expect("read through the mount") == *data, "{path} read while it ages");
+            if in_pool(&c, path, "hdd") {
+                seen_in_hdd.insert(path.to_string());
+            }
+            all_cold &= in_pool(&c, path, "cold");
+        }
+        if all_cold {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not in the bucket: {:?}; job {:#}", files.iter().map(|(p, _)| pools_of(&c, p)).collect::<Vec<_>>(), job(&c, "tier"));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert_eq!(seen_in_hdd.len(), files.len(), "every file passed through hdd: {seen_in_hdd:?}");
+    // Their shards are objects in Garage, under the two nodes' prefixes.
+    let objects: Vec<(String, u64)> = ["n1/", "n2/"].iter().flat_map(|p| garage.list(p)).collect();
+    for (path, _) in &files {
+        let layout: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "stat", "--layout", "--json", path])).expect("JSON");
+        for chunk in layout["chunks"].as_array().expect("chunks") {
+            let id = chunk["id"].as_str().expect("chunk id");
+            let n = objects.iter().filter(|(k, _)| k.contains(&format!("/shards/{id}."))).count();
+            assert_eq!(n, 2, "{path}: chunk {id} has its two copies in the bucket: {chunk}");
+        }
+    }
+
+    // Without recall: read through the quiet mount, b.bin stays in the bucket across runs and
+    // is served from there.
+    for _ in 0..3 {
+        assert!(std::fs::read(quiet.join("data/b.bin")).expect("mount read") == files[1].1, "b.bin from the bucket");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(in_pool(&c, "/data/b.bin", "cold"), "b.bin, read without its atime moving, stays: {:?}", pools_of(&c, "/data/b.bin"));
+
+    // With recall: a.bin read through the S3 gateway (its atime moves) goes back to flash.
+    let gateway = gw::Gateway::s3(&cluster, "s3-recall", &[]);
+    let home = tempfile::tempdir().expect("aws home");
+    let s3_out = scratch.path().join("s3-a");
+    gw::run_ok(gw::aws(&gateway, home.path()).args(["s3", "cp", "s3://data/a.bin"]).arg(&s3_out));
+    assert!(std::fs::read(&s3_out).expect("s3 copy") == files[0].1, "a.bin through S3, from the bucket");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !in_pool(&c, "/data/a.bin", "flash") {
+        assert!(Instant::now() < deadline, "a.bin, read, was not recalled: {:?}; job {:#}", pools_of(&c, "/data/a.bin"), job(&c, "tier"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(in_pool(&c, "/data/b.bin", "cold"), "b.bin stays in the bucket: {:?}", pools_of(&c, "/data/b.bin"));
+    assert!(std::fs::read(quiet.join("data/a.bin")).expect("mount read") == files[0].1, "a.bin back in flash");
+    get_matches(&c, "/data/a.bin", &files[0].1, scratch.path());
+    drop(gateway);
+    quiet.stop();
 }
