@@ -20,13 +20,13 @@
 #
 # Both disk pools' nodes and Garage share this machine's disk, so this shows that reads follow
 # the data and that the move does not slow training; it cannot show a slower tier. Tunables
-# (environment): ACCELERATORS (default 4), FILES (default 600), EPOCHS (default 2), AGE (default
+# (environment): ACCELERATORS (default 4), DATASET_GIB (default 4), EPOCHS (default 2), AGE (default
 # 30s), WORK (default /var/tmp/trove-bench-tiering), TROVE (the binary).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 trove=${TROVE:-$here/../target/release/trove}
 accelerators=${ACCELERATORS:-4}
-files=${FILES:-600}
+gib=${DATASET_GIB:-4}
 epochs=${EPOCHS:-2}
 age=${AGE:-30s}
 work=${WORK:-/var/tmp/trove-bench-tiering}
@@ -71,12 +71,12 @@ layout() {
     "$trove" --cluster "$c" du --by-pool --json /bench | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(" ".join(f"{p[\"pool\"]}: {p[\"files\"]} files, {p[\"bytes\"]} bytes" for p in d["pools"]))'
+print(" ".join("{}: {} files, {} bytes".format(p["pool"], p["files"], p["bytes"]) for p in d["pools"]))'
 }
 
 train() {
     "$trove" --cluster "$c" bench train --workload resnet50 --accelerators "$accelerators" \
-        --files "$files" --epochs "$epochs" --quiet --json > "$work/train-$1.json"
+        --dataset-gib "$gib" --epochs "$epochs" --quiet --json > "$work/train-$1.json"
     python3 - "$work/train-$1.json" "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -110,7 +110,7 @@ print(j['state'] if j['run'] == $run else 'other')")
 }
 
 echo "== generate the dataset in flash"
-"$trove" --cluster "$c" bench train --workload resnet50 --accelerators "$accelerators" --files "$files" --generate-only --quiet >/dev/null
+"$trove" --cluster "$c" bench train --workload resnet50 --accelerators "$accelerators" --dataset-gib "$gib" --generate-only --quiet >/dev/null
 echo "layout: $(layout)"
 
 echo "== run 1: data in flash"

@@ -84,8 +84,9 @@ struct Inner {
     /// Bumped by every change of the write side (see the module text).
     generation: AtomicU64,
     state: Mutex<State>,
-    /// The file's attributes at open, until its first read notes the access (`atime.rs`).
-    unread: parking_lot::Mutex<Option<Attr>>,
+    /// The file's attributes at open, with the atime as this handle's reads last moved it
+    /// (`atime.rs`).
+    read_attr: parking_lot::Mutex<Attr>,
 }
 
 #[derive(Default)]
@@ -186,7 +187,7 @@ impl ReadSide {
                 what: format!("inode {ino}"),
                 generation: AtomicU64::new(0),
                 state: Mutex::new(state),
-                unread: parking_lot::Mutex::new(Some(attr.clone())),
+                read_attr: parking_lot::Mutex::new(attr.clone()),
             }),
         }
     }
@@ -403,8 +404,14 @@ impl ReadSide {
     /// holds from it.
     pub(crate) async fn read_with(&self, offset: u64, len: usize, size: u64, local: &dyn LocalChunks) -> Result<Bytes> {
         let reading = std::time::Instant::now();
-        if let Some(attr) = self.inner.unread.lock().take() {
-            self.inner.client.note_read(&attr);
+        {
+            // Every read may move the atime (relatime's rule, with the cluster's lag), not only
+            // the first after the open: a file kept open and read for longer than a policy's
+            // age still counts as read.
+            let mut attr = self.inner.read_attr.lock();
+            if self.inner.client.note_read(&attr) {
+                attr.atime = wire::Timestamp::now();
+            }
         }
         let started = crate::metered::table().start();
         let out = self.read_pieces(offset, len, size, local).await;

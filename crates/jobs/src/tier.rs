@@ -80,6 +80,9 @@ pub struct Run {
     started: Instant,
     busy_before_ms: u64,
     last_report: Instant,
+    /// The first chunk this run could not move, and why (logged and kept in the record's
+    /// message: the rest usually fail alike).
+    first_failure: Option<String>,
 }
 
 /// Why a run stopped before the end.
@@ -121,6 +124,7 @@ impl Run {
             pools: HashMap::new(),
             started: Instant::now(),
             busy_before_ms,
+            first_failure: None,
             // The first checkpoint (before any file) asks the record at once: a run taken up
             // while paused waits before moving anything.
             last_report: Instant::now().checked_sub(REPORT_INTERVAL).unwrap_or_else(Instant::now),
@@ -140,7 +144,7 @@ impl Run {
                     self.info.progress.chunks_moved,
                     self.info.progress.bytes_moved,
                     self.info.progress.chunks_failed
-                ),
+                ) + &self.first_failure.as_ref().map_or(String::new(), |f| format!("; the first: {f}")),
             ),
             Err(Ok(Stop::Cancelled)) | Err(Ok(Stop::Superseded)) => return,
             Err(Err(e)) => (JobState::Failed, e.to_string()),
@@ -351,7 +355,7 @@ impl Run {
         for batch in to_move.chunks(self.impact.chunks_max.max(1)) {
             let moves = batch.iter().map(|rec| self.move_chunk(ino, rec, target));
             let results = futures::future::join_all(moves).await;
-            for result in results {
+            for (rec, result) in batch.iter().zip(results) {
                 match result {
                     Ok(bytes) => {
                         self.info.progress.chunks_moved += 1;
@@ -361,7 +365,13 @@ impl Run {
                     Err(e) => {
                         failed += 1;
                         self.info.progress.chunks_failed += 1;
-                        tracing::debug!("job tier: file {ino}: {e}");
+                        let what = format!("file {ino} chunk {} to pool {}: {e}", rec.index, target.pool);
+                        if self.first_failure.is_none() {
+                            tracing::warn!("job tier: run {}: cannot move {what} (further failures of this run are counted, not logged)", self.info.run);
+                            self.first_failure = Some(what);
+                        } else {
+                            tracing::debug!("job tier: cannot move {what}");
+                        }
                     }
                 }
             }

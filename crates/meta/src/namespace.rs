@@ -1656,9 +1656,6 @@ async fn set_file_pool(
     Ok(MetaReply::Attr(rec.attr))
 }
 
-/// How long an atime may lag behind reads before a read moves it (relatime's day).
-pub const ATIME_LAG_S: i64 = 24 * 3600;
-
 /// Records reads of files at `atime`, with relatime's rule (see `MetaOp::TouchAtimes`).
 async fn touch_atimes(txn: &mut dyn KvTxn, inos: &[Ino], atime: Timestamp) -> TxResult<MetaReply> {
     if inos.len() as u64 > CHUNKS_PER_CALL_MAX {
@@ -1668,13 +1665,14 @@ async fn touch_atimes(txn: &mut dyn KvTxn, inos: &[Ino], atime: Timestamp) -> Tx
             inos.len()
         );
     }
+    // Relatime's rule, with a lag fine enough for the policies that judge atimes.
+    let lag_s = wire::policy::atime_lag_s(&crate::policies::read(txn).await?);
     for &ino in inos {
         let Some(mut rec) = get::<InodeRec>(txn, &keys::inode(ino)).await? else {
             continue;
         };
         let a = rec.attr.atime;
-        let stale =
-            a <= rec.attr.mtime || a <= rec.attr.ctime || a.secs + ATIME_LAG_S <= atime.secs;
+        let stale = wire::policy::atime_due(a, rec.attr.mtime, rec.attr.ctime, atime, lag_s);
         if stale && atime > a {
             rec.attr.atime = atime;
             store_inode(txn, &rec).await?;

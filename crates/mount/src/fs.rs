@@ -800,6 +800,8 @@ impl Filesystem for TroveFs {
         // Called on fuser's own thread, never inside the runtime, so blocking on it is allowed.
         self.runtime.block_on(async move {
             shared.flush_all().await;
+            // The last second's reads still move their files' atimes.
+            shared.client.send_atimes().await;
             if !lock(&shared.held_locks).is_empty() {
                 // Ending the session releases every lock this mount still holds, at once.
                 if let Err(e) = shared.client.renew_lease(shared.mount_id, 0).await {

@@ -407,7 +407,13 @@ async fn run(cli: Cli) -> Result<()> {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out, force).await
         }
         Command::Put { local, remote, .. } => cmds::put(&cmds::connect(cluster).await?, &local, &remote).await,
-        Command::Get { remote, local, .. } => cmds::get(&cmds::connect(cluster).await?, &remote, &local).await,
+        Command::Get { remote, local, .. } => {
+            let client = cmds::connect(cluster).await?;
+            let got = cmds::get(&client, &remote, &local).await;
+            // The read moves the file's atime before the process ends.
+            client.send_atimes().await;
+            got
+        }
         Command::Cat { remote, .. } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
         Command::Ls { remote, long, .. } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
         Command::Stat { remote, layout: false, .. } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,

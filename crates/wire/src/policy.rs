@@ -17,6 +17,29 @@ pub const POLICIES_MAX: usize = 256;
 /// Longest glob pattern of a policy.
 pub const POLICY_GLOB_BYTES_MAX: usize = 1024;
 
+/// The coarsest an atime gets: relatime's day (a read always moves an atime this old).
+pub const ATIME_LAG_MAX_S: i64 = 24 * 3600;
+
+/// How old a file's atime may get before a read moves it: relatime's day, or half the
+/// shortest age a policy judges atimes by (at least a second), so that such a policy sees every
+/// file read within half its age as read. The metadata service applies it; clients use it to
+/// skip reads there is nothing to record for.
+pub fn atime_lag_s(policies: &[FilePolicy]) -> i64 {
+    policies
+        .iter()
+        .flat_map(|p| [p.rule.atime_age_s_min, p.rule.atime_age_s_max])
+        .flatten()
+        .map(|age| i64::try_from(age / 2).unwrap_or(i64::MAX).max(1))
+        .fold(ATIME_LAG_MAX_S, i64::min)
+}
+
+/// Whether a read at `now` moves atime `atime` of a file last written at `mtime` and changed
+/// at `ctime`: relatime's rule (an atime not later than the mtime or ctime, or older than
+/// `lag_s`), with the lag of [`atime_lag_s`].
+pub fn atime_due(atime: Timestamp, mtime: Timestamp, ctime: Timestamp, now: Timestamp, lag_s: i64) -> bool {
+    atime <= mtime || atime <= ctime || atime.secs.saturating_add(lag_s) <= now.secs
+}
+
 /// One file pool policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilePolicy {
@@ -235,6 +258,25 @@ fn matches_from(p: &[char], t: &[char]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_atime_lag_is_a_day_or_half_the_shortest_access_age() {
+        let policy = |min: Option<u64>, max: Option<u64>| FilePolicy {
+            name: "p".into(),
+            rule: PolicyRule { atime_age_s_min: min, atime_age_s_max: max, ..PolicyRule::default() },
+            action: PolicyAction { pool: "hdd".into(), ec: None },
+        };
+        assert_eq!(atime_lag_s(&[]), ATIME_LAG_MAX_S);
+        assert_eq!(atime_lag_s(&[policy(None, None)]), ATIME_LAG_MAX_S);
+        assert_eq!(atime_lag_s(&[policy(Some(30), None), policy(None, Some(3600))]), 15);
+        assert_eq!(atime_lag_s(&[policy(None, Some(1))]), 1);
+        assert_eq!(atime_lag_s(&[policy(Some(7 * 86400), None)]), ATIME_LAG_MAX_S);
+        let t = |secs| Timestamp { secs, nanos: 0 };
+        // Read after a write: moves. Read again within the lag: does not; after it: moves.
+        assert!(atime_due(t(100), t(100), t(100), t(101), 15));
+        assert!(!atime_due(t(101), t(100), t(100), t(115), 15));
+        assert!(atime_due(t(101), t(100), t(100), t(116), 15));
+    }
 
     #[test]
     fn globs_keep_single_stars_within_a_component() {
