@@ -15,8 +15,9 @@
 # Then the same with an object pool `cold` (two storage nodes keeping their shards in a bucket of
 # a real Garage S3 server, 1+1) and the tier job moving the data there:
 #   4. from the bucket, under a policy by modification time (reads recall nothing);
-#   5. from the bucket again after another tier run: the data stayed there;
-#   6. under a policy by access time instead (reads recall): run 5's reads brought it back.
+#   5. from the bucket again after another tier run (the data stayed there), now under a
+#      policy by access time (reads recall);
+#   6. from flash: the tier run after run 5 brought back what it read.
 #
 # Both disk pools' nodes and Garage share this machine's disk, so this shows that reads follow
 # the data and that the move does not slow training; it cannot show a slower tier. Tunables
@@ -201,14 +202,16 @@ sleep 2
 wait_tier
 echo "layout: $(layout)"
 
+echo "== policy by access time instead (reads from now on recall)"
+"$trove" --cluster "$c" policy rm archive
+"$trove" --cluster "$c" policy add archive --pool cold --ec 1+1 --path '/bench/**' --accessed-before "$age" --before hot
+
 echo "== run 5: data still in the bucket"
 status_json; before=$(pool_reads)
 train 5
 status_json; echo "shard bytes served before: $before; after: $(pool_reads)"
 
-echo "== policy by access time instead: what run 5 read is recalled to flash"
-"$trove" --cluster "$c" policy rm archive
-"$trove" --cluster "$c" policy add archive --pool cold --ec 1+1 --path '/bench/**' --accessed-before "$age" --before hot
+echo "== the tier job again: what run 5 read is recalled to flash"
 sleep 2
 wait_tier
 echo "layout: $(layout)"
