@@ -14,6 +14,9 @@
 //!   or carried `Expect: 100-continue` and was answered without `100 Continue`, gets
 //!   `Connection: close`: botocore mishandles the next response on such a connection and waits
 //!   for its read timeout (boto/botocore#3010).
+//! - **CORS.** A preflight (`OPTIONS` on a bucket or object) is answered here from the
+//!   bucket's rules, unauthenticated as in S3; an answer to a request carrying `Origin` gets
+//!   the allowing rule's `Access-Control-*` headers.
 //! - **Logs.** A 5xx answer is logged at WARN with its code and message, anything else at DEBUG
 //!   at most; s3s's own lines are held back (see `quiet.rs`).
 
@@ -38,6 +41,8 @@ pub const XML_BODY_BYTES_MAX: usize = 4 << 20;
 #[derive(Clone)]
 pub struct Front {
     pub inner: s3s::service::S3Service,
+    /// For the buckets' CORS rules (see [`crate::cors`]).
+    pub client: client::Client,
     /// `body_idle_timeout_ms`.
     pub body_stall: Duration,
     /// Where requests run, so s3s's own log lines are held back.
@@ -137,9 +142,35 @@ fn error_response(e: S3Error) -> Result<HttpResponse, HttpError> {
 }
 
 impl Front {
+    /// Answers a CORS preflight for `bucket`.
+    async fn preflight(&self, bucket: &str, headers: &http::HeaderMap) -> Result<HttpResponse, HttpError> {
+        let answer = match crate::cors::load(&self.client, bucket).await {
+            Ok(rules) => crate::cors::preflight(rules.as_deref(), headers).map_err(S3Error::from),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(cors) => {
+                let mut resp = HttpResponse::new(s3s::Body::empty());
+                resp.headers_mut().extend(cors);
+                resp.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from(0));
+                Ok(resp)
+            }
+            Err(e) => error_response(e),
+        }
+    }
+
     async fn handle(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
         let metered = crate::metered::Request::new(&parts.method, &parts.uri, &parts.headers);
+        let bucket = bucket_of(&parts.uri);
+        if parts.method == Method::OPTIONS {
+            if let Some(bucket) = &bucket {
+                let resp = self.preflight(bucket, &parts.headers).await?;
+                metered.finish(resp.status(), resp.headers());
+                return Ok(resp);
+            }
+        }
+        let origin = parts.headers.get("origin").and_then(|v| v.to_str().ok()).map(str::to_string);
         let method = parts.method.clone();
         let uri = parts.uri.clone();
         let expects =
@@ -175,6 +206,11 @@ impl Front {
                 tracing::warn!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
             } else {
                 tracing::debug!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
+            }
+        }
+        if let (Some(origin), Some(bucket)) = (&origin, &bucket) {
+            if let Ok(Some(rules)) = crate::cors::load(&self.client, bucket).await {
+                resp.headers_mut().extend(crate::cors::actual(&rules, origin, method.as_str()));
             }
         }
         let empty = declared == Some(0);

@@ -660,6 +660,43 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let input = req.input;
+        let dir = self.bucket(&input.bucket).await?;
+        let rules = crate::cors::from_request(&input.cors_configuration.cors_rules)?;
+        let value = crate::cors::encode(&rules);
+        self.client
+            .setxattr(dir.ino, crate::cors::XATTR_CORS, value.as_bytes(), wire::XattrMode::Upsert)
+            .await
+            .or_s3(Target::Bucket)?;
+        Ok(S3Response::new(PutBucketCorsOutput::default()))
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        match crate::cors::load(&self.client, &req.input.bucket).await? {
+            Some(rules) => {
+                Ok(S3Response::new(GetBucketCorsOutput { cors_rules: Some(crate::cors::to_response(&rules)) }))
+            }
+            None => Err(S3Error::with_message(
+                S3ErrorCode::NoSuchCORSConfiguration,
+                "The CORS configuration does not exist",
+            )),
+        }
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        let dir = self.bucket(&req.input.bucket).await?;
+        match self.client.removexattr(dir.ino, crate::cors::XATTR_CORS).await {
+            Ok(()) => {}
+            Err(e) if e.code == ErrorCode::NoAttr => {}
+            Err(e) => return Err(s3_error(&e, Target::Bucket)),
+        }
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
+    }
+
     async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
         self.bucket(&req.input.bucket).await?;
         Ok(S3Response::new(HeadBucketOutput { bucket_region: self.region.clone(), ..Default::default() }))

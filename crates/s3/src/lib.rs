@@ -41,6 +41,7 @@
 pub mod checksums;
 mod conditions;
 pub mod conn;
+pub mod cors;
 pub mod errors;
 mod front;
 pub mod gateway;

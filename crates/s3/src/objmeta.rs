@@ -273,4 +273,20 @@ mod tests {
         m.insert("big".to_string(), "x".repeat(USER_META_BYTES_MAX));
         assert!(ObjectMeta::from_request(None, Some(&m)).is_err());
     }
+
+    #[test]
+    fn kept_headers_drop_the_bodys_aws_chunked_encoding() {
+        let (cache, enc) = ("max-age=60".to_string(), "gzip,aws-chunked".to_string());
+        let meta = ObjectMeta::default().with_headers(KeptHeaders {
+            cache_control: Some(&cache),
+            content_encoding: Some(&enc),
+            ..Default::default()
+        });
+        assert_eq!(meta.header("cache-control").as_deref(), Some("max-age=60"));
+        assert_eq!(meta.header("content-encoding").as_deref(), Some("gzip"));
+        let only_chunked = "aws-chunked".to_string();
+        let meta = ObjectMeta::default().with_headers(KeptHeaders { content_encoding: Some(&only_chunked), ..Default::default() });
+        assert_eq!(meta.header("content-encoding"), None);
+        assert_eq!(meta.expires(), None);
+    }
 }
