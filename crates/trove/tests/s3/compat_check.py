@@ -3,7 +3,8 @@ requests (If-Match / If-None-Match on GET, HEAD, PUT, DELETE and CompleteMultipa
 a race of create-only PUTs), the additional checksums (CRC32, CRC32C, CRC64NVME, SHA1, SHA256:
 checked on upload, refused with BadDigest, returned with ChecksumMode), multipart checksums,
 UploadPartCopy, the kept headers (Cache-Control, Content-Disposition, Content-Encoding,
-Content-Language, Expires), GetObjectAttributes and expired presigned URLs.
+Content-Language, Expires), GetObjectAttributes, expired presigned URLs and bucket CORS
+(rules stored and read back, preflights answered or refused by them).
 
 Run by crates/trove/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
 name it; S3_TLS_ENDPOINT, if set, is a second gateway over HTTPS (boto3 sends checksums in
@@ -394,5 +395,70 @@ try:
 except urllib.error.HTTPError as e:
     text = e.read().decode(errors="replace")
     check("expired presigned url refused as S3 does", e.code == 403 and "<Code>AccessDenied</Code>" in text and "expired" in text, text)
+
+# --- CORS -------------------------------------------------------------------------------------------
+import http.client
+import urllib.parse
+
+expect_error("no cors configuration yet", lambda: s3.get_bucket_cors(Bucket=B), "NoSuchCORSConfiguration", 404)
+RULES = [
+    {
+        "ID": "web app",
+        "AllowedOrigins": ["https://*.example.com"],
+        "AllowedMethods": ["GET", "PUT"],
+        "AllowedHeaders": ["x-amz-*", "Content-Type"],
+        "ExposeHeaders": ["ETag"],
+        "MaxAgeSeconds": 600,
+    },
+    {"AllowedOrigins": ["*"], "AllowedMethods": ["HEAD"]},
+]
+s3.put_bucket_cors(Bucket=B, CORSConfiguration={"CORSRules": RULES})
+got = s3.get_bucket_cors(Bucket=B)["CORSRules"]
+check("cors rules read back", got == RULES, str(got))
+expect_error(
+    "cors rule with an unknown method refused",
+    lambda: s3.put_bucket_cors(Bucket=B, CORSConfiguration={"CORSRules": [{"AllowedOrigins": ["*"], "AllowedMethods": ["PATCH"]}]}),
+    "MalformedXML",
+    400,
+)
+host = urllib.parse.urlparse(ENDPOINT).netloc
+
+
+def options(path, headers):
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request("OPTIONS", path, headers=headers)
+    r = conn.getresponse()
+    body = r.read().decode(errors="replace")
+    conn.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+
+
+st, h, _ = options(
+    f"/{B}/hdr/put.csv",
+    {"Origin": "https://app.example.com", "Access-Control-Request-Method": "PUT", "Access-Control-Request-Headers": "x-amz-date, content-type"},
+)
+check(
+    "preflight allowed by a rule",
+    st == 200 and h.get("access-control-allow-origin") == "https://app.example.com"
+    and "PUT" in h.get("access-control-allow-methods", "") and h.get("access-control-max-age") == "600",
+    f"{st} {h}",
+)
+st, h, body = options(f"/{B}/hdr/put.csv", {"Origin": "https://evil.test", "Access-Control-Request-Method": "GET"})
+check("preflight from another origin refused", st == 403 and "CORSResponse" in body, f"{st} {body}")
+st, h, body = options(f"/{B}/hdr/put.csv", {"Origin": "https://app.example.com", "Access-Control-Request-Method": "DELETE"})
+check("preflight for a method no rule allows refused", st == 403, f"{st} {body}")
+st, h, _ = options(f"/{B}/x", {"Origin": "https://anything.test", "Access-Control-Request-Method": "HEAD"})
+check("wildcard origin rule answers *", st == 200 and h.get("access-control-allow-origin") == "*", f"{st} {h}")
+url = s3.generate_presigned_url("get_object", Params={"Bucket": B, "Key": "hdr/put.csv"}, ExpiresIn=300)
+r = urllib.request.urlopen(urllib.request.Request(url, headers={"Origin": "https://app.example.com"}))
+check(
+    "actual request gets the allow-origin and exposed headers",
+    r.headers.get("Access-Control-Allow-Origin") == "https://app.example.com" and r.headers.get("Access-Control-Expose-Headers") == "ETag",
+    str(dict(r.headers)),
+)
+s3.delete_bucket_cors(Bucket=B)
+expect_error("cors configuration deleted", lambda: s3.get_bucket_cors(Bucket=B), "NoSuchCORSConfiguration", 404)
+st, _, body = options(f"/{B}/hdr/put.csv", {"Origin": "https://app.example.com", "Access-Control-Request-Method": "GET"})
+check("preflight without rules refused", st == 403 and "CORS is not enabled" in body, f"{st} {body}")
 
 print(f"{passed} passed, 0 failed")
