@@ -64,6 +64,30 @@ fn carries_object_data(method: &Method, uri: &Uri) -> bool {
         })
 }
 
+/// Longest validity of a presigned URL, as S3 allows (one week).
+pub const PRESIGNED_EXPIRES_SECS_MAX: u64 = 604_800;
+
+/// Refuses a presigned URL whose `X-Amz-Expires` S3 would not accept (over a week, or not a
+/// number) with S3's 400 AuthorizationQueryParametersError; s3s would take any `u32`.
+fn check_presigned_expiry(uri: &Uri) -> Result<(), S3Error> {
+    let Some(value) = uri.query().unwrap_or("").split('&').find_map(|p| p.strip_prefix("X-Amz-Expires=")) else {
+        return Ok(());
+    };
+    let refuse = |message: String| {
+        let mut e = S3Error::with_message(S3ErrorCode::Custom("AuthorizationQueryParametersError".into()), message);
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        Err(e)
+    };
+    match value.parse::<u64>() {
+        Ok(secs) if secs <= PRESIGNED_EXPIRES_SECS_MAX => Ok(()),
+        Ok(_) => refuse(format!(
+            "X-Amz-Expires must be less than a week (in seconds) that is, the given X-Amz-Expires must be less than \
+             {PRESIGNED_EXPIRES_SECS_MAX} seconds"
+        )),
+        Err(_) => refuse("X-Amz-Expires should be a number".into()),
+    }
+}
+
 /// The bucket a path-style request names, if any (for messages).
 fn bucket_of(uri: &Uri) -> Option<String> {
     let first = uri.path().trim_start_matches('/').split('/').next().unwrap_or("");
@@ -171,6 +195,13 @@ impl Front {
             }
         }
         let origin = parts.headers.get("origin").and_then(|v| v.to_str().ok()).map(str::to_string);
+        if let Err(e) = check_presigned_expiry(&parts.uri) {
+            let mut resp = error_response(e)?;
+            // The body is unread.
+            resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            metered.finish(resp.status(), resp.headers());
+            return Ok(resp);
+        }
         let method = parts.method.clone();
         let uri = parts.uri.clone();
         let expects =
@@ -250,6 +281,15 @@ mod tests {
         assert!(!data(Method::POST, "/b?delete"));
         assert_eq!(bucket_of(&"/ab/k".parse().expect("uri")).as_deref(), Some("ab"));
         assert_eq!(bucket_of(&"/".parse().expect("uri")), None);
+    }
+
+    #[test]
+    fn presigned_urls_valid_over_a_week_are_refused() {
+        let check = |u: &str| check_presigned_expiry(&u.parse().expect("uri")).map_err(|e| e.code().as_str().to_string());
+        assert!(check("/b/k?X-Amz-Expires=604800&X-Amz-Signature=00").is_ok());
+        assert!(check("/b/k").is_ok());
+        assert_eq!(check("/b/k?X-Amz-Expires=604801").err().as_deref(), Some("AuthorizationQueryParametersError"));
+        assert!(check("/b/k?X-Amz-Expires=soon").is_err());
     }
 
     #[test]

@@ -374,6 +374,14 @@ expect_error(
     404,
 )
 
+url = s3.generate_presigned_url("get_object", Params={"Bucket": B, "Key": "sum/default.bin"}, ExpiresIn=604801)
+try:
+    urllib.request.urlopen(url)
+    check("presigned url valid over a week refused", False, "it was accepted")
+except urllib.error.HTTPError as e:
+    text = e.read().decode(errors="replace")
+    check("presigned url valid over a week refused as S3 does", e.code == 400 and "AuthorizationQueryParametersError" in text, text)
+
 # --- checksums in the trailer of an aws-chunked body (what boto3 sends over HTTPS) ---------------------
 tls = os.environ.get("S3_TLS_ENDPOINT")
 if tls:
