@@ -55,6 +55,8 @@ fi
 need_pip=()
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
 python3 -c 'import boto3' >/dev/null 2>&1 || need_pip+=(boto3)
+# boto3's CRC32C and CRC64NVME checksums (the S3 compatibility test sends and checks them).
+python3 -c 'import awscrt' >/dev/null 2>&1 || need_pip+=(awscrt)
 # The benchmark format tests read our npz and TFRecord files with independent readers.
 python3 -c 'import numpy' >/dev/null 2>&1 || need_pip+=(numpy)
 python3 -c 'import tfrecord' >/dev/null 2>&1 || need_pip+=(tfrecord)

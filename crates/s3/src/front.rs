@@ -14,6 +14,9 @@
 //!   or carried `Expect: 100-continue` and was answered without `100 Continue`, gets
 //!   `Connection: close`: botocore mishandles the next response on such a connection and waits
 //!   for its read timeout (boto/botocore#3010).
+//! - **CORS.** A preflight (`OPTIONS` on a bucket or object) is answered here from the
+//!   bucket's rules, unauthenticated as in S3; an answer to a request carrying `Origin` gets
+//!   the allowing rule's `Access-Control-*` headers.
 //! - **Logs.** A 5xx answer is logged at WARN with its code and message, anything else at DEBUG
 //!   at most; s3s's own lines are held back (see `quiet.rs`).
 
@@ -38,6 +41,8 @@ pub const XML_BODY_BYTES_MAX: usize = 4 << 20;
 #[derive(Clone)]
 pub struct Front {
     pub inner: s3s::service::S3Service,
+    /// For the buckets' CORS rules (see [`crate::cors`]).
+    pub client: client::Client,
     /// `body_idle_timeout_ms`.
     pub body_stall: Duration,
     /// Where requests run, so s3s's own log lines are held back.
@@ -57,6 +62,30 @@ fn carries_object_data(method: &Method, uri: &Uri) -> bool {
             let name = p.split('=').next().unwrap_or("");
             matches!(name, "partNumber" | "uploadId" | "x-id") || name.to_ascii_lowercase().starts_with("x-amz-")
         })
+}
+
+/// Longest validity of a presigned URL, as S3 allows (one week).
+pub const PRESIGNED_EXPIRES_SECS_MAX: u64 = 604_800;
+
+/// Refuses a presigned URL whose `X-Amz-Expires` S3 would not accept (over a week, or not a
+/// number) with S3's 400 AuthorizationQueryParametersError; s3s would take any `u32`.
+fn check_presigned_expiry(uri: &Uri) -> Result<(), S3Error> {
+    let Some(value) = uri.query().unwrap_or("").split('&').find_map(|p| p.strip_prefix("X-Amz-Expires=")) else {
+        return Ok(());
+    };
+    let refuse = |message: String| {
+        let mut e = S3Error::with_message(S3ErrorCode::Custom("AuthorizationQueryParametersError".into()), message);
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        Err(e)
+    };
+    match value.parse::<u64>() {
+        Ok(secs) if secs <= PRESIGNED_EXPIRES_SECS_MAX => Ok(()),
+        Ok(_) => refuse(format!(
+            "X-Amz-Expires must be less than a week (in seconds) that is, the given X-Amz-Expires must be less than \
+             {PRESIGNED_EXPIRES_SECS_MAX} seconds"
+        )),
+        Err(_) => refuse("X-Amz-Expires should be a number".into()),
+    }
 }
 
 /// The bucket a path-style request names, if any (for messages).
@@ -137,9 +166,42 @@ fn error_response(e: S3Error) -> Result<HttpResponse, HttpError> {
 }
 
 impl Front {
+    /// Answers a CORS preflight for `bucket`.
+    async fn preflight(&self, bucket: &str, headers: &http::HeaderMap) -> Result<HttpResponse, HttpError> {
+        let answer = match crate::cors::load(&self.client, bucket).await {
+            Ok(rules) => crate::cors::preflight(rules.as_deref(), headers).map_err(S3Error::from),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(cors) => {
+                let mut resp = HttpResponse::new(s3s::Body::empty());
+                resp.headers_mut().extend(cors);
+                resp.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from(0));
+                Ok(resp)
+            }
+            Err(e) => error_response(e),
+        }
+    }
+
     async fn handle(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
         let metered = crate::metered::Request::new(&parts.method, &parts.uri, &parts.headers);
+        let bucket = bucket_of(&parts.uri);
+        if parts.method == Method::OPTIONS {
+            if let Some(bucket) = &bucket {
+                let resp = self.preflight(bucket, &parts.headers).await?;
+                metered.finish(resp.status(), resp.headers());
+                return Ok(resp);
+            }
+        }
+        let origin = parts.headers.get("origin").and_then(|v| v.to_str().ok()).map(str::to_string);
+        if let Err(e) = check_presigned_expiry(&parts.uri) {
+            let mut resp = error_response(e)?;
+            // The body is unread.
+            resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            metered.finish(resp.status(), resp.headers());
+            return Ok(resp);
+        }
         let method = parts.method.clone();
         let uri = parts.uri.clone();
         let expects =
@@ -175,6 +237,11 @@ impl Front {
                 tracing::warn!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
             } else {
                 tracing::debug!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
+            }
+        }
+        if let (Some(origin), Some(bucket)) = (&origin, &bucket) {
+            if let Ok(Some(rules)) = crate::cors::load(&self.client, bucket).await {
+                resp.headers_mut().extend(crate::cors::actual(&rules, origin, method.as_str()));
             }
         }
         let empty = declared == Some(0);
@@ -214,6 +281,15 @@ mod tests {
         assert!(!data(Method::POST, "/b?delete"));
         assert_eq!(bucket_of(&"/ab/k".parse().expect("uri")).as_deref(), Some("ab"));
         assert_eq!(bucket_of(&"/".parse().expect("uri")), None);
+    }
+
+    #[test]
+    fn presigned_urls_valid_over_a_week_are_refused() {
+        let check = |u: &str| check_presigned_expiry(&u.parse().expect("uri")).map_err(|e| e.code().as_str().to_string());
+        assert!(check("/b/k?X-Amz-Expires=604800&X-Amz-Signature=00").is_ok());
+        assert!(check("/b/k").is_ok());
+        assert_eq!(check("/b/k?X-Amz-Expires=604801").err().as_deref(), Some("AuthorizationQueryParametersError"));
+        assert!(check("/b/k?X-Amz-Expires=soon").is_err());
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! write that fails, or whose request is dropped half-way (the client went away, the body
 //! stopped arriving), removes its temporary file.
 
+use crate::checksums::{self, base64_decode, Sum, Wanted};
+use crate::conditions::{Publish, PublishError};
 use crate::errors::{s3_error, OrS3, Target};
 use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
 use crate::names::{self, parse_key};
-use crate::objmeta::{self, etag_for, s3_time, ObjectMeta, CONTENT_TYPE_DEFAULT, EMPTY_ETAG};
+use crate::objmeta::{self, etag_for, s3_time, KeptHeaders, ObjectMeta, CONTENT_TYPE_DEFAULT, EMPTY_ETAG};
 use bytes::Bytes;
 use client::{Attr, Client, ErrorCode, FileKind, Ino, WireError, ROOT_INO};
 use futures::{Stream, StreamExt};
@@ -119,48 +121,26 @@ pub(crate) fn read_stream(client: Client, attr: Attr, range: Range<u64>) -> Stre
     StreamingBlob::wrap(PieceStream(rx))
 }
 
-/// Decodes standard base64 (Content-MD5); None if malformed.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0u32;
-    for c in s.trim_end_matches('=').bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Some(out)
-}
-
 /// The MD5 of a request body, computed on a blocking thread so that hashing overlaps
 /// receiving the body and uploading it (on a small machine it is the largest CPU cost of a PUT).
 struct Hasher {
     tx: tokio::sync::mpsc::Sender<Bytes>,
-    task: tokio::task::JoinHandle<[u8; 16]>,
+    task: tokio::task::JoinHandle<([u8; 16], Checksum)>,
 }
 
 impl Hasher {
-    fn new() -> Hasher {
+    /// Computes the MD5 and what `sums` computes (see [`checksums`]).
+    fn new(mut sum: s3s::checksum::ChecksumHasher) -> Hasher {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(HASH_PIECES_QUEUED_MAX);
         let task = tokio::task::spawn_blocking(move || {
             let mut md5 = Md5::new();
             while let Some(piece) = rx.blocking_recv() {
                 md5.update(&piece);
+                sum.update(&piece);
             }
             let mut digest = [0u8; 16];
             digest.copy_from_slice(&md5.finalize());
-            digest
+            (digest, sum.finalize())
         });
         Hasher { tx, task }
     }
@@ -169,7 +149,7 @@ impl Hasher {
         self.tx.send(piece).await.map_err(|_| s3_error!(InternalError, "the MD5 thread stopped"))
     }
 
-    async fn finish(self) -> S3Result<[u8; 16]> {
+    async fn finish(self) -> S3Result<([u8; 16], Checksum)> {
         drop(self.tx);
         self.task.await.map_err(|e| s3_error!(InternalError, "the MD5 thread failed: {e}"))
     }
@@ -223,6 +203,18 @@ pub(crate) enum Dest<'a> {
 pub(crate) struct Written {
     pub etag: String,
     pub attr: Attr,
+    /// The additional checksum kept with it.
+    pub sum: Sum,
+}
+
+/// How a write checks its body and lands on its key.
+pub(crate) struct WriteSpec<'a> {
+    pub expected_len: Option<u64>,
+    pub content_md5: Option<&'a str>,
+    pub wanted: &'a Wanted,
+    pub meta: &'a ObjectMeta,
+    pub size_max: u64,
+    pub publish: Publish,
 }
 
 /// Checks the conditional headers of a GET or HEAD against the object's ETag and mtime.
@@ -343,24 +335,19 @@ impl Gateway {
 
     /// Writes `body` as the new content of `name` in directory `parent`: into a temporary file,
     /// then renamed into place with its metadata (atomic replace).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write_object(
         &self,
         dest: Dest<'_>,
         name: &str,
         body: Option<StreamingBlob>,
-        expected_len: Option<u64>,
-        content_md5: Option<&str>,
-        meta: &ObjectMeta,
-        size_max: u64,
+        spec: WriteSpec<'_>,
     ) -> S3Result<Written> {
         let tmp = client::tmp_name();
         let (parent, created) = self.create_tmp(dest, &tmp).await?;
         // Removes the temporary file unless it was published, also when this future is dropped
         // half-way (hyper drops a request whose connection fails).
         let mut guard = TmpGuard { client: self.client.clone(), parent, name: Some(tmp.clone()) };
-        let result =
-            self.fill_and_publish(parent, &tmp, name, created, body, expected_len, content_md5, meta, size_max).await;
+        let result = self.fill_and_publish(parent, &tmp, name, created, body, spec).await;
         match &result {
             Ok(_) => guard.name = None,
             Err(_) => guard.remove().await,
@@ -391,7 +378,6 @@ impl Gateway {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn fill_and_publish(
         &self,
         parent: Ino,
@@ -399,13 +385,11 @@ impl Gateway {
         name: &str,
         created: Attr,
         body: Option<StreamingBlob>,
-        expected_len: Option<u64>,
-        content_md5: Option<&str>,
-        meta: &ObjectMeta,
-        size_max: u64,
+        spec: WriteSpec<'_>,
     ) -> S3Result<Written> {
-        let (digest, attr) = self.fill(created, body, expected_len, size_max).await?;
-        if let Some(given) = content_md5 {
+        let (digest, computed, attr) =
+            self.fill(created, body, spec.expected_len, spec.size_max, spec.wanted.hasher()).await?;
+        if let Some(given) = spec.content_md5 {
             let Some(want) = base64_decode(given.trim()) else {
                 return Err(s3_error!(InvalidDigest, "Content-MD5 {given:?} is not base64"));
             };
@@ -413,23 +397,35 @@ impl Gateway {
                 return Err(s3_error!(BadDigest, "the Content-MD5 you specified did not match what we received"));
             }
         }
+        let sum = spec.wanted.verify(&computed)?;
         let etag = names::hex(&digest);
         objmeta::store_etag(&self.client, attr.ino, &etag, attr.data_version).await.or_s3(Target::ObjectWrite)?;
-        meta.store(&self.client, attr.ino).await.or_s3(Target::ObjectWrite)?;
-        self.client.rename(parent, tmp, parent, name).await.or_s3(Target::ObjectWrite)?;
-        Ok(Written { etag, attr })
+        self.client
+            .setxattr(
+                attr.ino,
+                checksums::XATTR_CHECKSUM,
+                sum.to_xattr(attr.data_version).as_bytes(),
+                wire::XattrMode::Upsert,
+            )
+            .await
+            .or_s3(Target::ObjectWrite)?;
+        spec.meta.store(&self.client, attr.ino).await.or_s3(Target::ObjectWrite)?;
+        self.publish(parent, tmp, parent, name, spec.publish).await.map_err(publish_error)?;
+        Ok(Written { etag, attr, sum })
     }
 
-    /// Streams `body` into the (empty) file `created`; returns its MD5 and final attributes.
+    /// Streams `body` into the (empty) file `created`; returns its MD5, the checksums `sums`
+    /// computes and final attributes.
     pub(crate) async fn fill(
         &self,
         created: Attr,
         body: Option<StreamingBlob>,
         expected_len: Option<u64>,
         size_max: u64,
-    ) -> S3Result<([u8; 16], Attr)> {
+        sums: s3s::checksum::ChecksumHasher,
+    ) -> S3Result<([u8; 16], Checksum, Attr)> {
         let mut handle = self.client.open_with_attr(created).or_s3(Target::ObjectWrite)?;
-        let md5 = Hasher::new();
+        let md5 = Hasher::new(sums);
         let mut offset = 0u64;
         if let Some(mut body) = body {
             while let Some(piece) = body.next().await {
@@ -453,7 +449,8 @@ impl Gateway {
         handle.flush().await.or_s3(Target::ObjectWrite)?;
         let attr = handle.attr().clone();
         handle.close().await.or_s3(Target::ObjectWrite)?;
-        Ok((md5.finish().await?, attr))
+        let (digest, sums) = md5.finish().await?;
+        Ok((digest, sums, attr))
     }
 
     /// Removes the object `key`; a missing one is not an error (S3 semantics). Directories
@@ -556,6 +553,57 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// GetObjectAttributes: the ETag, size, checksum, storage class and (for a multipart
+    /// object) the number of parts, each only when asked for.
+    async fn object_attributes(&self, input: GetObjectAttributesInput) -> S3Result<GetObjectAttributesOutput> {
+        let (attr, marker) = self.object(&input.bucket, &input.key).await?;
+        let stored = if marker { Default::default() } else { objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)? };
+        let etag = if marker { EMPTY_ETAG.to_string() } else { etag_for(&attr, stored.etag_raw.as_deref()) };
+        // One header may list several attributes, comma-separated.
+        let asked = |name: &str| {
+            input.object_attributes.iter().flat_map(|a| a.as_str().split(',')).any(|a| a.trim().eq_ignore_ascii_case(name))
+        };
+        let sum = stored.checksum_raw.as_deref().and_then(|raw| Sum::from_xattr(raw, attr.data_version));
+        // A multipart ETag ends in `-<parts>`.
+        let parts = etag.rsplit_once('-').and_then(|(_, n)| n.parse::<i32>().ok()).filter(|_| !etag.starts_with("trove-"));
+        Ok(GetObjectAttributesOutput {
+            e_tag: asked(ObjectAttributes::ETAG).then(|| ETag::Strong(etag.clone())),
+            object_size: asked(ObjectAttributes::OBJECT_SIZE).then_some(if marker { 0 } else { attr.size as i64 }),
+            storage_class: asked(ObjectAttributes::STORAGE_CLASS)
+                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            checksum: sum.filter(|_| asked(ObjectAttributes::CHECKSUM)).map(|s| {
+                let (mut c, kind) = s.fields();
+                c.checksum_type = Some(kind);
+                c
+            }),
+            object_parts: parts.filter(|_| asked(ObjectAttributes::OBJECT_PARTS)).map(|n| GetObjectAttributesParts {
+                total_parts_count: Some(n),
+                ..Default::default()
+            }),
+            last_modified: Some(s3_time(attr.mtime)),
+            ..Default::default()
+        })
+    }
+}
+
+/// A failed [`Gateway::publish`] as the S3 error of a write.
+pub(crate) fn publish_error(e: PublishError) -> S3Error {
+    match e {
+        PublishError::Condition(c) => c.into(),
+        PublishError::Wire(e) => s3_error(&e, Target::ObjectWrite),
+    }
+}
+
+/// The checksum of `stored` if the request asked for it (`x-amz-checksum-mode: ENABLED`) and
+/// one is kept for the file's current version.
+pub(crate) fn wanted_sum(mode: Option<&ChecksumMode>, stored: &objmeta::StoredMeta, attr: &Attr) -> Option<Sum> {
+    if !mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED)) {
+        return None;
+    }
+    Sum::from_xattr(stored.checksum_raw.as_deref()?, attr.data_version)
+}
+
 fn url_encoded(on: bool, s: Option<String>) -> Option<String> {
     if on {
         s.map(|s| names::url_encode(&s))
@@ -612,6 +660,43 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let input = req.input;
+        let dir = self.bucket(&input.bucket).await?;
+        let rules = crate::cors::from_request(&input.cors_configuration.cors_rules)?;
+        let value = crate::cors::encode(&rules);
+        self.client
+            .setxattr(dir.ino, crate::cors::XATTR_CORS, value.as_bytes(), wire::XattrMode::Upsert)
+            .await
+            .or_s3(Target::Bucket)?;
+        Ok(S3Response::new(PutBucketCorsOutput::default()))
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        match crate::cors::load(&self.client, &req.input.bucket).await? {
+            Some(rules) => {
+                Ok(S3Response::new(GetBucketCorsOutput { cors_rules: Some(crate::cors::to_response(&rules)) }))
+            }
+            None => Err(S3Error::with_message(
+                S3ErrorCode::NoSuchCORSConfiguration,
+                "The CORS configuration does not exist",
+            )),
+        }
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        let dir = self.bucket(&req.input.bucket).await?;
+        match self.client.removexattr(dir.ino, crate::cors::XATTR_CORS).await {
+            Ok(()) => {}
+            Err(e) if e.code == ErrorCode::NoAttr => {}
+            Err(e) => return Err(s3_error(&e, Target::Bucket)),
+        }
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
+    }
+
     async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
         self.bucket(&req.input.bucket).await?;
         Ok(S3Response::new(HeadBucketOutput { bucket_region: self.region.clone(), ..Default::default() }))
@@ -627,9 +712,30 @@ impl S3 for Gateway {
     }
 
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        let trailer_names = req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).map(str::to_string);
         let input = req.input;
         let parsed = parse_key(&input.key)?;
-        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?;
+        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(
+            KeptHeaders {
+                cache_control: input.cache_control.as_ref(),
+                content_disposition: input.content_disposition.as_ref(),
+                content_encoding: input.content_encoding.as_ref(),
+                content_language: input.content_language.as_ref(),
+                expires: input.expires.as_ref(),
+            },
+        );
+        let wanted = Wanted::from_request(
+            [
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+            ],
+            input.checksum_algorithm.as_ref(),
+            trailer_names.as_deref(),
+            req.trailing_headers.clone(),
+        )?;
         let expected_len = input.content_length.and_then(|n| u64::try_from(n).ok());
         if expected_len.is_some_and(|n| n > PUT_BYTES_MAX) {
             return Err(s3_error!(
@@ -662,20 +768,28 @@ impl S3 for Gateway {
                 ..Default::default()
             }));
         };
-        let written = self
-            .write_object(
-                Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs },
-                name,
-                input.body,
-                expected_len,
-                input.content_md5.as_deref(),
-                &meta,
-                PUT_BYTES_MAX,
-            )
-            .await?;
+        let publish =
+            self.write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref()).await?;
+        let spec = WriteSpec {
+            expected_len,
+            content_md5: input.content_md5.as_deref(),
+            wanted: &wanted,
+            meta: &meta,
+            size_max: PUT_BYTES_MAX,
+            publish,
+        };
+        let written =
+            self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, input.body, spec).await?;
+        let (sums, kind) = written.sum.fields();
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(written.etag)),
             size: Some(written.attr.size as i64),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: Some(kind),
             ..Default::default()
         }))
     }
@@ -711,6 +825,10 @@ impl S3 for Gateway {
             None => None,
         };
         let span = range.clone().unwrap_or(0..size);
+        // A checksum describes the whole object: none for a range, as in S3.
+        let sum = if range.is_none() { wanted_sum(input.checksum_mode.as_ref(), &stored, &attr) } else { None };
+        let (sums, kind) = sum.map(|s| s.fields()).unzip();
+        let sums = sums.unwrap_or_default();
         let body = if !marker {
             read_stream(self.client.clone(), attr.clone(), span.clone())
         } else {
@@ -725,6 +843,17 @@ impl S3 for Gateway {
             e_tag: Some(ETag::Strong(etag)),
             last_modified: Some(s3_time(attr.mtime)),
             metadata: stored.meta.metadata_map(),
+            cache_control: stored.meta.header("cache-control"),
+            content_disposition: stored.meta.header("content-disposition"),
+            content_encoding: stored.meta.header("content-encoding"),
+            content_language: stored.meta.header("content-language"),
+            expires: stored.meta.expires(),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: kind,
             ..Default::default()
         }))
     }
@@ -750,6 +879,8 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
+        let (sums, kind) = wanted_sum(input.checksum_mode.as_ref(), &stored, &attr).map(|s| s.fields()).unzip();
+        let sums = sums.unwrap_or_default();
         Ok(S3Response::new(HeadObjectOutput {
             accept_ranges: Some("bytes".into()),
             content_length: Some(size as i64),
@@ -757,12 +888,26 @@ impl S3 for Gateway {
             e_tag: Some(ETag::Strong(etag)),
             last_modified: Some(s3_time(attr.mtime)),
             metadata: stored.meta.metadata_map(),
+            cache_control: stored.meta.header("cache-control"),
+            content_disposition: stored.meta.header("content-disposition"),
+            content_encoding: stored.meta.header("content-encoding"),
+            content_language: stored.meta.header("content-language"),
+            expires: stored.meta.expires(),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: kind,
             ..Default::default()
         }))
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.delete_key(&req.input.bucket, &req.input.key).await?;
+        match &req.input.if_match {
+            Some(cond) => self.delete_if_match(&req.input.bucket, &req.input.key, cond).await?,
+            None => self.delete_key(&req.input.bucket, &req.input.key).await?,
+        }
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -821,7 +966,13 @@ impl S3 for Gateway {
         })?;
         let replace = input.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
         let meta = if replace {
-            ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?
+            ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(KeptHeaders {
+                cache_control: input.cache_control.as_ref(),
+                content_disposition: input.content_disposition.as_ref(),
+                content_encoding: input.content_encoding.as_ref(),
+                content_language: input.content_language.as_ref(),
+                expires: input.expires.as_ref(),
+            })
         } else {
             stored.meta.clone()
         };
@@ -850,18 +1001,28 @@ impl S3 for Gateway {
                 ..Default::default()
             }));
         }
+        // The copy keeps the source's checksum algorithm unless the request names one.
+        let algo = match &input.checksum_algorithm {
+            Some(a) => checksums::Algo::parse(a.as_str())
+                .ok_or_else(|| checksums::ChecksumError::UnknownAlgorithm(a.as_str().to_string()))?,
+            None => stored
+                .checksum_raw
+                .as_deref()
+                .and_then(|raw| Sum::from_xattr(raw, src.data_version))
+                .map_or(checksums::Algo::Crc64Nvme, |s| s.algo),
+        };
+        let wanted = Wanted::compute(algo);
         let body = read_stream(self.client.clone(), src.clone(), 0..src.size);
-        let written = self
-            .write_object(
-                Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs },
-                name,
-                Some(body),
-                Some(src.size),
-                None,
-                &meta,
-                u64::MAX,
-            )
-            .await?;
+        let spec = WriteSpec {
+            expected_len: Some(src.size),
+            content_md5: None,
+            wanted: &wanted,
+            meta: &meta,
+            size_max: u64::MAX,
+            publish: Publish::Replace,
+        };
+        let written =
+            self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, Some(body), spec).await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(ETag::Strong(written.etag)),
@@ -952,7 +1113,22 @@ impl S3 for Gateway {
     }
 
     async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
-        self.mpu_upload_part(req.input).await.map(S3Response::new)
+        let trailer_names = req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok());
+        self.mpu_upload_part(req.input, trailer_names, req.trailing_headers.clone()).await.map(S3Response::new)
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.mpu_upload_part_copy(req.input).await.map(S3Response::new)
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.object_attributes(req.input).await.map(S3Response::new)
     }
 
     async fn complete_multipart_upload(

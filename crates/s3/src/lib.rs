@@ -11,11 +11,15 @@
 //!   needs; DELETE removes the ones it leaves empty. Keys no file name can express are refused
 //!   with InvalidArgument or KeyTooLongError (see [`names`]), and a key that needs a directory
 //!   where a file is (or the reverse: `a` and `a/b` both as objects) with 409 KeyConflict.
-//! - **Metadata** (ETag, Content-Type, `x-amz-meta-*`) are extended attributes `user.s3.*` of
+//! - **Metadata** (ETag, Content-Type, `x-amz-meta-*`, the kept standard headers, the
+//!   additional checksum) are extended attributes `user.s3.*` of
 //!   the file (see [`objmeta`]); ETags follow S3 (MD5 of the content for PUT and copy,
 //!   MD5-of-MD5s-N for multipart).
 //! - **Multipart uploads** live in the hidden `/.trove-s3/uploads/` until completed; completion
 //!   moves the parts' chunk records onto the object without copying data (see [`multipart`]).
+//! - **Conditional requests** (`If-Match`, `If-None-Match: *` on PUT, DELETE and
+//!   CompleteMultipartUpload) are atomic against concurrent writers (see `conditions.rs`); the
+//!   **additional checksums** are checked, kept and answered (see [`checksums`]).
 //!
 //! Writes are atomic: an object appears complete, with its metadata, or not at all (temporary
 //! file renamed into place), and concurrent PUTs of one key leave one of them whole.
@@ -34,7 +38,10 @@
 //! [`XML_BODY_BYTES_MAX`] (400 MaxMessageLengthExceeded). Client mistakes are 4xx answers with
 //! S3's code and a message, logged at DEBUG at most (see `conn.rs`, `front.rs`, `quiet.rs`).
 
+pub mod checksums;
+mod conditions;
 pub mod conn;
+pub mod cors;
 pub mod errors;
 mod front;
 pub mod gateway;

@@ -22,10 +22,12 @@
 //! upload are serialized within a gateway process; two gateways completing the same upload
 //! at once is not supported.
 
+use crate::checksums::{self, Algo, Sum, Wanted, XATTR_CHECKSUM, XATTR_UPLOAD_CHECKSUM};
+use crate::conditions::{Publish, PublishError};
 use crate::errors::{s3_error, OrS3, Target};
-use crate::gateway::{conflict, no_such_key, Dest, Gateway};
+use crate::gateway::{conflict, no_such_key, publish_error, read_stream, Dest, Gateway, WriteSpec};
 use crate::names::{self, parse_key};
-use crate::objmeta::{self, etag_for, s3_time, ObjectMeta};
+use crate::objmeta::{self, etag_for, s3_time, KeptHeaders, ObjectMeta};
 use client::{Attr, ErrorCode, FileKind, Ino, WireError};
 use md5::{Digest, Md5};
 use s3s::dto::*;
@@ -107,10 +109,21 @@ struct Planned {
     number: i32,
     size: u64,
     etag: String,
+    /// The part's additional checksum, `<ALGORITHM>:<base64>` (None: it has none).
+    sum: Option<String>,
+}
+
+impl Planned {
+    fn sum(&self) -> Option<Sum> {
+        let (algo, value) = self.sum.as_deref()?.split_once(':')?;
+        Some(Sum { algo: Algo::parse(algo)?, composite_parts: None, value: value.to_string() })
+    }
 }
 
 fn plan_text(plan: &[Planned]) -> String {
-    plan.iter().map(|p| format!("{} {} {}\n", p.number, p.size, p.etag)).collect()
+    plan.iter()
+        .map(|p| format!("{} {} {} {}\n", p.number, p.size, p.etag, p.sum.as_deref().unwrap_or("-")))
+        .collect()
 }
 
 fn parse_plan(text: &str) -> Option<Vec<Planned>> {
@@ -121,9 +134,52 @@ fn parse_plan(text: &str) -> Option<Vec<Planned>> {
                 number: it.next()?.parse().ok()?,
                 size: it.next()?.parse().ok()?,
                 etag: it.next()?.to_string(),
+                // Plans written before checksums were kept have three fields.
+                sum: it.next().filter(|s| *s != "-").map(str::to_string),
             })
         })
         .collect()
+}
+
+/// The value a completion request gives for a part's checksum of `algo`, if any.
+fn requested_part_sum(p: &CompletedPart, algo: Algo) -> Option<&String> {
+    match algo {
+        Algo::Crc32 => p.checksum_crc32.as_ref(),
+        Algo::Crc32c => p.checksum_crc32c.as_ref(),
+        Algo::Crc64Nvme => p.checksum_crc64nvme.as_ref(),
+        Algo::Sha1 => p.checksum_sha1.as_ref(),
+        Algo::Sha256 => p.checksum_sha256.as_ref(),
+    }
+}
+
+/// An upload's checksum choice as kept in [`XATTR_UPLOAD_CHECKSUM`]: the algorithm and whether
+/// the object's checksum is to be a full-object one. Uploads that named none get a
+/// full-object CRC64NVME, as in S3.
+fn parse_upload_checksum(raw: Option<&[u8]>) -> (Algo, bool) {
+    let text = raw.map(String::from_utf8_lossy).unwrap_or_default();
+    let mut it = text.split(' ');
+    match it.next().and_then(Algo::parse) {
+        Some(algo) => (algo, it.next() == Some("FULL_OBJECT") || algo == Algo::Crc64Nvme),
+        None => (Algo::Crc64Nvme, true),
+    }
+}
+
+/// The byte range of an `x-amz-copy-source-range` (`bytes=<first>-<last>`, both inclusive)
+/// in an object of `size` bytes.
+fn parse_copy_range(r: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let bad = || {
+        S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            format!("Range specified is not valid for source object of size: {size}"),
+        )
+    };
+    let (first, last) = r.trim().strip_prefix("bytes=").and_then(|v| v.split_once('-')).ok_or_else(bad)?;
+    let first: u64 = first.trim().parse().map_err(|_| bad())?;
+    let last: u64 = last.trim().parse().map_err(|_| bad())?;
+    if first > last || last >= size {
+        return Err(bad());
+    }
+    Ok(first..last + 1)
 }
 
 /// The S3 ETag of a multipart object: MD5 of the parts' binary MD5s, then `-` and the count.
@@ -162,7 +218,26 @@ impl Gateway {
         if parsed.name.is_none() {
             return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory and cannot hold data"));
         }
-        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?;
+        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(
+            KeptHeaders {
+                cache_control: input.cache_control.as_ref(),
+                content_disposition: input.content_disposition.as_ref(),
+                content_encoding: input.content_encoding.as_ref(),
+                content_language: input.content_language.as_ref(),
+                expires: input.expires.as_ref(),
+            },
+        );
+        let algo = match &input.checksum_algorithm {
+            Some(a) => Some(
+                Algo::parse(a.as_str())
+                    .ok_or_else(|| checksums::ChecksumError::UnknownAlgorithm(a.as_str().to_string()))?,
+            ),
+            None => None,
+        };
+        let full_object = input.checksum_type.as_ref().is_some_and(|t| t.as_str() == ChecksumType::FULL_OBJECT);
+        if full_object && algo.is_some_and(|a| !a.is_crc()) {
+            return Err(s3_error!(InvalidRequest, "the FULL_OBJECT checksum type needs CRC32, CRC32C or CRC64NVME"));
+        }
         let bucket = self.bucket(&input.bucket).await?;
         // Parts take the layout of the directory the object will land in (or its nearest
         // existing ancestor), so the completed object has it.
@@ -176,6 +251,11 @@ impl Gateway {
         let setup = async {
             self.client.set_layout(dir.ino, layout.ec, layout.chunk_bytes, wire::LayoutCheck::Copied).await?;
             self.client.setxattr(dir.ino, XATTR_UPLOAD_KEY, input.key.as_bytes(), XattrMode::Create).await?;
+            if let Some(a) = algo {
+                let kind = if full_object { "FULL_OBJECT" } else { "COMPOSITE" };
+                let value = format!("{} {kind}", a.name());
+                self.client.setxattr(dir.ino, XATTR_UPLOAD_CHECKSUM, value.as_bytes(), XattrMode::Create).await?;
+            }
             meta.store(&self.client, dir.ino).await
         };
         if let Err(e) = setup.await {
@@ -186,6 +266,14 @@ impl Gateway {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            checksum_algorithm: input.checksum_algorithm,
+            checksum_type: algo.map(|a| {
+                ChecksumType::from_static(if full_object || a == Algo::Crc64Nvme {
+                    ChecksumType::FULL_OBJECT
+                } else {
+                    ChecksumType::COMPOSITE
+                })
+            }),
             ..Default::default()
         })
     }
@@ -223,28 +311,130 @@ impl Gateway {
         Ok(())
     }
 
-    pub(crate) async fn mpu_upload_part(&self, input: UploadPartInput) -> S3Result<UploadPartOutput> {
+    /// The checksum algorithm of an upload's parts (see [`parse_upload_checksum`]).
+    async fn upload_checksum(&self, dir: &Attr) -> S3Result<(Algo, bool)> {
+        let raw = match self.client.getxattr(dir.ino, XATTR_UPLOAD_CHECKSUM).await {
+            Ok(v) => Some(v),
+            Err(e) if e.code == ErrorCode::NoAttr => None,
+            Err(e) => return Err(s3_error(&e, Target::Upload)),
+        };
+        Ok(parse_upload_checksum(raw.as_deref()))
+    }
+
+    pub(crate) async fn mpu_upload_part(
+        &self,
+        input: UploadPartInput,
+        trailer_names: Option<&str>,
+        trailing: Option<s3s::TrailingHeaders>,
+    ) -> S3Result<UploadPartOutput> {
         if !(1..=PARTS_MAX).contains(&input.part_number) {
             return Err(s3_error!(InvalidArgument, "part numbers run from 1 to {PARTS_MAX}"));
         }
         let dir = self.upload_dir(&input.bucket, &input.key, &input.upload_id).await?;
+        let (upload_algo, _) = self.upload_checksum(&dir).await?;
+        let algorithm = input
+            .checksum_algorithm
+            .clone()
+            .unwrap_or_else(|| ChecksumAlgorithm::from(upload_algo.name().to_string()));
+        let wanted = Wanted::from_request(
+            [
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+            ],
+            Some(&algorithm),
+            trailer_names,
+            trailing,
+        )?
+        // What completion combines.
+        .keeping(upload_algo);
         let expected_len = input.content_length.and_then(|n| u64::try_from(n).ok());
         if expected_len.is_some_and(|n| n > PART_BYTES_MAX) {
             return Err(s3_error!(EntityTooLarge, "a part may be at most {PART_BYTES_MAX} bytes"));
         }
         self.upload_layout(&dir, expected_len).await.or_s3(Target::Upload)?;
-        let written = self
-            .write_object(
-                Dest::Dir(dir.ino),
-                &part_name(input.part_number),
-                input.body,
-                expected_len,
-                input.content_md5.as_deref(),
-                &ObjectMeta::default(),
-                PART_BYTES_MAX,
-            )
-            .await?;
-        Ok(UploadPartOutput { e_tag: Some(ETag::Strong(written.etag)), ..Default::default() })
+        let spec = WriteSpec {
+            expected_len,
+            content_md5: input.content_md5.as_deref(),
+            wanted: &wanted,
+            meta: &ObjectMeta::default(),
+            size_max: PART_BYTES_MAX,
+            publish: Publish::Replace,
+        };
+        let written = self.write_object(Dest::Dir(dir.ino), &part_name(input.part_number), input.body, spec).await?;
+        let (sums, _) = written.sum.fields();
+        Ok(UploadPartOutput {
+            e_tag: Some(ETag::Strong(written.etag)),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            ..Default::default()
+        })
+    }
+
+    /// UploadPartCopy: a range of an existing object (or all of it) as a part.
+    pub(crate) async fn mpu_upload_part_copy(&self, input: UploadPartCopyInput) -> S3Result<UploadPartCopyOutput> {
+        if !(1..=PARTS_MAX).contains(&input.part_number) {
+            return Err(s3_error!(InvalidArgument, "part numbers run from 1 to {PARTS_MAX}"));
+        }
+        let CopySource::Bucket { bucket: src_bucket, key: src_key, .. } = &input.copy_source else {
+            return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"));
+        };
+        let dir = self.upload_dir(&input.bucket, &input.key, &input.upload_id).await?;
+        let (src, marker) = self.object(src_bucket, src_key).await?;
+        if marker {
+            return Err(no_such_key(src_key));
+        }
+        let raw = objmeta::load_etag(&self.client, src.ino).await.or_s3(Target::Object)?;
+        let src_etag = etag_for(&src, raw.as_deref());
+        if let Some(cond) = &input.copy_source_if_match {
+            if !crate::conditions::etag_matches(cond, &src_etag) {
+                return Err(s3_error!(PreconditionFailed, "x-amz-copy-source-if-match: the source's ETag is {src_etag}"));
+            }
+        }
+        if let Some(cond) = &input.copy_source_if_none_match {
+            if crate::conditions::etag_matches(cond, &src_etag) {
+                return Err(s3_error!(PreconditionFailed, "x-amz-copy-source-if-none-match: the source's ETag is {src_etag}"));
+            }
+        }
+        let range = match &input.copy_source_range {
+            Some(r) => parse_copy_range(r, src.size)?,
+            None => 0..src.size,
+        };
+        let len = range.end - range.start;
+        if len > PART_BYTES_MAX {
+            return Err(s3_error!(EntityTooLarge, "a part may be at most {PART_BYTES_MAX} bytes"));
+        }
+        self.upload_layout(&dir, Some(len)).await.or_s3(Target::Upload)?;
+        let (algo, _) = self.upload_checksum(&dir).await?;
+        let wanted = Wanted::compute(algo);
+        let body = read_stream(self.client.clone(), src.clone(), range);
+        let spec = WriteSpec {
+            expected_len: Some(len),
+            content_md5: None,
+            wanted: &wanted,
+            meta: &ObjectMeta::default(),
+            size_max: PART_BYTES_MAX,
+            publish: Publish::Replace,
+        };
+        let written = self.write_object(Dest::Dir(dir.ino), &part_name(input.part_number), Some(body), spec).await?;
+        let (sums, _) = written.sum.fields();
+        Ok(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(written.etag)),
+                last_modified: Some(s3_time(written.attr.mtime)),
+                checksum_crc32: sums.checksum_crc32,
+                checksum_crc32c: sums.checksum_crc32c,
+                checksum_crc64nvme: sums.checksum_crc64nvme,
+                checksum_sha1: sums.checksum_sha1,
+                checksum_sha256: sums.checksum_sha256,
+            }),
+            ..Default::default()
+        })
     }
 
     pub(crate) async fn mpu_list_parts(&self, input: ListPartsInput) -> S3Result<ListPartsOutput> {
@@ -394,7 +584,13 @@ impl Gateway {
 
     /// The plan of a completion: the one an interrupted completion left, or a new one built
     /// from the parts present (checked against the request) and written down.
-    async fn completion_plan(&self, dir: &Attr, dir_path: &str, requested: &[CompletedPart]) -> S3Result<Vec<Planned>> {
+    async fn completion_plan(
+        &self,
+        dir: &Attr,
+        dir_path: &str,
+        requested: &[CompletedPart],
+        algo: Algo,
+    ) -> S3Result<Vec<Planned>> {
         let mut wanted = Vec::with_capacity(requested.len());
         for p in requested {
             let (Some(n), Some(etag)) = (p.part_number, p.e_tag.as_ref()) else {
@@ -440,6 +636,16 @@ impl Gateway {
             if &have != etag {
                 return Err(s3_error!(InvalidPart, "part {n} has ETag {have}, not {etag}"));
             }
+            let sum = match self.client.getxattr(attr.ino, XATTR_CHECKSUM).await {
+                Ok(raw) => Sum::from_xattr(&raw, attr.data_version),
+                Err(e) if e.code == ErrorCode::NoAttr => None,
+                Err(e) => return Err(s3_error(&e, Target::Upload)),
+            };
+            if let Some(given) = requested_part_sum(&requested[i], algo) {
+                if sum.as_ref().is_none_or(|s| s.algo != algo || s.value != given.trim()) {
+                    return Err(s3_error!(InvalidPart, "part {n}'s {} is not the one given", algo.name()));
+                }
+            }
             if i + 1 < wanted.len() && attr.size < PART_BYTES_MIN {
                 return Err(s3_error!(
                     EntityTooSmall,
@@ -447,7 +653,8 @@ impl Gateway {
                     attr.size
                 ));
             }
-            plan.push(Planned { number: *n, size: attr.size, etag: have });
+            let sum = sum.map(|s| format!("{}:{}", s.algo.name(), s.value));
+            plan.push(Planned { number: *n, size: attr.size, etag: have, sum });
         }
         self.client
             .write_file(&format!("{dir_path}/{PLAN}"), plan_text(&plan).as_bytes())
@@ -467,8 +674,10 @@ impl Gateway {
         let lock = self.completion_lock(&input.upload_id);
         let _guard = lock.lock().await;
         let dir = self.upload_dir(&input.bucket, &input.key, &input.upload_id).await?;
+        let publish =
+            self.write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref()).await?;
         let dir_path = format!("{}/{}", names::uploads_path(&input.bucket), input.upload_id);
-        let (etag, copied) = self.complete_in(&input, &parsed.dirs, name, &dir, &dir_path).await?;
+        let (etag, sum, copied) = self.complete_in(&input, &parsed.dirs, name, &dir, &dir_path, publish).await?;
         if let Err(e) = self.remove_upload(&input.bucket, &input.upload_id, dir.ino).await {
             tracing::warn!("upload {} completed but its directory could not be removed: {e}", input.upload_id);
         }
@@ -478,18 +687,26 @@ impl Gateway {
             input.bucket,
             input.key
         );
+        let (sums, kind) = sum.map(|s| s.fields()).unzip();
+        let sums = sums.unwrap_or_default();
         let output = CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
             e_tag: Some(ETag::Strong(etag)),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: kind,
             ..Default::default()
         };
         Ok((output, copied))
     }
 
-    /// Assembles the parts and renames the result onto the key; returns the ETag and how many
-    /// bytes had to be copied.
+    /// Assembles the parts and moves the result onto the key as `publish` allows; returns the
+    /// ETag, the checksum and how many bytes had to be copied.
     async fn complete_in(
         &self,
         input: &CompleteMultipartUploadInput,
@@ -497,10 +714,27 @@ impl Gateway {
         name: &str,
         dir: &Attr,
         dir_path: &str,
-    ) -> S3Result<(String, u64)> {
+        publish: Publish,
+    ) -> S3Result<(String, Option<Sum>, u64)> {
         let requested = input.multipart_upload.as_ref().and_then(|m| m.parts.clone()).unwrap_or_default();
-        let plan = self.completion_plan(dir, dir_path, &requested).await?;
+        let (algo, full_object) = self.upload_checksum(dir).await?;
+        let plan = self.completion_plan(dir, dir_path, &requested, algo).await?;
         let etag = multipart_etag(&plan)?;
+        let part_sums: Vec<(Option<Sum>, u64)> = plan.iter().map(|p| (p.sum(), p.size)).collect();
+        let sum = checksums::multipart_sum(algo, full_object, &part_sums);
+        // A whole-object value given with the completion must be the one the parts make.
+        let given = match algo {
+            Algo::Crc32 => input.checksum_crc32.as_ref(),
+            Algo::Crc32c => input.checksum_crc32c.as_ref(),
+            Algo::Crc64Nvme => input.checksum_crc64nvme.as_ref(),
+            Algo::Sha1 => input.checksum_sha1.as_ref(),
+            Algo::Sha256 => input.checksum_sha256.as_ref(),
+        };
+        if let Some(given) = given {
+            if sum.as_ref().is_none_or(|s| s.wire_value() != given.trim()) {
+                return Err(checksums::ChecksumError::Mismatch(algo).into());
+            }
+        }
         let mut assembly = self.client.create(dir.ino, ASSEMBLY, 0o644, false).await.or_s3(Target::Upload)?;
         let chunk_bytes = u64::from(assembly.chunk_bytes);
         let mut offset = 0u64;
@@ -546,19 +780,30 @@ impl Gateway {
             return Err(s3_error!(InternalError, "assembled {} bytes where the parts hold {offset}", assembly.size));
         }
         objmeta::store_etag(&self.client, assembly.ino, &etag, assembly.data_version).await.or_s3(Target::Upload)?;
+        if let Some(sum) = &sum {
+            let value = sum.to_xattr(assembly.data_version);
+            self.client
+                .setxattr(assembly.ino, XATTR_CHECKSUM, value.as_bytes(), XattrMode::Upsert)
+                .await
+                .or_s3(Target::Upload)?;
+        }
         let meta = objmeta::load(&self.client, dir.ino).await.or_s3(Target::Upload)?.meta;
         meta.store(&self.client, assembly.ino).await.or_s3(Target::Upload)?;
         let mut attempt = 0;
         loop {
             let parent = self.ensure_dirs(&input.bucket, dirs).await?;
-            match self.client.rename(dir.ino, ASSEMBLY, parent, name).await {
-                Ok(()) => return Ok((etag, copied)),
-                Err(e) if matches!(e.code, ErrorCode::IsDir | ErrorCode::NotEmpty) => {
+            match self.publish(dir.ino, ASSEMBLY, parent, name, publish).await {
+                Ok(()) => return Ok((etag, sum, copied)),
+                Err(PublishError::Wire(e)) if matches!(e.code, ErrorCode::IsDir | ErrorCode::NotEmpty) => {
                     return Err(conflict(format!("{} is a prefix holding other objects", input.key)))
                 }
                 // A DELETE removed the directory it emptied in between: make it again.
-                Err(e) if e.code == ErrorCode::NotFound && attempt < RENAME_RACE_RETRY_COUNT_MAX => attempt += 1,
-                Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
+                Err(PublishError::Wire(e))
+                    if e.code == ErrorCode::NotFound && attempt < RENAME_RACE_RETRY_COUNT_MAX =>
+                {
+                    attempt += 1
+                }
+                Err(e) => return Err(publish_error(e)),
             }
         }
     }
@@ -603,11 +848,40 @@ mod tests {
     fn multipart_etag_follows_s3() {
         // Two parts whose MD5s are those of "" and "a": md5(md5("") ++ md5("a")) - 2.
         let plan = vec![
-            Planned { number: 1, size: 0, etag: "d41d8cd98f00b204e9800998ecf8427e".into() },
-            Planned { number: 2, size: 1, etag: "0cc175b9c0f1b6a831c399e269772661".into() },
+            Planned { number: 1, size: 0, etag: "d41d8cd98f00b204e9800998ecf8427e".into(), sum: None },
+            Planned { number: 2, size: 1, etag: "0cc175b9c0f1b6a831c399e269772661".into(), sum: None },
         ];
         let etag = multipart_etag(&plan).expect("hex etags");
         assert!(etag.ends_with("-2") && etag.len() == 34, "{etag}");
         assert_eq!(parse_plan(&plan_text(&plan)), Some(plan));
+    }
+
+    #[test]
+    fn copy_source_ranges_are_inclusive_and_inside_the_object() {
+        assert_eq!(parse_copy_range("bytes=0-9", 10).expect("valid"), 0..10);
+        assert_eq!(parse_copy_range("bytes=5-5", 10).expect("valid"), 5..6);
+        for bad in ["bytes=0-10", "bytes=5-4", "0-4", "bytes=-4", "bytes=a-b", "bytes=3-"] {
+            assert!(parse_copy_range(bad, 10).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plans_keep_part_checksums_and_read_old_plans() {
+        let plan = vec![
+            Planned { number: 1, size: 5, etag: "e1".into(), sum: Some("CRC32:AAAAAA==".into()) },
+            Planned { number: 2, size: 6, etag: "e2".into(), sum: None },
+        ];
+        assert_eq!(parse_plan(&plan_text(&plan)), Some(plan.clone()));
+        assert_eq!(plan[0].sum().map(|s| s.algo), Some(Algo::Crc32));
+        let old = parse_plan("1 5 e1\n").expect("old plan");
+        assert_eq!(old[0].sum, None);
+    }
+
+    #[test]
+    fn uploads_without_an_algorithm_get_a_full_object_crc64nvme() {
+        assert_eq!(parse_upload_checksum(None), (Algo::Crc64Nvme, true));
+        assert_eq!(parse_upload_checksum(Some(b"CRC32 COMPOSITE")), (Algo::Crc32, false));
+        assert_eq!(parse_upload_checksum(Some(b"CRC32C FULL_OBJECT")), (Algo::Crc32c, true));
+        assert_eq!(parse_upload_checksum(Some(b"SHA256 COMPOSITE")), (Algo::Sha256, false));
     }
 }

@@ -6,6 +6,9 @@
 //! | `user.s3.etag`            | `<etag> <data_version>`: the ETag and the file version it is for |
 //! | `user.s3.content-type`    | the Content-Type given at upload                              |
 //! | `user.s3.meta.<name>`     | user metadata `x-amz-meta-<name>`                              |
+//! | `user.s3.header.<name>`   | `Cache-Control`, `Content-Disposition`, `Content-Encoding`,   |
+//! |                           | `Content-Language`, `Expires` (lower case) as given           |
+//! | `user.s3.checksum`        | the additional checksum (see [`crate::checksums`])            |
 //!
 //! The ETag is only believed while the file's `data_version` is the one recorded beside it: a
 //! file written or changed through the mount or NFS gets a synthetic ETag derived from its inode
@@ -23,6 +26,11 @@ pub const XATTR_ETAG: &str = "user.s3.etag";
 pub const XATTR_CONTENT_TYPE: &str = "user.s3.content-type";
 /// Prefix of the extended attributes holding user metadata.
 pub const XATTR_META_PREFIX: &str = "user.s3.meta.";
+/// Prefix of the extended attributes holding the standard headers S3 keeps.
+pub const XATTR_HEADER_PREFIX: &str = "user.s3.header.";
+/// The standard headers kept with an object, as their xattr names end.
+pub const KEPT_HEADERS: [&str; 5] =
+    ["cache-control", "content-disposition", "content-encoding", "content-language", "expires"];
 /// Most bytes of user metadata (names and values) per object, as S3 allows.
 pub const USER_META_BYTES_MAX: usize = 2048;
 /// The Content-Type of objects stored without one, as S3 answers.
@@ -35,6 +43,18 @@ pub const EMPTY_ETAG: &str = "d41d8cd98f00b204e9800998ecf8427e";
 pub struct ObjectMeta {
     pub content_type: Option<String>,
     pub user: BTreeMap<String, String>,
+    /// Kept standard headers by name (one of [`KEPT_HEADERS`]).
+    pub headers: BTreeMap<&'static str, String>,
+}
+
+/// The standard headers of a request S3 keeps with an object.
+#[derive(Clone, Copy, Default)]
+pub struct KeptHeaders<'a> {
+    pub cache_control: Option<&'a String>,
+    pub content_disposition: Option<&'a String>,
+    pub content_encoding: Option<&'a String>,
+    pub content_language: Option<&'a String>,
+    pub expires: Option<&'a s3s::dto::Timestamp>,
 }
 
 impl ObjectMeta {
@@ -55,7 +75,38 @@ impl ObjectMeta {
                 format!("{bytes} bytes of user metadata exceed the limit of {USER_META_BYTES_MAX}"),
             ));
         }
-        Ok(ObjectMeta { content_type: content_type.cloned(), user })
+        Ok(ObjectMeta { content_type: content_type.cloned(), user, headers: BTreeMap::new() })
+    }
+
+    /// Adds the standard headers S3 keeps. `aws-chunked` in Content-Encoding describes the
+    /// request's body only and is not kept.
+    pub fn with_headers(mut self, h: KeptHeaders<'_>) -> ObjectMeta {
+        let encoding = h.content_encoding.map(|e| {
+            e.split(',').map(str::trim).filter(|t| !t.eq_ignore_ascii_case("aws-chunked")).collect::<Vec<_>>().join(",")
+        });
+        let expires = h.expires.and_then(|t| {
+            let mut buf = Vec::new();
+            t.format(s3s::dto::TimestampFormat::HttpDate, &mut buf).ok()?;
+            String::from_utf8(buf).ok()
+        });
+        let values = [h.cache_control.cloned(), h.content_disposition.cloned(), encoding, h.content_language.cloned(), expires];
+        for (name, value) in KEPT_HEADERS.into_iter().zip(values) {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                self.headers.insert(name, v);
+            }
+        }
+        self
+    }
+
+    /// A kept header's value.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).cloned()
+    }
+
+    /// The kept Expires as a timestamp (None if absent or unreadable).
+    pub fn expires(&self) -> Option<s3s::dto::Timestamp> {
+        let v = self.headers.get("expires")?;
+        s3s::dto::Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, v).ok()
     }
 
     /// Writes the metadata as extended attributes of `ino`.
@@ -66,13 +117,17 @@ impl ObjectMeta {
         for (k, v) in &self.user {
             client.setxattr(ino, &format!("{XATTR_META_PREFIX}{k}"), v.as_bytes(), wire::XattrMode::Upsert).await?;
         }
+        for (k, v) in &self.headers {
+            client.setxattr(ino, &format!("{XATTR_HEADER_PREFIX}{k}"), v.as_bytes(), wire::XattrMode::Upsert).await?;
+        }
         Ok(())
     }
 
     /// Replaces whatever S3 metadata `ino` has with this (for CopyObject with REPLACE).
     pub async fn replace(&self, client: &Client, ino: u64) -> Result<(), WireError> {
         for name in client.listxattr(ino).await? {
-            if name == XATTR_CONTENT_TYPE || name.starts_with(XATTR_META_PREFIX) {
+            if name == XATTR_CONTENT_TYPE || name.starts_with(XATTR_META_PREFIX) || name.starts_with(XATTR_HEADER_PREFIX)
+            {
                 match client.removexattr(ino, &name).await {
                     Ok(()) => {}
                     Err(e) if e.code == ErrorCode::NoAttr => {}
@@ -99,6 +154,8 @@ pub struct StoredMeta {
     pub meta: ObjectMeta,
     /// The raw `user.s3.etag` value, if any.
     pub etag_raw: Option<Vec<u8>>,
+    /// The raw `user.s3.checksum` value, if any.
+    pub checksum_raw: Option<Vec<u8>>,
 }
 
 /// Reads the S3 extended attributes of `ino`.
@@ -118,8 +175,14 @@ pub async fn load(client: &Client, ino: u64) -> Result<StoredMeta, WireError> {
             out.etag_raw = Some(value);
         } else if name == XATTR_CONTENT_TYPE {
             out.meta.content_type = Some(String::from_utf8_lossy(&value).into_owned());
+        } else if name == crate::checksums::XATTR_CHECKSUM {
+            out.checksum_raw = Some(value);
         } else if let Some(k) = name.strip_prefix(XATTR_META_PREFIX) {
             out.meta.user.insert(k.to_string(), String::from_utf8_lossy(&value).into_owned());
+        } else if let Some(k) = name.strip_prefix(XATTR_HEADER_PREFIX) {
+            if let Some(known) = KEPT_HEADERS.into_iter().find(|h| *h == k) {
+                out.meta.headers.insert(known, String::from_utf8_lossy(&value).into_owned());
+            }
         }
     }
     Ok(out)
@@ -209,5 +272,21 @@ mod tests {
         assert_eq!(meta.user.get("color").map(String::as_str), Some("blue"));
         m.insert("big".to_string(), "x".repeat(USER_META_BYTES_MAX));
         assert!(ObjectMeta::from_request(None, Some(&m)).is_err());
+    }
+
+    #[test]
+    fn kept_headers_drop_the_bodys_aws_chunked_encoding() {
+        let (cache, enc) = ("max-age=60".to_string(), "gzip,aws-chunked".to_string());
+        let meta = ObjectMeta::default().with_headers(KeptHeaders {
+            cache_control: Some(&cache),
+            content_encoding: Some(&enc),
+            ..Default::default()
+        });
+        assert_eq!(meta.header("cache-control").as_deref(), Some("max-age=60"));
+        assert_eq!(meta.header("content-encoding").as_deref(), Some("gzip"));
+        let only_chunked = "aws-chunked".to_string();
+        let meta = ObjectMeta::default().with_headers(KeptHeaders { content_encoding: Some(&only_chunked), ..Default::default() });
+        assert_eq!(meta.header("content-encoding"), None);
+        assert_eq!(meta.expires(), None);
     }
 }

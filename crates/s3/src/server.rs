@@ -390,6 +390,7 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
     // The front reads every body that s3s would buffer, within this same limit.
     s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
     s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
+    let client = gateway.client.clone();
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(Keys(keys));
     builder.set_access(Policy { anonymous: config.anonymous });
@@ -400,7 +401,7 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
     let (per_client, total) = (config.connections_per_client_max, config.connections_max);
     Ok(Listening {
         listener,
-        front: Front { inner: builder.build(), body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
+        front: Front { inner: builder.build(), client, body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
         tls,
         limiter: ConnLimiter::new("S3 gateway", per_client, total),
         header_timeout: Duration::from_millis(config.header_timeout_ms),

@@ -117,6 +117,110 @@ fn boto3_script_covers_the_api_auth_and_bad_requests() {
 }
 
 #[test]
+fn boto3_conditional_writes_checksums_part_copies_and_kept_headers() {
+    need("python3");
+    let probe = run(Command::new("python3").args(["-c", "import boto3, awscrt"]));
+    assert!(probe.status.success(), "boto3 and awscrt are needed by this test: run scripts/deps.sh");
+    let cluster = TestCluster::start(6, "4+2");
+    need("openssl");
+    let gw = Gateway::s3(&cluster, "s3-compat", &[]);
+    let certs = tempfile::tempdir().expect("cert dir");
+    let (cert, key) = self_signed(certs.path());
+    let tls = Gateway::s3(&cluster, "s3-compat-tls", &["--tls-cert", &cert, "--tls-key", &key]);
+    let out = run(python(&gw)
+        .arg(suite_file("compat_check.py"))
+        .env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr)));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "boto3 compatibility checks failed:\n{stdout}\n{}\ngateway log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.log_text()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+/// Runs awscli expecting it to fail with S3 error `code`; returns its stderr.
+fn aws_refused(cmd: &mut Command, code: &str) -> String {
+    let out = run(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{cmd:?} succeeded where {code} was expected");
+    assert!(stderr.contains(code), "{cmd:?}: expected {code}, got:\n{stderr}");
+    stderr
+}
+
+#[test]
+fn awscli_conditional_put_checksums_and_upload_part_copy() {
+    need("aws");
+    let cluster = TestCluster::start(6, "4+2");
+    let gw = Gateway::s3(&cluster, "s3-aws-compat", &[]);
+    let home = tempfile::tempdir().expect("home");
+    let file = home.path().join("hello.txt");
+    std::fs::write(&file, b"hello world").expect("write file");
+    let file = file.to_string_lossy().into_owned();
+    let api = |args: &[&str]| {
+        let mut cmd = aws(&gw, home.path());
+        cmd.arg("s3api").args(args);
+        cmd
+    };
+    run_ok(&mut api(&["create-bucket", "--bucket", "cli"]));
+
+    // Create-only PUT: the second one is refused and the first object stays.
+    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--body", &file, "--if-none-match", "*"]));
+    aws_refused(
+        &mut api(&["put-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--body", &file, "--if-none-match", "*"]),
+        "PreconditionFailed",
+    );
+    aws_refused(
+        &mut api(&["delete-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--if-match", "\"0123456789abcdef0123456789abcdef\""]),
+        "PreconditionFailed",
+    );
+    run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "_delta_log/0.json"]));
+
+    // Checksums given by value: the right ones are kept and answered, a wrong one is refused.
+    let crc32 = "DUoRhQ==";
+    let sha256 = "uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek=";
+    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "crc.txt", "--body", &file, "--checksum-crc32", crc32]));
+    let head = run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "crc.txt", "--checksum-mode", "ENABLED"]));
+    assert!(head.contains(crc32), "CRC32 not answered: {head}");
+    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "sha.txt", "--body", &file, "--checksum-algorithm", "SHA256"]));
+    let head = run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "sha.txt", "--checksum-mode", "ENABLED"]));
+    assert!(head.contains(sha256), "SHA256 not answered: {head}");
+    aws_refused(
+        &mut api(&["put-object", "--bucket", "cli", "--key", "bad.txt", "--body", &file, "--checksum-sha256", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="]),
+        "BadDigest",
+    );
+    aws_refused(&mut api(&["head-object", "--bucket", "cli", "--key", "bad.txt"]), "404");
+
+    // UploadPartCopy: a range of one object and all of another make a new one.
+    let big = content(5, 6 << 20);
+    std::fs::write(home.path().join("big.bin"), &big).expect("write big");
+    let big_path = home.path().join("big.bin").to_string_lossy().into_owned();
+    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "big.bin", "--body", &big_path]));
+    let id = run_ok(&mut api(&["create-multipart-upload", "--bucket", "cli", "--key", "joined.bin", "--query", "UploadId", "--output", "text"]));
+    let id = id.trim();
+    let e1 = run_ok(&mut api(&[
+        "upload-part-copy", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--part-number", "1",
+        "--copy-source", "cli/big.bin", "--copy-source-range", "bytes=0-5242879", "--query", "CopyPartResult.ETag", "--output", "text",
+    ]));
+    let e2 = run_ok(&mut api(&[
+        "upload-part-copy", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--part-number", "2",
+        "--copy-source", "cli/crc.txt", "--query", "CopyPartResult.ETag", "--output", "text",
+    ]));
+    let parts = format!(
+        r#"{{"Parts":[{{"PartNumber":1,"ETag":{}}},{{"PartNumber":2,"ETag":{}}}]}}"#,
+        e1.trim(),
+        e2.trim()
+    );
+    run_ok(&mut api(&["complete-multipart-upload", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--multipart-upload", &parts]));
+    let back = home.path().join("joined.back");
+    run_ok(aws(&gw, home.path()).args(["s3", "cp", "s3://cli/joined.bin"]).arg(&back));
+    let mut want = big[..5 << 20].to_vec();
+    want.extend_from_slice(b"hello world");
+    assert!(std::fs::read(&back).expect("read back") == want, "the object made of copied parts differs");
+}
+
+#[test]
 fn rclone_sync_then_check() {
     need("rclone");
     let cluster = TestCluster::start(6, "4+2");
