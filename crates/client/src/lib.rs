@@ -506,6 +506,48 @@ impl Client {
         }
     }
 
+    /// Takes snapshot `name` of directory `root` (O(1), atomic).
+    pub async fn snapshot_create(&self, root: Ino, name: &str) -> Result<wire::SnapshotInfo> {
+        match self.meta(MetaOp::SnapshotCreate { root, name: name.to_string() }).await? {
+            MetaReply::Snapshots(mut s) if !s.is_empty() => Ok(s.remove(0)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The snapshots of directory `root` (of every directory for `None`).
+    pub async fn snapshots(&self, root: Option<Ino>) -> Result<Vec<wire::SnapshotInfo>> {
+        match self.meta(MetaOp::SnapshotList { root }).await? {
+            MetaReply::Snapshots(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes snapshot `name` of `root`.
+    pub async fn snapshot_delete(&self, root: Ino, name: &str) -> Result<wire::SnapshotInfo> {
+        match self.meta(MetaOp::SnapshotDelete { root, name: name.to_string() }).await? {
+            MetaReply::Snapshots(mut s) if !s.is_empty() => Ok(s.remove(0)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Paths added, removed or changed under `root` from snapshot `a` to snapshot `b` (`None`:
+    /// the live tree), and whether the list was cut at its limit.
+    pub async fn snapshot_diff(&self, root: Ino, a: &str, b: Option<&str>) -> Result<(Vec<wire::SnapshotChange>, bool)> {
+        match self.meta(MetaOp::SnapshotDiff { root, a: a.to_string(), b: b.map(str::to_string) }).await? {
+            MetaReply::SnapshotDiff { changes, cut } => Ok((changes, cut)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Brings `path` (relative to `root`; empty: the whole tree) back from snapshot `name`;
+    /// answers (files restored, directories made, entries skipped).
+    pub async fn snapshot_restore(&self, root: Ino, name: &str, path: &str) -> Result<(u64, u64, u64)> {
+        match self.meta(MetaOp::SnapshotRestore { root, name: name.to_string(), path: path.to_string() }).await? {
+            MetaReply::Restored { files, dirs, skipped } => Ok((files, dirs, skipped)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// The files in the trash, oldest first.
     pub async fn trash(&self) -> Result<Vec<wire::TrashEntry>> {
         match self.meta(MetaOp::ListTrash).await? {
@@ -798,6 +840,8 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::Announce { .. }
             | MetaOp::Processes
             | MetaOp::Events { .. }
+            | MetaOp::SnapshotList { .. }
+            | MetaOp::SnapshotDiff { .. }
     )
 }
 

@@ -9,6 +9,9 @@
 //! refuses to reference a queued chunk id again, and before deleting, GC checks that the
 //! chunk's former slot no longer points at it.
 //!
+//! A chunk that a preserved version of its slot still references (a live snapshot reads it,
+//! see `snapshot`) is left queued and untouched until the snapshot is deleted.
+//!
 //! Entries wait a grace period after queueing, so that a reader that fetched the old chunk list
 //! just before an overwrite or unlink can still finish its read.
 
@@ -145,7 +148,10 @@ impl Gc {
                     let referenced = get::<ChunkRecord>(txn, &slot)
                         .await?
                         .is_some_and(|c| c.id == rec.chunk.id);
-                    let due = rec.queued_ms.saturating_add(grace_ms) <= now;
+                    // A chunk a snapshot still reads waits, queued, until the snapshot goes.
+                    let held = !referenced
+                        && crate::snapshot::chunk_held(txn, rec.ino, rec.chunk.index, rec.chunk.id).await?;
+                    let due = !held && rec.queued_ms.saturating_add(grace_ms) <= now;
                     entries.push(Entry {
                         key,
                         rec,

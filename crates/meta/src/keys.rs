@@ -82,6 +82,12 @@ pub mod prefix {
     pub const QUOTA: u8 = b'Z';
     /// `W` + deleted ms + ino: a file in the trash (wastebasket), oldest first.
     pub const TRASH: u8 = b'W';
+    /// `M` alone: the snapshot state (epoch and live snapshots); `M` + snapshot id: a
+    /// snapshot's record (moments).
+    pub const SNAPSHOT: u8 = b'M';
+    /// `Y` + namespace key + 0x00 + epoch: the value a namespace record (`I`, `D`, `X`, `C`,
+    /// `T`) held before its first change in that snapshot epoch (yesterday's version).
+    pub const VERSION: u8 = b'Y';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -270,6 +276,57 @@ pub fn parse_trash(key: &[u8]) -> Option<(u64, Ino)> {
     let ms = u64::from_be_bytes(key[1..9].try_into().ok()?);
     let ino = u64::from_be_bytes(key[9..17].try_into().ok()?);
     Some((ms, ino))
+}
+
+/// The key of the snapshot state ([`SnapshotStateRec`]).
+pub fn snapshot_state() -> Vec<u8> {
+    vec![prefix::SNAPSHOT]
+}
+
+/// The key of snapshot `id`'s record.
+pub fn snapshot(id: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::SNAPSHOT, 8);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+/// Whether versions of `key` are kept for snapshots: inodes, entries, xattrs, chunk records
+/// and directory times.
+pub fn is_versioned(key: &[u8]) -> bool {
+    matches!(
+        key.first(),
+        Some(&(prefix::INODE | prefix::DENTRY | prefix::XATTR | prefix::CHUNK | prefix::DIR_TIMES))
+    )
+}
+
+/// The prefix of every preserved version of namespace key `key`: `Y` ‖ key ‖ 0x00. The NUL
+/// separates the key from the epoch: names never contain NUL and the other versioned keys
+/// have a fixed length, so no version of one key falls among those of another.
+pub fn version_prefix(key: &[u8]) -> Vec<u8> {
+    let mut out = with_prefix(prefix::VERSION, key.len() + 9);
+    out.extend_from_slice(key);
+    out.push(0);
+    out
+}
+
+/// The key of the version of `key` replaced during snapshot epoch `epoch`.
+pub fn version(key: &[u8], epoch: u64) -> Vec<u8> {
+    let mut out = version_prefix(key);
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out
+}
+
+/// Splits a version key into the namespace key and the epoch.
+pub fn parse_version(vkey: &[u8]) -> Option<(&[u8], u64)> {
+    if vkey.len() < 11 || vkey[0] != prefix::VERSION {
+        return None;
+    }
+    let (head, epoch) = vkey.split_at(vkey.len() - 8);
+    let (key, sep) = head[1..].split_at(head.len() - 2);
+    if sep != [0] {
+        return None;
+    }
+    Some((key, u64::from_be_bytes(epoch.try_into().ok()?)))
 }
 
 /// The key of the file pool policies (one record: they are few and read as a whole, in order).
@@ -644,6 +701,36 @@ impl GcRec {
     }
 }
 
+/// The snapshot state (key `M`): the epoch of namespace changes now, and the epochs of the
+/// live snapshots. Absent: epoch 1, no snapshots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotStateRec {
+    /// The epoch changes committed now belong to; a snapshot taken now gets this epoch and
+    /// the counter moves on by one.
+    pub epoch: u64,
+    /// The epochs (= ids) of the live snapshots, ascending.
+    pub live: Vec<u64>,
+}
+
+/// A snapshot (key `M` ‖ id): the namespace as it was at the end of epoch `epoch`, browsed
+/// from directory `root`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRec {
+    /// Equal to `epoch`: unique, as every snapshot ends an epoch.
+    pub id: u64,
+    pub name: String,
+    pub root: Ino,
+    pub epoch: u64,
+    pub created_ms: u64,
+}
+
+/// A preserved version (key `Y` ‖ key ‖ 0x00 ‖ epoch): the raw value (format byte included)
+/// that the namespace key held before its first change in `epoch`, `None` if it was absent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRec {
+    pub value: Option<Vec<u8>>,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Value formats and their migrations.
 
@@ -674,6 +761,9 @@ impl Record for PolicyListRec {}
 impl Record for wire::JobInfo {}
 impl Record for QuotaRec {}
 impl Record for TrashRec {}
+impl Record for SnapshotStateRec {}
+impl Record for SnapshotRec {}
+impl Record for VersionRec {}
 
 impl Record for InodeRec {
     const FORMAT: u8 = FORMAT_V3;
@@ -955,6 +1045,11 @@ mod tests {
         assert_eq!(parse_request_expiry(&request_expiry(5, 77)), Some((5, 77)));
         assert_eq!(dentry_name(3, &dentry(3, "hello")), Some("hello"));
         assert_eq!(dentry_name(4, &dentry(3, "hello")), None);
+        let key = dentry(3, "hello");
+        assert_eq!(parse_version(&version(&key, 9)), Some((key.as_slice(), 9)));
+        assert_eq!(parse_version(&version(&inode(1), 2)), Some((inode(1).as_slice(), 2)));
+        assert!(version(&dentry(3, "a"), u64::MAX) < version(&dentry(3, "ab"), 0));
+        assert!(is_versioned(&chunk(1, 2)) && !is_versioned(&gc(1)));
     }
 
     #[test]

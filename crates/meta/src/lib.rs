@@ -9,7 +9,7 @@
 //!
 //! Module map: [`keys`] (key schema and value formats, documented in ARCHITECTURE.md), [`store`]
 //! (transactions, error mapping, id allocation), [`namespace`], [`cluster`], [`pools`] (storage
-//! pools), [`policies`] (file pool policies), [`quota`] (directory tree quotas), [`trash`] (deleted files kept for a while), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
+//! pools), [`policies`] (file pool policies), [`quota`] (directory tree quotas), [`trash`] (deleted files kept for a while), [`snapshot`] (namespace versioning and snapshots), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
 pub mod cluster;
@@ -25,6 +25,7 @@ pub mod pools;
 pub mod processes;
 pub mod quota;
 pub mod server;
+pub mod snapshot;
 pub mod store;
 pub mod trash;
 pub mod watch;
@@ -145,6 +146,8 @@ impl MetaService {
         options: MetaOptions,
     ) -> Result<Arc<MetaService>, WireError> {
         options.validate()?;
+        // Every transaction keeps the versions of namespace records that snapshots need.
+        let engine: Arc<dyn KvEngine> = Arc::new(snapshot::VersionedEngine::new(engine));
         namespace::ensure_root(engine.as_ref(), options.default_ec, options.chunk_bytes).await?;
         let cluster = Cluster::new(ClusterOptions {
             default_ec: options.default_ec,
@@ -185,6 +188,11 @@ impl MetaService {
     /// Answers one call.
     pub async fn call(&self, call: MetaCall) -> MetaResult {
         let engine = self.engine.as_ref();
+        // Reads through `.snapshots` answered as of the snapshot, writes there refused.
+        let call = match snapshot::view_call(engine, call.op).await {
+            Ok(answer) => return answer,
+            Err(op) => MetaCall { request_id: call.request_id, op },
+        };
         if let MetaOp::CommitChunks { chunks, .. } = &call.op {
             if chunks.iter().any(|c| c.missing != 0) {
                 self.degraded_written.store(true, Ordering::Release);
@@ -241,6 +249,33 @@ impl MetaService {
                 let (events, next) = events::read(engine, after, limit, newest).await?;
                 Ok(MetaReply::Events { events, next })
             }
+            MetaOp::SnapshotCreate { root, name } => {
+                let rec = self.snapshot_create(root, &name).await?;
+                Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
+            }
+            MetaOp::SnapshotList { root } => Ok(MetaReply::Snapshots(
+                self.snapshot_list(root)
+                    .await?
+                    .into_iter()
+                    .map(|e| snapshot::info(e.rec, e.bytes_exclusive))
+                    .collect(),
+            )),
+            MetaOp::SnapshotDelete { root, name } => {
+                let rec = self.snapshot_delete(root, &name).await?;
+                Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
+            }
+            MetaOp::SnapshotDiff { root, a, b } => {
+                let (changes, cut) = self.snapshot_diff(root, &a, b.as_deref()).await?;
+                let changes = changes
+                    .into_iter()
+                    .map(|(path, change)| wire::SnapshotChange { path, change: change.into() })
+                    .collect();
+                Ok(MetaReply::SnapshotDiff { changes, cut })
+            }
+            MetaOp::SnapshotRestore { root, name, path } => {
+                let r = self.snapshot_restore(root, &name, &path).await?;
+                Ok(MetaReply::Restored { files: r.files, dirs: r.dirs, skipped: r.skipped })
+            }
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
                 if let MetaOp::SetLayout { ino, ec, check, .. } = &op {
@@ -279,6 +314,9 @@ impl MetaService {
                 "{:?} cannot be part of a batch",
                 call.op
             ));
+        }
+        if let Some(call) = calls.iter().find(|c| snapshot::writes_view(&c.op)) {
+            return Err(wire::werr!(ReadOnly, "{}: snapshots are read-only", call.op.name()));
         }
         // Inode numbers come from memory (refilled by their own transaction) before the
         // transaction starts, so a retried transaction body has no side effect.
@@ -428,6 +466,59 @@ impl MetaService {
                 return Ok(purged);
             }
         }
+    }
+
+    /// Takes snapshot `name` of directory `root` (O(1), atomic).
+    pub async fn snapshot_create(&self, root: wire::Ino, name: &str) -> Result<keys::SnapshotRec, WireError> {
+        snapshot::create(self.engine.as_ref(), root, name, store::now_ms()).await
+    }
+
+    /// The snapshots of `root` (all for `None`), with the bytes only each holds.
+    pub async fn snapshot_list(&self, root: Option<wire::Ino>) -> Result<Vec<snapshot::SnapshotEntry>, WireError> {
+        snapshot::list(self.engine.as_ref(), root).await
+    }
+
+    /// Deletes snapshot `name` of `root`; the chunks only it held go to GC.
+    pub async fn snapshot_delete(&self, root: wire::Ino, name: &str) -> Result<keys::SnapshotRec, WireError> {
+        snapshot::delete(self.engine.as_ref(), root, name).await
+    }
+
+    /// The epoch snapshot `name` of `root` reads; `None` (no name) is the live tree.
+    pub async fn snapshot_epoch(&self, root: wire::Ino, name: Option<&str>) -> Result<u64, WireError> {
+        let Some(name) = name else {
+            return Ok(snapshot::LIVE);
+        };
+        let name = name.to_string();
+        store::transact(self.engine.as_ref(), move |txn| {
+            let name = name.clone();
+            Box::pin(async move { Ok(snapshot::find(txn, root, &name).await?.epoch) })
+        })
+        .await
+    }
+
+    /// Paths added, removed or changed under `root` from snapshot `a` to snapshot `b` (`None`:
+    /// the live tree); the flag says the list was cut at `snapshot::DIFF_ENTRIES_MAX`.
+    pub async fn snapshot_diff(
+        &self,
+        root: wire::Ino,
+        a: &str,
+        b: Option<&str>,
+    ) -> Result<(Vec<(String, snapshot::Change)>, bool), WireError> {
+        let ea = self.snapshot_epoch(root, Some(a)).await?;
+        let eb = self.snapshot_epoch(root, b).await?;
+        snapshot::diff(self.engine.as_ref(), root, ea, eb).await
+    }
+
+    /// Brings `rel` (relative to `root`; empty: the whole tree) back from snapshot `name`.
+    pub async fn snapshot_restore(&self, root: wire::Ino, name: &str, rel: &str) -> Result<snapshot::RestoreReport, WireError> {
+        let ctx = Ctx {
+            now: Timestamp::now(),
+            now_ms: store::now_ms(),
+            new_ino: None,
+            request_ttl_ms: self.options.request_ttl_ms,
+            trash: self.options.trash_days > 0,
+        };
+        snapshot::restore(self.engine.as_ref(), &self.inos, &ctx, root, name, rel).await
     }
 
     /// Removes expired idempotency records; returns how many.

@@ -553,6 +553,11 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::Announce { .. }
         | MetaOp::Processes
         | MetaOp::AllocChunksIn { .. }
+        | MetaOp::SnapshotCreate { .. }
+        | MetaOp::SnapshotList { .. }
+        | MetaOp::SnapshotDelete { .. }
+        | MetaOp::SnapshotDiff { .. }
+        | MetaOp::SnapshotRestore { .. }
         | MetaOp::Events { .. } => fail!(Internal, "{op:?} is not a namespace operation"),
     }
 }
@@ -785,7 +790,7 @@ pub(crate) async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
 /// Queues a chunk no longer referenced for deletion of its shards; returns the bytes its shards
 /// hold, which the caller must add to `Stat::PendingDeleteBytes` (once per operation, not per
 /// chunk).
-async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<u64> {
+pub(crate) async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<u64> {
     let key = keys::gc(chunk.id);
     let rec = GcRec {
         ino,

@@ -57,6 +57,9 @@ const LOCK_RETRY_FIRST: Duration = Duration::from_millis(5);
 const LOCK_RETRY_MAX: Duration = Duration::from_millis(200);
 /// The whole file, as a lock range ("to the end of the file, whatever its size").
 const WHOLE_FILE: (u64, u64) = (0, u64::MAX);
+/// Inode numbers with this bit set are snapshot views (protocol 10; the metadata service's
+/// `snapshot::VIEW_BIT`): read-only.
+const SNAPSHOT_VIEW_BIT: u64 = 1 << 63;
 
 /// Converts a client error into the errno of the system call, logging the unexpected ones once
 /// here, where they are handled.
@@ -1038,8 +1041,13 @@ impl Filesystem for TroveFs {
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _op = metered::begin(const { metered::slot("open") });
+        // A snapshot view (an inode number with bit 63 set, browsed under `.snapshots`) is
+        // read-only: refused at open for writing, as a buffered write would only fail at close.
+        if ino.0 & SNAPSHOT_VIEW_BIT != 0 && flags.0 & (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND) != libc::O_RDONLY {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
         self.spawn(
             reply,
             move |s| async move {

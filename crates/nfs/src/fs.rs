@@ -82,6 +82,7 @@ pub fn nfs_error(e: &WireError) -> nfsstat3 {
         ErrorCode::NotSupported => nfsstat3::NFS3ERR_NOTSUPP,
         ErrorCode::QuotaExceeded => nfsstat3::NFS3ERR_DQUOT,
         ErrorCode::CrossDevice => nfsstat3::NFS3ERR_XDEV,
+        ErrorCode::ReadOnly => nfsstat3::NFS3ERR_ROFS,
         // The client retries JUKEBOX later: right for a cluster that is briefly unreachable.
         ErrorCode::Unavailable | ErrorCode::Conflict => nfsstat3::NFS3ERR_JUKEBOX,
         _ => {

@@ -19,6 +19,7 @@ mod policy;
 mod pools;
 mod quota;
 mod s3;
+mod snapshot;
 mod stats;
 mod telemetry;
 
@@ -202,6 +203,9 @@ enum Command {
     /// Deleted files kept for `trash_days`: list, restore, purge.
     #[command(subcommand)]
     Trash(quota::TrashCmd),
+    /// Snapshots of directory trees: create, list, delete, diff, restore.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -293,6 +297,7 @@ impl Command {
             Command::Job(cmd) => cmd.cluster(),
             Command::Quota(cmd) => cmd.cluster(),
             Command::Trash(cmd) => cmd.cluster(),
+            Command::Snapshot(cmd) => cmd.cluster(),
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -424,6 +429,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Job(cmd) => job::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Quota(cmd) => quota::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,
+        Command::Snapshot(cmd) => snapshot::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }

@@ -345,7 +345,7 @@ pub async fn run_trash(cmd: TrashCmd, client: &Client) -> Result<()> {
 }
 
 /// A wall-clock time in ms as UTC "YYYY-MM-DD HH:MM:SS".
-fn chrono_like(ms: u64) -> String {
+pub fn chrono_like(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

@@ -53,6 +53,8 @@ pub enum ErrorCode {
     /// The operation would move something between trees it cannot move between (a link or a
     /// rename across quota trees that cannot carry its usage); `mv` copies instead.
     CrossDevice = 23,
+    /// The target is read-only: a snapshot (browsed under `.snapshots`) or something in one.
+    ReadOnly = 24,
 }
 
 impl ErrorCode {
@@ -80,6 +82,7 @@ impl ErrorCode {
             ErrorCode::Changed => 11,           // EAGAIN
             ErrorCode::QuotaExceeded => 122,    // EDQUOT
             ErrorCode::CrossDevice => 18,       // EXDEV
+            ErrorCode::ReadOnly => 30,          // EROFS
         }
     }
 }

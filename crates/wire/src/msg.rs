@@ -262,6 +262,21 @@ pub enum MetaOp {
     /// Deletes trashed files for good: `id`, or (empty `id`) every one deleted before
     /// `before_ms` (wall clock). Answered with `MetaReply::Trash` holding those purged.
     PurgeTrash { id: String, before_ms: u64 },
+    /// Takes snapshot `name` of directory `root`: O(1) in the size of the tree, atomic with
+    /// every other change. Answered with `MetaReply::Snapshots` holding it.
+    SnapshotCreate { root: Ino, name: String },
+    /// The snapshots of directory `root` (of every directory for `None`), with the bytes only
+    /// each holds; answered with `MetaReply::Snapshots`.
+    SnapshotList { root: Option<Ino> },
+    /// Deletes snapshot `name` of `root`; the chunks only it held go to GC. Answered with
+    /// `MetaReply::Snapshots` holding it.
+    SnapshotDelete { root: Ino, name: String },
+    /// The paths under `root` added, removed or changed from snapshot `a` to snapshot `b`
+    /// (`None`: the live tree); answered with `MetaReply::SnapshotDiff`.
+    SnapshotDiff { root: Ino, a: String, b: Option<String> },
+    /// Brings `path` (relative to `root`; empty: the whole tree) back from snapshot `name`
+    /// into the live tree; answered with `MetaReply::Restored`.
+    SnapshotRestore { root: Ino, name: String, path: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -321,6 +336,14 @@ pub enum MetaReply {
     Quotas(Vec<QuotaInfo>),
     /// The answer to `ListTrash` and `PurgeTrash`.
     Trash(Vec<TrashEntry>),
+    /// The answer to `SnapshotCreate`, `SnapshotList` and `SnapshotDelete`.
+    Snapshots(Vec<SnapshotInfo>),
+    /// The answer to `SnapshotDiff`: the changes in path order, and whether the list was cut
+    /// at its limit.
+    SnapshotDiff { changes: Vec<SnapshotChange>, cut: bool },
+    /// The answer to `SnapshotRestore`: files brought back, directories made again, entries
+    /// left out (another kind of file holds the name, or neither file nor directory).
+    Restored { files: u64, dirs: u64, skipped: u64 },
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 62] = [
+    pub const NAMES: [&'static str; 67] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -69,6 +69,11 @@ impl MetaOp {
         "ListTrash",
         "RestoreTrash",
         "PurgeTrash",
+        "SnapshotCreate",
+        "SnapshotList",
+        "SnapshotDelete",
+        "SnapshotDiff",
+        "SnapshotRestore",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -136,6 +141,11 @@ impl MetaOp {
             MetaOp::ListTrash => 59,
             MetaOp::RestoreTrash { .. } => 60,
             MetaOp::PurgeTrash { .. } => 61,
+            MetaOp::SnapshotCreate { .. } => 62,
+            MetaOp::SnapshotList { .. } => 63,
+            MetaOp::SnapshotDelete { .. } => 64,
+            MetaOp::SnapshotDiff { .. } => 65,
+            MetaOp::SnapshotRestore { .. } => 66,
         }
     }
 
@@ -238,6 +248,8 @@ mod tests {
             MetaOp::ListPolicies,
             MetaOp::ListQuotas,
             MetaOp::ListTrash,
+            MetaOp::SnapshotList { root: None },
+            MetaOp::SnapshotRestore { root: 1, name: "s".into(), path: String::new() },
             MetaOp::GetQuota {
                 ino: 1,
                 nearest: true,

@@ -157,6 +157,35 @@ pub struct QuotaInfo {
     pub inodes_over_soft_since_ms: u64,
 }
 
+/// A snapshot of a directory tree, as `SnapshotList` answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: u64,
+    pub name: String,
+    /// The snapshotted directory.
+    pub root: Ino,
+    /// Wall-clock ms when it was taken.
+    pub created_ms: u64,
+    /// Bytes of stored shards (parity included) that no live file and no other snapshot
+    /// references: what deleting it frees.
+    pub bytes_exclusive: u64,
+}
+
+/// How a path differs between two versions of a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// One path of a `SnapshotDiff`, relative to the snapshotted directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotChange {
+    pub path: String,
+    pub change: ChangeKind,
+}
+
 /// A file in the trash, as `ListTrash` answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrashEntry {

@@ -1,0 +1,192 @@
+//! Snapshots of directory trees from the command line: `trove snapshot create|list|delete|diff|
+//! restore`. The metadata service does the work (a snapshot is two records, see the meta
+//! crate's `snapshot` module); this file resolves paths and prints what it answers.
+
+use crate::cmds::{human_bytes, ClusterOpt};
+use anyhow::{anyhow, Context, Result};
+use client::Client;
+use wire::{ChangeKind, SnapshotInfo};
+
+#[derive(clap::Subcommand)]
+pub enum SnapshotCmd {
+    /// Takes a snapshot of a directory tree: instant, whatever its size, and read-only; it is
+    /// browsed at PATH/.snapshots/NAME.
+    Create {
+        /// The directory, e.g. /datasets/v1.
+        remote: String,
+        /// The snapshot's name (unique among the directory's snapshots).
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Lists snapshots (of one directory, or of all) with when they were taken and the bytes
+    /// only each holds (what deleting it frees).
+    List {
+        /// The directory whose snapshots to list; all snapshots when absent.
+        remote: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Deletes a snapshot; the data only it held is freed by the garbage collector.
+    Delete {
+        /// The snapshotted directory.
+        remote: String,
+        /// The snapshot's name.
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Lists the paths added (+), removed (-) or changed (M) from snapshot A to snapshot B, or
+    /// to the live tree when B is absent.
+    Diff {
+        /// The snapshotted directory.
+        remote: String,
+        /// The older snapshot.
+        a: String,
+        /// The newer snapshot; the live tree when absent.
+        b: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Brings a file or the whole tree back from a snapshot, into the same place in the live
+    /// tree (files as they were, sharing their data with the snapshot; missing directories
+    /// made again; files created since are left alone).
+    Restore {
+        /// The snapshotted directory.
+        remote: String,
+        /// The snapshot's name.
+        name: String,
+        /// The file or directory to restore, relative to the snapshotted directory; the whole
+        /// tree when absent.
+        file: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+}
+
+impl SnapshotCmd {
+    pub fn cluster(&self) -> &ClusterOpt {
+        match self {
+            SnapshotCmd::Create { cluster, .. }
+            | SnapshotCmd::List { cluster, .. }
+            | SnapshotCmd::Delete { cluster, .. }
+            | SnapshotCmd::Diff { cluster, .. }
+            | SnapshotCmd::Restore { cluster, .. } => cluster,
+        }
+    }
+}
+
+async fn dir_ino(client: &Client, remote: &str) -> Result<wire::Ino> {
+    let attr = client
+        .resolve(remote)
+        .await
+        .map_err(|e| anyhow!("{remote}: {e}"))?;
+    if attr.kind != wire::FileKind::Dir {
+        return Err(anyhow!("{remote} is not a directory"));
+    }
+    Ok(attr.ino)
+}
+
+fn when(ms: u64) -> String {
+    crate::quota::chrono_like(ms)
+}
+
+fn json(s: &SnapshotInfo) -> serde_json::Value {
+    serde_json::json!({
+        "id": s.id, "name": s.name, "root": s.root,
+        "created_ms": s.created_ms, "bytes_exclusive": s.bytes_exclusive,
+    })
+}
+
+pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
+    match cmd {
+        SnapshotCmd::Create { remote, name, .. } => {
+            let root = dir_ino(client, &remote).await?;
+            let s = client
+                .snapshot_create(root, &name)
+                .await
+                .with_context(|| format!("cannot snapshot {remote}"))?;
+            println!(
+                "snapshot {} of {remote} taken at {} (browse it at {}/.snapshots/{})",
+                s.name,
+                when(s.created_ms),
+                remote.trim_end_matches('/'),
+                s.name
+            );
+        }
+        SnapshotCmd::List {
+            remote,
+            json: as_json,
+            ..
+        } => {
+            let root = match &remote {
+                Some(r) => Some(dir_ino(client, r).await?),
+                None => None,
+            };
+            let all = client.snapshots(root).await?;
+            if as_json {
+                let list: Vec<_> = all.iter().map(json).collect();
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if all.is_empty() {
+                println!("no snapshots");
+            } else {
+                println!(
+                    "{:<24} {:<24} {:>12} {:>10}",
+                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE"
+                );
+                for s in &all {
+                    println!(
+                        "{:<24} {:<24} {:>12} {:>10}",
+                        s.name,
+                        when(s.created_ms),
+                        human_bytes(s.bytes_exclusive),
+                        s.root
+                    );
+                }
+            }
+        }
+        SnapshotCmd::Delete { remote, name, .. } => {
+            let root = dir_ino(client, &remote).await?;
+            client
+                .snapshot_delete(root, &name)
+                .await
+                .with_context(|| format!("cannot delete snapshot {name} of {remote}"))?;
+            println!("snapshot {name} of {remote} deleted");
+        }
+        SnapshotCmd::Diff { remote, a, b, .. } => {
+            let root = dir_ino(client, &remote).await?;
+            let (changes, cut) = client.snapshot_diff(root, &a, b.as_deref()).await?;
+            for c in &changes {
+                let mark = match c.change {
+                    ChangeKind::Added => '+',
+                    ChangeKind::Removed => '-',
+                    ChangeKind::Changed => 'M',
+                };
+                println!("{mark} {}", c.path);
+            }
+            if cut {
+                println!("(the list stops here: more paths differ)");
+            }
+        }
+        SnapshotCmd::Restore {
+            remote, name, file, ..
+        } => {
+            let root = dir_ino(client, &remote).await?;
+            let path = file.unwrap_or_default();
+            let (files, dirs, skipped) = client
+                .snapshot_restore(root, &name, &path)
+                .await
+                .with_context(|| {
+                    format!("cannot restore {path:?} from snapshot {name} of {remote}")
+                })?;
+            println!("restored {files} files and {dirs} directories from snapshot {name}");
+            if skipped > 0 {
+                println!("{skipped} entries were left out (another kind of file holds the name, or not a file or directory); the metadata server's log names them");
+            }
+        }
+    }
+    Ok(())
+}
