@@ -1273,11 +1273,20 @@ async fn view_chunks(txn: &mut dyn KvTxn, ino: Ino, first: u64, count: u64) -> T
     }
     let rec = live_snapshot(txn, snap).await?;
     let count = count.min(namespace::CHUNKS_PER_CALL_MAX);
-    let chunks = chunks_at(txn, file, rec.epoch)
+    let mut chunks: Vec<ChunkRecord> = chunks_at(txn, file, rec.epoch)
         .await?
         .into_iter()
         .filter(|c| c.index >= first && c.index - first < count)
         .collect();
+    // A chunk the live file still holds may have moved since (rebuild, drain, rebalance
+    // change its placement under the same id): its live record says where its shards are now.
+    for chunk in &mut chunks {
+        if let Some(live) = get::<ChunkRecord>(txn, &keys::chunk(file, chunk.index)).await? {
+            if live.id == chunk.id {
+                *chunk = live;
+            }
+        }
+    }
     Ok(MetaReply::Chunks { attr, chunks })
 }
 

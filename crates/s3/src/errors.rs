@@ -49,7 +49,7 @@ pub fn s3_error(e: &WireError, target: Target) -> S3Error {
             S3ErrorCode::InvalidArgument
         }
         (ErrorCode::NoAttr, _) => S3ErrorCode::NoSuchKey,
-        (ErrorCode::PermissionDenied, _) => S3ErrorCode::AccessDenied,
+        (ErrorCode::PermissionDenied | ErrorCode::ReadOnly, _) => S3ErrorCode::AccessDenied,
         (ErrorCode::TooLarge, _) => S3ErrorCode::EntityTooLarge,
         (ErrorCode::NotSupported, _) => S3ErrorCode::NotImplemented,
         // All worth retrying: nodes down, the engine busy, a conditional record that moved.
