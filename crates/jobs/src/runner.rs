@@ -131,6 +131,17 @@ async fn list_jobs(service: &MetaService) -> Result<HashMap<String, JobInfo>, Wi
     }
 }
 
+/// Whether the work queue holds entries, read from its first key. A page of one that comes
+/// back empty with more behind it met an entry settled meanwhile (a chunk rewritten whole,
+/// dropped by the read): the entries after it still count. Taking that page for an empty queue
+/// left chunks written narrow waiting for the next map change.
+async fn queue_holds_entries(service: &MetaService) -> bool {
+    matches!(
+        call(service, MetaOp::ScanQueue { after: None, limit: 1 }).await,
+        Ok(MetaReply::ChunkPage { chunks, more }) if !chunks.is_empty() || more
+    )
+}
+
 /// What the runner keeps while this server leads.
 struct Leading {
     client: Client,
@@ -272,10 +283,7 @@ impl Leading {
         let scrub = scrub && !full;
         if !full && self.last_probe.is_none_or(|t| t.elapsed() >= QUEUE_PROBE) {
             self.last_probe = Some(Instant::now());
-            self.queue_nonempty = matches!(
-                call(service, MetaOp::ScanQueue { after: None, limit: 1 }).await,
-                Ok(MetaReply::ChunkPage { chunks, .. }) if !chunks.is_empty()
-            );
+            self.queue_nonempty = queue_holds_entries(service).await;
         }
         let since_queue = self.last_queue_pass.map_or(Duration::MAX, |t| t.elapsed());
         let queue = !full
@@ -619,4 +627,64 @@ impl Leading {
 
 async fn report_job(service: &MetaService, info: JobInfo) -> Result<JobInfo, WireError> {
     report(service, info).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::{ChunkRecord, EcScheme, Placement, Timestamp, ROOT_INO};
+
+    async fn service(dir: &tempfile::TempDir) -> Arc<MetaService> {
+        let engine = kv_redb::RedbEngine::open(dir.path().join("meta.redb"))
+            .unwrap_or_else(|e| panic!("open redb: {e}"));
+        MetaService::new(Arc::new(engine), meta::MetaOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("MetaService::new: {e}"))
+    }
+
+    async fn ok(service: &MetaService, op: MetaOp) -> MetaReply {
+        call(service, op).await.unwrap_or_else(|e| panic!("call: {e}"))
+    }
+
+    async fn create(service: &MetaService, name: &str) -> wire::Ino {
+        let op = MetaOp::Create { parent: ROOT_INO, name: name.into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
+        match ok(service, op).await {
+            MetaReply::Entry { attr, .. } => attr.ino,
+            other => panic!("Create: {other:?}"),
+        }
+    }
+
+    async fn commit(service: &MetaService, ino: wire::Ino, id: u64, ec: EcScheme) {
+        let len = 1 << 20;
+        let rec = ChunkRecord {
+            index: 0,
+            id,
+            len,
+            ec,
+            shard_len: ec.shard_len(len),
+            placement: Placement { map_version: 1, pg: 0 },
+            table_crcs: vec![0; ec.width()],
+            missing: 0,
+        };
+        let op = MetaOp::CommitChunks { ino, chunks: vec![rec], size: u64::from(len), set_size: false, mtime: Timestamp::now() };
+        ok(service, op).await;
+    }
+
+    #[tokio::test]
+    async fn a_settled_entry_at_the_head_of_the_queue_does_not_hide_the_rest() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let service = service(&dir).await;
+        let (whole, narrow) = (EcScheme { k: 4, m: 2 }, EcScheme { k: 3, m: 2 });
+        assert!(!queue_holds_entries(&service).await, "a new cluster's queue is empty");
+        // File a is written narrow and then whole again: its entry is stale (first in the queue).
+        // File b is written narrow: its entry is the one that counts.
+        let (a, b) = (create(&service, "a").await, create(&service, "b").await);
+        commit(&service, a, 1, narrow).await;
+        commit(&service, b, 2, narrow).await;
+        commit(&service, a, 3, whole).await;
+        assert!(queue_holds_entries(&service).await, "b's narrow chunk is queued behind a's settled entry");
+        assert!(queue_holds_entries(&service).await, "and still is once that entry is dropped");
+        ok(&service, MetaOp::Dequeue { chunks: vec![(b, 0, 2)] }).await;
+        assert!(!queue_holds_entries(&service).await, "nothing is left");
+    }
 }
