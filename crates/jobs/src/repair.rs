@@ -79,6 +79,13 @@ pub struct MoveReport {
 pub const SCRUB_PAGE_SHARDS: u32 = 256;
 
 /// Which chunks a walk looks at.
+/// Where a walk's next page comes from: the live chunk records (or the work queue) after a
+/// file and index, then the chunks only snapshots hold after a cursor.
+enum Source {
+    Live(Option<(Ino, u64)>),
+    Held(Option<Vec<u8>>),
+}
+
 enum Walk {
     /// Every chunk record.
     All,
@@ -242,23 +249,38 @@ impl Mover {
                 .collect(),
             ..MoveReport::default()
         };
-        let mut after: Option<(Ino, u64)> = None;
+        // The live chunk records (or the queue's) first, then, for a walk of every chunk or of
+        // damaged ones, the chunks only snapshots hold.
+        let mut source = Source::Live(None);
         loop {
-            let op = if queued {
-                MetaOp::ScanQueue {
-                    after,
-                    limit: MOVE_PAGE_CHUNKS,
+            let (chunks, next) = match &source {
+                Source::Live(after) => {
+                    let (after, limit) = (*after, MOVE_PAGE_CHUNKS);
+                    let op = if queued {
+                        MetaOp::ScanQueue { after, limit }
+                    } else {
+                        MetaOp::ScanChunks { after, limit }
+                    };
+                    let (chunks, more) = match client.meta(op).await? {
+                        MetaReply::ChunkPage { chunks, more } => (chunks, more),
+                        other => return Err(client::unexpected(&other)),
+                    };
+                    let next = match chunks.last() {
+                        Some(last) if more => Some(Source::Live(Some((last.ino, last.rec.index)))),
+                        _ if queued => None,
+                        _ => Some(Source::Held(None)),
+                    };
+                    (chunks, next)
                 }
-            } else {
-                MetaOp::ScanChunks {
-                    after,
-                    limit: MOVE_PAGE_CHUNKS,
+                Source::Held(after) => {
+                    let op = MetaOp::ScanHeldChunks { after: after.clone(), limit: MOVE_PAGE_CHUNKS };
+                    match client.meta(op).await? {
+                        MetaReply::HeldChunkPage { chunks, next } => (chunks, next.map(|n| Source::Held(Some(n)))),
+                        other => return Err(client::unexpected(&other)),
+                    }
                 }
             };
-            let (chunks, more) = match client.meta(op).await? {
-                MetaReply::ChunkPage { chunks, more } => (chunks, more),
-                other => return Err(client::unexpected(&other)),
-            };
+            let held = matches!(source, Source::Held(_));
             let (mut settled, mut left) = (Vec::new(), Vec::new());
             for found in &chunks {
                 let (ino, rec) = (found.ino, &found.rec);
@@ -283,7 +305,7 @@ impl Mover {
                 let narrow = wire::pg_pool(rec.placement.pg) == found.file_pool
                     && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len));
                 match self
-                    .move_chunk(found, &newest, &serving, bad, throttle, &mut report)
+                    .move_chunk(found, held, &newest, &serving, bad, throttle, &mut report)
                     .await
                 {
                     Ok(true) if narrow => left.push((ino, rec.index, rec.id)),
@@ -321,16 +343,18 @@ impl Mover {
             }
             // Settled chunks leave the queue; chunks left join it. A chunk re-written
             // meanwhile has a new id, and its entry stays (see `MetaOp::Dequeue`).
+            // A chunk only snapshots hold is not queued: the queue names live records; the
+            // next full pass (a map change) takes it up again.
             if queued && !settled.is_empty() {
                 client.meta(MetaOp::Dequeue { chunks: settled }).await?;
             }
-            if !queued && !left.is_empty() {
+            if !queued && !held && !left.is_empty() {
                 client.meta(MetaOp::QueueChunks { chunks: left }).await?;
             }
             self.delete_stale(false, &node_states).await;
-            match chunks.last() {
-                Some(last) if more => after = Some((last.ino, last.rec.index)),
-                _ => break,
+            match next {
+                Some(next) => source = next,
+                None => break,
             }
         }
         Ok(report)
@@ -338,9 +362,13 @@ impl Mover {
 
     /// Moves or repairs one chunk; `Ok(true)` when it is now on `newest` with every shard in
     /// place and in its file's scheme, `Ok(false)` when something is left for a later pass.
+    /// A chunk only snapshots hold (`held`) is moved as it is, never re-encoded: its records
+    /// are read-only but for where its shards are.
+    #[allow(clippy::too_many_arguments)]
     async fn move_chunk(
         &mut self,
         found: &ScannedChunk,
+        held: bool,
         newest: &PlacementMap,
         serving: &HashSet<NodeId>,
         bad: u64,
@@ -362,8 +390,15 @@ impl Mover {
         // A chunk in another pool than its file's is being moved there by a tiering job,
         // coded in that pool's scheme: not widened back to the file's.
         let own_pool = wire::pg_pool(pg) == found.file_pool;
-        if (own_pool && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)))
-            || (own_pool && !fits)
+        if held && !fits {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("the newest placement map has {} nodes for a {} chunk that a snapshot holds (such a chunk is not re-encoded)", new.len(), rec.ec),
+            ));
+        }
+        if !held
+            && ((own_pool && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)))
+                || (own_pool && !fits))
         {
             // Narrower than its file (written while nodes were down), or wider than the nodes
             // left: re-encode it if the nodes now allow a better scheme.
@@ -615,12 +650,12 @@ impl Mover {
                     && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining))
             });
         self.stale = later;
-        let mut current: HashMap<(Ino, u64), Option<Arc<Placed>>> = HashMap::new();
+        let mut current: HashMap<(Ino, u64, u64), Option<Arc<Placed>>> = HashMap::new();
         for shard in due {
-            let placed = match current.get(&(shard.ino, shard.index)) {
+            let placed = match current.get(&(shard.ino, shard.index, shard.chunk)) {
                 Some(found) => found.clone(),
                 None => {
-                    let found = self.current_record(shard.ino, shard.index).await;
+                    let found = self.current_record(shard.ino, shard.index, shard.chunk).await;
                     let found = match found {
                         Ok(found) => found.map(Arc::new),
                         Err(e) => {
@@ -629,7 +664,7 @@ impl Mover {
                             continue;
                         }
                     };
-                    current.insert((shard.ino, shard.index), found.clone());
+                    current.insert((shard.ino, shard.index, shard.chunk), found.clone());
                     found
                 }
             };
@@ -658,7 +693,9 @@ impl Mover {
         }
     }
 
-    async fn current_record(&self, ino: Ino, index: u64) -> Result<Option<Placed>> {
+    /// Where chunk `chunk`, at `index` of file `ino`, is placed now: by the live record, or
+    /// by the record of a snapshot that holds it; `None` when nothing holds it any more.
+    async fn current_record(&self, ino: Ino, index: u64, chunk: u64) -> Result<Option<Placed>> {
         let reply = self
             .client
             .meta(MetaOp::GetChunks {
@@ -667,13 +704,20 @@ impl Mover {
                 count: 1,
             })
             .await;
-        let chunks = match reply {
-            Ok(MetaReply::Chunks { chunks, .. }) => chunks,
+        let live = match reply {
+            Ok(MetaReply::Chunks { chunks, .. }) => chunks.into_iter().find(|c| c.index == index),
             Ok(other) => return Err(client::unexpected(&other)),
-            Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
+            Err(e) if e.code == ErrorCode::NotFound => None,
             Err(e) => return Err(e),
         };
-        match chunks.into_iter().find(|c| c.index == index) {
+        let rec = match live {
+            Some(rec) if rec.id == chunk => Some(rec),
+            _ => match self.client.meta(MetaOp::HeldChunk { ino, index, id: chunk }).await? {
+                MetaReply::HeldChunkPage { chunks, .. } => chunks.into_iter().next().map(|found| found.rec),
+                other => return Err(client::unexpected(&other)),
+            },
+        };
+        match rec {
             Some(rec) => {
                 let map = self.client.map(rec.placement.map_version).await?;
                 Ok(Some((rec, map)))

@@ -101,6 +101,13 @@ pub trait KvTxn: Send {
     /// Writes one key (buffered until commit).
     async fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), KvError>;
 
+    /// Writes one key with a value that means what the old one meant (a chunk record whose
+    /// chunk moved to other nodes, same bytes): an engine that keeps old versions of changed
+    /// keys for snapshots keeps none for this write. Plain engines treat it as [`Self::put`].
+    async fn put_same_meaning(&mut self, key: &[u8], value: &[u8]) -> Result<(), KvError> {
+        self.put(key, value).await
+    }
+
     /// Deletes one key (buffered until commit). Deleting an absent key is not an error.
     async fn delete(&mut self, key: &[u8]) -> Result<(), KvError>;
 

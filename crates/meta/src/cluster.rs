@@ -1033,24 +1033,11 @@ impl Cluster {
         transact(engine, move |txn| {
             let expected = expected.clone();
             Box::pin(async move {
-                let key = keys::chunk(ino, expected.index);
-                match get::<wire::ChunkRecord>(txn, &key).await? {
-                    Some(current) if current == *expected => {
-                        let mut moved = current;
-                        moved.placement = placement;
-                        moved.missing = missing;
-                        store::put(txn, &key, &moved).await?;
-                        if missing != 0 {
-                            crate::jobs::queue(txn, ino, moved.index, moved.id).await?;
-                        }
-                        Ok(MetaReply::Ok)
-                    }
-                    _ => fail!(
-                        Changed,
-                        "chunk {} of file {ino} changed while it was being moved",
-                        expected.index
-                    ),
+                let live = crate::snapshot::move_chunk_records(txn, ino, &expected, placement, missing).await?;
+                if live && missing != 0 {
+                    crate::jobs::queue(txn, ino, expected.index, expected.id).await?;
                 }
+                Ok(MetaReply::Ok)
             })
         })
         .await

@@ -230,6 +230,10 @@ impl MetaService {
             MetaOp::ScanChunks { after, limit } => {
                 self.cluster.scan_chunks(engine, after, limit).await
             }
+            MetaOp::ScanHeldChunks { after, limit } => {
+                snapshot::scan_held_chunks(engine, after, limit).await
+            }
+            MetaOp::HeldChunk { ino, index, id } => snapshot::held_chunk(engine, ino, index, id).await,
             MetaOp::MoveChunk {
                 ino,
                 expected,

@@ -124,6 +124,8 @@ pub fn is_namespace_op(op: &MetaOp) -> bool {
             | MetaOp::TestLock { .. }
             | MetaOp::RenewLease { .. }
             | MetaOp::ScanChunks { .. }
+            | MetaOp::ScanHeldChunks { .. }
+            | MetaOp::HeldChunk { .. }
             | MetaOp::MoveChunk { .. }
             | MetaOp::SetNodeState { .. }
             | MetaOp::NodeStates { .. }
@@ -547,6 +549,8 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::TestLock { .. }
         | MetaOp::RenewLease { .. }
         | MetaOp::ScanChunks { .. }
+        | MetaOp::ScanHeldChunks { .. }
+        | MetaOp::HeldChunk { .. }
         | MetaOp::MoveChunk { .. }
         | MetaOp::SetNodeState { .. }
         | MetaOp::NodeStates { .. }

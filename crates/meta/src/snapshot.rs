@@ -137,6 +137,10 @@ impl KvTxn for VersionedTxn {
         self.inner.put(key, value).await
     }
 
+    async fn put_same_meaning(&mut self, key: &[u8], value: &[u8]) -> Result<(), KvError> {
+        self.inner.put(key, value).await
+    }
+
     async fn delete(&mut self, key: &[u8]) -> Result<(), KvError> {
         self.preserve(key).await?;
         self.inner.delete(key).await
@@ -299,6 +303,161 @@ pub async fn chunk_held(txn: &mut dyn KvTxn, ino: Ino, index: u64, id: u64) -> T
         }
     }
     Ok(false)
+}
+
+/// Chunks only snapshots hold, for the repair job (see `MetaOp::ScanHeldChunks`): versions of
+/// chunk records from the version key after `after`, at most `limit` looked at, each chunk
+/// once per chunk key (consecutive versions of one key may hold the same chunk), leaving out
+/// a chunk the live record still holds (it moves with the live record).
+pub async fn scan_held_chunks(
+    engine: &dyn KvEngine,
+    after: Option<Vec<u8>>,
+    limit: u32,
+) -> Result<MetaReply, WireError> {
+    let limit = (limit as usize).clamp(1, store::SCAN_PAGE_ENTRIES_MAX);
+    let head = keys::version_prefix(&[keys::prefix::CHUNK]);
+    let start = match after {
+        Some(cursor) if cursor.first() == Some(&keys::prefix::VERSION) => store::after(&cursor),
+        Some(_) => {
+            return Err(WireError::new(
+                wire::ErrorCode::Invalid,
+                "a held-chunk cursor must be a version key".to_string(),
+            ))
+        }
+        None => head[..2].to_vec(),
+    };
+    let end = kv::prefix_end(&head[..2]);
+    transact(engine, move |txn| {
+        let (start, end) = (start.clone(), end.clone());
+        Box::pin(async move {
+            let page = txn.scan(&start, &end, limit).await?;
+            let next = match page.last() {
+                Some((last, _)) if page.len() == limit => Some(last.clone()),
+                _ => None,
+            };
+            let mut chunks: Vec<wire::ScannedChunk> = Vec::new();
+            // The live record of the chunk key last looked at, and the chunk ids given for it.
+            let mut live: Option<(Vec<u8>, Option<u64>, Vec<u64>)> = None;
+            for (vkey, value) in page {
+                let Some((key, _)) = keys::parse_version(&vkey) else {
+                    fail!(Internal, "malformed version key {}", keys::describe(&vkey));
+                };
+                let Some((ino, _)) = keys::parse_chunk(key) else {
+                    continue;
+                };
+                let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
+                let Some(raw) = rec.value else {
+                    continue;
+                };
+                let chunk: ChunkRecord = keys::decode(key, &raw).map_err(abort)?;
+                if live.as_ref().is_none_or(|(k, _, _)| k.as_slice() != key) {
+                    let current = get::<ChunkRecord>(txn, key).await?.map(|c| c.id);
+                    live = Some((key.to_vec(), current, Vec::new()));
+                }
+                let Some((_, current, given)) = live.as_mut() else {
+                    continue;
+                };
+                if *current == Some(chunk.id) || given.contains(&chunk.id) {
+                    continue;
+                }
+                given.push(chunk.id);
+                chunks.push(wire::ScannedChunk {
+                    ino,
+                    file_ec: chunk.ec,
+                    file_pool: wire::pg_pool(chunk.placement.pg),
+                    rec: chunk,
+                });
+            }
+            Ok(MetaReply::HeldChunkPage { chunks, next })
+        })
+    })
+    .await
+}
+
+/// Chunk `id` at `index` of file `ino` as a preserved version holds it (see
+/// `MetaOp::HeldChunk`): a page of that one record, or an empty page.
+pub async fn held_chunk(engine: &dyn KvEngine, ino: Ino, index: u64, id: u64) -> Result<MetaReply, WireError> {
+    transact(engine, move |txn| {
+        Box::pin(async move {
+            let key = keys::chunk(ino, index);
+            let prefix = keys::version_prefix(&key);
+            for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+                let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
+                let Some(raw) = rec.value else {
+                    continue;
+                };
+                let chunk: ChunkRecord = keys::decode(&key, &raw).map_err(abort)?;
+                if chunk.id == id {
+                    let found = wire::ScannedChunk {
+                        ino,
+                        file_ec: chunk.ec,
+                        file_pool: wire::pg_pool(chunk.placement.pg),
+                        rec: chunk,
+                    };
+                    return Ok(MetaReply::HeldChunkPage { chunks: vec![found], next: None });
+                }
+            }
+            Ok(MetaReply::HeldChunkPage { chunks: Vec::new(), next: None })
+        })
+    })
+    .await
+}
+
+/// Re-places chunk `expected.id` (at `expected.index` of file `ino`) in every record that holds
+/// it, live or preserved, after the repair job copied or rebuilt its shards: all records of one
+/// chunk say where its shards are. Fails with `Changed` unless one of them is `expected` as the
+/// job read it. Returns whether the live record was one of them.
+pub async fn move_chunk_records(
+    txn: &mut dyn KvTxn,
+    ino: Ino,
+    expected: &ChunkRecord,
+    placement: wire::Placement,
+    missing: u64,
+) -> TxResult<bool> {
+    let key = keys::chunk(ino, expected.index);
+    let moved = |mut rec: ChunkRecord| {
+        rec.placement = placement;
+        rec.missing = missing;
+        rec
+    };
+    let mut found = false;
+    let mut live_moved = false;
+    if let Some(current) = get::<ChunkRecord>(txn, &key).await? {
+        if current.id == expected.id {
+            found |= current == *expected;
+            txn.put_same_meaning(&key, &keys::encode(&moved(current))).await?;
+            live_moved = true;
+        }
+    }
+    let prefix = keys::version_prefix(&key);
+    for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+        let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
+        let Some(raw) = rec.value else {
+            continue;
+        };
+        let chunk: ChunkRecord = keys::decode(&key, &raw).map_err(abort)?;
+        if chunk.id != expected.id {
+            continue;
+        }
+        found |= chunk == *expected;
+        let value = VersionRec { value: Some(keys::encode(&moved(chunk))) };
+        txn.put(&vkey, &keys::encode(&value)).await?;
+    }
+    if !found {
+        fail!(
+            Changed,
+            "chunk {} of file {ino} changed while it was being moved",
+            expected.index
+        );
+    }
+    // A chunk waiting in the GC queue (a snapshot holds it) is deleted where it is now.
+    let gc_key = keys::gc(expected.id);
+    if let Some(mut gc) = get::<GcRec>(txn, &gc_key).await? {
+        gc.chunk = moved(gc.chunk);
+        gc.done = 0;
+        put(txn, &gc_key, &gc).await?;
+    }
+    Ok(live_moved)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1067,3 +1067,82 @@ async fn snapshots_are_browsed_read_only_under_dot_snapshots() {
         .expect_err("gone");
     assert_eq!(e.code, wire::ErrorCode::NotFound);
 }
+
+async fn held_page(svc: &MetaService) -> Vec<(Ino, ChunkRecord)> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        // Pages of one version: the cursor carries across them.
+        match ok(svc, MetaOp::ScanHeldChunks { after: after.clone(), limit: 1 }).await {
+            MetaReply::HeldChunkPage { chunks, next } => {
+                out.extend(chunks.into_iter().map(|c| (c.ino, c.rec)));
+                match next {
+                    Some(next) => after = Some(next),
+                    None => return out,
+                }
+            }
+            other => panic!("ScanHeldChunks: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn chunks_only_snapshots_hold_are_found_and_moved_in_every_record() {
+    let env = env().await;
+    let svc = &env.svc;
+    for i in 0..7u128 {
+        register(svc, 9000 + i, &format!("127.0.0.1:{}", 1000 + i)).await;
+    }
+    let at = |map_version| Placement { map_version, pg: 0 };
+    let f = create(svc, ROOT_INO, "f").await;
+    let g = create(svc, ROOT_INO, "g").await;
+    let x = chunk(0, 101, 1 << 20, EcScheme::DEFAULT, at(6));
+    ok(svc, commit(f.ino, vec![x.clone()], 1 << 20)).await;
+    ok(svc, commit(g.ino, vec![chunk(0, 201, 1 << 20, EcScheme::DEFAULT, at(6))], 1 << 20)).await;
+    assert!(held_page(svc).await.is_empty(), "no snapshot, nothing held");
+
+    svc.snapshot_create(ROOT_INO, "s").await.unwrap_or_else(|e| panic!("{e}"));
+    let versions = count_keys(svc, prefix::VERSION).await;
+    // Moving a live chunk keeps no version: the snapshot and the live file read the same
+    // chunk, now at its new place.
+    ok(svc, MetaOp::MoveChunk { ino: g.ino, expected: chunk(0, 201, 1 << 20, EcScheme::DEFAULT, at(6)), placement: at(7), missing: 0 }).await;
+    assert_eq!(count_keys(svc, prefix::VERSION).await, versions, "a move is not a change a snapshot keeps");
+    let s = svc.snapshot_list(None).await.unwrap_or_else(|e| panic!("{e}"))[0].rec.epoch;
+    let mut txn = svc.engine().begin().await.unwrap_or_else(|e| panic!("begin: {e}"));
+    let as_of = snapshot::chunks_at(txn.as_mut(), g.ino, s).await.unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(as_of[0].placement, at(7), "the snapshot's record of a moved live chunk");
+    drop(txn);
+
+    // f's chunk is rewritten: chunk 101 is held by the snapshot only, and found as such (g's,
+    // still live, is not).
+    ok(svc, commit(f.ino, vec![chunk(0, 102, 1 << 20, EcScheme::DEFAULT, at(7))], 1 << 20)).await;
+    assert_eq!(held_page(svc).await, vec![(f.ino, x.clone())]);
+    let held = |id| MetaOp::HeldChunk { ino: f.ino, index: 0, id };
+    match ok(svc, held(101)).await {
+        MetaReply::HeldChunkPage { chunks, .. } => assert_eq!(chunks.iter().map(|c| c.rec.clone()).collect::<Vec<_>>(), vec![x.clone()]),
+        other => panic!("HeldChunk: {other:?}"),
+    }
+    match ok(svc, held(102)).await {
+        MetaReply::HeldChunkPage { chunks, .. } => assert!(chunks.is_empty(), "the live chunk is not a held one"),
+        other => panic!("HeldChunk: {other:?}"),
+    }
+
+    // The repair job moves it: the snapshot's record says where its shards are now; a move
+    // from a stale record is refused.
+    let stale = err(svc, MetaOp::MoveChunk { ino: f.ino, expected: chunk(0, 101, 1 << 20, EcScheme::DEFAULT, at(5)), placement: at(7), missing: 0 }, wire::ErrorCode::Changed).await;
+    assert!(stale.contains("changed while it was being moved"), "{stale}");
+    ok(svc, MetaOp::MoveChunk { ino: f.ino, expected: x.clone(), placement: at(7), missing: 1 << 3 }).await;
+    let moved = ChunkRecord { placement: at(7), missing: 1 << 3, ..x.clone() };
+    assert_eq!(held_page(svc).await, vec![(f.ino, moved.clone())]);
+    let mut txn = svc.engine().begin().await.unwrap_or_else(|e| panic!("begin: {e}"));
+    let as_of = snapshot::chunks_at(txn.as_mut(), f.ino, s).await.unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(as_of, vec![moved.clone()], "the snapshot reads chunk 101 where it is now");
+    let live = snapshot::chunks_at(txn.as_mut(), f.ino, LIVE).await.unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(live[0].id, 102, "the live record is untouched");
+    // Its GC entry (it waits there for the snapshot to go) deletes it where it is now.
+    let gc: keys::GcRec = meta::store::get(txn.as_mut(), &keys::gc(101))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .unwrap_or_else(|| panic!("chunk 101 is queued for GC"));
+    assert_eq!(gc.chunk, moved);
+}

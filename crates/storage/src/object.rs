@@ -114,6 +114,10 @@ pub struct ObjectConfig {
     /// Allow a plain `http://` endpoint (TLS otherwise).
     #[serde(default)]
     pub allow_http: bool,
+    /// A PEM file of certificates trusted besides the system's roots: a private CA, or the
+    /// endpoint's own self-signed certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     /// The quota this node reports and keeps to (default 1 PiB).
     #[serde(default)]
     pub capacity_bytes: Option<u64>,
@@ -129,6 +133,7 @@ impl std::fmt::Debug for ObjectConfig {
             .field("region", &self.region)
             .field("access_key_id", &"<hidden>")
             .field("allow_http", &self.allow_http)
+            .field("ca_file", &self.ca_file)
             .field("capacity_bytes", &self.capacity_bytes)
             .finish_non_exhaustive()
     }
@@ -238,6 +243,21 @@ impl ObjectConfig {
         }
     }
 
+    /// The certificates of `ca_file` (none when it is not set).
+    fn read_ca(&self) -> Result<Vec<object_store::Certificate>, ObjectOpenError> {
+        let Some(file) = &self.ca_file else {
+            return Ok(Vec::new());
+        };
+        let bad = |why: String| ObjectOpenError::Config(format!("ca_file {}: {why}", file.display()));
+        let pem = std::fs::read(file).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        let certs = object_store::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| bad(format!("not PEM certificates: {e}")))?;
+        if certs.is_empty() {
+            return Err(bad("holds no PEM certificate".into()));
+        }
+        Ok(certs)
+    }
+
     fn read_secret(&self) -> Result<String, ObjectOpenError> {
         let secret = match (&self.secret_access_key_file, &self.secret_access_key_env) {
             (Some(file), _) => std::fs::read_to_string(file).map_err(|e| {
@@ -289,6 +309,13 @@ impl ObjectShards {
     pub async fn open(config: &ObjectConfig) -> Result<(ObjectShards, u128), ObjectOpenError> {
         config.validate()?;
         let secret = config.read_secret()?;
+        let mut options = ClientOptions::new()
+            .with_allow_http(config.allow_http)
+            .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+        for cert in config.read_ca()? {
+            options = options.with_root_certificate(cert);
+        }
         let retry = RetryConfig {
             backoff: BackoffConfig::default(),
             max_retries: RETRIES_MAX,
@@ -303,12 +330,7 @@ impl ObjectShards {
             .with_allow_http(config.allow_http)
             .with_virtual_hosted_style_request(false)
             .with_retry(retry)
-            .with_client_options(
-                ClientOptions::new()
-                    .with_allow_http(config.allow_http)
-                    .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-                    .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS)),
-            )
+            .with_client_options(options)
             .build()
             .map_err(|e| ObjectOpenError::Config(e.to_string()))?;
         let shards = ObjectShards {
@@ -885,8 +907,23 @@ mod tests {
             secret_access_key_file: Some("/nonexistent".into()),
             secret_access_key_env: None,
             allow_http: true,
+            ca_file: None,
             capacity_bytes: None,
         }
+    }
+
+    #[test]
+    fn a_ca_file_that_is_missing_or_holds_no_certificate_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let with = |file: &std::path::Path| ObjectConfig { ca_file: Some(file.to_path_buf()), ..config() };
+        assert!(config().read_ca().expect("no ca_file").is_empty());
+        let missing = dir.path().join("missing.pem");
+        let e = with(&missing).read_ca().unwrap_err().to_string();
+        assert!(e.contains("ca_file") && e.contains("missing.pem") && e.contains("cannot read"), "{e}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here\n").expect("write");
+        let e = with(&empty).read_ca().unwrap_err().to_string();
+        assert!(e.contains("empty.pem") && e.contains("no PEM certificate"), "{e}");
     }
 
     #[test]

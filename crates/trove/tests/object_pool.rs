@@ -5,7 +5,9 @@
 //! objects are looked at in the bucket with boto3; a shard object damaged in Garage is found by
 //! the checksums and repaired by scrub (1+1) or reported (1+0); the credentials appear in no
 //! status, listing or log; and a wrong endpoint, wrong credentials or a missing bucket stop the
-//! node at start with the cause named.
+//! node at start with the cause named. Over https (another cluster's S3 gateway with a
+//! certificate of a private CA), a node trusts the CA its `ca_file` names and refuses to start
+//! with any other.
 
 mod common;
 mod garage;
@@ -406,4 +408,79 @@ fn an_object_pool_on_garage_serves_every_front_end_and_checks_every_block() {
         );
     }
     let _ = Path::new(&c);
+}
+
+/// A private certificate authority and a server certificate it signs for 127.0.0.1 and
+/// localhost (subjectAltName, as TLS clients check), made with openssl in `dir`; returns the
+/// CA's certificate, the server's certificate and the server's key.
+fn private_ca_and_server_certificate(dir: &Path) -> (String, String, String) {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let (ca, ca_key, csr, cert, key, ext) =
+        (file("ca.pem"), file("ca.key"), file("server.csr"), file("server.pem"), file("server.key"), file("server.ext"));
+    std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").expect("write extensions");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Trove test CA", "-keyout", &ca_key, "-out", &ca]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", &key, "-out", &csr]);
+    openssl(&["x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-days", "2", "-extfile", &ext, "-out", &cert]);
+    (ca, cert, key)
+}
+
+#[test]
+fn an_object_pool_over_https_trusts_the_configured_certificate_and_no_other() {
+    gw::need("openssl");
+    // The object store: another cluster's S3 gateway, serving TLS with a certificate of a
+    // private CA; bucket "vault" is its top-level directory.
+    let store = TestCluster::start(3, "2+1");
+    let s = store.dir_str();
+    run_ok(&["--cluster", &s, "mkdir", "/vault"]);
+    let certs = tempfile::tempdir().expect("cert dir");
+    let (ca, cert, key) = private_ca_and_server_certificate(certs.path());
+    let tls = gw::Gateway::s3(&store, "s3-tls", &["--tls-cert", &cert, "--tls-key", &key]);
+    let endpoint = format!("https://{}", tls.addr);
+
+    let cluster = TestCluster::start(3, "2+1");
+    let c = cluster.dir_str();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let secret_file = scratch.path().join("s3.secret");
+    std::fs::write(&secret_file, format!("{}\n", gw::SECRET_KEY)).expect("write secret");
+    let table = format!(
+        "[object]\nendpoint = {endpoint:?}\nbucket = \"vault\"\nprefix = \"n1\"\naccess_key_id = {:?}\nsecret_access_key_file = {:?}\n",
+        gw::ACCESS_KEY,
+        secret_file.display().to_string()
+    );
+
+    // Without the certificate trusted, the node does not start, and says why.
+    let out = add_object_node(&cluster, "untrusted", &table);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a node trusting no certificate of the store started");
+    assert!(stderr.contains(&format!("cannot reach the object store at {endpoint}")) && stderr.contains("certificate"), "{stderr}");
+    let elsewhere = private_ca_and_server_certificate(scratch.path()).0;
+    let out = add_object_node(&cluster, "other-ca", &format!("{table}ca_file = {elsewhere:?}\n"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("certificate"), "another certificate is not the store's: {stderr}");
+
+    // Trusting it: the node starts, and a file in the pool is stored as objects of the store
+    // (files of its bucket directory), read back bit-exact.
+    let out = add_object_node(&cluster, "trusted", &format!("{table}ca_file = {ca:?}\n"));
+    assert!(out.status.success(), "add-node over https: {}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&["--cluster", &c, "mkdir", "--pool", "cold", "/cold"]);
+    let data = content(9, (5 << 20) + 3);
+    let local = scratch.path().join("data");
+    std::fs::write(&local, &data).expect("write");
+    run_ok(&["--cluster", &c, "put", local.to_str().expect("utf-8"), "/cold/data.bin"]);
+    let got = scratch.path().join("got");
+    run_ok(&["--cluster", &c, "get", "/cold/data.bin", got.to_str().expect("utf-8")]);
+    assert!(std::fs::read(&got).expect("read") == data, "/cold/data.bin read back through the https store");
+    let chunks = layout(&cluster, "/cold/data.bin")["chunks"].as_array().expect("chunks").clone();
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    let objects = run_ok(&["--cluster", &s, "ls", "/vault/n1/shards"]);
+    for chunk in &chunks {
+        assert_eq!(chunk["pool"], "cold", "{chunk}");
+        let id = chunk["id"].as_str().expect("id");
+        assert!(objects.contains(&format!("{id}.0")), "chunk {id} is an object in the store: {objects}");
+    }
+    drop(tls);
 }

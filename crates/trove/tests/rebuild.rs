@@ -1,7 +1,7 @@
 //! Self-healing on a real local cluster of separate processes: rebuild after a node is lost
 //! for longer than the grace period, drain and add with rebalance, scrub repairing a damaged
-//! shard on disk, and a rolling restart of every process under load without a failed client
-//! operation. (The same behaviours across network namespaces are in `multihost.rs`.)
+//! shard on disk, a rolling restart of every process under load without a failed client
+//! operation, and the chunks only a snapshot holds rebuilt and drained like live ones. (The same behaviours across network namespaces are in `multihost.rs`.)
 
 mod common;
 
@@ -234,4 +234,66 @@ async fn rolling_restart_of_every_process_fails_no_client_operation() {
     let fresh = cluster.client().await;
     verify(&fresh, &written, "after the rolling restart").await;
     cluster.wait_status(Duration::from_secs(60), "no degraded chunks after the restarts", settled);
+}
+
+/// The nodes holding shards of `path`'s chunks, by `trove stat --layout --json`.
+fn nodes_of(cluster: &TestCluster, path: &str) -> std::collections::BTreeSet<u64> {
+    let out = run_ok(&["--cluster", &cluster.dir_str(), "stat", "--layout", "--json", path]);
+    let layout: serde_json::Value = serde_json::from_str(&out).expect("layout is JSON");
+    let mut nodes = std::collections::BTreeSet::new();
+    for chunk in layout["chunks"].as_array().expect("chunks") {
+        for shard in chunk["shards"].as_array().expect("shards") {
+            nodes.insert(shard["node"].as_u64().expect("node id"));
+        }
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_only_a_snapshot_holds_are_rebuilt_and_drained_too() {
+    let cluster = TestCluster::start_with(8, "4+2", &FAST);
+    let dir = cluster.dir_str();
+    let client = cluster.client().await;
+    client.mkdir_p("/snap").await.expect("mkdir");
+    let mut kept = Vec::new();
+    for i in 0..3u64 {
+        let path = format!("/snap/f{i}");
+        let data = content(500 + i, (9 << 20) + i as usize);
+        client.write_file(&path, &data).await.expect("write");
+        kept.push((format!("/snap/.snapshots/s1/f{i}"), data));
+    }
+    run_ok(&["snapshot", "create", "/snap", "s1", "--cluster", &dir]);
+    // Rewritten: the snapshot's chunks are held by it alone.
+    for i in 0..3u64 {
+        client.write_file(&format!("/snap/f{i}"), &content(600 + i, 1 << 20)).await.expect("rewrite");
+    }
+    let held_on = |node: u64| kept.iter().any(|(path, _)| nodes_of(&cluster, path).contains(&node));
+    let wait_off = |node: u64, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while held_on(node) {
+            let status = cluster.status();
+            assert!(std::time::Instant::now() < deadline, "the snapshot's chunks still have shards on node {node} after {what}: {:?}; jobs: {}", kept.iter().map(|(p, _)| nodes_of(&cluster, p)).collect::<Vec<_>>(), run_ok(&["--cluster", &dir, "job", "status"]) + &status.to_string());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let (lost, drained) = (2u64, 3u64);
+    assert!(held_on(lost) && held_on(drained), "nodes {lost} and {drained} hold shards of the snapshot's chunks");
+
+    // A node lost: once it is out, the snapshot's chunks are rebuilt elsewhere.
+    cluster.kill_node(lost as usize);
+    cluster.wait_status(Duration::from_secs(60), "the lost node out", |s| node_state(s, lost) == "out" && settled(s));
+    wait_off(lost, "the rebuild");
+    // A node drained: the snapshot's chunks leave it before it goes out.
+    run_ok(&["--cluster", &dir, "node", "drain", &drained.to_string()]);
+    cluster.wait_status(Duration::from_secs(60), "the drained node out", |s| node_state(s, drained) == "out" && settled(s));
+    wait_off(drained, "the drain");
+
+    // Full redundancy: two more nodes lost, and the snapshot still reads bit-exact.
+    cluster.kill_node(drained as usize);
+    cluster.kill_node(5);
+    cluster.kill_node(6);
+    for (path, data) in &kept {
+        let got = client.read_file(path).await.unwrap_or_else(|e| panic!("read {path} with three nodes gone: {e}"));
+        assert!(got[..] == data[..], "{path} differs");
+    }
 }

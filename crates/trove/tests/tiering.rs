@@ -2,13 +2,13 @@
 //! other nodes, 4+2 each): the tier job, run by its schedule and by hand, moves files whose
 //! last access is older than the policy's age to `hdd`, `stat --layout` shows every chunk
 //! there, the files read bit-exact through the mount during the moves and through the mount,
-//! the S3 gateway and `trove get` after them, and files read again (their atime moved by the
-//! read, batched by the client) go back to `flash` at the next run. Pausing keeps the job's place, resuming goes
-//! on from it, a storage node killed during a move loses nothing, and a metadata server
+//! the S3 and NFS gateways and `trove get` after them, and files read again (their atime moved
+//! by the read, batched by the client) go back to `flash` at the next run. Pausing keeps the
+//! job's place, resuming goes on from it, a storage node killed during a move loses nothing, and a metadata server
 //! restarted mid-run resumes the run from its record's cursor. With an object pool on a real S3
 //! server that is not Trove (Garage), files age from flash to hdd to the bucket; one read
-//! without moving its atime stays in the bucket and is served from it, one read through S3 is
-//! recalled to flash by the next run.
+//! without moving its atime stays in the bucket and is served from it, one read through S3 and
+//! NFS is recalled to flash by the next run.
 
 mod common;
 mod garage;
@@ -64,6 +64,16 @@ fn get_matches(c: &str, remote: &str, data: &[u8], scratch: &std::path::Path) {
 
 /// The policies of these tests: files under /data not read for `age` go to hdd; everything
 /// else (and a file read again) belongs in flash.
+/// `path` read through an NFS gateway exporting the root, with libnfs's `nfs-cat`.
+fn nfs_cat(cluster: &TestCluster, path: &str) -> Vec<u8> {
+    gw::need("nfs-cat");
+    let nfs = gw::Gateway::nfs(cluster, "nfs-tier", "/", &[]);
+    let url = format!("nfs://127.0.0.1{path}?nfsport={0}&mountport={0}&version=3", nfs.port());
+    let out = gw::run(std::process::Command::new("nfs-cat").arg(&url));
+    assert!(out.status.success(), "nfs-cat {url}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
 fn add_policies(c: &str, age: &str) {
     run_ok(&["--cluster", c, "policy", "add", "cold", "--pool", "hdd", "--path", "/data/**", "--accessed-before", age]);
     run_ok(&["--cluster", c, "policy", "add", "hot", "--pool", "flash"]);
@@ -138,6 +148,7 @@ async fn the_tier_job_moves_files_by_last_access_and_back_when_they_are_read() {
     let s3_out = scratch.path().join("s3-big");
     gw::run_ok(gw::aws(&gateway, home.path()).args(["s3", "cp", "s3://data/big.bin"]).arg(&s3_out));
     assert!(std::fs::read(&s3_out).expect("s3 copy") == big, "/data/big.bin through S3, from hdd");
+    assert!(nfs_cat(&cluster, "/data/big.bin") == big, "/data/big.bin through NFS, from hdd");
     let reading = mnt::Mount::start(&cluster, "atime", &[]);
     assert!(std::fs::read(reading.join("data/small.bin")).expect("mount read") == small, "/data/small.bin from hdd");
     std::thread::sleep(client::ATIME_FLUSH_INTERVAL + Duration::from_millis(700));
@@ -322,6 +333,7 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
     let s3_out = scratch.path().join("s3-a");
     gw::run_ok(gw::aws(&gateway, home.path()).args(["s3", "cp", "s3://data/a.bin"]).arg(&s3_out));
     assert!(std::fs::read(&s3_out).expect("s3 copy") == files[0].1, "a.bin through S3, from the bucket");
+    assert!(nfs_cat(&cluster, "/data/a.bin") == files[0].1, "a.bin through NFS, from the bucket");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !in_pool(&c, "/data/a.bin", "flash") {
         assert!(Instant::now() < deadline, "a.bin, read, was not recalled: {:?}; job {:#}", pools_of(&c, "/data/a.bin"), job(&c, "tier"));

@@ -277,6 +277,16 @@ pub enum MetaOp {
     /// Brings `path` (relative to `root`; empty: the whole tree) back from snapshot `name`
     /// into the live tree; answered with `MetaReply::Restored`.
     SnapshotRestore { root: Ino, name: String, path: String },
+    /// Chunks that only snapshots hold (a preserved version's chunk whose id the live record
+    /// no longer has), from the version key after `after` (an opaque cursor: the `next` of the
+    /// previous page), looking at `limit` versions at most; answered with `HeldChunkPage`. The
+    /// repair job moves and rebuilds them like live chunks (`MoveChunk` re-places every record
+    /// of the chunk).
+    ScanHeldChunks { after: Option<Vec<u8>>, limit: u32 },
+    /// The record of chunk `id`, once at `index` of file `ino`, as a snapshot holds it (where
+    /// its shards are, for the repair job's check before it deletes an old copy); answered
+    /// with `HeldChunkPage`, empty when no snapshot holds it.
+    HeldChunk { ino: Ino, index: u64, id: ChunkId },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -344,6 +354,10 @@ pub enum MetaReply {
     /// The answer to `SnapshotRestore`: files brought back, directories made again, entries
     /// left out (another kind of file holds the name, or neither file nor directory).
     Restored { files: u64, dirs: u64, skipped: u64 },
+    /// Chunks only snapshots hold; `next` is the cursor of the following page (`None`: done).
+    /// `file_ec` is the chunk's own scheme and `file_pool` the pool that holds it: such a
+    /// chunk is moved as it is, never re-encoded.
+    HeldChunkPage { chunks: Vec<ScannedChunk>, next: Option<Vec<u8>> },
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 67] = [
+    pub const NAMES: [&'static str; 69] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -74,6 +74,8 @@ impl MetaOp {
         "SnapshotDelete",
         "SnapshotDiff",
         "SnapshotRestore",
+        "ScanHeldChunks",
+        "HeldChunk",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -146,6 +148,8 @@ impl MetaOp {
             MetaOp::SnapshotDelete { .. } => 64,
             MetaOp::SnapshotDiff { .. } => 65,
             MetaOp::SnapshotRestore { .. } => 66,
+            MetaOp::ScanHeldChunks { .. } => 67,
+            MetaOp::HeldChunk { .. } => 68,
         }
     }
 
@@ -250,6 +254,8 @@ mod tests {
             MetaOp::ListTrash,
             MetaOp::SnapshotList { root: None },
             MetaOp::SnapshotRestore { root: 1, name: "s".into(), path: String::new() },
+            MetaOp::ScanHeldChunks { after: None, limit: 1 },
+            MetaOp::HeldChunk { ino: 1, index: 0, id: 1 },
             MetaOp::GetQuota {
                 ino: 1,
                 nearest: true,
