@@ -548,6 +548,12 @@ impl Client {
         }
     }
 
+    /// Makes `name` in `parent` a clone of regular file `src` (a live file or a file of a
+    /// snapshot): the same contents sharing every chunk, no byte copied.
+    pub async fn clone_file(&self, src: Ino, parent: Ino, name: &str) -> Result<Attr> {
+        self.meta_attr(MetaOp::CloneFile { src, parent, name: name.to_string() }).await
+    }
+
     /// The files in the trash, oldest first.
     pub async fn trash(&self) -> Result<Vec<wire::TrashEntry>> {
         match self.meta(MetaOp::ListTrash).await? {

@@ -10,7 +10,9 @@
 //! chunk's former slot no longer points at it.
 //!
 //! A chunk that a preserved version of its slot still references (a live snapshot reads it,
-//! see `snapshot`) is left queued and untouched until the snapshot is deleted.
+//! see `snapshot`) is left queued and untouched until the snapshot is deleted. A chunk another
+//! file holds (a clone, see `clone`: its `s` record lists the slots) leaves the queue without
+//! being deleted; the last file to let it go queues it again.
 //!
 //! Entries wait a grace period after queueing, so that a reader that fetched the old chunk list
 //! just before an overwrite or unlink can still finish its read.
@@ -44,6 +46,8 @@ pub struct GcReport {
     /// Queue entries dropped without deleting because the chunk is still referenced (a bug
     /// elsewhere; logged).
     pub chunks_referenced: u64,
+    /// Queue entries dropped without deleting because another file (a clone) holds the chunk.
+    pub chunks_shared: u64,
     /// Shard deletions confirmed by storage nodes.
     pub shards_deleted: u64,
 }
@@ -62,6 +66,8 @@ struct Entry {
     done: u64,
     /// Drop the entry without further deletions (still referenced).
     referenced: bool,
+    /// Drop the entry without further deletions: another file (a clone) holds the chunk.
+    shared: bool,
     /// Whether this pass considered it (out of its grace period).
     due: bool,
 }
@@ -148,8 +154,13 @@ impl Gc {
                     let referenced = get::<ChunkRecord>(txn, &slot)
                         .await?
                         .is_some_and(|c| c.id == rec.chunk.id);
+                    // A chunk another file still holds (a clone) leaves the queue; it is queued
+                    // again when the last of them lets it go.
+                    let shared = !referenced
+                        && crate::clone::held_elsewhere(txn, (rec.ino, rec.chunk.index), rec.chunk.id).await?;
                     // A chunk a snapshot still reads waits, queued, until the snapshot goes.
                     let held = !referenced
+                        && !shared
                         && crate::snapshot::chunk_held(txn, rec.ino, rec.chunk.index, rec.chunk.id).await?;
                     let due = !held && rec.queued_ms.saturating_add(grace_ms) <= now;
                     entries.push(Entry {
@@ -157,6 +168,7 @@ impl Gc {
                         rec,
                         done: 0,
                         referenced,
+                        shared,
                         due,
                     });
                 }
@@ -178,7 +190,7 @@ impl Gc {
         // node -> (entry index, shard index) pairs to delete there.
         let mut work: HashMap<NodeId, Vec<(usize, usize)>> = HashMap::new();
         for (e, entry) in entries.iter_mut().enumerate() {
-            if !entry.due || entry.referenced {
+            if !entry.due || entry.referenced || entry.shared {
                 continue;
             }
             let chunk = &entry.rec.chunk;
@@ -274,6 +286,11 @@ impl Gc {
                 changes.push((entry.key.clone(), 0, true));
                 continue;
             }
+            if entry.shared {
+                report.chunks_shared += 1;
+                changes.push((entry.key.clone(), 0, true));
+                continue;
+            }
             let done = entry.rec.done | entry.done;
             let complete = done & width_mask(&entry.rec.chunk) == width_mask(&entry.rec.chunk);
             if complete {
@@ -302,6 +319,11 @@ impl Gc {
                     let held = rec.bytes_held();
                     if *remove {
                         txn.delete(key).await?;
+                        // Every shard deleted: the record of the chunk's slots goes with it.
+                        // (An entry dropped because the chunk is held keeps it.)
+                        if (rec.done | done) & width_mask(&rec.chunk) == width_mask(&rec.chunk) {
+                            txn.delete(&keys::shared(rec.chunk.id)).await?;
+                        }
                         *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() += held;
                     } else {
                         rec.done |= done;

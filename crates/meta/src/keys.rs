@@ -88,6 +88,9 @@ pub mod prefix {
     /// `Y` + namespace key + 0x00 + epoch: the value a namespace record (`I`, `D`, `X`, `C`,
     /// `T`) held before its first change in that snapshot epoch (yesterday's version).
     pub const VERSION: u8 = b'Y';
+    /// `s` + chunk id: the slots (file, index) of a chunk held by more than one file (clones,
+    /// or a chunk moved to another file while a snapshot holds its old slot).
+    pub const SHARED: u8 = b's';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -357,6 +360,13 @@ pub fn parse_work(key: &[u8]) -> Option<(Ino, u64)> {
     let ino = u64::from_be_bytes(key[1..9].try_into().ok()?);
     let index = u64::from_be_bytes(key[9..17].try_into().ok()?);
     Some((ino, index))
+}
+
+/// The slots of shared chunk `chunk`.
+pub fn shared(chunk: u64) -> Vec<u8> {
+    let mut key = with_prefix(prefix::SHARED, 8);
+    key.extend_from_slice(&chunk.to_be_bytes());
+    key
 }
 
 pub fn gc(chunk: u64) -> Vec<u8> {
@@ -731,6 +741,14 @@ pub struct VersionRec {
     pub value: Option<Vec<u8>>,
 }
 
+/// The slots of a shared chunk (key `s` ‖ chunk id): every (file, index) that holds or held it
+/// besides the one it was written in, and that one too. A slot may since hold another chunk;
+/// whoever reads this compares chunk ids.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedChunkRec {
+    pub slots: Vec<(Ino, u64)>,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Value formats and their migrations.
 
@@ -764,6 +782,7 @@ impl Record for TrashRec {}
 impl Record for SnapshotStateRec {}
 impl Record for SnapshotRec {}
 impl Record for VersionRec {}
+impl Record for SharedChunkRec {}
 
 impl Record for InodeRec {
     const FORMAT: u8 = FORMAT_V3;

@@ -12,6 +12,7 @@
 //! pools), [`policies`] (file pool policies), [`quota`] (directory tree quotas), [`trash`] (deleted files kept for a while), [`snapshot`] (namespace versioning and snapshots), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
+pub mod clone;
 pub mod cluster;
 pub mod events;
 pub mod gc;

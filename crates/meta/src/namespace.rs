@@ -58,7 +58,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    fn new_ino(&self) -> TxResult<Ino> {
+    pub(crate) fn new_ino(&self) -> TxResult<Ino> {
         match self.new_ino {
             Some(ino) => Ok(ino),
             None => fail!(Internal, "no inode number was reserved for this operation"),
@@ -96,6 +96,7 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::SetQuota { .. }
             | MetaOp::RestoreTrash { .. }
             | MetaOp::PurgeTrash { .. }
+            | MetaOp::CloneFile { .. }
     )
 }
 
@@ -107,6 +108,7 @@ pub fn needs_ino(op: &MetaOp) -> bool {
             | MetaOp::Mkdir { .. }
             | MetaOp::Mknod { .. }
             | MetaOp::Symlink { .. }
+            | MetaOp::CloneFile { .. }
     )
 }
 
@@ -539,6 +541,9 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             name,
             mtime,
         } => append_file(txn, ctx, *target, *parent, name, *mtime).await,
+        MetaOp::CloneFile { src, parent, name } => {
+            crate::clone::clone_file(txn, ctx, *src, *parent, name).await
+        }
         MetaOp::StatFs
         | MetaOp::AllocChunks { .. }
         | MetaOp::GetMap { .. }
@@ -578,7 +583,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
 // know the path the user gave add it.
 
 /// What a kind of inode is called in messages.
-fn kind_name(kind: FileKind) -> &'static str {
+pub(crate) fn kind_name(kind: FileKind) -> &'static str {
     kind.name()
 }
 
@@ -2068,7 +2073,7 @@ async fn replace_chunk(
 
 /// Moves the chunk records of file `name` in `parent` to the end of file `target` (re-indexed,
 /// never copied or queued for GC) and removes the emptied source. Every record keeps its chunk
-/// id, so each id is still referenced by exactly one `C` record.
+/// id, so each id is still referenced by exactly one live `C` record.
 async fn append_file(
     txn: &mut dyn KvTxn,
     ctx: &Ctx,
@@ -2134,6 +2139,9 @@ async fn append_file(
     // from `base` on is free.
     let prefix = keys::chunk_prefix(src_ino);
     let records = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
+    // While a snapshot is live, a version of the source's slot may hold a moved chunk: both
+    // slots are recorded, as for a clone (and always for a chunk already shared).
+    let snapshots = !crate::snapshot::read_state(txn).await?.live.is_empty();
     for (key, value) in &records {
         let mut chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
         txn.delete(key).await?;
@@ -2143,6 +2151,9 @@ async fn append_file(
                 "chunk index overflow appending file {src_ino} to file {target}"
             );
         };
+        if snapshots || txn.get(&keys::shared(chunk.id)).await?.is_some() {
+            crate::clone::share(txn, chunk.id, &[(src_ino, chunk.index), (target, index)]).await?;
+        }
         chunk.index = index;
         put(txn, &keys::chunk(target, index), &chunk).await?;
     }

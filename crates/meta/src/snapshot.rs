@@ -290,16 +290,12 @@ pub async fn xattrs_at(
 }
 
 /// Whether chunk `id`, last at `index` of file `ino`, is still referenced by a preserved version
-/// (which a live snapshot reads, as versions no snapshot reads are pruned).
+/// of that slot or of any other slot it is shared with (a live snapshot reads it, as versions
+/// no snapshot reads are pruned).
 pub async fn chunk_held(txn: &mut dyn KvTxn, ino: Ino, index: u64, id: u64) -> TxResult<bool> {
-    let prefix = keys::version_prefix(&keys::chunk(ino, index));
-    for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
-        let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
-        if let Some(raw) = rec.value {
-            let chunk: ChunkRecord = keys::decode(&vkey, &raw).map_err(abort)?;
-            if chunk.id == id {
-                return Ok(true);
-            }
+    for (ino, index) in crate::clone::slots(txn, ino, index, id).await? {
+        if version_holding(txn, &keys::chunk(ino, index), id).await?.is_some() {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -379,15 +375,16 @@ pub async fn scan_held_chunks(
 pub async fn held_chunk(engine: &dyn KvEngine, ino: Ino, index: u64, id: u64) -> Result<MetaReply, WireError> {
     transact(engine, move |txn| {
         Box::pin(async move {
-            let key = keys::chunk(ino, index);
-            let prefix = keys::version_prefix(&key);
-            for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
-                let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
-                let Some(raw) = rec.value else {
-                    continue;
+            // Its own slot, then any other that holds it (a clone, whose records the same moves
+            // re-place).
+            for (ino, index) in crate::clone::slots(txn, ino, index, id).await? {
+                let key = keys::chunk(ino, index);
+                let live = get::<ChunkRecord>(txn, &key).await?.filter(|c| c.id == id);
+                let found = match live {
+                    Some(chunk) => Some(chunk),
+                    None => version_holding(txn, &key, id).await?,
                 };
-                let chunk: ChunkRecord = keys::decode(&key, &raw).map_err(abort)?;
-                if chunk.id == id {
+                if let Some(chunk) = found {
                     let found = wire::ScannedChunk {
                         ino,
                         file_ec: chunk.ec,
@@ -403,6 +400,21 @@ pub async fn held_chunk(engine: &dyn KvEngine, ino: Ino, index: u64, id: u64) ->
     .await
 }
 
+/// The record of chunk `id` in a preserved version of chunk key `key`, if one holds it.
+async fn version_holding(txn: &mut dyn KvTxn, key: &[u8], id: u64) -> TxResult<Option<ChunkRecord>> {
+    let prefix = keys::version_prefix(key);
+    for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+        let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
+        if let Some(raw) = rec.value {
+            let chunk: ChunkRecord = keys::decode(key, &raw).map_err(abort)?;
+            if chunk.id == id {
+                return Ok(Some(chunk));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Re-places chunk `expected.id` (at `expected.index` of file `ino`) in every record that holds
 /// it, live or preserved, after the repair job copied or rebuilt its shards: all records of one
 /// chunk say where its shards are. Fails with `Changed` unless one of them is `expected` as the
@@ -414,7 +426,6 @@ pub async fn move_chunk_records(
     placement: wire::Placement,
     missing: u64,
 ) -> TxResult<bool> {
-    let key = keys::chunk(ino, expected.index);
     let moved = |mut rec: ChunkRecord| {
         rec.placement = placement;
         rec.missing = missing;
@@ -422,26 +433,30 @@ pub async fn move_chunk_records(
     };
     let mut found = false;
     let mut live_moved = false;
-    if let Some(current) = get::<ChunkRecord>(txn, &key).await? {
-        if current.id == expected.id {
-            found |= current == *expected;
-            txn.put_same_meaning(&key, &keys::encode(&moved(current))).await?;
-            live_moved = true;
+    // Its own slot and every other that holds it (clones), live records and versions.
+    for (slot_ino, slot_index) in crate::clone::slots(txn, ino, expected.index, expected.id).await? {
+        let key = keys::chunk(slot_ino, slot_index);
+        if let Some(current) = get::<ChunkRecord>(txn, &key).await? {
+            if current.id == expected.id {
+                found |= current == *expected;
+                txn.put_same_meaning(&key, &keys::encode(&moved(current))).await?;
+                live_moved |= (slot_ino, slot_index) == (ino, expected.index);
+            }
         }
-    }
-    let prefix = keys::version_prefix(&key);
-    for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
-        let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
-        let Some(raw) = rec.value else {
-            continue;
-        };
-        let chunk: ChunkRecord = keys::decode(&key, &raw).map_err(abort)?;
-        if chunk.id != expected.id {
-            continue;
+        let prefix = keys::version_prefix(&key);
+        for (vkey, value) in store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await? {
+            let rec: VersionRec = keys::decode(&vkey, &value).map_err(abort)?;
+            let Some(raw) = rec.value else {
+                continue;
+            };
+            let chunk: ChunkRecord = keys::decode(&key, &raw).map_err(abort)?;
+            if chunk.id != expected.id {
+                continue;
+            }
+            found |= chunk == *expected;
+            let value = VersionRec { value: Some(keys::encode(&moved(chunk))) };
+            txn.put(&vkey, &keys::encode(&value)).await?;
         }
-        found |= chunk == *expected;
-        let value = VersionRec { value: Some(keys::encode(&moved(chunk))) };
-        txn.put(&vkey, &keys::encode(&value)).await?;
     }
     if !found {
         fail!(
@@ -634,6 +649,7 @@ async fn finish_slot(
     ids: HashMap<u64, (ChunkRecord, BTreeSet<u64>)>,
     out: &mut HashMap<u64, u64>,
 ) -> Result<(), WireError> {
+    let slot = keys::parse_chunk(key);
     let key = key.to_vec();
     let live: Option<ChunkRecord> = transact(engine, move |txn| {
         let key = key.clone();
@@ -641,7 +657,12 @@ async fn finish_slot(
     })
     .await?;
     for (id, (chunk, readers)) in ids {
-        if readers.len() == 1 && live.as_ref().is_none_or(|l| l.id != id) {
+        // A chunk a clone holds in another slot is not the snapshot's alone either.
+        let elsewhere = match slot {
+            Some(own) => transact(engine, move |txn| Box::pin(async move { crate::clone::held_elsewhere(txn, own, id).await })).await?,
+            None => false,
+        };
+        if readers.len() == 1 && !elsewhere && live.as_ref().is_none_or(|l| l.id != id) {
             if let Some(&s) = readers.iter().next() {
                 *out.entry(s).or_default() += stored_bytes(&chunk);
             }
@@ -1449,6 +1470,24 @@ async fn view_chunks(txn: &mut dyn KvTxn, ino: Ino, first: u64, count: u64) -> T
     Ok(MetaReply::Chunks { attr, chunks })
 }
 
+/// Regular file `ino` of a snapshot view as the snapshot holds it (a clone's source): its
+/// attributes, numbered as the live inode, and its chunk records.
+pub async fn view_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<(Attr, Vec<ChunkRecord>)> {
+    let Some((snap, file)) = parse_view(ino) else {
+        fail!(Internal, "inode {ino} is not a snapshot view");
+    };
+    let rec = if snap == 0 {
+        fail!(Invalid, "a .snapshots directory is not a regular file");
+    } else {
+        live_snapshot(txn, snap).await?
+    };
+    let Some(attr) = attr_at(txn, file, rec.epoch).await? else {
+        fail!(NotFound, "inode {file} is not in snapshot {:?}", rec.name);
+    };
+    let chunks = chunks_at(txn, file, rec.epoch).await?;
+    Ok((attr, chunks))
+}
+
 /// Resolves a path that passes through `.snapshots`, one component at a time.
 async fn view_resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<Attr> {
     let mut attr = namespace::load(txn, wire::ROOT_INO).await?.attr;
@@ -1491,7 +1530,8 @@ fn mutated_inos(op: &MetaOp) -> Vec<Ino> {
         | MetaOp::Mknod { parent, .. }
         | MetaOp::Symlink { parent, .. }
         | MetaOp::Unlink { parent, .. }
-        | MetaOp::Rmdir { parent, .. } => vec![*parent],
+        | MetaOp::Rmdir { parent, .. }
+        | MetaOp::CloneFile { parent, .. } => vec![*parent],
         MetaOp::Link {
             ino, new_parent, ..
         } => vec![*ino, *new_parent],
@@ -1544,7 +1584,8 @@ pub async fn view_call(
             | MetaOp::Mknod { name, .. }
             | MetaOp::Symlink { name, .. }
             | MetaOp::Unlink { name, .. }
-            | MetaOp::Rmdir { name, .. } = other
+            | MetaOp::Rmdir { name, .. }
+            | MetaOp::CloneFile { name, .. } = other
             {
                 if name == SNAPSHOT_DIR_NAME {
                     return Ok(Err(read_only(SNAPSHOT_DIR_NAME)));

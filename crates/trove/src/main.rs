@@ -7,6 +7,7 @@
 //! - `trove demo` shows the whole system at work: write, verify, lose nodes, verify again.
 
 mod bench;
+mod clone;
 mod cluster;
 mod cmds;
 mod data;
@@ -206,6 +207,9 @@ enum Command {
     /// Snapshots of directory trees: create, list, delete, diff, restore.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
+    /// Makes a writable copy of a file or directory tree that shares all its data with the
+    /// source (no byte copied); later writes to either side do not show through the other.
+    Clone(clone::CloneArgs),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -298,6 +302,7 @@ impl Command {
             Command::Quota(cmd) => cmd.cluster(),
             Command::Trash(cmd) => cmd.cluster(),
             Command::Snapshot(cmd) => cmd.cluster(),
+            Command::Clone(args) => &args.cluster,
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -430,6 +435,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Quota(cmd) => quota::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,
         Command::Snapshot(cmd) => snapshot::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Clone(args) => clone::run(args, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }

@@ -3,7 +3,9 @@
 //! `.snapshots/NAME/` (hidden from the directory's listing) and through `trove get`, writes
 //! there refused as read-only (EROFS), live changes invisible in the snapshot, `list` with the
 //! bytes only the snapshot holds, `diff`, `restore` of a deleted file, and `delete` followed by
-//! GC past its grace period leaving every live file readable.
+//! GC past its grace period leaving every live file readable. `trove clone` of a tree (live,
+//! and from a snapshot) shares the data, a write on either side does not show through the
+//! other, and a clone reads back whole after its source is deleted and GC ran past its grace.
 //!
 //! Every program is required (scripts/deps.sh installs them); a missing one fails the test.
 
@@ -44,9 +46,7 @@ fn read(path: &std::path::Path) -> Vec<u8> {
 
 #[test]
 fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
-    if fuse_missing() {
-        return;
-    }
+    assert!(!fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
     let cluster = TestCluster::start_with(3, "2+1", &["--gc-grace-ms", "1000"]);
     let c = cluster.dir_str();
     let mount = Mount::start(&cluster, "snap", &[]);
@@ -180,4 +180,71 @@ fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
         assert!(&read(&got) == want, "{name} after GC");
     }
     mount.stop();
+}
+
+/// Shard files in the cluster's drives.
+fn shard_count(cluster: &TestCluster) -> usize {
+    common::shard_files_in(cluster.path()).len()
+}
+
+#[test]
+fn clones_share_data_and_stay_apart_both_ways() {
+    assert!(!fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
+    let cluster = TestCluster::start_with(3, "2+1", &["--gc-grace-ms", "1000"]);
+    let c = cluster.dir_str();
+    let mount = Mount::start(&cluster, "clone", &[]);
+    let src = mount.join("ds");
+    std::fs::create_dir_all(src.join("train")).expect("mkdir");
+    let big = content(10, (9 << 20) + 5);
+    let small = content(11, 3000);
+    std::fs::write(src.join("train/big"), &big).expect("write big");
+    std::fs::write(src.join("small"), &small).expect("write small");
+    std::os::unix::fs::symlink("train/big", src.join("link")).expect("symlink");
+
+    // No data is copied: the shard count stays, the clone reads the same bytes.
+    let shards = shard_count(&cluster);
+    let out = run_ok(&["clone", "/ds", "/exp", "--cluster", &c]);
+    assert!(out.contains("2 files") && out.contains("none copied") && out.contains("1 symbolic link"), "{out}");
+    assert_eq!(shard_count(&cluster), shards, "a clone writes no shard");
+    let exp = mount.join("exp");
+    assert!(read(&exp.join("train/big")) == big && read(&exp.join("small")) == small);
+    assert_eq!(std::fs::read_link(exp.join("link")).expect("readlink").to_str(), Some("train/big"));
+
+    // A write to the clone does not show in the source, nor one to the source in the clone.
+    let changed = content(12, 1 << 20);
+    std::fs::write(exp.join("small"), &changed).expect("write clone");
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(src.join("train/big")).expect("open source");
+        f.seek(SeekFrom::Start(4 << 20)).expect("seek");
+        f.write_all(b"overwritten").expect("write source");
+    }
+    assert!(read(&src.join("small")) == small, "the source's small is untouched");
+    assert!(read(&exp.join("small")) == changed);
+    assert!(read(&exp.join("train/big")) == big, "the clone's big is untouched");
+    assert!(read(&src.join("train/big"))[4 << 20..(4 << 20) + 11] == *b"overwritten");
+
+    // From a snapshot: the tree as it was, after the source changed.
+    snapshot(&cluster, &["create", "/ds", "v1"]);
+    std::fs::remove_file(src.join("small")).expect("rm small");
+    run_ok(&["clone", "/ds/.snapshots/v1", "/v1-copy", "--cluster", &c]);
+    assert!(read(&mount.join("v1-copy/small")) == small, "the snapshot's small, deleted live since");
+
+    // The source deleted, its snapshot too, and GC past its grace: the clones read back whole.
+    snapshot(&cluster, &["delete", "/ds", "v1"]);
+    let (ok, text) = sh(&format!("rm -r {}", src.display()));
+    assert!(ok, "{text}");
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(read(&exp.join("train/big")) == big && read(&exp.join("small")) == changed);
+    assert!(read(&mount.join("v1-copy/small")) == small);
+    let local = tempfile::tempdir().expect("tempdir");
+    let got = local.path().join("big");
+    run_ok(&["get", "/v1-copy/train/big", got.to_str().expect("utf-8"), "--cluster", &c]);
+    assert!(read(&got)[4 << 20..(4 << 20) + 11] == *b"overwritten");
+
+    // Bad input: an existing destination, a missing source.
+    let exists = run(&["clone", "/exp", "/v1-copy", "--cluster", &c]);
+    assert!(!exists.status.success() && String::from_utf8_lossy(&exists.stderr).contains("exists"));
+    let missing = run(&["clone", "/nope", "/x", "--cluster", &c]);
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("no entry \"nope\""));
 }

@@ -287,6 +287,10 @@ pub enum MetaOp {
     /// its shards are, for the repair job's check before it deletes an old copy); answered
     /// with `HeldChunkPage`, empty when no snapshot holds it.
     HeldChunk { ino: Ino, index: u64, id: ChunkId },
+    /// Makes file `name` in `parent` a clone of regular file `src` (a live file, or a file of
+    /// a snapshot view): same contents, mode and owner, sharing every chunk (no byte copied);
+    /// a later write to either file does not show through the other. Answered with `Entry`.
+    CloneFile { src: Ino, parent: Ino, name: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.

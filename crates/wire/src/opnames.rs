@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 69] = [
+    pub const NAMES: [&'static str; 70] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -76,6 +76,7 @@ impl MetaOp {
         "SnapshotRestore",
         "ScanHeldChunks",
         "HeldChunk",
+        "CloneFile",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -150,6 +151,7 @@ impl MetaOp {
             MetaOp::SnapshotRestore { .. } => 66,
             MetaOp::ScanHeldChunks { .. } => 67,
             MetaOp::HeldChunk { .. } => 68,
+            MetaOp::CloneFile { .. } => 69,
         }
     }
 
