@@ -144,6 +144,8 @@ async fn queue_holds_entries(service: &MetaService) -> bool {
 
 /// What the runner keeps while this server leads.
 struct Leading {
+    /// The leadership term it belongs to (`MetaService::lease_term`).
+    term: u64,
     client: Client,
     mover: Mover,
     /// Map version of the last pass that left nothing to do.
@@ -181,21 +183,39 @@ impl Drop for Leading {
 
 async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
     let mut leading: Option<Leading> = None;
+    let mut paused = false;
     loop {
         tokio::time::sleep(TICK).await;
         if !service.is_leader() {
-            if leading.take().is_some() {
-                tracing::info!(
-                    "mover: stopped (this metadata server no longer leads); jobs stopped"
-                );
+            // Only the lease holder runs jobs: the tiering run stops at once. What the runner
+            // knows (which map its last pass covered) is kept in case the lease comes back
+            // within the same term, so a lapse under load does not cost a pass over every chunk.
+            if let Some(lead) = leading.as_mut() {
+                if let Some((_, task)) = lead.tier.take() {
+                    task.abort();
+                }
+                if !paused {
+                    tracing::info!("mover: paused (this metadata server's lease lapsed); jobs paused");
+                    paused = true;
+                }
             }
             continue;
         }
+        if let Some(lead) = &leading {
+            if lead.term != service.lease_term() {
+                tracing::info!("mover: stopped (another metadata server led meanwhile); jobs start afresh");
+                leading = None;
+            } else if paused {
+                tracing::info!("mover: resumed (the lease came back before any other server took it)");
+            }
+        }
+        paused = false;
         if leading.is_none() {
             match Client::connect(&addr).await {
                 Ok(client) => {
                     tracing::info!("mover: started (this metadata server leads); jobs started");
                     leading = Some(Leading {
+                        term: service.lease_term(),
                         mover: Mover::new(client.clone(), settings.grace),
                         client,
                         clean_version: None,

@@ -915,15 +915,17 @@ impl Cluster {
         Ok((parity, example))
     }
 
-    /// Tries to take or renew the cluster manager's lease for `holder`; returns whether it
-    /// holds the lease until `now + lease_ms`.
+    /// Tries to take or renew the cluster manager's lease for `holder`; returns `None` when
+    /// another server holds it, else `Some(continued)`: `holder` holds the lease until
+    /// `now + lease_ms`, and `continued` says whether the record named `holder` already (no
+    /// other server held the lease since, even if it had lapsed).
     pub async fn renew_lease(
         &self,
         engine: &dyn KvEngine,
         holder: u128,
         addr: &str,
         lease_ms: u64,
-    ) -> Result<bool, WireError> {
+    ) -> Result<Option<bool>, WireError> {
         let addr = Arc::new(addr.to_string());
         transact(engine, move |txn| {
             let addr = addr.clone();
@@ -933,16 +935,17 @@ impl Cluster {
                 let current = get::<keys::LeaderRec>(txn, &key).await?;
                 if let Some(rec) = &current {
                     if rec.holder != holder && rec.expires_ms > now {
-                        return Ok(false);
+                        return Ok(None);
                     }
                 }
+                let continued = current.is_some_and(|rec| rec.holder == holder);
                 let rec = keys::LeaderRec {
                     holder,
                     addr: addr.to_string(),
                     expires_ms: now + lease_ms,
                 };
                 store::put(txn, &key, &rec).await?;
-                Ok(true)
+                Ok(Some(continued))
             })
         })
         .await
@@ -984,6 +987,7 @@ impl Cluster {
                 let page = txn.scan(&from, &end, limit).await?;
                 let more = page.len() == limit;
                 let mut chunks = Vec::with_capacity(page.len());
+                metrics::gauges::add(metrics::names::META_CHUNK_RECORDS_WALKED, &[("walk", "chunks")], page.len() as f64);
                 // The page is in file order: each file's inode is read once.
                 let mut file: Option<(Ino, EcScheme, PoolId)> = None;
                 for (key, value) in page {

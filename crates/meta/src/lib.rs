@@ -133,6 +133,9 @@ pub struct MetaService {
     advertise: parking_lot::Mutex<String>,
     /// Wall-clock ms until which this server holds the lease (0: not the leader).
     lease_until_ms: AtomicU64,
+    /// Counts the terms of this server's leadership: a new one each time it takes the lease
+    /// from another server or from none, not when it renews a lapsed lease no one else took.
+    lease_term: AtomicU64,
     /// A chunk with missing shards was committed through this server since the flag was last
     /// taken (the data mover repairs such chunks; this tells it not to wait).
     degraded_written: std::sync::atomic::AtomicBool,
@@ -168,6 +171,7 @@ impl MetaService {
             server_id: rand_id(),
             advertise: parking_lot::Mutex::new(String::new()),
             lease_until_ms: AtomicU64::new(0),
+            lease_term: AtomicU64::new(0),
             degraded_written: std::sync::atomic::AtomicBool::new(false),
             processes: processes::Processes::default(),
         }))
@@ -397,6 +401,12 @@ impl MetaService {
         store::now_ms() < self.lease_until_ms.load(Ordering::Acquire)
     }
 
+    /// The term of this server's leadership (see `lease_term`): jobs and watches may carry
+    /// their state across a lapse of the lease within one term, as no other server led.
+    pub fn lease_term(&self) -> u64 {
+        self.lease_term.load(Ordering::Acquire)
+    }
+
     /// Takes or renews the lease; returns whether this server holds it.
     pub async fn renew_lease_once(&self) -> Result<bool, WireError> {
         let started = store::now_ms();
@@ -407,17 +417,24 @@ impl MetaService {
             .renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms)
             .await;
         match held {
-            Ok(true) => {
+            Ok(Some(continued)) => {
+                if !continued {
+                    self.lease_term.fetch_add(1, Ordering::AcqRel);
+                }
                 // Counted from before the transaction: never believes in more than it holds.
                 let was = self
                     .lease_until_ms
                     .swap(started + lease_ms, Ordering::AcqRel);
                 if was <= started {
-                    tracing::info!("this metadata server ({addr}) now leads the cluster manager");
+                    if continued && was > 0 {
+                        tracing::info!("this metadata server ({addr}) leads the cluster manager again (its lease had lapsed; no other server took it)");
+                    } else {
+                        tracing::info!("this metadata server ({addr}) now leads the cluster manager");
+                    }
                 }
                 Ok(true)
             }
-            Ok(false) => {
+            Ok(None) => {
                 if self.lease_until_ms.swap(0, Ordering::AcqRel) > started {
                     tracing::warn!("this metadata server lost the cluster manager's lease");
                 }

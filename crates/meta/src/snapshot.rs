@@ -327,6 +327,7 @@ pub async fn scan_held_chunks(
         let (start, end) = (start.clone(), end.clone());
         Box::pin(async move {
             let page = txn.scan(&start, &end, limit).await?;
+            metrics::gauges::add(metrics::names::META_CHUNK_RECORDS_WALKED, &[("walk", "held")], page.len() as f64);
             let next = match page.last() {
                 Some((last, _)) if page.len() == limit => Some(last.clone()),
                 _ => None,

@@ -21,7 +21,9 @@ use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeState, Severity, Wire
 /// Pause between two looks.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// Pause between walks over every chunk record for the degraded, misplaced and narrow counts
-/// (also walked at once after a node's state changed).
+/// while they can change: the last walk found chunks to repair, or the repair job's work queue
+/// holds entries. A walk also follows at once a node's state change or a new placement map,
+/// and happens once on taking the lease; a healthy, idle cluster is never walked.
 pub const CHUNK_SCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// Events read back on taking the lease to learn the last state of every subject.
 pub const RECONCILE_EVENTS: u32 = 1000;
@@ -327,8 +329,9 @@ pub async fn run(service: Weak<MetaService>) {
     let started = Instant::now();
     // What the log says of each subject; `None` until read on taking the lease.
     let mut known: Option<HashMap<String, String>> = None;
-    let mut last_scan: Option<Instant> = None;
+    let mut last_scan: Option<LastScan> = None;
     let mut leading = false;
+    let mut term = 0u64;
     loop {
         tokio::time::sleep(WATCH_INTERVAL).await;
         let Some(service) = service.upgrade() else {
@@ -350,9 +353,14 @@ pub async fn run(service: Weak<MetaService>) {
                 unpublish();
                 leading = false;
             }
+            continue;
+        }
+        // What was learnt holds while no other server led (a lapse of this server's lease
+        // within one term); after another led, the log and the chunks are read afresh.
+        if term != service.lease_term() {
+            term = service.lease_term();
             known = None;
             last_scan = None;
-            continue;
         }
         leading = true;
         if let Err(e) = watch_once(&service, started, &mut known, &mut last_scan).await {
@@ -361,17 +369,68 @@ pub async fn run(service: Weak<MetaService>) {
     }
 }
 
+/// The last walk over the chunk records: when, on which placement map, and whether it found
+/// every chunk healthy.
+#[derive(Clone, Copy, Debug)]
+pub struct LastScan {
+    at: Instant,
+    map_version: u32,
+    healthy: bool,
+}
+
+/// Whether the chunk records must be walked again (see [`CHUNK_SCAN_INTERVAL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScanDue {
+    Now,
+    No,
+    /// Only if the repair job's work queue holds entries.
+    IfQueued,
+}
+
+fn scan_due(last: Option<LastScan>, map_version: u32) -> ScanDue {
+    match last {
+        None => ScanDue::Now,
+        Some(last) if last.map_version != map_version => ScanDue::Now,
+        Some(last) if last.at.elapsed() < CHUNK_SCAN_INTERVAL => ScanDue::No,
+        Some(last) if !last.healthy => ScanDue::Now,
+        Some(_) => ScanDue::IfQueued,
+    }
+}
+
+fn healthy(status: &ClusterStatus) -> bool {
+    status.chunks_degraded == 0
+        && status.chunks_misplaced == 0
+        && status.chunks_narrow == 0
+        && status.chunks_unavailable == 0
+}
+
+/// Whether the repair job's work queue holds entries (a page of one; an empty page with more
+/// behind it met an entry settled meanwhile).
+async fn queue_holds_entries(service: &MetaService) -> bool {
+    let call = MetaCall {
+        request_id: 0,
+        op: MetaOp::ScanQueue { after: None, limit: 1 },
+    };
+    matches!(service.call(call).await, Ok(MetaReply::ChunkPage { chunks, more }) if !chunks.is_empty() || more)
+}
+
 async fn watch_once(
     service: &Arc<MetaService>,
     started: Instant,
     known: &mut Option<HashMap<String, String>>,
-    last_scan: &mut Option<Instant>,
+    last_scan: &mut Option<LastScan>,
 ) -> Result<(), WireError> {
     let status = status_of(service, false).await?;
     publish(&status);
-    if last_scan.is_none_or(|t| t.elapsed() >= CHUNK_SCAN_INTERVAL) {
-        *last_scan = Some(Instant::now());
-        publish_chunk_health(&status_of(service, true).await?);
+    let due = match scan_due(*last_scan, status.map_version) {
+        ScanDue::Now => true,
+        ScanDue::No => false,
+        ScanDue::IfQueued => queue_holds_entries(service).await,
+    };
+    if due {
+        let counted = status_of(service, true).await?;
+        *last_scan = Some(LastScan { at: Instant::now(), map_version: counted.map_version, healthy: healthy(&counted) });
+        publish_chunk_health(&counted);
     }
     let trusted = Duration::from_millis(service.options().down_after_ms) + HEARTBEAT_MARGIN;
     if started.elapsed() < trusted {
@@ -401,6 +460,17 @@ async fn watch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_healthy_idle_cluster_is_walked_once_and_then_only_on_a_change() {
+        let long_ago = Instant::now().checked_sub(CHUNK_SCAN_INTERVAL * 2).unwrap_or_else(Instant::now);
+        let scan = |at, healthy| Some(LastScan { at, map_version: 7, healthy });
+        assert_eq!(scan_due(None, 7), ScanDue::Now, "on taking the lease");
+        assert_eq!(scan_due(scan(Instant::now(), false), 7), ScanDue::No, "not within the interval");
+        assert_eq!(scan_due(scan(Instant::now(), true), 8), ScanDue::Now, "a new placement map");
+        assert_eq!(scan_due(scan(long_ago, false), 7), ScanDue::Now, "chunks left to repair");
+        assert_eq!(scan_due(scan(long_ago, true), 7), ScanDue::IfQueued, "healthy: only if work is queued");
+    }
     use wire::{DriveInfo, EcScheme, NodeInfo};
 
     fn status(nodes: Vec<(u32, NodeState, &str, u64)>) -> ClusterStatus {

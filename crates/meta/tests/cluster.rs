@@ -1461,3 +1461,31 @@ async fn bytes_pending_deletion_are_counted_until_deleted() {
     assert_eq!(pending(svc.clone()).await, (0, 500, 0));
     assert_eq!(count_keys(svc, prefix::GC).await, 0);
 }
+
+async fn renew(svc: &MetaService) -> bool {
+    svc.renew_lease_once().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The cluster manager's lease: one holder at a time; a holder whose lease lapsed while no
+/// other server took it keeps its term (its jobs keep what they learnt), one that takes it back
+/// after another server led starts a new term.
+#[tokio::test]
+async fn the_lease_has_one_holder_and_a_lapse_nobody_filled_keeps_the_term() {
+    let options = MetaOptions { lease_ms: 150, ..test_options() };
+    let env = env_with(options.clone()).await;
+    let (a, b) = (&env.svc, MetaService::new(env.svc.engine().clone(), options).await.unwrap_or_else(|e| panic!("{e}")));
+    assert!(renew(a).await && a.is_leader());
+    let first = a.lease_term();
+    assert!(!renew(&b).await && !b.is_leader(), "one holder at a time");
+    // A lapses; nobody takes it; A renews: the same term.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!a.is_leader(), "a lapsed lease is not believed in");
+    assert!(renew(a).await && a.is_leader());
+    assert_eq!(a.lease_term(), first, "no other server led meanwhile");
+    // A lapses, B takes it, B lapses, A takes it back: a new term for A.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(renew(&b).await && b.is_leader());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(renew(a).await && a.is_leader());
+    assert_ne!(a.lease_term(), first, "another server led meanwhile");
+}

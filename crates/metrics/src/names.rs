@@ -80,6 +80,10 @@ pub const JOB_SHARDS_REPAIRED: &str = "trove_job_shards_repaired";
 pub const JOB_CHUNKS_SEEN: &str = "trove_job_chunks_seen";
 pub const JOB_CHUNKS_LEFT: &str = "trove_job_chunks_left";
 pub const JOB_PASS_SECONDS: &str = "trove_job_last_pass_seconds";
+/// Chunk records read by walks over all of them (`walk` = chunks: the repair job's full passes
+/// and the chunk health counts of status and the watch; held: the chunks only snapshots hold),
+/// so that a walk on an idle cluster shows.
+pub const META_CHUNK_RECORDS_WALKED: &str = "trove_meta_chunk_records_walked";
 /// Cache lookups by cache and outcome (`cache`, `result` = hit|miss): the client's chunk cache
 /// (`client.chunks`), the mount's directory attributes (`mount.dir_attrs`), listings fetched
 /// ahead of lookups (`mount.statahead`) and the open cache (`mount.open`).
@@ -129,6 +133,7 @@ pub const ALL: &[(&str, &str, &str)] = &[
     (JOB_CHUNKS_SEEN, "gauge", "job"),
     (JOB_CHUNKS_LEFT, "gauge", "job"),
     (JOB_PASS_SECONDS, "gauge", "job"),
+    (META_CHUNK_RECORDS_WALKED, "counter", "walk"),
     (CACHE, "counter", "cache, result"),
 ];
 
@@ -177,6 +182,7 @@ pub fn help(name: &str) -> &'static str {
         JOB_CHUNKS_SEEN => "Chunks the last pass of a background job looked at.",
         JOB_CHUNKS_LEFT => "Chunks the last pass of a background job left to move or repair.",
         JOB_PASS_SECONDS => "How long the last pass of a background job took.",
+        META_CHUNK_RECORDS_WALKED => "Chunk records read by walks over every chunk record.",
         CACHE => "Cache lookups by cache and outcome.",
         _ => "",
     }
