@@ -371,8 +371,9 @@ pub async fn scan_held_chunks(
     .await
 }
 
-/// Chunk `id` at `index` of file `ino` as a preserved version holds it (see
-/// `MetaOp::HeldChunk`): a page of that one record, or an empty page.
+/// Chunk `id` at `index` of file `ino` as a record still holds it, live or preserved, in that
+/// slot or another it is shared with (see `MetaOp::HeldChunk`): a page of that one record, or
+/// an empty page.
 pub async fn held_chunk(engine: &dyn KvEngine, ino: Ino, index: u64, id: u64) -> Result<MetaReply, WireError> {
     transact(engine, move |txn| {
         Box::pin(async move {

@@ -283,9 +283,10 @@ pub enum MetaOp {
     /// repair job moves and rebuilds them like live chunks (`MoveChunk` re-places every record
     /// of the chunk).
     ScanHeldChunks { after: Option<Vec<u8>>, limit: u32 },
-    /// The record of chunk `id`, once at `index` of file `ino`, as a snapshot holds it (where
-    /// its shards are, for the repair job's check before it deletes an old copy); answered
-    /// with `HeldChunkPage`, empty when no snapshot holds it.
+    /// A record of chunk `id`, once at `index` of file `ino`, wherever it is still held: that
+    /// slot's or a clone's live record, or a snapshot's version (where its shards are, for the
+    /// repair job's check before it deletes an old copy); answered with `HeldChunkPage`, empty
+    /// when nothing holds it.
     HeldChunk { ino: Ino, index: u64, id: ChunkId },
     /// Makes file `name` in `parent` a clone of regular file `src` (a live file, or a file of
     /// a snapshot view): same contents, mode and owner, sharing every chunk (no byte copied);
