@@ -506,9 +506,10 @@ impl Client {
         }
     }
 
-    /// Takes snapshot `name` of directory `root` (O(1), atomic).
-    pub async fn snapshot_create(&self, root: Ino, name: &str) -> Result<wire::SnapshotInfo> {
-        match self.meta(MetaOp::SnapshotCreate { root, name: name.to_string() }).await? {
+    /// Takes snapshot `name` of directory `root` (O(1), atomic), locked (WORM) until
+    /// `retain_until_ms` (wall clock; 0: not locked).
+    pub async fn snapshot_create(&self, root: Ino, name: &str, retain_until_ms: u64) -> Result<wire::SnapshotInfo> {
+        match self.meta(MetaOp::SnapshotCreate { root, name: name.to_string(), retain_until_ms }).await? {
             MetaReply::Snapshots(mut s) if !s.is_empty() => Ok(s.remove(0)),
             other => Err(unexpected(&other)),
         }
@@ -522,7 +523,16 @@ impl Client {
         }
     }
 
-    /// Deletes snapshot `name` of `root`.
+    /// Locks snapshot `name` of `root` (WORM) until `until_ms`; a date before its current one is
+    /// refused.
+    pub async fn snapshot_retain(&self, root: Ino, name: &str, until_ms: u64) -> Result<wire::SnapshotInfo> {
+        match self.meta(MetaOp::SnapshotRetain { root, name: name.to_string(), until_ms }).await? {
+            MetaReply::Snapshots(mut s) if !s.is_empty() => Ok(s.remove(0)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes snapshot `name` of `root` (refused while it is retained).
     pub async fn snapshot_delete(&self, root: Ino, name: &str) -> Result<wire::SnapshotInfo> {
         match self.meta(MetaOp::SnapshotDelete { root, name: name.to_string() }).await? {
             MetaReply::Snapshots(mut s) if !s.is_empty() => Ok(s.remove(0)),

@@ -1053,9 +1053,7 @@ impl Cluster {
         serving: &HashSet<NodeId>,
         status: &mut ClusterStatus,
     ) -> Result<(), WireError> {
-        let mut schemes: HashMap<EcScheme, u64> = HashMap::new();
-        let mut per_pool: HashMap<PoolId, (u64, u64, HashMap<EcScheme, u64>)> = HashMap::new();
-        let mut chunks = 0u64;
+        let mut tally = Tally::default();
         let mut after = None;
         loop {
             let limit = store::SCAN_PAGE_ENTRIES_MAX as u32;
@@ -1065,40 +1063,34 @@ impl Cluster {
                 return Err(wire::werr!(Internal, "a chunk scan answered something else"));
             };
             for found in &page {
-                let chunk = &found.rec;
-                chunks += 1;
-                *schemes.entry(chunk.ec).or_default() += 1;
-                let pool = per_pool.entry(wire::pg_pool(chunk.placement.pg)).or_default();
-                pool.0 += 1;
-                let stored = chunk.ec.width() as u64 - u64::from(chunk.missing.count_ones());
-                pool.1 += stored * u64::from(chunk.shard_len);
-                *pool.2.entry(chunk.ec).or_default() += 1;
-                if chunk.ec.narrower_than(found.file_ec.for_chunk(chunk.len)) {
-                    status.chunks_narrow += 1;
-                }
-                let map = self.map(engine, chunk.placement.map_version).await.ok();
-                let unavailable = (0..chunk.ec.width())
-                    .filter(|&i| {
-                        let missing = i < 64 && chunk.missing & (1 << i) != 0;
-                        let node = map.as_ref().and_then(|m| m.node_for(chunk.placement.pg, i));
-                        missing || !node.is_some_and(|n| serving.contains(&n))
-                    })
-                    .count();
-                if unavailable > 0 {
-                    status.chunks_degraded += 1;
-                }
-                if unavailable > usize::from(chunk.ec.m) {
-                    status.chunks_unavailable += 1;
-                }
-                if chunk.placement.map_version != status.map_version {
-                    status.chunks_misplaced += 1;
-                }
+                self.tally_chunk(engine, serving, status, &mut tally, found).await;
             }
             match page.last() {
                 Some(last) if more => after = Some((last.ino, last.rec.index)),
                 _ => break,
             }
         }
+        // Chunks only snapshots hold are stored, and can be degraded, like live ones: each
+        // counted once (several versions or clones may hold one).
+        let mut held_seen: HashSet<wire::ChunkId> = HashSet::new();
+        let mut cursor = None;
+        loop {
+            let MetaReply::HeldChunkPage { chunks: page, next } =
+                crate::snapshot::scan_held_chunks(engine, cursor, store::SCAN_PAGE_ENTRIES_MAX as u32).await?
+            else {
+                return Err(wire::werr!(Internal, "a held-chunk scan answered something else"));
+            };
+            for found in &page {
+                if held_seen.insert(found.rec.id) {
+                    self.tally_chunk(engine, serving, status, &mut tally, found).await;
+                }
+            }
+            match next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let Tally { chunks, schemes, mut per_pool } = tally;
         // The walk is an exact count; prefer it over the statistics counters.
         status.chunks = chunks;
         let sorted = |schemes: HashMap<EcScheme, u64>| {
@@ -1115,6 +1107,46 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Counts one chunk of a health walk: its pool's figures, and whether it is narrow,
+    /// degraded, unavailable or misplaced.
+    async fn tally_chunk(
+        &self,
+        engine: &dyn KvEngine,
+        serving: &HashSet<NodeId>,
+        status: &mut ClusterStatus,
+        tally: &mut Tally,
+        found: &wire::ScannedChunk,
+    ) {
+        let chunk = &found.rec;
+        tally.chunks += 1;
+        *tally.schemes.entry(chunk.ec).or_default() += 1;
+        let pool = tally.per_pool.entry(wire::pg_pool(chunk.placement.pg)).or_default();
+        pool.0 += 1;
+        let stored = chunk.ec.width() as u64 - u64::from(chunk.missing.count_ones());
+        pool.1 += stored * u64::from(chunk.shard_len);
+        *pool.2.entry(chunk.ec).or_default() += 1;
+        if chunk.ec.narrower_than(found.file_ec.for_chunk(chunk.len)) {
+            status.chunks_narrow += 1;
+        }
+        let map = self.map(engine, chunk.placement.map_version).await.ok();
+        let unavailable = (0..chunk.ec.width())
+            .filter(|&i| {
+                let missing = i < 64 && chunk.missing & (1 << i) != 0;
+                let node = map.as_ref().and_then(|m| m.node_for(chunk.placement.pg, i));
+                missing || !node.is_some_and(|n| serving.contains(&n))
+            })
+            .count();
+        if unavailable > 0 {
+            status.chunks_degraded += 1;
+        }
+        if unavailable > usize::from(chunk.ec.m) {
+            status.chunks_unavailable += 1;
+        }
+        if chunk.placement.map_version != status.map_version {
+            status.chunks_misplaced += 1;
+        }
     }
 }
 
@@ -1374,6 +1406,15 @@ pub fn compute_pool_pgs(pool: PoolId, pg_count: u32, members: &[NodeId]) -> Vec<
             order
         })
         .collect()
+}
+
+/// What a health walk has counted so far: chunks, chunks per scheme, and per pool (chunks,
+/// bytes stored, chunks per scheme).
+#[derive(Default)]
+struct Tally {
+    chunks: u64,
+    schemes: HashMap<EcScheme, u64>,
+    per_pool: HashMap<PoolId, (u64, u64, HashMap<EcScheme, u64>)>,
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use wire::{
 /// written in it.
 pub const FORMAT_V1: u8 = 1;
 /// Value format 2: records that grew with storage pools (inodes, node records, placement maps,
-/// recorded replies).
+/// recorded replies), and snapshot records with a retention date ([`SnapshotRec::retain_until_ms`]).
 pub const FORMAT_V2: u8 = 2;
 /// Value format 3: inode records that carry their quota domain ([`InodeRec::quota`]).
 pub const FORMAT_V3: u8 = 3;
@@ -732,6 +732,9 @@ pub struct SnapshotRec {
     pub root: Ino,
     pub epoch: u64,
     pub created_ms: u64,
+    /// Wall-clock ms until which the snapshot is locked (WORM): `SnapshotDelete` is refused
+    /// before then; only ever moved later. 0: never locked (value format 1 had no lock).
+    pub retain_until_ms: u64,
 }
 
 /// A preserved version (key `Y` ‖ key ‖ 0x00 ‖ epoch): the raw value (format byte included)
@@ -780,7 +783,19 @@ impl Record for wire::JobInfo {}
 impl Record for QuotaRec {}
 impl Record for TrashRec {}
 impl Record for SnapshotStateRec {}
-impl Record for SnapshotRec {}
+impl Record for SnapshotRec {
+    const FORMAT: u8 = FORMAT_V2;
+
+    fn migrate(version: u8, body: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V1 => {
+                let old = from_body::<v1::SnapshotRec>(body)?;
+                Ok(SnapshotRec { id: old.id, name: old.name, root: old.root, epoch: old.epoch, created_ms: old.created_ms, retain_until_ms: 0 })
+            }
+            _ => Err(format!("unknown format version {version}")),
+        }
+    }
+}
 impl Record for VersionRec {}
 impl Record for SharedChunkRec {}
 
@@ -861,6 +876,16 @@ fn from_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
 pub mod v1 {
     use serde::Deserialize;
     use wire::{EcScheme, FileKind, Ino, NodeId, NodeState, Timestamp};
+
+    /// A snapshot before retention dates (WORM).
+    #[derive(Deserialize)]
+    pub struct SnapshotRec {
+        pub id: u64,
+        pub name: String,
+        pub root: Ino,
+        pub epoch: u64,
+        pub created_ms: u64,
+    }
 
     /// `wire::Attr` before it had a pool.
     #[derive(Deserialize)]
@@ -1208,5 +1233,21 @@ mod tests {
         assert_eq!(decode::<wire::PlacementMap>(b"P", &encode(&map)).ok(), Some(map));
         // Types that did not change are still written in format 1.
         assert_eq!(encode(&DentryRec { ino: 1, kind: FileKind::Dir })[0], FORMAT_V1);
+        // A snapshot of format 1 (before retention dates) reads as never locked.
+        #[derive(Serialize)]
+        struct SnapV1<'a> {
+            id: u64,
+            name: &'a str,
+            root: Ino,
+            epoch: u64,
+            created_ms: u64,
+        }
+        let v1 = postcard::to_extend(&SnapV1 { id: 3, name: "mon", root: 9, epoch: 3, created_ms: 1234 }, vec![FORMAT_V1]).expect("encodes");
+        let snap = SnapshotRec { id: 3, name: "mon".into(), root: 9, epoch: 3, created_ms: 1234, retain_until_ms: 0 };
+        assert_eq!(decode::<SnapshotRec>(b"M", &v1).ok(), Some(snap.clone()));
+        let snap = SnapshotRec { retain_until_ms: 99, ..snap };
+        let bytes = encode(&snap);
+        assert_eq!(bytes[0], FORMAT_V2);
+        assert_eq!(decode::<SnapshotRec>(b"M", &bytes).ok(), Some(snap));
     }
 }

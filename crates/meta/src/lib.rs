@@ -258,8 +258,14 @@ impl MetaService {
                 let (events, next) = events::read(engine, after, limit, newest).await?;
                 Ok(MetaReply::Events { events, next })
             }
-            MetaOp::SnapshotCreate { root, name } => {
-                let rec = self.snapshot_create(root, &name).await?;
+            MetaOp::SnapshotCreate { root, name, retain_until_ms } => {
+                let tracked = self.tracked(call.request_id);
+                let rec = snapshot::create(engine, root, &name, store::now_ms(), retain_until_ms, tracked).await?;
+                Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
+            }
+            MetaOp::SnapshotRetain { root, name, until_ms } => {
+                let tracked = self.tracked(call.request_id);
+                let rec = snapshot::retain(engine, root, &name, until_ms, tracked).await?;
                 Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
             }
             MetaOp::SnapshotList { root } => Ok(MetaReply::Snapshots(
@@ -270,7 +276,8 @@ impl MetaService {
                     .collect(),
             )),
             MetaOp::SnapshotDelete { root, name } => {
-                let rec = self.snapshot_delete(root, &name).await?;
+                let tracked = self.tracked(call.request_id);
+                let rec = snapshot::delete(engine, root, &name, store::now_ms(), tracked).await?;
                 Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
             }
             MetaOp::SnapshotDiff { root, a, b } => {
@@ -492,7 +499,12 @@ impl MetaService {
 
     /// Takes snapshot `name` of directory `root` (O(1), atomic).
     pub async fn snapshot_create(&self, root: wire::Ino, name: &str) -> Result<keys::SnapshotRec, WireError> {
-        snapshot::create(self.engine.as_ref(), root, name, store::now_ms()).await
+        snapshot::create(self.engine.as_ref(), root, name, store::now_ms(), 0, snapshot::Tracked::default()).await
+    }
+
+    /// How a snapshot call with `request_id` records its reply (see [`snapshot::Tracked`]).
+    fn tracked(&self, request_id: u128) -> snapshot::Tracked {
+        snapshot::Tracked { request_id, expires_ms: store::now_ms().saturating_add(self.options.request_ttl_ms) }
     }
 
     /// The snapshots of `root` (all for `None`), with the bytes only each holds.
@@ -502,7 +514,7 @@ impl MetaService {
 
     /// Deletes snapshot `name` of `root`; the chunks only it held go to GC.
     pub async fn snapshot_delete(&self, root: wire::Ino, name: &str) -> Result<keys::SnapshotRec, WireError> {
-        snapshot::delete(self.engine.as_ref(), root, name).await
+        snapshot::delete(self.engine.as_ref(), root, name, store::now_ms(), snapshot::Tracked::default()).await
     }
 
     /// The epoch snapshot `name` of `root` reads; `None` (no name) is the live tree.

@@ -97,6 +97,9 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::RestoreTrash { .. }
             | MetaOp::PurgeTrash { .. }
             | MetaOp::CloneFile { .. }
+            | MetaOp::SnapshotCreate { .. }
+            | MetaOp::SnapshotDelete { .. }
+            | MetaOp::SnapshotRetain { .. }
     )
 }
 
@@ -253,31 +256,30 @@ pub async fn apply_call(
     ctx: &Ctx,
 ) -> TxResult<MetaReply> {
     let tracked = request_id != 0 && is_mutation(op);
-    let request_key = keys::request(request_id);
     if tracked {
-        if let Some(done) = get::<RequestRec>(txn, &request_key).await? {
-            return Ok(done.reply);
+        if let Some(done) = recorded_reply(txn, request_id).await? {
+            return Ok(done);
         }
     }
     let reply = apply(txn, op, ctx).await?;
     if tracked {
-        let expires_ms = ctx.now_ms.saturating_add(ctx.request_ttl_ms);
-        put(
-            txn,
-            &request_key,
-            &RequestRec {
-                expires_ms,
-                reply: reply.clone(),
-            },
-        )
-        .await?;
-        txn.put(
-            &keys::request_expiry(expires_ms, request_id),
-            &[keys::FORMAT_V1],
-        )
-        .await?;
+        record_reply(txn, request_id, &reply, ctx.now_ms.saturating_add(ctx.request_ttl_ms)).await?;
     }
     Ok(reply)
+}
+
+/// The reply recorded for request `request_id` (not 0) if it was applied already: a retry
+/// after a lost answer is answered with it instead of applying the mutation again.
+pub async fn recorded_reply(txn: &mut dyn KvTxn, request_id: u128) -> TxResult<Option<MetaReply>> {
+    Ok(get::<RequestRec>(txn, &keys::request(request_id)).await?.map(|done| done.reply))
+}
+
+/// Records `reply` as request `request_id`'s answer until `expires_ms`, in the transaction
+/// that applied it.
+pub async fn record_reply(txn: &mut dyn KvTxn, request_id: u128, reply: &MetaReply, expires_ms: u64) -> TxResult<()> {
+    put(txn, &keys::request(request_id), &RequestRec { expires_ms, reply: reply.clone() }).await?;
+    txn.put(&keys::request_expiry(expires_ms, request_id), &[keys::FORMAT_V1]).await?;
+    Ok(())
 }
 
 /// Removes recorded replies that expired before `now_ms`; returns how many. Each page is its own
@@ -565,6 +567,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::SnapshotCreate { .. }
         | MetaOp::SnapshotList { .. }
         | MetaOp::SnapshotDelete { .. }
+        | MetaOp::SnapshotRetain { .. }
         | MetaOp::SnapshotDiff { .. }
         | MetaOp::SnapshotRestore { .. }
         | MetaOp::Events { .. } => fail!(Internal, "{op:?} is not a namespace operation"),

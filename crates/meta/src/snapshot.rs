@@ -522,19 +522,58 @@ pub async fn find(txn: &mut dyn KvTxn, root: Ino, name: &str) -> TxResult<Snapsh
     }
 }
 
+/// A snapshot call's request id and when its recorded reply expires: a retry of a create,
+/// delete or retain whose answer was lost is answered with the reply recorded in the
+/// transaction that applied it (request id 0: not recorded).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tracked {
+    pub request_id: u128,
+    pub expires_ms: u64,
+}
+
+/// The snapshot a recorded reply holds, if the request was applied already.
+async fn replayed(txn: &mut dyn KvTxn, tracked: Tracked) -> TxResult<Option<SnapshotRec>> {
+    if tracked.request_id == 0 {
+        return Ok(None);
+    }
+    match namespace::recorded_reply(txn, tracked.request_id).await? {
+        Some(MetaReply::Snapshots(mut s)) if s.len() == 1 => {
+            let i = s.remove(0);
+            Ok(Some(SnapshotRec { id: i.id, name: i.name, root: i.root, epoch: i.id, created_ms: i.created_ms, retain_until_ms: i.retain_until_ms }))
+        }
+        Some(other) => fail!(Internal, "request {:x} was recorded with another kind of reply: {other:?}", tracked.request_id),
+        None => Ok(None),
+    }
+}
+
+/// Records the answer of a tracked snapshot call.
+async fn record(txn: &mut dyn KvTxn, tracked: Tracked, rec: &SnapshotRec) -> TxResult<()> {
+    if tracked.request_id != 0 {
+        let reply = MetaReply::Snapshots(vec![info(rec.clone(), 0)]);
+        namespace::record_reply(txn, tracked.request_id, &reply, tracked.expires_ms).await?;
+    }
+    Ok(())
+}
+
 /// Takes snapshot `name` of directory `root`: O(1) in the size of the tree, atomic with every
-/// namespace change (they all read the state this writes).
+/// namespace change (they all read the state this writes). With `retain_until_ms` (not 0) the
+/// snapshot is locked until then from the start.
 pub async fn create(
     engine: &dyn KvEngine,
     root: Ino,
     name: &str,
     now_ms: u64,
+    retain_until_ms: u64,
+    tracked: Tracked,
 ) -> Result<SnapshotRec, WireError> {
     namespace::check_name(name)?;
     let name = name.to_string();
     transact(engine, move |txn| {
         let name = name.clone();
         Box::pin(async move {
+            if let Some(done) = replayed(txn, tracked).await? {
+                return Ok(done);
+            }
             namespace::load_dir(txn, root).await?;
             let mut state = read_state(txn).await?;
             if state.live.len() >= SNAPSHOTS_MAX {
@@ -545,11 +584,59 @@ pub async fn create(
                 fail!(Exists, "directory {path:?} already has a snapshot {name:?}");
             }
             let id = state.epoch;
-            let rec = SnapshotRec { id, name, root, epoch: id, created_ms: now_ms };
+            let rec = SnapshotRec { id, name, root, epoch: id, created_ms: now_ms, retain_until_ms };
             state.epoch += 1;
             state.live.push(id);
             put(txn, &keys::snapshot_state(), &state).await?;
             put(txn, &keys::snapshot(id), &rec).await?;
+            record(txn, tracked, &rec).await?;
+            Ok(rec)
+        })
+    })
+    .await
+}
+
+/// A wall-clock time in ms as people read it (UTC), for messages.
+fn utc(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Locks snapshot `name` of `root` until `until_ms`: a date later than the current one (or
+/// equal: a retry) is taken, an earlier one refused; nothing unlocks a snapshot before its
+/// date.
+pub async fn retain(engine: &dyn KvEngine, root: Ino, name: &str, until_ms: u64, tracked: Tracked) -> Result<SnapshotRec, WireError> {
+    let name = name.to_string();
+    transact(engine, move |txn| {
+        let name = name.clone();
+        Box::pin(async move {
+            if let Some(done) = replayed(txn, tracked).await? {
+                return Ok(done);
+            }
+            let mut rec = find(txn, root, &name).await?;
+            if until_ms < rec.retain_until_ms {
+                let path = namespace::dir_path(txn, root).await?;
+                fail!(
+                    PermissionDenied,
+                    "snapshot {name:?} of {path:?} is retained until {} (WORM); a retention date is never moved earlier",
+                    utc(rec.retain_until_ms)
+                );
+            }
+            rec.retain_until_ms = until_ms;
+            put(txn, &keys::snapshot(rec.id), &rec).await?;
+            record(txn, tracked, &rec).await?;
             Ok(rec)
         })
     })
@@ -679,12 +766,26 @@ pub async fn delete(
     engine: &dyn KvEngine,
     root: Ino,
     name: &str,
+    now_ms: u64,
+    tracked: Tracked,
 ) -> Result<SnapshotRec, WireError> {
     let name = name.to_string();
     let rec = transact(engine, move |txn| {
         let name = name.clone();
         Box::pin(async move {
+            if let Some(done) = replayed(txn, tracked).await? {
+                return Ok(done);
+            }
             let rec = find(txn, root, &name).await?;
+            if now_ms < rec.retain_until_ms {
+                let path = namespace::dir_path(txn, root).await?;
+                fail!(
+                    PermissionDenied,
+                    "snapshot {name:?} of {path:?} is retained until {} (WORM): it cannot be deleted before then",
+                    utc(rec.retain_until_ms)
+                );
+            }
+            record(txn, tracked, &rec).await?;
             let mut state = read_state(txn).await?;
             state.live.retain(|&s| s != rec.epoch);
             put(txn, &keys::snapshot_state(), &state).await?;
@@ -756,6 +857,7 @@ pub fn info(rec: SnapshotRec, bytes_exclusive: u64) -> wire::SnapshotInfo {
         root: rec.root,
         created_ms: rec.created_ms,
         bytes_exclusive,
+        retain_until_ms: rec.retain_until_ms,
     }
 }
 
@@ -1293,7 +1395,9 @@ fn read_only(what: &str) -> WireError {
     )
 }
 
-/// A view's attributes: the snapshot's, with the view inode number and no write permission.
+/// A view's attributes: the snapshot's, with the view inode number. The mode is the file's as
+/// it was (as ZFS and NetApp show theirs), so `cp -a` and `trove snapshot push` copy it as it
+/// was; writes are refused whatever the mode says (`ReadOnly`).
 fn view_attr_of(mut attr: Attr, snap: u64) -> TxResult<Attr> {
     let Some(ino) = view_ino(snap, attr.ino) else {
         fail!(
@@ -1303,7 +1407,6 @@ fn view_attr_of(mut attr: Attr, snap: u64) -> TxResult<Attr> {
         );
     };
     attr.ino = ino;
-    attr.mode &= !0o222;
     Ok(attr)
 }
 

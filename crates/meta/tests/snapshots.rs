@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use wire::{
-    ChunkRecord, EcScheme, FileKind, Ino, MetaOp, MetaReply, Placement, RenameMode, SetAttr,
+    ChunkRecord, EcScheme, FileKind, Ino, MetaCall, MetaOp, MetaReply, Placement, RenameMode, SetAttr,
     ROOT_INO,
 };
 
@@ -967,7 +967,7 @@ async fn snapshots_are_browsed_read_only_under_dot_snapshots() {
             .await
             .unwrap_or_else(|e| panic!("{e}")),
     );
-    assert_eq!((vf.size, vf.mode & 0o222), (123, 0));
+    assert_eq!((vf.size, vf.mode), (123, 0o644), "the size and mode as they were");
     assert_eq!(getattr(svc, vf.ino).await, vf);
     let MetaReply::Chunks { chunks, .. } = ok(
         svc,
@@ -1117,6 +1117,11 @@ async fn chunks_only_snapshots_hold_are_found_and_moved_in_every_record() {
     // still live, is not).
     ok(svc, commit(f.ino, vec![chunk(0, 102, 1 << 20, EcScheme::DEFAULT, at(7))], 1 << 20)).await;
     assert_eq!(held_page(svc).await, vec![(f.ino, x.clone())]);
+    // A walking status counts it with the live chunks (its health is the cluster's too).
+    match ok(svc, MetaOp::Status { scan_chunks: true }).await {
+        MetaReply::Status(status) => assert_eq!(status.chunks, 3, "f's and g's live chunks and the one only the snapshot holds"),
+        other => panic!("Status: {other:?}"),
+    }
     let held = |id| MetaOp::HeldChunk { ino: f.ino, index: 0, id };
     match ok(svc, held(101)).await {
         MetaReply::HeldChunkPage { chunks, .. } => assert_eq!(chunks.iter().map(|c| c.rec.clone()).collect::<Vec<_>>(), vec![x.clone()]),
@@ -1149,4 +1154,58 @@ async fn chunks_only_snapshots_hold_are_found_and_moved_in_every_record() {
         .unwrap_or_else(|e| panic!("{e:?}"))
         .unwrap_or_else(|| panic!("chunk 101 is queued for GC"));
     assert_eq!(gc.chunk, moved);
+}
+
+/// The snapshot a `Snapshots` reply of one holds.
+fn one_snapshot(reply: MetaReply) -> wire::SnapshotInfo {
+    match reply {
+        MetaReply::Snapshots(mut s) if s.len() == 1 => s.remove(0),
+        other => panic!("expected one snapshot, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn retried_snapshot_calls_apply_once_and_a_retained_snapshot_cannot_be_deleted_early() {
+    let env = env().await;
+    let svc = &env.svc;
+    let dir = mkdir(svc, ROOT_INO, "d").await;
+    let now = meta::store::now_ms();
+
+    // A create retried with its request id (its answer was lost) is answered as before, not
+    // refused as a duplicate name; a new request of the same name is refused.
+    let create = MetaCall { request_id: rid(), op: MetaOp::SnapshotCreate { root: dir.ino, name: "s".into(), retain_until_ms: 0 } };
+    let first = one_snapshot(svc.call(create.clone()).await.unwrap_or_else(|e| panic!("{e}")));
+    let again = one_snapshot(svc.call(create).await.unwrap_or_else(|e| panic!("retry: {e}")));
+    assert_eq!(first, again);
+    err(svc, MetaOp::SnapshotCreate { root: dir.ino, name: "s".into(), retain_until_ms: 0 }, wire::ErrorCode::Exists).await;
+    assert_eq!(svc.snapshot_list(None).await.unwrap_or_else(|e| panic!("{e}")).len(), 1);
+
+    // Locked until an hour from now: deletes are refused, naming the date; the date moves
+    // later but never earlier.
+    let until = now + 3_600_000;
+    let locked = one_snapshot(ok(svc, MetaOp::SnapshotRetain { root: dir.ino, name: "s".into(), until_ms: until }).await);
+    assert_eq!(locked.retain_until_ms, until);
+    let msg = err(svc, MetaOp::SnapshotDelete { root: dir.ino, name: "s".into() }, wire::ErrorCode::PermissionDenied).await;
+    assert!(msg.contains("retained until") && msg.contains("WORM"), "{msg}");
+    let msg = err(svc, MetaOp::SnapshotRetain { root: dir.ino, name: "s".into(), until_ms: now }, wire::ErrorCode::PermissionDenied).await;
+    assert!(msg.contains("never moved earlier"), "{msg}");
+    let later = one_snapshot(ok(svc, MetaOp::SnapshotRetain { root: dir.ino, name: "s".into(), until_ms: until + 1 }).await);
+    assert_eq!(later.retain_until_ms, until + 1);
+    let listed = svc.snapshot_list(Some(dir.ino)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed[0].rec.retain_until_ms, until + 1, "the lock is stored");
+    assert!(svc.snapshot_delete(dir.ino, "s").await.is_err());
+
+    // Locked from its creation; a lock that has run out no longer stops a delete, and a
+    // retried delete is answered as before instead of "no such snapshot".
+    let short = one_snapshot(ok(svc, MetaOp::SnapshotCreate { root: dir.ino, name: "short".into(), retain_until_ms: now + 300 }).await);
+    assert_eq!(short.retain_until_ms, now + 300);
+    err(svc, MetaOp::SnapshotDelete { root: dir.ino, name: "short".into() }, wire::ErrorCode::PermissionDenied).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let delete = MetaCall { request_id: rid(), op: MetaOp::SnapshotDelete { root: dir.ino, name: "short".into() } };
+    let gone = one_snapshot(svc.call(delete.clone()).await.unwrap_or_else(|e| panic!("{e}")));
+    assert_eq!(gone.name, "short");
+    assert_eq!(one_snapshot(svc.call(delete).await.unwrap_or_else(|e| panic!("retry: {e}"))), gone);
+    err(svc, MetaOp::SnapshotDelete { root: dir.ino, name: "short".into() }, wire::ErrorCode::NotFound).await;
+    let names: Vec<String> = svc.snapshot_list(None).await.unwrap_or_else(|e| panic!("{e}")).into_iter().map(|s| s.rec.name).collect();
+    assert_eq!(names, vec!["s".to_string()]);
 }

@@ -218,7 +218,7 @@ impl ObjectConfig {
     }
 
     /// The object path of `name` under the prefix.
-    fn path(&self, name: &str) -> ObjPath {
+    pub fn path(&self, name: &str) -> ObjPath {
         match self.prefix_trimmed() {
             "" => ObjPath::from(name),
             p => ObjPath::from(format!("{p}/{name}")),
@@ -256,6 +256,86 @@ impl ObjectConfig {
             return Err(bad("holds no PEM certificate".into()));
         }
         Ok(certs)
+    }
+
+    /// An S3 client for the configured store (validated, secret read, private CA trusted,
+    /// bounded retries and timeouts). No request is made.
+    pub fn client(&self) -> Result<AmazonS3, ObjectOpenError> {
+        self.validate()?;
+        let secret = self.read_secret()?;
+        let mut options = ClientOptions::new()
+            .with_allow_http(self.allow_http)
+            .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+        for cert in self.read_ca()? {
+            options = options.with_root_certificate(cert);
+        }
+        let retry = RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: RETRIES_MAX,
+            retry_timeout: Duration::from_millis(RETRY_TIMEOUT_MS),
+        };
+        AmazonS3Builder::new()
+            .with_endpoint(self.endpoint.trim_end_matches('/'))
+            .with_bucket_name(&self.bucket)
+            .with_region(&self.region)
+            .with_access_key_id(&self.access_key_id)
+            .with_secret_access_key(secret)
+            .with_allow_http(self.allow_http)
+            .with_virtual_hosted_style_request(false)
+            .with_retry(retry)
+            .with_client_options(options)
+            .build()
+            .map_err(|e| ObjectOpenError::Config(e.to_string()))
+    }
+
+    /// The error of a failed request to the store, by its cause: a missing bucket, refused
+    /// credentials, an unreachable endpoint, or else what the store said.
+    pub fn classify(&self, what: &str, e: &object_store::Error) -> ObjectOpenError {
+        let text = error_text(e);
+        let endpoint = self.endpoint.clone();
+        let bucket = self.bucket.clone();
+        if text.contains("NoSuchBucket") {
+            return ObjectOpenError::NoSuchBucket { endpoint, bucket };
+        }
+        for code in [
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "403 Forbidden",
+            "401 Unauthorized",
+        ] {
+            if text.contains(code) {
+                return ObjectOpenError::Credentials {
+                    endpoint,
+                    bucket,
+                    reason: code.to_string(),
+                };
+            }
+        }
+        if matches!(e, object_store::Error::Generic { .. })
+            && (text.contains("error sending request")
+                || text.contains("connect")
+                || text.contains("dns")
+                || text.contains("timed out")
+                || text.contains("operation timed out"))
+        {
+            return ObjectOpenError::Unreachable {
+                endpoint,
+                reason: self.reason(&text),
+            };
+        }
+        ObjectOpenError::Store {
+            endpoint,
+            what: what.to_string(),
+            reason: self.reason(&text),
+        }
+    }
+
+    /// An error text as it may be shown: one line, bounded, and without the access key id (some
+    /// stores quote it in their error bodies).
+    pub fn reason(&self, text: &str) -> String {
+        short_reason(text).replace(&self.access_key_id, "<access key id>")
     }
 
     fn read_secret(&self) -> Result<String, ObjectOpenError> {
@@ -307,32 +387,7 @@ impl ObjectShards {
     /// `<prefix>node.uuid`, written there on the first start). Fails with the cause named
     /// (unreachable endpoint, missing bucket, refused credentials) instead of retrying forever.
     pub async fn open(config: &ObjectConfig) -> Result<(ObjectShards, u128), ObjectOpenError> {
-        config.validate()?;
-        let secret = config.read_secret()?;
-        let mut options = ClientOptions::new()
-            .with_allow_http(config.allow_http)
-            .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
-        for cert in config.read_ca()? {
-            options = options.with_root_certificate(cert);
-        }
-        let retry = RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: RETRIES_MAX,
-            retry_timeout: Duration::from_millis(RETRY_TIMEOUT_MS),
-        };
-        let s3 = AmazonS3Builder::new()
-            .with_endpoint(config.endpoint.trim_end_matches('/'))
-            .with_bucket_name(&config.bucket)
-            .with_region(&config.region)
-            .with_access_key_id(&config.access_key_id)
-            .with_secret_access_key(secret)
-            .with_allow_http(config.allow_http)
-            .with_virtual_hosted_style_request(false)
-            .with_retry(retry)
-            .with_client_options(options)
-            .build()
-            .map_err(|e| ObjectOpenError::Config(e.to_string()))?;
+        let s3 = config.client()?;
         let shards = ObjectShards {
             config: config.clone(),
             s3,
@@ -377,50 +432,12 @@ impl ObjectShards {
 
     /// The error of a failed request at open, by its cause.
     fn open_error(&self, what: &str, e: &object_store::Error) -> ObjectOpenError {
-        let text = error_text(e);
-        let endpoint = self.config.endpoint.clone();
-        let bucket = self.config.bucket.clone();
-        if text.contains("NoSuchBucket") {
-            return ObjectOpenError::NoSuchBucket { endpoint, bucket };
-        }
-        for code in [
-            "InvalidAccessKeyId",
-            "SignatureDoesNotMatch",
-            "AccessDenied",
-            "403 Forbidden",
-            "401 Unauthorized",
-        ] {
-            if text.contains(code) {
-                return ObjectOpenError::Credentials {
-                    endpoint,
-                    bucket,
-                    reason: code.to_string(),
-                };
-            }
-        }
-        if matches!(e, object_store::Error::Generic { .. })
-            && (text.contains("error sending request")
-                || text.contains("connect")
-                || text.contains("dns")
-                || text.contains("timed out")
-                || text.contains("operation timed out"))
-        {
-            return ObjectOpenError::Unreachable {
-                endpoint,
-                reason: self.reason(&text),
-            };
-        }
-        ObjectOpenError::Store {
-            endpoint,
-            what: what.to_string(),
-            reason: self.reason(&text),
-        }
+        self.config.classify(what, e)
     }
 
-    /// An error text as it may be shown: one line, bounded, and without the access key id (some
-    /// stores quote it in their error bodies).
+    /// An error text as it may be shown (see [`ObjectConfig::reason`]).
     fn reason(&self, text: &str) -> String {
-        short_reason(text).replace(&self.config.access_key_id, "<access key id>")
+        self.config.reason(text)
     }
 
     async fn load_or_create_uuid(&self) -> Result<u128, ObjectOpenError> {

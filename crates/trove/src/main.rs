@@ -21,6 +21,7 @@ mod pools;
 mod quota;
 mod s3;
 mod snapshot;
+mod snapshot_object;
 mod stats;
 mod telemetry;
 

@@ -1,6 +1,7 @@
 //! Snapshots of directory trees from the command line: `trove snapshot create|list|delete|diff|
 //! restore`. The metadata service does the work (a snapshot is two records, see the meta
-//! crate's `snapshot` module); this file resolves paths and prints what it answers.
+//! crate's `snapshot` module); this file resolves paths and prints what it answers. `push` and
+//! `pull`, to and from S3 buckets, are `snapshot_object`'s.
 
 use crate::cmds::{human_bytes, ClusterOpt};
 use anyhow::{anyhow, Context, Result};
@@ -16,6 +17,23 @@ pub enum SnapshotCmd {
         remote: String,
         /// The snapshot's name (unique among the directory's snapshots).
         name: String,
+        /// Lock it (WORM) from the start for this long (e.g. 30d, 24h): nothing can delete it
+        /// before then, not even `trove snapshot delete`.
+        #[arg(long, value_name = "DURATION", value_parser = crate::quota::parse_duration_ms)]
+        retain: Option<u64>,
+        #[command(flatten)]
+        cluster: ClusterOpt,
+    },
+    /// Locks a snapshot (WORM) until a date: it cannot be deleted before then by anyone. The
+    /// date can be moved later, never earlier.
+    Retain {
+        /// The snapshotted directory.
+        remote: String,
+        /// The snapshot's name.
+        name: String,
+        /// For how long from now (e.g. 30d, 24h).
+        #[arg(long = "for", value_name = "DURATION", value_parser = crate::quota::parse_duration_ms)]
+        duration: u64,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
@@ -65,6 +83,14 @@ pub enum SnapshotCmd {
         #[command(flatten)]
         cluster: ClusterOpt,
     },
+    /// Uploads a snapshot (its tree and data) to an S3 bucket: only the chunks the bucket does
+    /// not hold yet travel; every byte is checksummed. The S3 store is named by --endpoint (or
+    /// $AWS_ENDPOINT_URL), its key by --access-key-id and $AWS_SECRET_ACCESS_KEY (or
+    /// --secret-access-key-file).
+    Push(crate::snapshot_object::PushArgs),
+    /// Rebuilds a snapshot pushed to an S3 bucket as a new directory of this cluster,
+    /// bit-exact, every chunk checked against its SHA-256.
+    Pull(crate::snapshot_object::PullArgs),
 }
 
 impl SnapshotCmd {
@@ -74,7 +100,10 @@ impl SnapshotCmd {
             | SnapshotCmd::List { cluster, .. }
             | SnapshotCmd::Delete { cluster, .. }
             | SnapshotCmd::Diff { cluster, .. }
-            | SnapshotCmd::Restore { cluster, .. } => cluster,
+            | SnapshotCmd::Restore { cluster, .. }
+            | SnapshotCmd::Retain { cluster, .. } => cluster,
+            SnapshotCmd::Push(args) => &args.cluster,
+            SnapshotCmd::Pull(args) => &args.cluster,
         }
     }
 }
@@ -90,6 +119,13 @@ async fn dir_ino(client: &Client, remote: &str) -> Result<wire::Ino> {
     Ok(attr.ino)
 }
 
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
 fn when(ms: u64) -> String {
     crate::quota::chrono_like(ms)
 }
@@ -98,15 +134,24 @@ fn json(s: &SnapshotInfo) -> serde_json::Value {
     serde_json::json!({
         "id": s.id, "name": s.name, "root": s.root,
         "created_ms": s.created_ms, "bytes_exclusive": s.bytes_exclusive,
+        "retain_until_ms": s.retain_until_ms,
     })
 }
 
 pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
     match cmd {
-        SnapshotCmd::Create { remote, name, .. } => {
+        SnapshotCmd::Push(args) => crate::snapshot_object::run_push(args, client).await?,
+        SnapshotCmd::Pull(args) => crate::snapshot_object::run_pull(args, client).await?,
+        SnapshotCmd::Create {
+            remote,
+            name,
+            retain,
+            ..
+        } => {
             let root = dir_ino(client, &remote).await?;
+            let until = retain.map_or(0, |ms| now_ms().saturating_add(ms));
             let s = client
-                .snapshot_create(root, &name)
+                .snapshot_create(root, &name, until)
                 .await
                 .with_context(|| format!("cannot snapshot {remote}"))?;
             println!(
@@ -115,6 +160,25 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 when(s.created_ms),
                 remote.trim_end_matches('/'),
                 s.name
+            );
+            if s.retain_until_ms != 0 {
+                println!("locked until {} UTC: nothing can delete it before then", when(s.retain_until_ms));
+            }
+        }
+        SnapshotCmd::Retain {
+            remote,
+            name,
+            duration,
+            ..
+        } => {
+            let root = dir_ino(client, &remote).await?;
+            let s = client
+                .snapshot_retain(root, &name, now_ms().saturating_add(duration))
+                .await
+                .with_context(|| format!("cannot lock snapshot {name} of {remote}"))?;
+            println!(
+                "snapshot {name} of {remote} locked until {} UTC: nothing can delete it before then",
+                when(s.retain_until_ms)
             );
         }
         SnapshotCmd::List {
@@ -134,12 +198,14 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 println!("no snapshots");
             } else {
                 println!(
-                    "{:<24} {:<24} {:>12} {:>10}",
-                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE"
+                    "{:<24} {:<24} {:>12} {:>10}  {}",
+                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE", "RETAINED UNTIL"
                 );
+                let now = now_ms();
                 for s in &all {
+                    let retained = if s.retain_until_ms > now { when(s.retain_until_ms) } else { "-".to_string() };
                     println!(
-                        "{:<24} {:<24} {:>12} {:>10}",
+                        "{:<24} {:<24} {:>12} {:>10}  {retained}",
                         s.name,
                         when(s.created_ms),
                         human_bytes(s.bytes_exclusive),

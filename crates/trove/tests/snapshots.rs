@@ -7,9 +7,15 @@
 //! and from a snapshot) shares the data, a write on either side does not show through the
 //! other, and a clone reads back whole after its source is deleted and GC ran past its grace.
 //!
+//! A snapshot locked with a retention date (WORM) refuses every change and its deletion
+//! through every front end: `trove snapshot delete` and an earlier date (both naming the
+//! date), the mount (EROFS), S3 (boto3 put, delete and copy over it) and NFS (libnfs `nfs-cp`,
+//! and the gateway's own WRITE answering NFS3ERR_ROFS); its bytes stay as they were.
+//!
 //! Every program is required (scripts/deps.sh installs them); a missing one fails the test.
 
 mod common;
+mod gw;
 mod mnt;
 
 use common::{content, run, run_ok, TestCluster};
@@ -247,4 +253,101 @@ fn clones_share_data_and_stay_apart_both_ways() {
     assert!(!exists.status.success() && String::from_utf8_lossy(&exists.stderr).contains("exists"));
     let missing = run(&["clone", "/nope", "/x", "--cluster", &c]);
     assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("no entry \"nope\""));
+}
+
+const BOTO3_WORM: &str = r#"
+import os, sys, boto3, botocore
+s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"])
+attempts = [
+    ("put", lambda: s3.put_object(Bucket="worm", Key=".snapshots/keep/f", Body=b"changed")),
+    ("put-new", lambda: s3.put_object(Bucket="worm", Key=".snapshots/keep/new", Body=b"x")),
+    ("delete", lambda: s3.delete_object(Bucket="worm", Key=".snapshots/keep/f")),
+    ("copy", lambda: s3.copy_object(Bucket="worm", Key=".snapshots/keep/f", CopySource={"Bucket": "worm", "Key": "g"})),
+]
+for name, attempt in attempts:
+    try:
+        attempt()
+        print(name, "accepted")
+    except botocore.exceptions.ClientError as e:
+        print(name, "refused", e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"])
+print("body", s3.get_object(Bucket="worm", Key=".snapshots/keep/f")["Body"].read().hex())
+"#;
+
+#[test]
+fn a_retained_snapshot_refuses_every_change_and_its_deletion_through_every_front_end() {
+    assert!(!fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
+    gw::need("python3");
+    gw::need("nfs-cp");
+    let cluster = TestCluster::start(3, "2+1");
+    let c = cluster.dir_str();
+    let mount = Mount::start(&cluster, "worm", &[]);
+    let top = mount.join("worm");
+    std::fs::create_dir_all(&top).expect("mkdir");
+    let f = content(7, 300_000);
+    std::fs::write(top.join("f"), &f).expect("write f");
+    std::fs::write(top.join("g"), b"other").expect("write g");
+
+    let out = snapshot(&cluster, &["create", "/worm", "keep", "--retain", "1h"]);
+    assert!(out.contains("locked until"), "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&snapshot(&cluster, &["list", "/worm", "--json"])).expect("json");
+    let until = listed[0]["retain_until_ms"].as_u64().expect("retain_until_ms");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
+    assert!(until > now + 3_500_000 && until < now + 3_700_000, "{listed}");
+
+    // trove itself: no delete, no earlier date; a later one is taken.
+    let del = run(&["snapshot", "delete", "/worm", "keep", "--cluster", &c]);
+    let text = String::from_utf8_lossy(&del.stderr);
+    assert!(!del.status.success() && text.contains("retained until") && text.contains("WORM"), "{text}");
+    let earlier = run(&["snapshot", "retain", "/worm", "keep", "--for", "1m", "--cluster", &c]);
+    let text = String::from_utf8_lossy(&earlier.stderr);
+    assert!(!earlier.status.success() && text.contains("never moved earlier"), "{text}");
+    let later = snapshot(&cluster, &["retain", "/worm", "keep", "--for", "2h"]);
+    assert!(later.contains("locked until"), "{later}");
+    let rm = run(&["rm", "/worm/.snapshots/keep/f", "--cluster", &c]);
+    assert!(!rm.status.success(), "trove rm in the snapshot");
+
+    // The mount.
+    let p = top.join(".snapshots/keep");
+    let p = p.display();
+    for script in [format!("echo x > {p}/f"), format!("rm {p}/f"), format!("mv {p}/f {p}/f2"), format!("touch {p}/new")] {
+        let (ok, text) = sh(&format!("{script} 2>&1"));
+        assert!(!ok && text.contains("Read-only file system"), "{script}: {text}");
+    }
+
+    // S3.
+    let s3 = gw::Gateway::s3(&cluster, "s3-worm", &[]);
+    let out = gw::python(&s3).arg("-c").arg(BOTO3_WORM).output().expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "boto3: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for attempt in ["put", "put-new", "delete", "copy"] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("{attempt} refused"))), "S3 {attempt}: {text}");
+    }
+    let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(text.contains(&format!("body {hex}")), "S3 reads the snapshot's bytes unchanged");
+
+    // NFS: nfs-cp fails; the gateway's own WRITE says why (NFS3ERR_ROFS).
+    let nfs = gw::Gateway::nfs(&cluster, "nfs-worm", "/", &[]);
+    let scratch = tempfile::tempdir().expect("dir");
+    std::fs::write(scratch.path().join("x"), b"changed").expect("write");
+    let url = format!("nfs://127.0.0.1/worm/.snapshots/keep/f?nfsport={0}&mountport={0}&version=3", nfs.port());
+    let out = gw::run(Command::new("nfs-cp").arg(scratch.path().join("x")).arg(&url));
+    assert!(!out.status.success(), "nfs-cp into the snapshot: {}", String::from_utf8_lossy(&out.stderr));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let status = rt.block_on(async {
+        use nfsserve::vfs::NFSFileSystem;
+        let client = cluster.client().await;
+        let fs = nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/worm/.snapshots/keep".into(), read_only: false }, 0).await.expect("file system");
+        let file = fs.lookup(fs.root_dir(), &"f".as_bytes().into()).await.expect("lookup");
+        let write = fs.write(file, 0, b"changed").await.err();
+        let remove = fs.remove(fs.root_dir(), &"f".as_bytes().into()).await.err();
+        (write, remove)
+    });
+    assert!(matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS))), "{status:?}");
+
+    // Everything as it was; the live tree is not locked.
+    assert!(read(&top.join(".snapshots/keep/f")) == f);
+    std::fs::remove_file(top.join("f")).expect("the live file is not locked");
+    assert!(read(&top.join(".snapshots/keep/f")) == f);
+    let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&snapshot(&cluster, &["list", "--json"])).expect("json").as_array().expect("list").iter().map(|s| s["name"].as_str().unwrap_or_default().to_string()).collect();
+    assert_eq!(names, vec!["keep".to_string()]);
 }

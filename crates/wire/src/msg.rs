@@ -263,8 +263,10 @@ pub enum MetaOp {
     /// `before_ms` (wall clock). Answered with `MetaReply::Trash` holding those purged.
     PurgeTrash { id: String, before_ms: u64 },
     /// Takes snapshot `name` of directory `root`: O(1) in the size of the tree, atomic with
-    /// every other change. Answered with `MetaReply::Snapshots` holding it.
-    SnapshotCreate { root: Ino, name: String },
+    /// every other change; with `retain_until_ms` (wall clock, 0 for none) it is locked (WORM)
+    /// from the start: nothing deletes it before then. Answered with `MetaReply::Snapshots`
+    /// holding it.
+    SnapshotCreate { root: Ino, name: String, retain_until_ms: u64 },
     /// The snapshots of directory `root` (of every directory for `None`), with the bytes only
     /// each holds; answered with `MetaReply::Snapshots`.
     SnapshotList { root: Option<Ino> },
@@ -292,6 +294,10 @@ pub enum MetaOp {
     /// a snapshot view): same contents, mode and owner, sharing every chunk (no byte copied);
     /// a later write to either file does not show through the other. Answered with `Entry`.
     CloneFile { src: Ino, parent: Ino, name: String },
+    /// Locks snapshot `name` of `root` (WORM) until `until_ms` (wall clock): nothing deletes
+    /// it before then, and the date can be moved later but never earlier. Answered with
+    /// `MetaReply::Snapshots` holding it.
+    SnapshotRetain { root: Ino, name: String, until_ms: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 70] = [
+    pub const NAMES: [&'static str; 71] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -77,6 +77,7 @@ impl MetaOp {
         "ScanHeldChunks",
         "HeldChunk",
         "CloneFile",
+        "SnapshotRetain",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -152,6 +153,7 @@ impl MetaOp {
             MetaOp::ScanHeldChunks { .. } => 67,
             MetaOp::HeldChunk { .. } => 68,
             MetaOp::CloneFile { .. } => 69,
+            MetaOp::SnapshotRetain { .. } => 70,
         }
     }
 

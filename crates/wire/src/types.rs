@@ -169,6 +169,8 @@ pub struct SnapshotInfo {
     /// Bytes of stored shards (parity included) that no live file and no other snapshot
     /// references: what deleting it frees.
     pub bytes_exclusive: u64,
+    /// Wall-clock ms until which it is locked (WORM): not deletable before; 0 for never locked.
+    pub retain_until_ms: u64,
 }
 
 /// How a path differs between two versions of a tree.
@@ -629,6 +631,8 @@ pub struct ClusterStatus {
     pub default_ec: EcScheme,
     pub chunk_bytes: u32,
     pub files: u64,
+    /// Chunks stored: every live chunk record, and each chunk only snapshots hold once (a
+    /// walking status counts them all; the health counts below cover both).
     pub chunks: u64,
     /// Chunks with at least one shard missing or on a node that is not up.
     pub chunks_degraded: u64,
