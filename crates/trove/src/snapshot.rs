@@ -198,8 +198,8 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 println!("no snapshots");
             } else {
                 println!(
-                    "{:<24} {:<24} {:>12} {:>10}  {}",
-                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE", "RETAINED UNTIL"
+                    "{:<24} {:<24} {:>12} {:>10}  RETAINED UNTIL",
+                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE"
                 );
                 let now = now_ms();
                 for s in &all {

@@ -358,6 +358,23 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
+/// A wall-clock time in ms since the epoch as people read it, in UTC: `YYYY-MM-DD HH:MM:SS`
+/// (for messages and listings; the civil date by Howard Hinnant's `civil_from_days`).
+pub fn utc_text(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
 impl Timestamp {
     /// The current wall-clock time.
     pub fn now() -> Timestamp {
@@ -785,6 +802,14 @@ mod tests {
         assert!(!ec.narrower_than(ec.for_chunk(1000)), "a small chunk written wide (before mirroring) is left as it is");
         assert!(EcScheme { k: 2, m: 2 }.narrower_than(ec.for_chunk(4 << 20)));
         assert!(EcScheme { k: 1, m: 1 }.narrower_than(ec.for_chunk(1000)));
+    }
+
+    #[test]
+    fn times_read_as_utc_dates() {
+        assert_eq!(utc_text(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_text(1_764_147_600_000), "2025-11-26 09:00:00");
+        // 2000-02-29 23:59:59.999: a leap day of a century divisible by 400.
+        assert_eq!(utc_text(951_868_799_999), "2000-02-29 23:59:59");
     }
 
     #[test]
