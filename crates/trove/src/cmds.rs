@@ -254,26 +254,11 @@ pub fn shown(name: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 /// A time as a date in UTC: `2026-11-25 04:37` (`with_nanos`: `2026-11-25 04:37:55.235091208`),
 /// followed by " UTC". Times are shown in UTC, the same on every host of a cluster.
 pub fn date(t: wire::Timestamp, with_nanos: bool) -> String {
     let (days, secs) = (t.secs.div_euclid(86_400), t.secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = wire::civil_from_days(days);
     let (h, m, sec) = (secs / 3600, secs % 3600 / 60, secs % 60);
     if with_nanos {
         format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{sec:02}.{:09} UTC", t.nanos)
