@@ -143,12 +143,26 @@ impl Unmounter {
 /// The thread serving a mount's FUSE session.
 pub struct Session {
     thread: std::thread::JoinHandle<io::Result<()>>,
+    mount_point: PathBuf,
 }
 
 impl Session {
     /// Waits until the file system is unmounted and the session has ended.
     pub fn join(self) -> io::Result<()> {
-        self.thread.join().map_err(|_| io::Error::other("the FUSE session thread panicked"))?
+        let ended = self.thread.join().map_err(|_| io::Error::other("the FUSE session thread panicked"))?;
+        session_end(ended, || mountinfo::mount_at(&self.mount_point).is_some())
+    }
+}
+
+/// What a session's end means. An unmount can catch a reader thread holding a request at the
+/// moment the kernel tears the connection down: Linux's `fuse_dev_do_read` answers it
+/// ECONNABORTED, where an idle reader gets ENODEV (which ends the session quietly). With several
+/// reader threads one of them can be caught so on any unmount, so ECONNABORTED is the session's
+/// normal end once the mount is gone; while the mount is still there it is an error.
+fn session_end(ended: io::Result<()>, still_mounted: impl FnOnce() -> bool) -> io::Result<()> {
+    match ended {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !still_mounted() => Ok(()),
+        ended => ended,
     }
 }
 
@@ -212,5 +226,28 @@ pub fn mount(
         .name("trove-fuse".into())
         .spawn(move || session.run())
         .map_err(|source| MountError::Mount { path: mount_point.clone(), source })?;
-    Ok(Mounted { mount_point, unmounter, session: Session { thread } })
+    Ok(Mounted { mount_point: mount_point.clone(), unmounter, session: Session { thread, mount_point } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aborted() -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ECONNABORTED))
+    }
+
+    #[test]
+    fn a_connection_aborted_by_the_unmount_ends_the_session_cleanly() {
+        assert!(session_end(aborted(), || false).is_ok());
+        assert!(session_end(Ok(()), || false).is_ok());
+    }
+
+    #[test]
+    fn an_abort_while_still_mounted_and_other_errors_are_reported() {
+        let e = session_end(aborted(), || true).expect_err("aborted while mounted");
+        assert_eq!(e.raw_os_error(), Some(libc::ECONNABORTED));
+        let e = session_end(Err(io::Error::from_raw_os_error(libc::EIO)), || false).expect_err("EIO");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    }
 }
