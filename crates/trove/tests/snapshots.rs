@@ -1,7 +1,8 @@
 //! Snapshots on a real cluster of `trove` processes with a FUSE mount: `trove snapshot create`
 //! of a directory, its files read back bit for bit through the mount at
 //! `.snapshots/NAME/` (hidden from the directory's listing) and through `trove get`, writes
-//! there refused as read-only (EROFS), live changes invisible in the snapshot, `list` with the
+//! there refused as read-only (EROFS), live changes invisible in the snapshot and its files
+//! whole after the live copies are deleted and GC ran past its grace, `list` with the
 //! bytes only the snapshot holds, `diff`, `restore` of a deleted file, and `delete` followed by
 //! GC past its grace period leaving every live file readable. `trove clone` of a tree (live,
 //! and from a snapshot) shares the data, a write on either side does not show through the
@@ -76,6 +77,17 @@ fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
     std::fs::write(data.join("a"), &a2).expect("overwrite a");
     std::fs::remove_file(data.join("b")).expect("rm b");
     std::fs::write(data.join("c"), b"new").expect("write c");
+    // GC past its grace period with the live copies gone: a file written after the snapshot and
+    // deleted is collected (so GC did run), while what only the snapshot holds stays.
+    let scratch = content(5, 1 << 20);
+    std::fs::write(data.join("scratch"), &scratch).expect("write scratch");
+    let shards_with_scratch = cluster.shard_files().len();
+    std::fs::remove_file(data.join("scratch")).expect("rm scratch");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cluster.shard_files().len() >= shards_with_scratch {
+        assert!(std::time::Instant::now() < deadline, "GC never collected a deleted file");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 
     // Hidden from the listing, reachable by name, read bit for bit.
     let names: Vec<String> = std::fs::read_dir(&data)
