@@ -719,6 +719,29 @@ impl Client {
         h.close().await
     }
 
+    /// Writes a whole file under a temporary name in its directory and renames it over `path`,
+    /// so readers see the old file or the new one whole, never a part; with `mtime`, the file
+    /// carries that modification time (set before the rename). A failed write leaves nothing.
+    pub async fn write_file_atomic(&self, path: &str, data: &[u8], mtime: Option<wire::Timestamp>) -> Result<()> {
+        let (parent, name) = self.parent_of(path).await?;
+        let tmp = tmp_name();
+        let attr = self.create(parent, &tmp, 0o644, true).await?;
+        let written = async {
+            let mut h = self.open(attr.ino).await?;
+            h.write_at(0, data).await?;
+            h.close().await?;
+            if let Some(mtime) = mtime {
+                self.setattr(attr.ino, SetAttr { mtime: Some(mtime), ..SetAttr::default() }).await?;
+            }
+            self.rename(parent, &tmp, parent, name).await
+        }
+        .await;
+        if written.is_err() {
+            let _ = self.unlink(parent, &tmp).await;
+        }
+        written
+    }
+
     /// Reloads the storage node list from the metadata service.
     pub async fn refresh_nodes(&self) -> Result<()> {
         self.refresh_nodes_with(false).await
@@ -853,6 +876,7 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::NodeStates { .. }
             | MetaOp::ListPools
             | MetaOp::ListPolicies
+            | MetaOp::ListIngestRules
             | MetaOp::Announce { .. }
             | MetaOp::Processes
             | MetaOp::Events { .. }

@@ -9,6 +9,9 @@
 //!   (`scrub_interval_ms`) or by hand.
 //! - **tier** (`tier.rs`): moves files to the pool and scheme the file pool policies give
 //!   them, daily at 22:00 by default (`schedule.rs`), or by hand over a tree.
+//! - **ingest** (`ingest.rs`): derives the variants the ingest rules ask for (images resized
+//!   as they land in a source tree, into a tree beside it), every `ingest_interval_ms` while
+//!   rules exist, or by hand.
 //!
 //! The runner (`runner.rs`) runs them in the metadata server holding the cluster manager's
 //! lease. Every job has a record in the metadata engine (`meta::jobs`: state, run, progress
@@ -18,6 +21,7 @@
 //! (`meta::gc`): it deletes shards the metadata no longer references, in the same
 //! transactions that account for them, and moves no data.
 
+pub mod ingest;
 pub mod repair;
 pub mod runner;
 pub mod schedule;

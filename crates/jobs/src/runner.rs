@@ -13,6 +13,7 @@
 //! repair is never held up by it), taken up again from its record's cursor by whichever
 //! server leads.
 
+use crate::ingest;
 use crate::repair::{MoveReport, Mover};
 use crate::schedule::{Schedule, Window};
 use crate::tier::{self, Impact};
@@ -24,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
-use wire::jobs::{REPAIR, SCRUB, TIER};
+use wire::jobs::{INGEST, REPAIR, SCRUB, TIER};
 use wire::{JobInfo, JobState, MetaOp, MetaReply, NodeState, WireError};
 
 /// Pause between checks of whether a pass is needed.
@@ -50,6 +51,8 @@ pub struct Settings {
     pub grace: Duration,
     pub tier_schedule: Schedule,
     pub tier_impact: Impact,
+    /// Pause between ingest passes; `None`: only by hand.
+    pub ingest_interval: Option<Duration>,
 }
 
 impl Settings {
@@ -76,6 +79,8 @@ impl Settings {
                 window,
                 chunks_max: config.tier_chunks_max as usize,
             },
+            ingest_interval: (config.ingest_interval_ms > 0)
+                .then(|| Duration::from_millis(config.ingest_interval_ms)),
         })
     }
 }
@@ -171,13 +176,28 @@ struct Leading {
     served: HashMap<&'static str, u64>,
     /// The tiering run in progress here: its number and task.
     tier: Option<(u64, JoinHandle<()>)>,
+    /// The ingest pass in progress here; it hands back the sources known not to derive.
+    ingest: Option<JoinHandle<ingest::Failures>>,
+    ingest_failures: ingest::Failures,
+    last_ingest: Option<Instant>,
+    /// The last ingest run a pass here served.
+    ingest_served: Option<u64>,
+}
+
+impl Leading {
+    fn stop_tasks(&mut self) {
+        if let Some((_, task)) = self.tier.take() {
+            task.abort();
+        }
+        if let Some(task) = self.ingest.take() {
+            task.abort();
+        }
+    }
 }
 
 impl Drop for Leading {
     fn drop(&mut self) {
-        if let Some((_, task)) = self.tier.take() {
-            task.abort();
-        }
+        self.stop_tasks();
     }
 }
 
@@ -191,9 +211,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
             // knows (which map its last pass covered) is kept in case the lease comes back
             // within the same term, so a lapse under load does not cost a pass over every chunk.
             if let Some(lead) = leading.as_mut() {
-                if let Some((_, task)) = lead.tier.take() {
-                    task.abort();
-                }
+                lead.stop_tasks();
                 if !paused {
                     tracing::info!("mover: paused (this metadata server's lease lapsed); jobs paused");
                     paused = true;
@@ -232,6 +250,10 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
                         tracker: JobTracker::default(),
                         served: HashMap::new(),
                         tier: None,
+                        ingest: None,
+                        ingest_failures: ingest::Failures::default(),
+                        last_ingest: None,
+                        ingest_served: None,
                     });
                 }
                 Err(e) => {
@@ -272,6 +294,7 @@ impl Leading {
             }
         };
         self.tier_tick(service, settings, jobs.get(TIER)).await;
+        self.ingest_tick(service, settings, jobs.get(INGEST)).await;
 
         // A node coming back up is the moment to repair what was written while it was away.
         if up.iter().any(|n| !self.last_up.contains(n)) {
@@ -642,6 +665,66 @@ impl Leading {
             );
             self.tier = Some((job.run, tokio::spawn(run.run())));
         }
+    }
+}
+
+impl Leading {
+    /// Starts an ingest pass when one is due (its interval, with rules to serve) or asked
+    /// for (an operator's start, or a run left running by a server that led before), unless
+    /// one is under way here or the job is paused.
+    async fn ingest_tick(&mut self, service: &Arc<MetaService>, settings: &Settings, job: Option<&JobInfo>) {
+        if let Some(task) = self.ingest.take() {
+            if !task.is_finished() {
+                self.ingest = Some(task);
+                return;
+            }
+            if let Ok(failures) = task.await {
+                self.ingest_failures = failures;
+            }
+        }
+        let job = job.cloned().unwrap_or_else(|| JobInfo { name: INGEST.into(), ..JobInfo::default() });
+        if job.state == JobState::Paused {
+            return;
+        }
+        let asked = ingest::asked(&job, self.ingest_served)
+            || (job.state == JobState::Running && self.ingest_served != Some(job.run));
+        let due = settings.ingest_interval.is_some_and(|every| self.last_ingest.is_none_or(|t| t.elapsed() >= every));
+        if !asked && !due {
+            return;
+        }
+        self.last_ingest = Some(Instant::now());
+        let rules = match ingest::rules_of(call(service, MetaOp::ListIngestRules).await) {
+            Ok(rules) => rules,
+            Err(e) => {
+                tracing::debug!("job ingest: cannot read the ingest rules: {e}");
+                return;
+            }
+        };
+        if rules.is_empty() && !asked {
+            return;
+        }
+        let schedule = settings
+            .ingest_interval
+            .map_or_else(|| "on demand".to_string(), |every| format!("every {}s", every.as_secs_f64()));
+        let info = if asked {
+            JobInfo { schedule, ..job }
+        } else {
+            JobInfo {
+                name: INGEST.into(),
+                run: job.run + 1,
+                trigger: "new files".into(),
+                schedule,
+                last_scheduled_ms: job.last_scheduled_ms,
+                ..JobInfo::default()
+            }
+        };
+        self.ingest_served = Some(info.run);
+        let pass = ingest::Pass::new(self.client.clone(), Arc::new(ServiceRecords(service.clone())), info, asked);
+        let mut failures = std::mem::take(&mut self.ingest_failures);
+        self.ingest = Some(tokio::spawn(async move {
+            pass.run(rules, &mut failures).await;
+            failures
+        }));
     }
 }
 

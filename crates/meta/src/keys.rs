@@ -91,6 +91,8 @@ pub mod prefix {
     /// `s` + chunk id: the slots (file, index) of a chunk held by more than one file (clones,
     /// or a chunk moved to another file while a snapshot holds its old slot).
     pub const SHARED: u8 = b's';
+    /// `d` alone: the ingest rules (images derived as they land), one list in name order.
+    pub const INGEST: u8 = b'd';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -337,6 +339,11 @@ pub fn policies() -> Vec<u8> {
     vec![prefix::POLICIES]
 }
 
+/// The key of the ingest rules (one record: they are few and read as a whole).
+pub fn ingest_rules() -> Vec<u8> {
+    vec![prefix::INGEST]
+}
+
 /// The key of job `name`'s record.
 pub fn job(name: &str) -> Vec<u8> {
     let mut key = with_prefix(prefix::JOB, name.len());
@@ -571,6 +578,12 @@ pub struct PolicyListRec {
     pub policies: Vec<wire::FilePolicy>,
 }
 
+/// The ingest rules, in name order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestListRec {
+    pub rules: Vec<wire::IngestRule>,
+}
+
 /// What a pool stores its chunks on, as its record keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PoolRecKind {
@@ -779,6 +792,7 @@ impl Record for PoolRec {}
 impl Record for ChunkRecord {}
 impl Record for wire::Event {}
 impl Record for PolicyListRec {}
+impl Record for IngestListRec {}
 impl Record for wire::JobInfo {}
 impl Record for QuotaRec {}
 impl Record for TrashRec {}

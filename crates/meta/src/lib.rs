@@ -16,6 +16,7 @@ pub mod clone;
 pub mod cluster;
 pub mod events;
 pub mod gc;
+pub mod ingest;
 pub mod jobs;
 pub mod keys;
 pub mod locks;

@@ -12,6 +12,7 @@
 
 use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
+use crate::ingest;
 use crate::jobs;
 use crate::pools;
 use crate::policies;
@@ -91,6 +92,8 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::SetPool { .. }
             | MetaOp::AddPolicy { .. }
             | MetaOp::RemovePolicy { .. }
+            | MetaOp::AddIngestRule { .. }
+            | MetaOp::RemoveIngestRule { .. }
             | MetaOp::SetFilePool { .. }
             | MetaOp::ControlJob { .. }
             | MetaOp::SetQuota { .. }
@@ -511,6 +514,9 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::RemovePolicy { name } => {
             Ok(MetaReply::Policies(policies::remove(txn, name).await?))
         }
+        MetaOp::ListIngestRules => Ok(MetaReply::IngestRules(ingest::read(txn).await?)),
+        MetaOp::AddIngestRule { rule } => Ok(MetaReply::IngestRules(ingest::add(txn, rule.clone()).await?)),
+        MetaOp::RemoveIngestRule { name } => Ok(MetaReply::IngestRules(ingest::remove(txn, name).await?)),
         MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
         MetaOp::SetFilePool { ino, pool, ec } => set_file_pool(txn, ctx, *ino, pool, *ec).await,
         MetaOp::TouchAtimes { inos, atime } => touch_atimes(txn, inos, *atime).await,

@@ -113,6 +113,10 @@ pub struct MetaConfig {
     /// server of a cluster should say the same.
     #[serde(default)]
     pub trash_days: u32,
+    /// Pause between passes of the ingest job (variants of images that landed under an ingest
+    /// rule's source, `trove ingest`); 0: only `trove job start ingest` runs it.
+    #[serde(default = "default_ingest_interval_ms")]
+    pub ingest_interval_ms: u64,
 }
 
 fn default_dashboard() -> bool {
@@ -134,6 +138,13 @@ fn default_move_bytes_per_s() -> u64 {
 pub const SCRUB_INTERVAL_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 fn default_scrub_interval_ms() -> u64 {
     SCRUB_INTERVAL_MS_DEFAULT
+}
+
+/// Default pause between passes of the ingest job: ten seconds (a pass with no rules costs
+/// one key read; one with rules, two listings per source directory).
+pub const INGEST_INTERVAL_MS_DEFAULT: u64 = 10_000;
+fn default_ingest_interval_ms() -> u64 {
+    INGEST_INTERVAL_MS_DEFAULT
 }
 
 /// The tiering job's default schedule, PowerScale's SmartPools default.

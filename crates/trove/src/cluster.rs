@@ -125,6 +125,10 @@ pub struct StartArgs {
     /// Days deleted files are kept in the trash, 0 (default) for none (`trash_days`).
     #[arg(long)]
     pub trash_days: Option<u64>,
+    /// Pause between passes of the ingest job in ms, 0 for only by hand
+    /// (`ingest_interval_ms`; default 10000).
+    #[arg(long)]
+    pub ingest_interval_ms: Option<u64>,
     /// Free bytes each storage node keeps on its drive: shards that would leave less are
     /// refused with "no space" (storage `reserve_bytes`; nodes of one local cluster share a
     /// disk, so this bounds what they may fill).
@@ -433,6 +437,7 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
         ("gc_grace_ms", args.gc_grace_ms),
         ("scrub_interval_ms", args.scrub_interval_ms),
         ("trash_days", args.trash_days),
+        ("ingest_interval_ms", args.ingest_interval_ms),
     ] {
         if let Some(value) = value {
             extra.push_str(&format!("{key} = {value}\n"));

@@ -33,8 +33,6 @@ const COPIES_MAX: u32 = 10_000;
 const IMAGES_MAX: u64 = 100_000_000;
 /// Largest resize factor.
 const SCALE_MAX: f64 = 16.0;
-/// Bytes per read or write call when copying.
-const COPY_BLOCK_BYTES: usize = 4 << 20;
 
 #[derive(Subcommand)]
 pub enum DatasetCmd {
@@ -171,25 +169,7 @@ fn bar(n: u64, what: &str) -> ProgressBar {
 /// Writes `data` as file `path` (its directory must exist): under a temporary name first, then
 /// renamed into place, so a reader never sees a partial file.
 async fn write_atomic(client: &Client, path: &str, data: &[u8]) -> Result<()> {
-    let (parent, name) = client.parent_of(path).await.map_err(|e| anyhow!("{path}: {e}"))?;
-    let tmp_name = client::tmp_name();
-    let mut h = client
-        .create_path(&join(path.rsplit_once('/').map(|(d, _)| d).unwrap_or(""), &tmp_name), 0o644)
-        .await
-        .map_err(|e| anyhow!("creating a temporary file for {path}: {e}"))?;
-    let written = async {
-        for (i, piece) in data.chunks(COPY_BLOCK_BYTES).enumerate() {
-            h.write_at((i * COPY_BLOCK_BYTES) as u64, piece).await?;
-        }
-        h.close().await?;
-        client.rename(parent, &tmp_name, parent, name).await
-    }
-    .await;
-    if let Err(e) = written {
-        let _ = client.unlink(parent, &tmp_name).await;
-        bail!("writing {path}: {e}");
-    }
-    Ok(())
+    client.write_file_atomic(path, data, None).await.map_err(|e| anyhow!("writing {path}: {e}"))
 }
 
 /// Runs `work(i)` for i in 0..n on `jobs` tasks, ticking `bar`; stops at the first error.

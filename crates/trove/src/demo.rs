@@ -143,7 +143,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     std::fs::remove_dir_all(&local_dir).ok();
 
     let cluster_dir = dir.join("cluster");
-    let start = StartArgs { dir: cluster_dir.clone(), nodes: Some(6), pools: Vec::new(), ec: wire::EcScheme::DEFAULT, chunk_bytes: wire::CHUNK_BYTES_DEFAULT, engine: EngineKind::Redb, postgres_url: None, down_after_ms: None, rebuild_after_ms: None, gc_grace_ms: None, scrub_interval_ms: None, tier_schedule: None, tier_bytes_per_s: None, trash_days: None, reserve_bytes: 0, no_metrics: true };
+    let start = StartArgs { dir: cluster_dir.clone(), nodes: Some(6), pools: Vec::new(), ec: wire::EcScheme::DEFAULT, chunk_bytes: wire::CHUNK_BYTES_DEFAULT, engine: EngineKind::Redb, postgres_url: None, down_after_ms: None, rebuild_after_ms: None, gc_grace_ms: None, scrub_interval_ms: None, tier_schedule: None, tier_bytes_per_s: None, trash_days: None, ingest_interval_ms: None, reserve_bytes: 0, no_metrics: true };
     let mut started = cluster::start(&start, args.json).await.context("cannot start the demo cluster")?;
     say(format!("cluster up: metadata at {}, 6 storage nodes", started.state.meta.addr));
     let result = async {

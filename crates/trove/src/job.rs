@@ -1,5 +1,5 @@
 //! The job engine from the command line: `trove job start|pause|resume|cancel|status`. The
-//! jobs (tier, repair, scrub) run in the metadata server holding the cluster manager's lease
+//! jobs (tier, repair, scrub, ingest) run in the metadata server holding the cluster manager's lease
 //! (crate `jobs`); these commands change and read their records in the metadata service.
 
 use crate::cmds::ClusterOpt;
@@ -10,9 +10,10 @@ use wire::{JobAction, JobInfo, MetaOp, MetaReply};
 #[derive(clap::Subcommand)]
 pub enum JobCmd {
     /// Starts a job now: tier (files to the pools their policies name), repair (every chunk
-    /// to the newest map and full redundancy), scrub (verify every shard).
+    /// to the newest map and full redundancy), scrub (verify every shard), ingest (variants
+    /// the ingest rules ask for).
     Start {
-        /// tier, repair or scrub.
+        /// tier, repair, scrub or ingest.
         name: String,
         /// Only the files below this directory (tier).
         #[arg(long)]
@@ -22,21 +23,21 @@ pub enum JobCmd {
     },
     /// Pauses a running job at its next file or chunk; it keeps its place.
     Pause {
-        /// tier, repair or scrub.
+        /// tier, repair, scrub or ingest.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
     /// Resumes a paused job where it stopped.
     Resume {
-        /// tier, repair or scrub.
+        /// tier, repair, scrub or ingest.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
     },
     /// Cancels a running or paused job.
     Cancel {
-        /// tier, repair or scrub.
+        /// tier, repair, scrub or ingest.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
@@ -107,6 +108,7 @@ fn table(jobs: &[JobInfo]) -> String {
         let unit = match j.name.as_str() {
             wire::jobs::TIER => "files",
             wire::jobs::SCRUB => "shards",
+            wire::jobs::INGEST => "images",
             _ => "chunks",
         };
         out.push_str(&format!("{}: {} (run {}, by {})\n", j.name, j.state.as_str(), j.run, if j.trigger.is_empty() { "-" } else { &j.trigger }));
@@ -115,10 +117,17 @@ fn table(jobs: &[JobInfo]) -> String {
         }
         out.push_str(&format!("  started   {}   finished {}\n", when(j.started_ms), when(j.finished_ms)));
         let total = if p.items_total > 0 { format!(" of ~{}", p.items_total) } else { String::new() };
-        out.push_str(&format!(
-            "  progress  {} {unit} seen{total}, {} files moved, {} chunks moved, {} bytes moved, {} chunks failed, {} damaged shards found\n",
-            p.items_seen, p.files_moved, p.chunks_moved, p.bytes_moved, p.chunks_failed, p.problems_found
-        ));
+        if j.name == wire::jobs::INGEST {
+            out.push_str(&format!(
+                "  progress  {} {unit} seen, {} variants written, {} bytes written, {} images could not be derived\n",
+                p.items_seen, p.files_moved, p.bytes_moved, p.problems_found
+            ));
+        } else {
+            out.push_str(&format!(
+                "  progress  {} {unit} seen{total}, {} files moved, {} chunks moved, {} bytes moved, {} chunks failed, {} damaged shards found\n",
+                p.items_seen, p.files_moved, p.chunks_moved, p.bytes_moved, p.chunks_failed, p.problems_found
+            ));
+        }
         let eta = j.eta_s().map_or("-".to_string(), |s| format!("{s} s"));
         out.push_str(&format!("  rate      {:.1} {unit}/s   ETA {eta}\n", j.rate()));
         if !p.cursor.is_empty() {

@@ -12,6 +12,7 @@ mod cluster;
 mod cmds;
 mod data;
 mod dataset;
+mod ingest;
 mod job;
 mod demo;
 mod mount;
@@ -196,7 +197,10 @@ enum Command {
     /// File pool policies: add, list, rm, test (which policy decides a file, and why).
     #[command(subcommand)]
     Policy(policy::PolicyCmd),
-    /// Jobs that move or check data (tier, repair, scrub): start, pause, resume, cancel, status.
+    /// Ingest rules (images resized as they land, into a tree beside): add, list, rm.
+    #[command(subcommand)]
+    Ingest(ingest::IngestCmd),
+    /// Jobs that move or check data (tier, repair, scrub, ingest): start, pause, resume, cancel, status.
     #[command(subcommand)]
     Job(job::JobCmd),
     /// Directory tree quotas (bytes and inodes, hard and soft): set, get, list, rm.
@@ -299,6 +303,7 @@ impl Command {
             | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
             Command::Pool(cmd) => cmd.cluster(),
             Command::Policy(cmd) => cmd.cluster(),
+            Command::Ingest(cmd) => cmd.cluster(),
             Command::Job(cmd) => cmd.cluster(),
             Command::Quota(cmd) => cmd.cluster(),
             Command::Trash(cmd) => cmd.cluster(),
@@ -432,6 +437,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Du { remote, json, .. } => pools::du_by_pool(&cmds::connect(cluster).await?, &remote, json).await,
         Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
+        Command::Ingest(cmd) => ingest::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Job(cmd) => job::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Quota(cmd) => quota::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,

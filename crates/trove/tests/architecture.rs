@@ -53,7 +53,7 @@ fn crate_dependencies_point_one_way() {
         ("s3gw", &["client", "wire", "metrics"][..]),
         ("nfsgw", &["client", "wire", "metrics"][..]),
         ("dashboard", &["client", "wire", "metrics"][..]),
-        ("jobs", &["client", "meta", "wire", "erasure", "metrics"][..]),
+        ("jobs", &["client", "meta", "wire", "erasure", "metrics", "vision"][..]),
         ("vision", &[][..]),
         ("py", &["client", "vision"][..]),
     ]);

@@ -148,6 +148,18 @@ pub fn jpeg_size(jpeg: &[u8]) -> Result<(u32, u32), DecodeError> {
     Ok((u32::from(info.width), u32::from(info.height)))
 }
 
+/// Whether a JPEG file is whole: an end-of-image marker (FF D9) follows its last start-of-scan
+/// marker (FF DA). Neither pair can occur inside entropy-coded data (an FF there is followed by
+/// 00), and an embedded thumbnail ends before the main image's scans, so a file cut short is
+/// told apart from a whole one even when its thumbnail is whole. The decoder itself fills a
+/// cut image with grey, as Pillow does only when told to load truncated images.
+pub fn jpeg_is_whole(jpeg: &[u8]) -> bool {
+    let Some(last_scan) = jpeg.windows(2).rposition(|w| w == [0xFF, 0xDA]) else {
+        return false;
+    };
+    jpeg[last_scan..].windows(2).any(|w| w == [0xFF, 0xD9])
+}
+
 fn decoder_options() -> DecoderOptions {
     DecoderOptions::default()
         .jpeg_set_out_colorspace(ColorSpace::RGB)
@@ -536,6 +548,17 @@ pub fn synth_image(seed: u64, width: u32, height: u32) -> Image {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jpeg_cut_anywhere_in_its_scan_is_not_whole() {
+        let jpeg = encode_jpeg(&synth_image(3, 64, 48), 90).expect("encode");
+        assert!(jpeg_is_whole(&jpeg));
+        let scan = jpeg.windows(2).rposition(|w| w == [0xFF, 0xDA]).expect("a scan");
+        for cut in [scan + 1, scan + 20, jpeg.len() - 1] {
+            assert!(!jpeg_is_whole(&jpeg[..cut]), "cut at {cut} of {}", jpeg.len());
+        }
+        assert!(!jpeg_is_whole(b"not a jpeg"));
+    }
 
     #[test]
     fn encode_decode_round_trip_is_close() {

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The jobs there are, by name.
-pub const JOB_NAMES: [&str; 3] = [TIER, REPAIR, SCRUB];
+pub const JOB_NAMES: [&str; 4] = [TIER, REPAIR, SCRUB, INGEST];
 /// Moves files to the pool (and scheme) the file pool policies give them.
 pub const TIER: &str = "tier";
 /// Brings chunks to the newest placement map and to full redundancy: rebuild, drain,
@@ -15,6 +15,9 @@ pub const TIER: &str = "tier";
 pub const REPAIR: &str = "repair";
 /// Reads every shard of every chunk, verifies its checksums and rewrites damaged ones.
 pub const SCRUB: &str = "scrub";
+/// Derives the variants the ingest rules ask for (`wire::ingest`) of images that landed or
+/// changed in their source trees.
+pub const INGEST: &str = "ingest";
 
 /// What an operator asks of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,17 +69,17 @@ impl JobState {
 /// What a run has done so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobProgress {
-    /// Files (tier) or chunks (repair, scrub) looked at.
+    /// Files (tier, ingest) or chunks (repair, scrub) looked at.
     pub items_seen: u64,
     /// An estimate of how many there are in all (0: unknown), for the ETA.
     pub items_total: u64,
-    /// Files moved to another pool or scheme (tier).
+    /// Files moved to another pool or scheme (tier); variants written (ingest).
     pub files_moved: u64,
     pub chunks_moved: u64,
     pub bytes_moved: u64,
     /// Chunks that could not be moved (retried by a later run).
     pub chunks_failed: u64,
-    /// Damaged shards found (scrub) and rewritten.
+    /// Damaged shards found (scrub) and rewritten; images that could not be derived (ingest).
     pub problems_found: u64,
     /// Where the run is: the last path it finished (tier), so that a run taken over by another
     /// metadata server, or resumed, goes on after it.

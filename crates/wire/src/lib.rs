@@ -8,6 +8,7 @@ pub mod crc;
 pub mod error;
 pub mod events;
 pub mod frame;
+pub mod ingest;
 pub mod jobs;
 pub mod msg;
 mod opnames;
@@ -19,6 +20,7 @@ pub mod types;
 
 pub use error::{ErrorCode, WireError};
 pub use events::{Event, ProcessInfo, Severity};
+pub use ingest::IngestRule;
 pub use jobs::{JobAction, JobInfo, JobProgress, JobState};
 pub use msg::*;
 pub use policy::{FilePolicy, PolicyAction, PolicyRule};
@@ -26,6 +28,6 @@ pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 12;
+pub const PROTOCOL_VERSION: u16 = 13;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 12;
+pub const PROTOCOL_VERSION_MIN: u16 = 13;

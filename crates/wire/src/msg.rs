@@ -5,6 +5,7 @@
 
 use crate::error::WireError;
 use crate::events::{Event, ProcessInfo};
+use crate::ingest::IngestRule;
 use crate::jobs::{JobAction, JobInfo};
 use crate::policy::FilePolicy;
 use crate::types::*;
@@ -298,6 +299,15 @@ pub enum MetaOp {
     /// it before then, and the date can be moved later but never earlier. Answered with
     /// `MetaReply::Snapshots` holding it.
     SnapshotRetain { root: Ino, name: String, until_ms: u64 },
+    /// The ingest rules; answered with `MetaReply::IngestRules`.
+    ListIngestRules,
+    /// Adds an ingest rule; refused when its name is taken, it is malformed, or its trees
+    /// overlap another rule's so that one rule's variants would land in another's source.
+    /// Answered with `MetaReply::IngestRules`, every rule as changed.
+    AddIngestRule { rule: IngestRule },
+    /// Removes the ingest rule named `name` (the variants it wrote stay); answered with
+    /// `MetaReply::IngestRules`.
+    RemoveIngestRule { name: String },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -369,6 +379,9 @@ pub enum MetaReply {
     /// `file_ec` is the chunk's own scheme and `file_pool` the pool that holds it: such a
     /// chunk is moved as it is, never re-encoded.
     HeldChunkPage { chunks: Vec<ScannedChunk>, next: Option<Vec<u8>> },
+    /// The answer to `ListIngestRules`, `AddIngestRule` and `RemoveIngestRule`: every rule, in
+    /// name order.
+    IngestRules(Vec<IngestRule>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 71] = [
+    pub const NAMES: [&'static str; 74] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -78,6 +78,9 @@ impl MetaOp {
         "HeldChunk",
         "CloneFile",
         "SnapshotRetain",
+        "ListIngestRules",
+        "AddIngestRule",
+        "RemoveIngestRule",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -154,6 +157,9 @@ impl MetaOp {
             MetaOp::HeldChunk { .. } => 68,
             MetaOp::CloneFile { .. } => 69,
             MetaOp::SnapshotRetain { .. } => 70,
+            MetaOp::ListIngestRules => 71,
+            MetaOp::AddIngestRule { .. } => 72,
+            MetaOp::RemoveIngestRule { .. } => 73,
         }
     }
 
@@ -265,6 +271,8 @@ mod tests {
                 nearest: true,
             },
             MetaOp::RemovePolicy { name: "p".into() },
+            MetaOp::ListIngestRules,
+            MetaOp::RemoveIngestRule { name: "r".into() },
             MetaOp::SetPool {
                 ino: 1,
                 pool: "flash".into(),
