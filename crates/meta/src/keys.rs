@@ -93,6 +93,8 @@ pub mod prefix {
     pub const SHARED: u8 = b's';
     /// `d` alone: the ingest rules (images derived as they land), one list in name order.
     pub const INGEST: u8 = b'd';
+    /// `w` + ino: the retention date of an inode in a locked (WORM) tree.
+    pub const RETAIN: u8 = b'w';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -344,6 +346,13 @@ pub fn ingest_rules() -> Vec<u8> {
     vec![prefix::INGEST]
 }
 
+/// The key of inode `ino`'s retention mark (WORM).
+pub fn retain(ino: Ino) -> Vec<u8> {
+    let mut key = with_prefix(prefix::RETAIN, 8);
+    key.extend_from_slice(&ino.to_be_bytes());
+    key
+}
+
 /// The key of job `name`'s record.
 pub fn job(name: &str) -> Vec<u8> {
     let mut key = with_prefix(prefix::JOB, name.len());
@@ -578,6 +587,14 @@ pub struct PolicyListRec {
     pub policies: Vec<wire::FilePolicy>,
 }
 
+/// An inode's retention mark: nothing changes it before `until_ms`; `root` is the tree that
+/// was locked (what messages name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetainRec {
+    pub until_ms: u64,
+    pub root: Ino,
+}
+
 /// The ingest rules, in name order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngestListRec {
@@ -793,6 +810,7 @@ impl Record for ChunkRecord {}
 impl Record for wire::Event {}
 impl Record for PolicyListRec {}
 impl Record for IngestListRec {}
+impl Record for RetainRec {}
 impl Record for wire::JobInfo {}
 impl Record for QuotaRec {}
 impl Record for TrashRec {}

@@ -26,6 +26,7 @@ pub mod policies;
 pub mod pools;
 pub mod processes;
 pub mod quota;
+pub mod retain;
 pub mod server;
 pub mod snapshot;
 pub mod store;

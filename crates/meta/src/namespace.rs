@@ -17,6 +17,7 @@ use crate::jobs;
 use crate::pools;
 use crate::policies;
 use crate::quota;
+use crate::retain;
 use crate::trash;
 use kv::{KvEngine, KvTxn};
 use std::collections::HashMap;
@@ -94,6 +95,7 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::RemovePolicy { .. }
             | MetaOp::AddIngestRule { .. }
             | MetaOp::RemoveIngestRule { .. }
+            | MetaOp::RetainTree { .. }
             | MetaOp::SetFilePool { .. }
             | MetaOp::ControlJob { .. }
             | MetaOp::SetQuota { .. }
@@ -263,6 +265,9 @@ pub async fn apply_call(
         if let Some(done) = recorded_reply(txn, request_id).await? {
             return Ok(done);
         }
+    }
+    if is_mutation(op) {
+        retain::check(txn, op, ctx.now_ms).await?;
     }
     let reply = apply(txn, op, ctx).await?;
     if tracked {
@@ -514,6 +519,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::RemovePolicy { name } => {
             Ok(MetaReply::Policies(policies::remove(txn, name).await?))
         }
+        MetaOp::RetainTree { ino, until_ms } => retain::retain_tree(txn, ctx, *ino, *until_ms).await,
         MetaOp::ListIngestRules => Ok(MetaReply::IngestRules(ingest::read(txn).await?)),
         MetaOp::AddIngestRule { rule } => Ok(MetaReply::IngestRules(ingest::add(txn, rule.clone()).await?)),
         MetaOp::RemoveIngestRule { name } => Ok(MetaReply::IngestRules(ingest::remove(txn, name).await?)),

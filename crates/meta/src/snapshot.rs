@@ -1616,6 +1616,7 @@ fn mutated_inos(op: &MetaOp) -> Vec<Ino> {
         | MetaOp::SetPool { ino, .. }
         | MetaOp::SetFilePool { ino, .. }
         | MetaOp::SetQuota { ino, .. }
+        | MetaOp::RetainTree { ino, .. }
         | MetaOp::Lock { ino, .. } => vec![*ino],
         MetaOp::Create { parent, .. }
         | MetaOp::Mkdir { parent, .. }

@@ -215,6 +215,10 @@ enum Command {
     /// Makes a writable copy of a file or directory tree that shares all its data with the
     /// source (no byte copied); later writes to either side do not show through the other.
     Clone(clone::CloneArgs),
+    /// Locks a directory tree (or a file) for a while (WORM): until then nothing in it can be
+    /// changed, renamed or deleted, through any front end, by anyone. The date can be moved
+    /// later (run it again), never earlier.
+    Retain(snapshot::RetainArgs),
     /// Creates directories (with parents).
     Mkdir {
         /// The directory to create in the cluster (its missing parents too).
@@ -309,6 +313,7 @@ impl Command {
             Command::Trash(cmd) => cmd.cluster(),
             Command::Snapshot(cmd) => cmd.cluster(),
             Command::Clone(args) => &args.cluster,
+            Command::Retain(args) => &args.cluster,
             Command::Mount(args) => &args.cluster,
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
@@ -443,6 +448,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,
         Command::Snapshot(cmd) => snapshot::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Clone(args) => clone::run(args, &cmds::connect(cluster).await?).await,
+        Command::Retain(args) => snapshot::retain(args, &cmds::connect(cluster).await?).await,
         Command::Mkdir { remote, ec, no_redundancy, pool, .. } => {
             cmds::mkdir(&cmds::connect(cluster).await?, &remote, ec, no_redundancy, pool.as_deref()).await
         }

@@ -1,12 +1,43 @@
 //! Snapshots of directory trees from the command line: `trove snapshot create|list|delete|diff|
 //! restore`. The metadata service does the work (a snapshot is two records, see the meta
 //! crate's `snapshot` module); this file resolves paths and prints what it answers. `push` and
-//! `pull`, to and from S3 buckets, are `snapshot_object`'s.
+//! `pull`, to and from S3 buckets, are `snapshot_object`'s. `trove retain` locks a live tree
+//! (WORM) as `snapshot retain` locks a snapshot.
 
 use crate::cmds::{human_bytes, ClusterOpt};
 use anyhow::{anyhow, Context, Result};
 use client::Client;
 use wire::{ChangeKind, SnapshotInfo};
+
+/// `trove retain PATH --for DURATION`.
+#[derive(clap::Args)]
+pub struct RetainArgs {
+    /// The directory tree (or file) to lock.
+    pub remote: String,
+    /// For how long from now (e.g. 30d, 24h, 90s).
+    #[arg(long = "for", value_name = "DURATION", value_parser = crate::quota::parse_duration_ms)]
+    pub duration: u64,
+    #[command(flatten)]
+    pub cluster: ClusterOpt,
+}
+
+/// Locks a tree until now + the duration.
+pub async fn retain(args: RetainArgs, client: &Client) -> Result<()> {
+    let attr = client.resolve(&args.remote).await.map_err(|e| anyhow!("{}: {e}", args.remote))?;
+    let until = now_ms().saturating_add(args.duration);
+    match client.meta(wire::MetaOp::RetainTree { ino: attr.ino, until_ms: until }).await {
+        Ok(wire::MetaReply::Retained { inodes, until_ms }) => {
+            println!(
+                "{} locked until {} UTC ({inodes} files and directories): nothing in it can be changed, renamed or deleted before then",
+                args.remote,
+                when(until_ms)
+            );
+            Ok(())
+        }
+        Ok(other) => Err(anyhow!("{}", client::unexpected(&other))),
+        Err(e) => Err(anyhow!("cannot lock {}: {e}", args.remote)),
+    }
+}
 
 #[derive(clap::Subcommand)]
 pub enum SnapshotCmd {

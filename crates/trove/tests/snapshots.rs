@@ -11,7 +11,9 @@
 //! A snapshot locked with a retention date (WORM) refuses every change and its deletion
 //! through every front end: `trove snapshot delete` and an earlier date (both naming the
 //! date), the mount (EROFS), S3 (boto3 put, delete and copy over it) and NFS (libnfs `nfs-cp`,
-//! and the gateway's own WRITE answering NFS3ERR_ROFS); its bytes stay as they were.
+//! and the gateway's own WRITE answering NFS3ERR_ROFS); its bytes stay as they were. A live
+//! tree locked with `trove retain` refuses every change through `trove`, the mount, S3 and NFS
+//! (EACCES, AccessDenied, NFS3ERR_ACCES, naming the date) until its date, and no longer after.
 //!
 //! Every program is required (scripts/deps.sh installs them); a missing one fails the test.
 
@@ -362,4 +364,132 @@ fn a_retained_snapshot_refuses_every_change_and_its_deletion_through_every_front
     assert!(read(&top.join(".snapshots/keep/f")) == f);
     let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&snapshot(&cluster, &["list", "--json"])).expect("json").as_array().expect("list").iter().map(|s| s["name"].as_str().unwrap_or_default().to_string()).collect();
     assert_eq!(names, vec!["keep".to_string()]);
+}
+
+const BOTO3_RETAINED: &str = r#"
+import os, sys, boto3, botocore
+s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"])
+attempts = [
+    ("put", lambda: s3.put_object(Bucket="locked", Key="a", Body=b"changed")),
+    ("put-new", lambda: s3.put_object(Bucket="locked", Key="sub/new", Body=b"x")),
+    ("delete", lambda: s3.delete_object(Bucket="locked", Key="sub/b")),
+    ("copy", lambda: s3.copy_object(Bucket="locked", Key="a", CopySource={"Bucket": "free", "Key": "c"})),
+]
+for name, attempt in attempts:
+    try:
+        attempt()
+        print(name, "accepted")
+    except botocore.exceptions.ClientError as e:
+        print(name, "refused", e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"])
+print("body", s3.get_object(Bucket="locked", Key="a")["Body"].read().hex())
+s3.put_object(Bucket="free", Key="d", Body=b"free")
+print("free put ok")
+"#;
+
+#[test]
+fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date() {
+    assert!(!fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
+    gw::need("python3");
+    gw::need("nfs-cp");
+    let cluster = TestCluster::start(3, "2+1");
+    let c = cluster.dir_str();
+    let mount = Mount::start(&cluster, "retain", &[]);
+    let locked = mount.join("locked");
+    std::fs::create_dir_all(locked.join("sub")).expect("mkdir");
+    std::fs::create_dir_all(mount.join("free")).expect("mkdir");
+    let a = content(11, 200_000);
+    std::fs::write(locked.join("a"), &a).expect("write a");
+    std::fs::write(locked.join("sub/b"), b"bee").expect("write b");
+    std::fs::write(mount.join("free/c"), b"sea").expect("write c");
+
+    let out = run_ok(&["retain", "/locked", "--for", "1h", "--cluster", &c]);
+    assert!(out.contains("locked until") && out.contains("(4 files and directories)"), "{out}");
+
+    // trove itself: no removal, no new file, no earlier date (for the tree or a part of it).
+    let refused = |args: &[&str]| {
+        let out = run(args);
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        text
+    };
+    let text = refused(&["rm", "/locked/a", "--cluster", &c]);
+    assert!(text.contains("directory \"/locked\" is retained until") && text.contains("WORM"), "{text}");
+    let scratch = tempfile::tempdir().expect("dir");
+    std::fs::write(scratch.path().join("x"), b"changed").expect("write");
+    let x = scratch.path().join("x");
+    let x = x.to_str().expect("utf-8");
+    refused(&["put", x, "/locked/sub/new", "--cluster", &c]);
+    refused(&["put", x, "/locked/a", "--cluster", &c]);
+    let text = refused(&["retain", "/locked", "--for", "1m", "--cluster", &c]);
+    assert!(text.contains("never moved earlier"), "{text}");
+    let text = refused(&["retain", "/locked/sub", "--for", "1m", "--cluster", &c]);
+    assert!(text.contains("never moved earlier"), "{text}");
+    let later = run_ok(&["retain", "/locked", "--for", "2h", "--cluster", &c]);
+    assert!(later.contains("locked until"), "{later}");
+
+    // The mount: every kind of change is refused at once.
+    let free = mount.join("free");
+    let (l, f) = (locked.display(), free.display());
+    for script in [
+        format!("echo x > {l}/a"),
+        format!("rm {l}/a"),
+        format!("mv {l}/a {l}/a2"),
+        format!("mv {l}/sub {f}/sub"),
+        format!("mv {f}/c {l}/c"),
+        format!("ln {l}/a {f}/hard"),
+        format!("touch {l}/new"),
+        format!("mkdir {l}/d"),
+        format!("chmod 600 {l}/a"),
+        format!("truncate -s 0 {l}/sub/b"),
+        format!("rm -r {l}"),
+    ] {
+        let (ok, text) = sh(&format!("{script} 2>&1"));
+        assert!(!ok && text.contains("Permission denied"), "{script}: {text}");
+    }
+    // A write into the file itself fails at the latest when it is made durable.
+    let (ok, text) = sh(&format!("dd if=/dev/zero of={l}/a bs=4k count=1 conv=notrunc,fsync 2>&1"));
+    assert!(!ok, "dd into a retained file: {text}");
+
+    // S3.
+    let s3 = gw::Gateway::s3(&cluster, "s3-retain", &[]);
+    let out = gw::python(&s3).arg("-c").arg(BOTO3_RETAINED).output().expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "boto3: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for attempt in ["put", "put-new", "delete", "copy"] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("{attempt} refused 403 AccessDenied"))), "S3 {attempt}: {text}");
+    }
+    let hex: String = a.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(text.contains(&format!("body {hex}")) && text.contains("free put ok"), "{text}");
+
+    // NFS.
+    let nfs = gw::Gateway::nfs(&cluster, "nfs-retain", "/", &[]);
+    let url = format!("nfs://127.0.0.1/locked/a?nfsport={0}&mountport={0}&version=3", nfs.port());
+    let out = gw::run(Command::new("nfs-cp").arg(x).arg(&url));
+    assert!(!out.status.success(), "nfs-cp over a retained file: {}", String::from_utf8_lossy(&out.stderr));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let status = rt.block_on(async {
+        use nfsserve::vfs::NFSFileSystem;
+        let client = cluster.client().await;
+        let fs = nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/locked".into(), read_only: false }, 0).await.expect("file system");
+        let remove = fs.remove(fs.root_dir(), &"a".as_bytes().into()).await.err();
+        let mkdir = fs.mkdir(fs.root_dir(), &"n".as_bytes().into()).await.err();
+        (remove, mkdir)
+    });
+    assert!(matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES))), "{status:?}");
+
+    // Everything as it was, and readable; a snapshot of the locked tree can still be taken.
+    assert!(read(&locked.join("a")) == a);
+    assert!(read(&locked.join("sub/b")) == b"bee");
+    snapshot(&cluster, &["create", "/locked", "while-locked"]);
+    std::fs::write(mount.join("free/e"), b"free").expect("outside the tree nothing is locked");
+
+    // Once its date has passed, a tree is an ordinary one again.
+    std::fs::create_dir_all(mount.join("brief")).expect("mkdir");
+    std::fs::write(mount.join("brief/f"), b"short").expect("write");
+    run_ok(&["retain", "/brief", "--for", "3s", "--cluster", &c]);
+    let (ok, text) = sh(&format!("rm {} 2>&1", mount.join("brief/f").display()));
+    assert!(!ok && text.contains("Permission denied"), "{text}");
+    std::thread::sleep(Duration::from_secs(4));
+    std::fs::remove_file(mount.join("brief/f")).expect("the retention ran out");
+    mount.stop();
 }

@@ -308,6 +308,11 @@ pub enum MetaOp {
     /// Removes the ingest rule named `name` (the variants it wrote stay); answered with
     /// `MetaReply::IngestRules`.
     RemoveIngestRule { name: String },
+    /// Locks the tree at `ino` (a directory and everything below it, or one file) until
+    /// `until_ms` (wall clock, WORM): until then nothing in it can be changed, renamed or
+    /// deleted by any front end. A date already later is kept; the tree's own date is never
+    /// moved earlier (refused). Answered with `MetaReply::Retained`.
+    RetainTree { ino: Ino, until_ms: u64 },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -382,6 +387,8 @@ pub enum MetaReply {
     /// The answer to `ListIngestRules`, `AddIngestRule` and `RemoveIngestRule`: every rule, in
     /// name order.
     IngestRules(Vec<IngestRule>),
+    /// The answer to `RetainTree`: how many files and directories were locked, and until when.
+    Retained { inodes: u64, until_ms: u64 },
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

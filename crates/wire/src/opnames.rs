@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 74] = [
+    pub const NAMES: [&'static str; 75] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -81,6 +81,7 @@ impl MetaOp {
         "ListIngestRules",
         "AddIngestRule",
         "RemoveIngestRule",
+        "RetainTree",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -160,6 +161,7 @@ impl MetaOp {
             MetaOp::ListIngestRules => 71,
             MetaOp::AddIngestRule { .. } => 72,
             MetaOp::RemoveIngestRule { .. } => 73,
+            MetaOp::RetainTree { .. } => 74,
         }
     }
 
@@ -273,6 +275,7 @@ mod tests {
             MetaOp::RemovePolicy { name: "p".into() },
             MetaOp::ListIngestRules,
             MetaOp::RemoveIngestRule { name: "r".into() },
+            MetaOp::RetainTree { ino: 1, until_ms: 1 },
             MetaOp::SetPool {
                 ino: 1,
                 pool: "flash".into(),
