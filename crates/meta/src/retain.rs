@@ -13,6 +13,7 @@
 
 use crate::keys::{self, RetainRec};
 use crate::namespace::{self, Ctx};
+use crate::snapshot::utc;
 use crate::store::{self, fail, get, put, TxResult};
 use kv::KvTxn;
 use wire::{FileKind, Ino, MetaOp, MetaReply};
@@ -20,9 +21,6 @@ use wire::{FileKind, Ino, MetaOp, MetaReply};
 /// Most inodes one `RetainTree` marks: the tree is marked in one transaction.
 pub const RETAIN_TREE_INODES_MAX: u64 = 1_000_000;
 
-fn utc(ms: u64) -> String {
-    format!("{} UTC", wire::utc_text(ms))
-}
 
 /// The inodes `op` changes, and the entries (directory, name) whose inode it removes or
 /// replaces. Operations that change no byte and no name (locks, access times, the jobs' chunk
@@ -65,16 +63,17 @@ pub async fn check(txn: &mut dyn KvTxn, op: &MetaOp, now_ms: u64) -> TxResult<()
     for ino in inos {
         if let Some(rec) = get::<RetainRec>(txn, &keys::retain(ino)).await? {
             if rec.until_ms > now_ms {
-                let tree = tree_name(txn, rec.root).await?;
-                fail!(
-                    PermissionDenied,
-                    "{tree} is retained until {} (WORM): nothing in it can be changed, renamed or deleted before then",
-                    utc(rec.until_ms)
-                );
+                return refuse(txn, &rec, "nothing in it can be changed, renamed or deleted before then").await;
             }
         }
     }
     Ok(())
+}
+
+/// The refusal of a change to a tree locked by `rec`, naming the tree and the date.
+async fn refuse(txn: &mut dyn KvTxn, rec: &RetainRec, what: &str) -> TxResult<()> {
+    let tree = tree_name(txn, rec.root).await?;
+    fail!(PermissionDenied, "{tree} is retained until {} (WORM): {what}", utc(rec.until_ms))
 }
 
 async fn tree_name(txn: &mut dyn KvTxn, root: Ino) -> TxResult<String> {
@@ -93,12 +92,7 @@ pub async fn retain_tree(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, until_ms: u64
     }
     if let Some(rec) = get::<RetainRec>(txn, &keys::retain(ino)).await? {
         if rec.until_ms > until_ms {
-            let tree = tree_name(txn, rec.root).await?;
-            fail!(
-                PermissionDenied,
-                "{tree} is retained until {} (WORM); a retention date is never moved earlier",
-                utc(rec.until_ms)
-            );
+            return refuse(txn, &rec, "a retention date is never moved earlier").await.map(|()| MetaReply::Ok);
         }
     }
     let mut stack = vec![(ino, root.attr.kind)];

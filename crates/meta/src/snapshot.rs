@@ -597,7 +597,7 @@ pub async fn create(
 }
 
 /// A wall-clock time in ms as people read it, for messages.
-fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     format!("{} UTC", wire::utc_text(ms))
 }
 

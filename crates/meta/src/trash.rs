@@ -217,6 +217,15 @@ pub async fn restore(
             "trashed file {id:?} was removed from \"/{TRASH_DIR}\""
         ),
     };
+    // Coming back is a rename out of the trash: a locked (WORM) directory takes nothing in.
+    let back = wire::MetaOp::Rename {
+        parent: trash.attr.ino,
+        name: rec.name.clone(),
+        new_parent: dir.attr.ino,
+        new_name: name.to_string(),
+        mode: RenameMode::NoReplace,
+    };
+    crate::retain::check(txn, &back, ctx.now_ms).await?;
     rename(
         txn,
         ctx,

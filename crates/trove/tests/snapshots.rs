@@ -391,7 +391,7 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     assert!(!fuse_missing(), "this test needs FUSE (/dev/fuse and fusermount3): run scripts/deps.sh");
     gw::need("python3");
     gw::need("nfs-cp");
-    let cluster = TestCluster::start(3, "2+1");
+    let cluster = TestCluster::start_with(3, "2+1", &["--trash-days", "1"]);
     let c = cluster.dir_str();
     let mount = Mount::start(&cluster, "retain", &[]);
     let locked = mount.join("locked");
@@ -482,6 +482,14 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     assert!(read(&locked.join("sub/b")) == b"bee");
     snapshot(&cluster, &["create", "/locked", "while-locked"]);
     std::fs::write(mount.join("free/e"), b"free").expect("outside the tree nothing is locked");
+    // Nor does anything come into it from the trash.
+    std::fs::remove_file(mount.join("free/e")).expect("rm e");
+    let list: serde_json::Value = serde_json::from_str(&run_ok(&["trash", "list", "--json", "--cluster", &c])).expect("JSON");
+    let id = list.as_array().expect("trash").iter().find(|e| e["path"] == "/free/e").and_then(|e| e["id"].as_str()).expect("e in the trash").to_string();
+    let text = refused(&["trash", "restore", &id, "--to", "/locked/e", "--cluster", &c]);
+    assert!(text.contains("retained until"), "{text}");
+    run_ok(&["trash", "restore", &id, "--cluster", &c]);
+    assert!(read(&mount.join("free/e")) == b"free");
 
     // Once its date has passed, a tree is an ordinary one again.
     std::fs::create_dir_all(mount.join("brief")).expect("mkdir");
