@@ -24,9 +24,9 @@ async fn tier(svc: &meta::MetaService) -> JobInfo {
 async fn operator_actions_and_runner_reports_follow_the_rules_in_any_order() {
     let env = env().await;
     let svc = &env.svc;
-    assert_eq!(jobs(svc).await.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tier", "repair", "scrub"]);
+    assert_eq!(jobs(svc).await.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tier", "repair", "scrub", "ingest"]);
     let e = err(svc, MetaOp::ControlJob { name: "nosuch".into(), action: JobAction::Pause }, ErrorCode::NotFound).await;
-    assert!(e.contains("the jobs are tier, repair, scrub"), "{e}");
+    assert!(e.contains("the jobs are tier, repair, scrub, ingest"), "{e}");
 
     // A model: (state, run). Random actions and reports, each checked against it.
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);

@@ -649,10 +649,19 @@ async fn drain_and_add_keep_data_exact() {
     let drained_addr = lab.storage(drained).addr();
     let id = lab.node_id(0, drained).unwrap_or_else(|e| lab.fail(&e));
     let shards_of = |s: &serde_json::Value, addr: &str| Lab::node_of(s, addr).and_then(|n| n["shards"].as_u64()).unwrap_or(0);
-    let before = shards_of(&lab.status(0).unwrap_or_else(|e| lab.fail(&e)), &drained_addr);
-    if before == 0 {
-        lab.fail(&format!("{} (node {id}) holds no shards before the drain", lab.storage(drained).name));
-    }
+    // The status counts a node's shards as its last heartbeat reported them: wait a few
+    // heartbeats for the writes above to show.
+    let counted_by = Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        let before = shards_of(&lab.status(0).unwrap_or_else(|e| lab.fail(&e)), &drained_addr);
+        if before > 0 {
+            break before;
+        }
+        if Instant::now() >= counted_by {
+            lab.fail(&format!("{} (node {id}) holds no shards before the drain", lab.storage(drained).name));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let t = Instant::now();
     let out = lab.cli(0, &["node", "drain", &id.to_string()], Duration::from_secs(20)).unwrap_or_else(|e| lab.fail(&e));
     let stdout = String::from_utf8_lossy(&out.stdout);
