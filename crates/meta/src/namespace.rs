@@ -1811,6 +1811,10 @@ async fn commit_chunks(
     }
     let mut added = 0i64;
     let mut queued_bytes = 0u64;
+    // A chunk placed by an older map than the newest (allocated before a map change, committed
+    // after the repair pass for it walked the records) is queued too, or it would wait for the
+    // next map change.
+    let newest_map = store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await?;
     for chunk in chunks {
         let key = keys::chunk(ino, chunk.index);
         match get::<ChunkRecord>(txn, &key).await? {
@@ -1821,7 +1825,7 @@ async fn commit_chunks(
             None => added += 1,
         }
         put(txn, &key, chunk).await?;
-        if jobs::needs_repair(chunk, rec.attr.ec) {
+        if jobs::needs_repair(chunk, rec.attr.ec) || u64::from(chunk.placement.map_version) < newest_map {
             jobs::queue(txn, ino, chunk.index, chunk.id).await?;
         }
     }

@@ -108,6 +108,17 @@ async fn the_work_queue_holds_what_needs_repair_until_that_chunk_is_settled() {
     // Queued by hand (what a repair pass left), for a chunk that exists.
     ok(svc, MetaOp::QueueChunks { chunks: vec![(f.ino, 0, 11)] }).await;
     assert_eq!(queued(svc).await, vec![(f.ino, 0, 11)]);
+    ok(svc, MetaOp::Dequeue { chunks: vec![(f.ino, 0, 11)] }).await;
+
+    // A whole chunk placed by an older map than the newest (allocated before nodes joined or
+    // left, committed after): queued, so the repair job need not wait for the next map change.
+    register(svc, 1, "127.0.0.1:1").await;
+    register(svc, 2, "127.0.0.1:2").await;
+    let newest = Placement { map_version: 2, pg: 0 };
+    ok(svc, commit(f.ino, vec![chunk(3, 15, 4 << 20, ec, newest)], 16 << 20)).await;
+    assert_eq!(queued(svc).await, vec![], "a chunk on the newest map is not queued");
+    ok(svc, commit(f.ino, vec![chunk(4, 16, 4 << 20, ec, placement)], 20 << 20)).await;
+    assert_eq!(queued(svc).await, vec![(f.ino, 4, 16)]);
 }
 
 #[tokio::test]
