@@ -111,6 +111,9 @@ pub mod counter {
     pub const MAP: &[u8] = b"map";
     /// The next pool id (absent: 1; pool 0 is the default pool).
     pub const POOL: &[u8] = b"pool";
+    /// The latest retention date of any locked (WORM) tree, wall-clock ms (absent: 0): while it
+    /// has passed, no mutation needs to look for `w` marks.
+    pub const RETAIN_UNTIL: &[u8] = b"retain";
 }
 
 /// Usage statistics kept as sharded counters under [`prefix::STAT`].

@@ -10,6 +10,11 @@
 //! into or renamed into a marked directory. A date is moved later by marking the tree again,
 //! never earlier; marks whose date passed refuse nothing (they are left in place).
 //! Snapshots are locked with `SnapshotRetain` instead (their views are read-only already).
+//!
+//! Cost: `K` ‖ "retain" holds the latest date of any lock, so while no lock is in force (the
+//! common case) a mutation reads that one key and no mark. Restoring from a snapshot (its own
+//! transactions, not a namespace call) checks each directory it writes into with
+//! [`refuse_changes`].
 
 use crate::keys::{self, RetainRec};
 use crate::namespace::{self, Ctx};
@@ -20,7 +25,6 @@ use wire::{FileKind, Ino, MetaOp, MetaReply};
 
 /// Most inodes one `RetainTree` marks: the tree is marked in one transaction.
 pub const RETAIN_TREE_INODES_MAX: u64 = 1_000_000;
-
 
 /// The inodes `op` changes, and the entries (directory, name) whose inode it removes or
 /// replaces. Operations that change no byte and no name (locks, access times, the jobs' chunk
@@ -44,18 +48,23 @@ fn changed(op: &MetaOp) -> (Vec<Ino>, Vec<(Ino, &str)>) {
             (vec![*parent, *new_parent], vec![(*parent, name.as_str()), (*new_parent, new_name.as_str())])
         }
         MetaOp::AppendFile { target, parent, .. } => (vec![*target, *parent], Vec::new()),
-        MetaOp::SnapshotRestore { root, .. } => (vec![*root], Vec::new()),
         _ => (Vec::new(), Vec::new()),
     }
 }
 
 /// Refuses `op` if it changes an inode of a tree retained past `now_ms`.
 pub async fn check(txn: &mut dyn KvTxn, op: &MetaOp, now_ms: u64) -> TxResult<()> {
-    let (mut inos, entries) = changed(op);
-    if inos.is_empty() {
+    let (inos, entries) = changed(op);
+    refuse_changes(txn, inos, &entries, now_ms).await
+}
+
+/// Refuses a change to inodes `inos` or to the inodes entries `entries` (directory, name) name,
+/// if one of them is in a tree retained past `now_ms`.
+pub async fn refuse_changes(txn: &mut dyn KvTxn, mut inos: Vec<Ino>, entries: &[(Ino, &str)], now_ms: u64) -> TxResult<()> {
+    if inos.is_empty() || store::get_u64(txn, &keys::counter(keys::counter::RETAIN_UNTIL), 0).await? <= now_ms {
         return Ok(());
     }
-    for (parent, name) in entries {
+    for &(parent, name) in entries {
         if let Some(entry) = namespace::get_dentry(txn, parent, name).await? {
             inos.push(entry.ino);
         }
@@ -94,6 +103,10 @@ pub async fn retain_tree(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, until_ms: u64
         if rec.until_ms > until_ms {
             return refuse(txn, &rec, "a retention date is never moved earlier").await.map(|()| MetaReply::Ok);
         }
+    }
+    let latest_key = keys::counter(keys::counter::RETAIN_UNTIL);
+    if store::get_u64(txn, &latest_key, 0).await? < until_ms {
+        txn.put(&latest_key, &keys::encode_u64(until_ms)).await?;
     }
     let mut stack = vec![(ino, root.attr.kind)];
     let mut marked = 0u64;

@@ -1042,6 +1042,7 @@ async fn restore_file(
     parent: Ino,
     name: &str,
 ) -> TxResult<()> {
+    crate::retain::refuse_changes(txn, vec![parent], &[(parent, name)], ctx.now_ms).await?;
     let Some(snap) = inode_at(txn, ino, epoch).await? else {
         fail!(
             Internal,
@@ -1203,6 +1204,13 @@ pub async fn restore(
         })
         .await?
     };
+    // Nothing comes back into a locked (WORM) tree: refused at once for the directory restored
+    // into, and entry by entry (skipped) below it.
+    let now_ms = ctx.now_ms;
+    transact(engine, move |txn| {
+        Box::pin(async move { crate::retain::refuse_changes(txn, vec![live_parent], &[], now_ms).await })
+    })
+    .await?;
     // (snapshot dir, live dir) pairs to restore the entries of, or one file.
     let mut todo: Vec<(Ino, Ino, usize)> = Vec::new();
     match target {
@@ -1320,6 +1328,7 @@ async fn ensure_dir(
                 }
                 return Ok((e.ino, false));
             }
+            crate::retain::refuse_changes(txn, vec![parent], &[], c.now_ms).await?;
             let Some(snap) = inode_at(txn, snap_dir, epoch).await? else {
                 fail!(Internal, "the snapshot lacks directory inode {snap_dir}");
             };

@@ -481,6 +481,14 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     assert!(read(&locked.join("a")) == a);
     assert!(read(&locked.join("sub/b")) == b"bee");
     snapshot(&cluster, &["create", "/locked", "while-locked"]);
+    // Nothing comes back into it from a snapshot, a file or the whole tree.
+    for what in [&["a"][..], &[][..]] {
+        let mut args = vec!["snapshot", "restore", "/locked", "while-locked"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["--cluster", &c]);
+        let text = refused(&args);
+        assert!(text.contains("retained until"), "restore {what:?}: {text}");
+    }
     std::fs::write(mount.join("free/e"), b"free").expect("outside the tree nothing is locked");
     // Nor does anything come into it from the trash.
     std::fs::remove_file(mount.join("free/e")).expect("rm e");
