@@ -20,6 +20,7 @@
 
 use crate::tier::Records;
 use client::Client;
+use meta::store::now_ms;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,9 +96,6 @@ pub struct Pass {
     last_report: Option<Instant>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 fn join(dir: &str, name: &str) -> String {
     if dir == "/" {
@@ -237,7 +235,7 @@ impl Pass {
                     continue;
                 }
             };
-            let Some(target_dir) = rule.target_of(&dir).or_else(|| (dir == rule.from).then(|| rule.into.clone())) else {
+            let Some(target_dir) = rule.target_of(&dir) else {
                 continue;
             };
             let mut targets: Option<HashMap<String, Attr>> = None;
@@ -323,11 +321,6 @@ impl Pass {
             Err(e) => self.failed(path, &format!("writing {target}: {e}")),
         }
     }
-}
-
-/// Whether the record `job` asks for a pass now: an operator's start not yet served.
-pub fn asked(job: &JobInfo, served: Option<u64>) -> bool {
-    job.state == JobState::Running && job.trigger == "operator" && served != Some(job.run)
 }
 
 /// The rules as the metadata service holds them.

@@ -20,6 +20,7 @@ use crate::tier::{self, Impact};
 use crate::tracker::JobTracker;
 use crate::Throttle;
 use client::Client;
+use meta::store::now_ms;
 use meta::MetaService;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,11 +100,6 @@ pub fn spawn(service: Arc<MetaService>, addr: String, settings: Settings) -> Gua
     Guard(tokio::spawn(run(service, addr, settings)))
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Job records through this server's own service (no network round trip).
 struct ServiceRecords(Arc<MetaService>);
@@ -686,8 +682,8 @@ impl Leading {
         if job.state == JobState::Paused {
             return;
         }
-        let asked = ingest::asked(&job, self.ingest_served)
-            || (job.state == JobState::Running && self.ingest_served != Some(job.run));
+        // A run not served here: an operator's start, or a run a server that led before left.
+        let asked = job.state == JobState::Running && self.ingest_served != Some(job.run);
         let due = settings.ingest_interval.is_some_and(|every| self.last_ingest.is_none_or(|t| t.elapsed() >= every));
         if !asked && !due {
             return;

@@ -16,6 +16,7 @@
 
 use crate::Throttle;
 use client::Client;
+use meta::store::now_ms;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,11 +93,6 @@ enum Stop {
     Superseded,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Whether path `a` comes before `b` in the walk's order (name order, a directory before what
 /// it holds), both as component lists.

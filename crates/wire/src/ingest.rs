@@ -88,11 +88,14 @@ impl IngestRule {
         Ok(())
     }
 
-    /// Where the variant of source file `path` goes, when `path` is below the source tree.
+    /// Where `path` (the source tree or something below it) has its counterpart in the target
+    /// tree; `None` for a path outside the source tree.
     pub fn target_of(&self, path: &str) -> Option<String> {
-        let rest = path.strip_prefix(&self.from)?;
-        let rest = if self.from == "/" { path } else { rest };
-        rest.starts_with('/').then(|| format!("{}{rest}", self.into.trim_end_matches('/')))
+        if !within(path, &self.from) {
+            return None;
+        }
+        let rest = if self.from == "/" { path } else { &path[self.from.len()..] };
+        Some(format!("{}{rest}", self.into))
     }
 
     /// The width and height of the variant of an image `width` x `height`: the short side
@@ -145,7 +148,8 @@ mod tests {
         let r = rule("/raw", "/v/224");
         assert_eq!(r.target_of("/raw/a/b.jpg").as_deref(), Some("/v/224/a/b.jpg"));
         assert_eq!(r.target_of("/rawer/b.jpg"), None);
-        assert_eq!(r.target_of("/raw"), None);
+        assert_eq!(r.target_of("/raw").as_deref(), Some("/v/224"));
+        assert_eq!(IngestRule { from: "/".into(), ..r.clone() }.target_of("/a/b.jpg").as_deref(), Some("/v/224/a/b.jpg"));
     }
 
     #[test]
