@@ -6,6 +6,10 @@ need_pkgs=()
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v git >/dev/null 2>&1 || need_pkgs+=(git)
+# The image pipeline (crates/vision) builds libjpeg-turbo from source: cmake, and nasm for its
+# SIMD code.
+command -v cmake >/dev/null 2>&1 || need_pkgs+=(cmake)
+command -v nasm >/dev/null 2>&1 || need_pkgs+=(nasm)
 # The mount's integration tests run real programs on a mounted cluster: fio, SQLite (through
 # python3's sqlite3 module; the sqlite3 shell for humans), fusermount3 for unprivileged mounts.
 command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
