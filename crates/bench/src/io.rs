@@ -127,7 +127,12 @@ pub struct BreakdownRow {
 }
 
 impl Breakdown {
-    fn new(stages: &client::StageReport, requests: u64, request_mean_us: f64, syscall_mean_us: Option<f64>) -> Breakdown {
+    fn new(
+        stages: &client::StageReport,
+        requests: u64,
+        request_mean_us: f64,
+        syscall_mean_us: Option<f64>,
+    ) -> Breakdown {
         let n = requests.max(1) as f64;
         let row = |side: &str, t: &client::StageTotal| BreakdownRow {
             side: side.to_string(),
@@ -136,8 +141,12 @@ impl Breakdown {
             mean_us: t.total_ns as f64 / 1e3 / t.count.max(1) as f64,
             us_per_request: t.total_ns as f64 / 1e3 / n,
         };
-        let mut rows: Vec<BreakdownRow> =
-            stages.local.iter().map(|t| row("local", t)).chain(stages.storage.iter().map(|t| row("storage", t))).collect();
+        let mut rows: Vec<BreakdownRow> = stages
+            .local
+            .iter()
+            .map(|t| row("local", t))
+            .chain(stages.storage.iter().map(|t| row("storage", t)))
+            .collect();
         let per_request = |stage: &str| rows.iter().find(|r| r.stage == stage).map(|r| r.us_per_request);
         let mut derived = Vec::new();
         // The kernel's part of a FUSE request: what the application waited for minus what the
@@ -150,11 +159,19 @@ impl Breakdown {
         // The network and both transports' own work: a storage call as the client saw it minus
         // the server's part (hand-off to the handler, the handling, writing the reply).
         if let (Some(call), Some(handle)) = (per_request("client.storage_call"), per_request("storage.handle")) {
-            let server = handle + per_request("rpc.server.handoff").unwrap_or(0.0) + per_request("rpc.server.reply").unwrap_or(0.0);
+            let server = handle
+                + per_request("rpc.server.handoff").unwrap_or(0.0)
+                + per_request("rpc.server.reply").unwrap_or(0.0);
             derived.push(("wire", call - server));
         }
         for (stage, us) in derived {
-            rows.push(BreakdownRow { side: "derived".into(), stage: stage.into(), per_request: 1.0, mean_us: us, us_per_request: us });
+            rows.push(BreakdownRow {
+                side: "derived".into(),
+                stage: stage.into(),
+                per_request: 1.0,
+                mean_us: us,
+                us_per_request: us,
+            });
         }
         Breakdown { requests, request_mean_us, syscall_mean_us, stages: rows, nodes_unreached: stages.nodes_unreached }
     }
@@ -223,7 +240,8 @@ pub async fn layout(target: Arc<dyn Target>, cfg: &IoConfig, jobs: usize, show: 
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let (target, todo, next, block, bar, size) = (target.clone(), todo.clone(), next.clone(), block.clone(), bar.clone(), cfg.file_bytes);
+        let (target, todo, next, block, bar, size) =
+            (target.clone(), todo.clone(), next.clone(), block.clone(), bar.clone(), cfg.file_bytes);
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
@@ -252,7 +270,11 @@ fn progress(show: bool, len: u64, what: &str, bytes: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let b = ProgressBar::new(len);
-    let t = if bytes { "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}" } else { "{msg} [{bar:30}] {elapsed}/{len}s" };
+    let t = if bytes {
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}"
+    } else {
+        "{msg} [{bar:30}] {elapsed}/{len}s"
+    };
     b.set_style(ProgressStyle::with_template(t).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
     b.set_message(what.to_string());
     b
@@ -311,7 +333,8 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
     let blocks_per_file = cfg.file_bytes / cfg.block_bytes as u64;
     // Sequential streams own whole files, so at most one stream per file.
     let streams = if cfg.pattern.is_seq() { cfg.queue_depth.min(cfg.files_per_job) } else { cfg.queue_depth };
-    let bar = progress(show, (cfg.ramp + cfg.runtime).as_secs(), &format!("{} {} jobs", cfg.pattern.name(), cfg.jobs), false);
+    let bar =
+        progress(show, (cfg.ramp + cfg.runtime).as_secs(), &format!("{} {} jobs", cfg.pattern.name(), cfg.jobs), false);
     let ticker = {
         let bar = bar.clone();
         tokio::spawn(async move {
@@ -443,7 +466,12 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
             let (calls, call_ns) = crate::target::syscall_read_totals();
             let calls = calls - syscalls_before.0;
             let syscall_mean_us = (calls > 0).then(|| (call_ns - syscalls_before.1) as f64 / 1e3 / calls as f64);
-            Some(Breakdown::new(&after.since(before), requests, total_ns as f64 / 1e3 / requests.max(1) as f64, syscall_mean_us))
+            Some(Breakdown::new(
+                &after.since(before),
+                requests,
+                total_ns as f64 / 1e3 / requests.max(1) as f64,
+                syscall_mean_us,
+            ))
         }
         _ => None,
     };
@@ -470,7 +498,11 @@ pub async fn run(target: Arc<dyn Target>, cfg: &IoConfig, show: bool) -> Result<
         job_iops: counters.iter().map(|c| c.ops.load(Ordering::Relaxed) as f64 / secs).collect(),
         caches_dropped,
         caches_note,
-        notes: if target.kind() == "trove" && cfg.pattern == Pattern::RandRead { vec![TROVE_RANDOM_READ_NOTE.to_string()] } else { Vec::new() },
+        notes: if target.kind() == "trove" && cfg.pattern == Pattern::RandRead {
+            vec![TROVE_RANDOM_READ_NOTE.to_string()]
+        } else {
+            Vec::new()
+        },
         breakdown,
     })
 }
@@ -508,7 +540,11 @@ pub async fn tf_like(target: Arc<dyn Target>, base: &IoConfig, gpus_max: usize, 
             let kept = r.job_iops.iter().all(|&i| i >= rate * TF_LIKE_KEEP_FRACTION);
             if show {
                 let worst = r.job_iops.iter().cloned().fold(f64::MAX, f64::min);
-                eprintln!("  {n:>4} GPUs: {:.0} MB/s, slowest GPU {worst:.1} IOPS: {}", r.bytes_per_s / 1e6, if kept { "kept" } else { "MISSED" });
+                eprintln!(
+                    "  {n:>4} GPUs: {:.0} MB/s, slowest GPU {worst:.1} IOPS: {}",
+                    r.bytes_per_s / 1e6,
+                    if kept { "kept" } else { "MISSED" }
+                );
             }
             trials.lock().map_err(|_| anyhow!("lock poisoned"))?.push((n, kept, r));
             Ok(kept)

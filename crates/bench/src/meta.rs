@@ -28,7 +28,8 @@ pub const TASKS_MAX: usize = 4096;
 pub const ITEMS_MAX: usize = 10_000_000;
 
 /// The phases, in the order they run.
-pub const PHASES: [&str; 7] = ["dir create", "dir stat", "dir remove", "file create", "file stat", "file read", "file remove"];
+pub const PHASES: [&str; 7] =
+    ["dir create", "dir stat", "dir remove", "file create", "file stat", "file read", "file remove"];
 /// Where the file phases start in [`PHASES`].
 const FIRST_FILE_PHASE: usize = 3;
 
@@ -210,7 +211,8 @@ pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -
         for p in cfg.phases() {
             world.barrier().await?;
             if let Some(root) = target.local_root().filter(|_| target.kind() == "dir") {
-                let dirs: Vec<PathBuf> = (0..cfg.tasks).map(|t| local_path(&root, &task_dir(cfg, iter, world.rank, t))).collect();
+                let dirs: Vec<PathBuf> =
+                    (0..cfg.tasks).map(|t| local_path(&root, &task_dir(cfg, iter, world.rank, t))).collect();
                 let (rank, items, payload) = (world.rank, cfg.items, payload.clone());
                 let timing = tokio::task::spawn_blocking(move || local_phase(p, &dirs, rank, items, &payload))
                     .await
@@ -221,7 +223,8 @@ pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -
             let start = now_s();
             let mut tasks = Vec::new();
             for t in 0..cfg.tasks {
-                let (target, dir, payload, rank) = (target.clone(), task_dir(cfg, iter, world.rank, t), payload.clone(), world.rank);
+                let (target, dir, payload, rank) =
+                    (target.clone(), task_dir(cfg, iter, world.rank, t), payload.clone(), world.rank);
                 let items = cfg.items;
                 tasks.push(tokio::spawn(async move {
                     for k in 0..items {
@@ -261,7 +264,11 @@ pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -
             for t in tasks {
                 t.await.map_err(|e| anyhow!("metadata task failed: {e}"))??;
             }
-            per_phase.push(PhaseTiming { start_unix_s: start, end_unix_s: now_s(), ops: (cfg.tasks * cfg.items) as u64 });
+            per_phase.push(PhaseTiming {
+                start_unix_s: start,
+                end_unix_s: now_s(),
+                ops: (cfg.tasks * cfg.items) as u64,
+            });
         }
         timings.push(per_phase);
     }
@@ -270,14 +277,18 @@ pub async fn run(target: Arc<dyn Target>, cfg: &MetaConfig, world: Arc<World>) -
         target.remove_all(&cfg.dir).await?;
     }
     let all = world.all_gather(&serde_json::to_value(&timings)?).await?;
-    let all: Vec<Vec<Vec<PhaseTiming>>> =
-        all.into_iter().map(serde_json::from_value).collect::<std::result::Result<_, _>>().map_err(|e| anyhow!("malformed rank timings: {e}"))?;
+    let all: Vec<Vec<Vec<PhaseTiming>>> = all
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| anyhow!("malformed rank timings: {e}"))?;
     let mut phases = Vec::new();
     for (ran, p) in cfg.phases().enumerate() {
         let name = PHASES[p];
         let rates: Vec<f64> = (0..cfg.iterations)
             .map(|i| {
-                let parts: Vec<PhaseTiming> = all.iter().filter_map(|r| r.get(i).and_then(|it| it.get(ran)).copied()).collect();
+                let parts: Vec<PhaseTiming> =
+                    all.iter().filter_map(|r| r.get(i).and_then(|it| it.get(ran)).copied()).collect();
                 merged_rate(&parts)
             })
             .collect();
@@ -330,10 +341,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let target: Arc<dyn Target> = Arc::new(crate::DirTarget::new(dir.path(), false).expect("target"));
         for unique_dir in [true, false] {
-            let cfg = MetaConfig { tasks: 3, items: 20, iterations: 2, unique_dir, file_bytes: 100, files_only: false, dir: "md".into() };
+            let cfg = MetaConfig {
+                tasks: 3,
+                items: 20,
+                iterations: 2,
+                unique_dir,
+                file_bytes: 100,
+                files_only: false,
+                dir: "md".into(),
+            };
             let r = run(target.clone(), &cfg, Arc::new(World::single())).await.expect("run");
             assert_eq!(r.phases.len(), PHASES.len());
-            let files = run(target.clone(), &MetaConfig { files_only: true, ..cfg }, Arc::new(World::single())).await.expect("run");
+            let files = run(target.clone(), &MetaConfig { files_only: true, ..cfg }, Arc::new(World::single()))
+                .await
+                .expect("run");
             let names: Vec<&str> = files.phases.iter().map(|p| p.phase.as_str()).collect();
             assert_eq!(names, ["file create", "file stat", "file read", "file remove"]);
             assert!(files.phases.iter().all(|p| p.summary.min > 0.0), "{:?}", files.phases);

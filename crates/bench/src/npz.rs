@@ -137,10 +137,14 @@ pub fn members(data: &[u8]) -> Result<Vec<(String, usize)>> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     let u16_at = |p: usize| -> Result<u16> {
-        data.get(p..p + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or_else(|| anyhow::anyhow!("npz truncated at {p}"))
+        data.get(p..p + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .ok_or_else(|| anyhow::anyhow!("npz truncated at {p}"))
     };
     let u32_at = |p: usize| -> Result<u32> {
-        data.get(p..p + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok_or_else(|| anyhow::anyhow!("npz truncated at {p}"))
+        data.get(p..p + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| anyhow::anyhow!("npz truncated at {p}"))
     };
     loop {
         match u32_at(pos)? {
@@ -149,7 +153,8 @@ pub fn members(data: &[u8]) -> Result<Vec<(String, usize)>> {
                 let name_len = u16_at(pos + 26)? as usize;
                 let extra_len = u16_at(pos + 28)? as usize;
                 let name_start = pos + 30;
-                let name = data.get(name_start..name_start + name_len).ok_or_else(|| anyhow::anyhow!("npz name truncated"))?;
+                let name =
+                    data.get(name_start..name_start + name_len).ok_or_else(|| anyhow::anyhow!("npz name truncated"))?;
                 let start = name_start + name_len + extra_len;
                 if start + size > data.len() {
                     bail!("npz member at {pos} runs past the end");

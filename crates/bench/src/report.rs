@@ -137,7 +137,13 @@ fn trim(v: f64) -> String {
 }
 
 /// A line chart of named series of (x, y) points, with an optional horizontal reference line.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)], hline: Option<(f64, &str)>) -> String {
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    hline: Option<(f64, &str)>,
+) -> String {
     let (w, h, m) = (CHART_WIDTH_PX, CHART_HEIGHT_PX, MARGIN_PX);
     let x_max = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1.0, f64::max);
     let y_top = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).chain(hline.map(|l| l.0)).fold(0.0, f64::max);
@@ -149,7 +155,13 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[(String, 
     let py = |y: f64| h - m - (h - 2.0 * m) * y / y_max;
     for i in 0..=5 {
         let v = x_max * i as f64 / 5.0;
-        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, px(v), h - m + 16.0, short_num(v));
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            px(v),
+            h - m + 16.0,
+            short_num(v)
+        );
     }
     if let Some((y, label)) = hline {
         let _ = writeln!(
@@ -168,7 +180,8 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[(String, 
         let mut pts = pts.clone();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let path: Vec<String> = pts.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
-        let _ = writeln!(out, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
+        let _ =
+            writeln!(out, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
         for (x, y) in &pts {
             let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#, px(*x), py(*y));
         }
@@ -187,7 +200,13 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[(String, 
 }
 
 /// A grouped bar chart: for each group label, one bar per series.
-pub fn bar_chart(title: &str, y_label: &str, series_names: &[&str], groups: &[(String, Vec<f64>)], hline: Option<(f64, &str)>) -> String {
+pub fn bar_chart(
+    title: &str,
+    y_label: &str,
+    series_names: &[&str],
+    groups: &[(String, Vec<f64>)],
+    hline: Option<(f64, &str)>,
+) -> String {
     let (w, h, m) = (CHART_WIDTH_PX, CHART_HEIGHT_PX, MARGIN_PX);
     let y_top = groups.iter().flat_map(|(_, v)| v.iter().copied()).chain(hline.map(|l| l.0)).fold(0.0, f64::max);
     let y_max = nice_max(y_top * 1.05);
@@ -211,7 +230,13 @@ pub fn bar_chart(title: &str, y_label: &str, series_names: &[&str], groups: &[(S
                 (h - m - py(*v)).max(0.0)
             );
         }
-        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#, x0 + group_w * 0.4, h - m + 14.0, esc(label));
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
+            x0 + group_w * 0.4,
+            h - m + 14.0,
+            esc(label)
+        );
     }
     if let Some((y, label)) = hline {
         let _ = writeln!(
@@ -258,7 +283,13 @@ impl Report {
     /// A report about a run on `host` (collected when the run started: the load average then
     /// is what the run competed with).
     pub fn new(title: &str, command: &str, host: HostInfo) -> Report {
-        Report { title: title.to_string(), command: command.to_string(), host, sections: Vec::new(), charts: Vec::new() }
+        Report {
+            title: title.to_string(),
+            command: command.to_string(),
+            host,
+            sections: Vec::new(),
+            charts: Vec::new(),
+        }
     }
 
     /// Adds a chart file and a reference to it in the Markdown.
@@ -286,7 +317,8 @@ impl Report {
             md.push_str(s);
             md.push('\n');
         }
-        std::fs::write(dir.join("report.md"), md).with_context(|| format!("cannot write {}/report.md", dir.display()))?;
+        std::fs::write(dir.join("report.md"), md)
+            .with_context(|| format!("cannot write {}/report.md", dir.display()))?;
         for (name, svg) in &self.charts {
             std::fs::write(dir.join(name), svg).with_context(|| format!("cannot write {}/{name}", dir.display()))?;
         }
@@ -315,8 +347,18 @@ fn train_rows(reports: &[TrainReport]) -> Vec<Vec<String>> {
     rows
 }
 
-const TRAIN_HEADERS: [&str; 10] =
-    ["target", "workload", "accelerators", "steps/epoch", "AU %", "result", "epoch0 samples/s", "overall samples/s", "epoch0 MB/s", "overall MB/s"];
+const TRAIN_HEADERS: [&str; 10] = [
+    "target",
+    "workload",
+    "accelerators",
+    "steps/epoch",
+    "AU %",
+    "result",
+    "epoch0 samples/s",
+    "overall samples/s",
+    "epoch0 MB/s",
+    "overall MB/s",
+];
 
 /// The terminal summary of `bench train`.
 pub fn train_text(reports: &[TrainReport]) -> String {
@@ -329,13 +371,22 @@ pub fn train_text(reports: &[TrainReport]) -> String {
                 rep.target,
                 ds.files,
                 ds.total_bytes as f64 / 1e9,
-                if rep.dataset_exceeds_ram { "" } else { " (smaller than RAM: later epochs may be served from the page cache)" },
+                if rep.dataset_exceeds_ram {
+                    ""
+                } else {
+                    " (smaller than RAM: later epochs may be served from the page cache)"
+                },
                 rep.caches_note,
                 if rep.generated { "; generated" } else { "" }
             );
         }
         if let Some(best) = rep.sweep_best {
-            let _ = writeln!(out, "{}: most accelerators passing: {best}{}", rep.target, if rep.sweep_capped { " (sweep cap reached)" } else { "" });
+            let _ = writeln!(
+                out,
+                "{}: most accelerators passing: {best}{}",
+                rep.target,
+                if rep.sweep_capped { " (sweep cap reached)" } else { "" }
+            );
         } else if !rep.runs.is_empty() && rep.runs.len() > 1 {
             let _ = writeln!(out, "{}: no configuration passed", rep.target);
         }
@@ -363,19 +414,33 @@ pub fn train_report(report: &mut Report, reports: &[TrainReport]) {
                     "**smaller than client RAM** (epochs after the first can be served from the page cache; epoch 0 is the honest figure)"
                 },
                 rep.caches_note,
-                rep.sweep_best.map(|b| format!(" Most accelerators passing: **{b}**{}.", if rep.sweep_capped { " (cap reached)" } else { "" })).unwrap_or_default()
+                rep.sweep_best
+                    .map(|b| format!(
+                        " Most accelerators passing: **{b}**{}.",
+                        if rep.sweep_capped { " (cap reached)" } else { "" }
+                    ))
+                    .unwrap_or_default()
             );
         }
     }
     report.sections.push(notes);
     let series = |f: &dyn Fn(&crate::train::TrainResult) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
-        reports.iter().map(|rep| (rep.target.clone(), rep.runs.iter().map(|r| (r.accelerators as f64, f(r))).collect())).collect()
+        reports
+            .iter()
+            .map(|rep| (rep.target.clone(), rep.runs.iter().map(|r| (r.accelerators as f64, f(r))).collect()))
+            .collect()
     };
     let threshold = reports.iter().flat_map(|r| r.runs.first()).map(|r| r.au_min).next().unwrap_or(0.9);
     report.chart(
         "throughput_vs_accelerators.svg",
         "Throughput vs accelerators",
-        line_chart("Throughput vs emulated accelerators", "accelerators", "samples/s (overall)", &series(&|r| r.overall_samples_per_s), None),
+        line_chart(
+            "Throughput vs emulated accelerators",
+            "accelerators",
+            "samples/s (overall)",
+            &series(&|r| r.overall_samples_per_s),
+            None,
+        ),
     );
     report.chart(
         "au_per_configuration.svg",
@@ -393,7 +458,12 @@ pub fn train_report(report: &mut Report, reports: &[TrainReport]) {
         .flat_map(|rep| {
             let mut runs: Vec<&crate::train::TrainResult> = rep.runs.iter().collect();
             runs.sort_by_key(|r| r.accelerators);
-            runs.into_iter().map(move |r| (format!("{} {}", rep_short(&rep.target), r.accelerators), vec![r.epoch0_samples_per_s, r.overall_samples_per_s]))
+            runs.into_iter().map(move |r| {
+                (
+                    format!("{} {}", rep_short(&rep.target), r.accelerators),
+                    vec![r.epoch0_samples_per_s, r.overall_samples_per_s],
+                )
+            })
         })
         .collect();
     report.chart(
@@ -409,7 +479,8 @@ fn rep_short(target: &str) -> String {
 
 /// The terminal summary of one or more `bench io` runs.
 pub fn io_text(results: &[IoResult]) -> String {
-    let mut notes: Vec<String> = results.iter().flat_map(|r| std::iter::once(r.caches_note.clone()).chain(r.notes.iter().cloned())).collect();
+    let mut notes: Vec<String> =
+        results.iter().flat_map(|r| std::iter::once(r.caches_note.clone()).chain(r.notes.iter().cloned())).collect();
     notes.dedup();
     notes.sort();
     notes.dedup();
@@ -437,7 +508,15 @@ pub fn breakdown_text(r: &IoResult, b: &crate::io::Breakdown) -> String {
     let rows: Vec<Vec<String>> = b
         .stages
         .iter()
-        .map(|s| vec![s.side.clone(), s.stage.clone(), format!("{:.3}", s.per_request), format!("{:.1}", s.mean_us), format!("{:.1}", s.us_per_request)])
+        .map(|s| {
+            vec![
+                s.side.clone(),
+                s.stage.clone(),
+                format!("{:.3}", s.per_request),
+                format!("{:.1}", s.mean_us),
+                format!("{:.1}", s.us_per_request),
+            ]
+        })
         .collect();
     out.push_str(&table(&["where", "stage", "per request", "mean µs", "µs per request"], &rows));
     if b.nodes_unreached > 0 {
@@ -452,7 +531,8 @@ wire = client.storage_call - (rpc.server.handoff + storage.handle + rpc.server.r
     out
 }
 
-const IO_HEADERS: [&str; 12] = ["target", "pattern", "bs", "jobs", "qd", "MB/s", "IOPS", "lat mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs"];
+const IO_HEADERS: [&str; 12] =
+    ["target", "pattern", "bs", "jobs", "qd", "MB/s", "IOPS", "lat mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs"];
 
 fn io_rows(results: &[IoResult]) -> Vec<Vec<String>> {
     results
@@ -479,8 +559,18 @@ fn io_rows(results: &[IoResult]) -> Vec<Vec<String>> {
 /// Adds io results to a report.
 pub fn io_report(report: &mut Report, results: &[IoResult]) {
     report.sections.push(format!("## Results\n\n{}", markdown_table(&IO_HEADERS, &io_rows(results))));
-    let notes: Vec<String> =
-        results.iter().map(|r| format!("- {} {}: {}{}", r.target, r.pattern, r.caches_note, r.notes.iter().map(|n| format!("; {n}")).collect::<String>())).collect();
+    let notes: Vec<String> = results
+        .iter()
+        .map(|r| {
+            format!(
+                "- {} {}: {}{}",
+                r.target,
+                r.pattern,
+                r.caches_note,
+                r.notes.iter().map(|n| format!("; {n}")).collect::<String>()
+            )
+        })
+        .collect();
     report.sections.push(format!("## Conditions\n\n{}\n", notes.join("\n")));
 }
 
@@ -491,7 +581,13 @@ pub fn tf_like_text(r: &TfLikeReport) -> String {
         .iter()
         .map(|(n, kept, io)| {
             let worst = io.job_iops.iter().cloned().fold(f64::MAX, f64::min);
-            vec![n.to_string(), mb(io.bytes_per_s), format!("{:.1}", worst), format!("{:.0}", io.lat_p99_us), if *kept { "kept".into() } else { "MISSED".into() }]
+            vec![
+                n.to_string(),
+                mb(io.bytes_per_s),
+                format!("{:.1}", worst),
+                format!("{:.0}", io.lat_p99_us),
+                if *kept { "kept".into() } else { "MISSED".into() },
+            ]
         })
         .collect();
     let mut out = table(&["GPUs", "MB/s", "slowest GPU IOPS", "p99 µs", "83 IOPS per GPU"], &rows);
@@ -510,11 +606,18 @@ pub fn tf_like_text(r: &TfLikeReport) -> String {
 pub fn tf_like_report(report: &mut Report, r: &TfLikeReport) {
     report.sections.push(format!("## tf-like (Isilon paper's fio job)\n\n```\n{}```\n", tf_like_text(r)));
     let pts: Vec<(f64, f64)> = r.trials.iter().map(|(n, _, io)| (*n as f64, io.bytes_per_s / 1e6)).collect();
-    let demand: Vec<(f64, f64)> = r.trials.iter().map(|(n, _, _)| (*n as f64, *n as f64 * r.rate_iops_per_gpu * 1.048576)).collect();
+    let demand: Vec<(f64, f64)> =
+        r.trials.iter().map(|(n, _, _)| (*n as f64, *n as f64 * r.rate_iops_per_gpu * 1.048576)).collect();
     report.chart(
         "tf_like_throughput_vs_gpus.svg",
         "tf-like throughput vs GPUs",
-        line_chart("tf-like: throughput vs GPUs", "GPUs", "MB/s", &[("delivered".into(), pts), ("demanded (83 IOPS × 1 MiB)".into(), demand)], None),
+        line_chart(
+            "tf-like: throughput vs GPUs",
+            "GPUs",
+            "MB/s",
+            &[("delivered".into(), pts), ("demanded (83 IOPS × 1 MiB)".into(), demand)],
+            None,
+        ),
     );
 }
 
@@ -535,7 +638,15 @@ const META_HEADERS: [&str; 5] = ["operation", "max ops/s", "min ops/s", "mean op
 fn meta_rows(r: &MetaReport) -> Vec<Vec<String>> {
     r.phases
         .iter()
-        .map(|p| vec![p.phase.clone(), format!("{:.1}", p.summary.max), format!("{:.1}", p.summary.min), format!("{:.1}", p.summary.mean), format!("{:.1}", p.summary.stddev)])
+        .map(|p| {
+            vec![
+                p.phase.clone(),
+                format!("{:.1}", p.summary.max),
+                format!("{:.1}", p.summary.min),
+                format!("{:.1}", p.summary.mean),
+                format!("{:.1}", p.summary.stddev),
+            ]
+        })
         .collect()
 }
 
@@ -557,13 +668,27 @@ pub fn meta_text(r: &MetaReport) -> String {
 pub fn meta_report(report: &mut Report, r: &MetaReport) {
     report.sections.push(format!("## Results\n\n{}", markdown_table(&META_HEADERS, &meta_rows(r))));
     let groups: Vec<(String, Vec<f64>)> = r.phases.iter().map(|p| (p.phase.clone(), vec![p.summary.mean])).collect();
-    report.chart("meta_ops.svg", "Metadata rates", bar_chart("Metadata operations (mean ops/s)", "ops/s", &["mean"], &groups, None));
+    report.chart(
+        "meta_ops.svg",
+        "Metadata rates",
+        bar_chart("Metadata operations (mean ops/s)", "ops/s", &["mean"], &groups, None),
+    );
 }
 
 const SCAN_HEADERS: [&str; 4] = ["readers", "MB/s", "records/s", "files read"];
 
 fn scan_rows(r: &ScanReport) -> Vec<Vec<String>> {
-    r.levels.iter().map(|l| vec![l.readers.to_string(), mb(l.bytes_per_s), format!("{:.0}", l.records_per_s), l.files_completed.to_string()]).collect()
+    r.levels
+        .iter()
+        .map(|l| {
+            vec![
+                l.readers.to_string(),
+                mb(l.bytes_per_s),
+                format!("{:.0}", l.records_per_s),
+                l.files_completed.to_string(),
+            ]
+        })
+        .collect()
 }
 
 pub fn scan_text(r: &ScanReport) -> String {
@@ -579,9 +704,17 @@ pub fn scan_text(r: &ScanReport) -> String {
 }
 
 pub fn scan_report(report: &mut Report, r: &ScanReport) {
-    report.sections.push(format!("## Results\n\n{}\n{}\n", markdown_table(&SCAN_HEADERS, &scan_rows(r)), r.caches_note));
+    report.sections.push(format!(
+        "## Results\n\n{}\n{}\n",
+        markdown_table(&SCAN_HEADERS, &scan_rows(r)),
+        r.caches_note
+    ));
     let pts: Vec<(f64, f64)> = r.levels.iter().map(|l| (l.readers as f64, l.bytes_per_s / 1e6)).collect();
-    report.chart("scan_throughput_vs_readers.svg", "Scan throughput vs readers", line_chart("TFRecord scan: throughput vs readers", "readers", "MB/s", &[(r.target.clone(), pts)], None));
+    report.chart(
+        "scan_throughput_vs_readers.svg",
+        "Scan throughput vs readers",
+        line_chart("TFRecord scan: throughput vs readers", "readers", "MB/s", &[(r.target.clone(), pts)], None),
+    );
 }
 
 /// The terminal summary of the checkpoint workload.
@@ -591,7 +724,15 @@ pub fn checkpoint_text(r: &CheckpointReport) -> String {
         .iter()
         .zip(&r.read_s)
         .enumerate()
-        .map(|(i, (w, rd))| vec![i.to_string(), format!("{w:.2}"), mb(r.checkpoint_bytes as f64 / w), format!("{rd:.2}"), mb(r.checkpoint_bytes as f64 / rd)])
+        .map(|(i, (w, rd))| {
+            vec![
+                i.to_string(),
+                format!("{w:.2}"),
+                mb(r.checkpoint_bytes as f64 / w),
+                format!("{rd:.2}"),
+                mb(r.checkpoint_bytes as f64 / rd),
+            ]
+        })
         .collect();
     format!(
         "{}: {} checkpoints of {} ({} / {}), {} files each\n{}write {} MB/s, read {} MB/s; {}\n",

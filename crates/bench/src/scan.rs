@@ -71,7 +71,12 @@ pub fn still_growing(prev: f64, now: f64) -> bool {
 
 /// Reads with `readers` asynchronous readers for `duration`; each takes the next file (round
 /// robin over the shard list) and parses it whole.
-async fn level(target: Arc<dyn Target>, files: Arc<Vec<String>>, readers: usize, cfg: &ScanConfig) -> Result<ScanLevel> {
+async fn level(
+    target: Arc<dyn Target>,
+    files: Arc<Vec<String>>,
+    readers: usize,
+    cfg: &ScanConfig,
+) -> Result<ScanLevel> {
     let bytes = Arc::new(AtomicU64::new(0));
     let records = Arc::new(AtomicU64::new(0));
     let completed = Arc::new(AtomicU64::new(0));
@@ -133,7 +138,10 @@ async fn level(target: Arc<dyn Target>, files: Arc<Vec<String>>, readers: usize,
 pub async fn run(target: Arc<dyn Target>, cfg: &ScanConfig, show: bool) -> Result<ScanReport> {
     let files = find_shards(&*target, &cfg.data_dir).await?;
     if files.is_empty() {
-        bail!("no .tfrecord files in {} (generate some with `trove bench train --workload resnet50 --generate-only`)", cfg.data_dir);
+        bail!(
+            "no .tfrecord files in {} (generate some with `trove bench train --workload resnet50 --generate-only`)",
+            cfg.data_dir
+        );
     }
     let files = Arc::new(files);
     let mut report = ScanReport { target: target.describe(), files: files.len(), ..Default::default() };
@@ -185,7 +193,13 @@ pub async fn run(target: Arc<dyn Target>, cfg: &ScanConfig, show: bool) -> Resul
 
 /// A scan config with defaults for tests and presets.
 pub fn default_config(data_dir: &str) -> ScanConfig {
-    ScanConfig { data_dir: data_dir.to_string(), readers_max: 64, duration: Duration::from_secs(10), read_bytes: 1 << 20, drop_caches: true }
+    ScanConfig {
+        data_dir: data_dir.to_string(),
+        readers_max: 64,
+        duration: Duration::from_secs(10),
+        read_bytes: 1 << 20,
+        drop_caches: true,
+    }
 }
 
 #[cfg(test)]
@@ -217,7 +231,12 @@ mod tests {
         for f in 0..3 {
             crate::train::write_file(&*target, &ds, "data", f).await.expect("write");
         }
-        let cfg = ScanConfig { readers_max: 2, duration: Duration::from_millis(300), drop_caches: false, ..default_config("data") };
+        let cfg = ScanConfig {
+            readers_max: 2,
+            duration: Duration::from_millis(300),
+            drop_caches: false,
+            ..default_config("data")
+        };
         let r = run(target, &cfg, false).await.expect("scan");
         assert_eq!(r.files, 3);
         assert!(!r.levels.is_empty() && r.levels.len() <= 2);

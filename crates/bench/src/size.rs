@@ -20,9 +20,21 @@ pub struct Demand {
 pub fn demand_table() -> Vec<Demand> {
     let mut rows = vec![
         // Dell EMC Isilon and NVIDIA DGX-1 servers for deep learning (2019), Table 3.
-        Demand { name: "v100-resnet50-train".into(), bytes_per_s_per_gpu: 90e6, source: "Isilon/DGX-1 paper, Table 3".into() },
-        Demand { name: "v100-resnet50-infer".into(), bytes_per_s_per_gpu: 160e6, source: "Isilon/DGX-1 paper, Table 3".into() },
-        Demand { name: "v100-inception4-large-train".into(), bytes_per_s_per_gpu: 300e6, source: "Isilon/DGX-1 paper, Table 3".into() },
+        Demand {
+            name: "v100-resnet50-train".into(),
+            bytes_per_s_per_gpu: 90e6,
+            source: "Isilon/DGX-1 paper, Table 3".into(),
+        },
+        Demand {
+            name: "v100-resnet50-infer".into(),
+            bytes_per_s_per_gpu: 160e6,
+            source: "Isilon/DGX-1 paper, Table 3".into(),
+        },
+        Demand {
+            name: "v100-inception4-large-train".into(),
+            bytes_per_s_per_gpu: 300e6,
+            source: "Isilon/DGX-1 paper, Table 3".into(),
+        },
     ];
     for w in ["resnet50", "unet3d", "cosmoflow"] {
         for a in ["h100", "a100", "v100"] {
@@ -49,7 +61,10 @@ pub fn demand(name: &str) -> Result<Demand> {
     let table = demand_table();
     match table.iter().find(|d| d.name == name) {
         Some(d) => Ok(d.clone()),
-        None => bail!("unknown workload {name:?}; known: {}", table.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")),
+        None => bail!(
+            "unknown workload {name:?}; known: {}",
+            table.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 

@@ -49,12 +49,7 @@ pub struct DeviceShare {
 /// the client library only.
 pub fn device_id(host: &str, st_dev: u64, fsid: u64) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in host
-        .bytes()
-        .chain([0])
-        .chain(st_dev.to_le_bytes())
-        .chain(fsid.to_le_bytes())
-    {
+    for b in host.bytes().chain([0]).chain(st_dev.to_le_bytes()).chain(fsid.to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -65,24 +60,19 @@ pub fn device_id(host: &str, st_dev: u64, fsid: u64) -> u64 {
 pub fn host_id() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        [
-            "/etc/machine-id",
-            "/var/lib/dbus/machine-id",
-            "/proc/sys/kernel/hostname",
-        ]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
-        .find(|s| !s.is_empty())
-        .unwrap_or_default()
+        ["/etc/machine-id", "/var/lib/dbus/machine-id", "/proc/sys/kernel/hostname"]
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .map(|s| s.trim().to_string())
+            .find(|s| !s.is_empty())
+            .unwrap_or_default()
     })
 }
 
 /// A local file system's identity, free bytes and size, from `stat` and `statvfs` of `path`.
 pub fn local_fs(path: &Path) -> Result<(u64, u64, u64)> {
     let st = rustix::fs::stat(path).map_err(|e| anyhow::anyhow!("stat {}: {e}", path.display()))?;
-    let vfs = rustix::fs::statvfs(path)
-        .map_err(|e| anyhow::anyhow!("statvfs {}: {e}", path.display()))?;
+    let vfs = rustix::fs::statvfs(path).map_err(|e| anyhow::anyhow!("statvfs {}: {e}", path.display()))?;
     Ok((
         device_id(host_id(), st.st_dev, vfs.f_fsid),
         vfs.f_bavail.saturating_mul(vfs.f_frsize),
@@ -101,26 +91,14 @@ pub fn mount_of(path: &Path) -> Option<(PathBuf, String, String, String)> {
         let Some(dash) = fields.iter().position(|f| *f == "-") else {
             continue;
         };
-        let (Some(root), Some(point), Some(fstype), Some(source)) = (
-            fields.get(3),
-            fields.get(4),
-            fields.get(dash + 1),
-            fields.get(dash + 2),
-        ) else {
+        let (Some(root), Some(point), Some(fstype), Some(source)) =
+            (fields.get(3), fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
+        else {
             continue;
         };
         let point = PathBuf::from(unescape_mountinfo(point));
-        if path.starts_with(&point)
-            && best
-                .as_ref()
-                .is_none_or(|b| point.as_os_str().len() >= b.0.as_os_str().len())
-        {
-            best = Some((
-                point,
-                unescape_mountinfo(root),
-                fstype.to_string(),
-                unescape_mountinfo(source),
-            ));
+        if path.starts_with(&point) && best.as_ref().is_none_or(|b| point.as_os_str().len() >= b.0.as_os_str().len()) {
+            best = Some((point, unescape_mountinfo(root), fstype.to_string(), unescape_mountinfo(source)));
         }
     }
     best
@@ -132,12 +110,7 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
             let n = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(n);
             i += 4;
@@ -163,11 +136,7 @@ pub fn trove_devices(status: &client_status::Status, k: u8, m: u8) -> Vec<Device
     for node in members {
         let drives = node.drives.len().max(1) as f64;
         for (i, d) in node.drives.iter().enumerate() {
-            let key = if d.device == 0 {
-                format!("node {} drive {i}", node.id)
-            } else {
-                format!("{:016x}", d.device)
-            };
+            let key = if d.device == 0 { format!("node {} drive {i}", node.id) } else { format!("{:016x}", d.device) };
             let share = shares.entry(key.clone()).or_insert(DeviceShare {
                 device: key.clone(),
                 what: String::new(),
@@ -245,12 +214,7 @@ pub fn check(what: &str, needs: &[Need]) -> Result<()> {
     let mut short = Vec::new();
     for n in needs.iter().filter(|n| n.bytes > 0) {
         if n.bytes > n.storage.bytes_free {
-            short.push(format!(
-                "{}: {} needed, {} free",
-                n.target,
-                gb(n.bytes),
-                gb(n.storage.bytes_free)
-            ));
+            short.push(format!("{}: {} needed, {} free", n.target, gb(n.bytes), gb(n.storage.bytes_free)));
         }
     }
     // Per file system: what every target puts there.
@@ -258,17 +222,13 @@ pub fn check(what: &str, needs: &[Need]) -> Result<()> {
     for n in needs.iter().filter(|n| n.bytes > 0) {
         for d in &n.storage.devices {
             let landing = n.bytes as f64 * d.per_byte;
-            let entry = per_device
-                .entry(d.device.as_str())
-                .or_insert_with(|| (d.clone(), 0.0, Vec::new()));
+            let entry = per_device.entry(d.device.as_str()).or_insert_with(|| (d.clone(), 0.0, Vec::new()));
             entry.0.bytes_free = entry.0.bytes_free.min(d.bytes_free);
             if !entry.0.what.split(" and ").any(|w| w == d.what) {
                 entry.0.what = format!("{} and {}", entry.0.what, d.what);
             }
             entry.1 += landing;
-            entry
-                .2
-                .push(format!("{} for {}", gb(landing as u64), n.target));
+            entry.2.push(format!("{} for {}", gb(landing as u64), n.target));
         }
     }
     let mut devices: Vec<_> = per_device.into_values().collect();
@@ -311,25 +271,14 @@ mod tests {
     use super::*;
 
     fn share(device: &str, free: u64, total: u64, per_byte: f64) -> DeviceShare {
-        DeviceShare {
-            device: device.into(),
-            what: device.into(),
-            bytes_free: free,
-            bytes_total: total,
-            per_byte,
-        }
+        DeviceShare { device: device.into(), what: device.into(), bytes_free: free, bytes_total: total, per_byte }
     }
 
     fn need(target: &str, bytes: u64, free: u64, devices: Vec<DeviceShare>) -> Need {
         Need {
             target: target.into(),
             bytes,
-            storage: Storage {
-                store: target.into(),
-                root: "/".into(),
-                bytes_free: free,
-                devices,
-            },
+            storage: Storage { store: target.into(), root: "/".into(), bytes_free: free, devices },
         }
     }
 
@@ -362,44 +311,20 @@ mod tests {
 
     #[test]
     fn a_target_short_of_space_is_named_with_the_figures() {
-        let e = check(
-            "the dataset",
-            &[need(
-                "dir /small",
-                5 * G,
-                2 * G,
-                vec![share("bb", 2 * G, 10 * G, 1.0)],
-            )],
-        )
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-        assert!(
-            e.contains("dir /small: 5.0 GB needed, 2.0 GB free") && e.contains("--dataset-gib"),
-            "{e}"
-        );
+        let e = check("the dataset", &[need("dir /small", 5 * G, 2 * G, vec![share("bb", 2 * G, 10 * G, 1.0)])])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("dir /small: 5.0 GB needed, 2.0 GB free") && e.contains("--dataset-gib"), "{e}");
         // The headroom is kept: 9.9 of 10 GB free is not enough for 9.9 GB.
-        assert!(check(
-            "x",
-            &[need(
-                "d",
-                9_900_000_000,
-                10 * G,
-                vec![share("cc", 9_900_000_000, 10 * G, 1.0)]
-            )]
-        )
-        .is_err());
+        assert!(check("x", &[need("d", 9_900_000_000, 10 * G, vec![share("cc", 9_900_000_000, 10 * G, 1.0)])]).is_err());
         assert_eq!(headroom(10 * G), 200_000_000);
         assert_eq!(headroom(1 << 50), 1 << 30);
     }
 
     #[test]
     fn cluster_writes_spread_over_the_nodes_drives() {
-        let drive = |device, free| client_status::Drive {
-            device,
-            bytes_free: free,
-            bytes_total: 100,
-        };
+        let drive = |device, free| client_status::Drive { device, bytes_free: free, bytes_total: 100 };
         let node = |id, member, drives| client_status::Node { id, member, drives };
         // Four nodes on one disk, two with their own; a draining node takes no new data.
         let status = client_status::Status {
@@ -414,18 +339,11 @@ mod tests {
             ],
         };
         let shares = trove_devices(&status, 4, 2);
-        let by: HashMap<&str, &DeviceShare> =
-            shares.iter().map(|s| (s.device.as_str(), s)).collect();
+        let by: HashMap<&str, &DeviceShare> = shares.iter().map(|s| (s.device.as_str(), s)).collect();
         let shared = by[format!("{:016x}", 7).as_str()];
-        assert!(
-            (shared.per_byte - 4.0 * 1.5 / 6.0).abs() < 1e-9 && shared.bytes_free == 40,
-            "{shared:?}"
-        );
+        assert!((shared.per_byte - 4.0 * 1.5 / 6.0).abs() < 1e-9 && shared.bytes_free == 40, "{shared:?}");
         assert_eq!(shared.what, "the drives of nodes 1, 2, 3, 4");
-        assert_eq!(
-            by[format!("{:016x}", 8).as_str()].what,
-            "the drives of node 5"
-        );
+        assert_eq!(by[format!("{:016x}", 8).as_str()].what, "the drives of node 5");
         assert!((by["node 6 drive 0"].per_byte - 1.5 / 6.0 / 2.0).abs() < 1e-9);
         assert!(!shares.iter().any(|s| s.device == format!("{:016x}", 9)));
         let total: f64 = shares.iter().map(|s| s.per_byte).sum();
@@ -434,11 +352,7 @@ mod tests {
 
     #[test]
     fn device_ids_match_what_storage_nodes_report() {
-        for (host, dev, fsid) in [
-            ("", 0, 0),
-            ("4c4c4544004e", 0xfd01, 0x1234_5678_9abc_def0),
-            ("host", u64::MAX, 1),
-        ] {
+        for (host, dev, fsid) in [("", 0, 0), ("4c4c4544004e", 0xfd01, 0x1234_5678_9abc_def0), ("host", u64::MAX, 1)] {
             assert_eq!(device_id(host, dev, fsid), wire::device_id(host, dev, fsid));
         }
     }

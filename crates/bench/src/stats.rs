@@ -22,7 +22,13 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: vec![0; (OCTAVES * SUB_BUCKETS) as usize], count: 0, sum_ns: 0, max_ns: 0, min_ns: u64::MAX }
+        Histogram {
+            counts: vec![0; (OCTAVES * SUB_BUCKETS) as usize],
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+            min_ns: u64::MAX,
+        }
     }
 }
 

@@ -121,7 +121,8 @@ pub async fn claim_dir(target: &dyn Target, dir: &str, also_ours: &[&str]) -> Re
     let mark = join(dir, BENCH_MARK_FILE);
     if target.size_of(&mark).await?.is_none() {
         let mut w = target.create(&mark).await?;
-        w.write_at(0, Bytes::from_static(b"made by trove bench: its contents may be removed by the next run\n")).await?;
+        w.write_at(0, Bytes::from_static(b"made by trove bench: its contents may be removed by the next run\n"))
+            .await?;
         w.close().await?;
     }
     Ok(())
@@ -159,7 +160,8 @@ pub struct TroveTarget {
 impl TroveTarget {
     /// Connects to the metadata service at `addr` and uses `root` (created if missing).
     pub async fn connect(addr: &str, root: &str) -> Result<TroveTarget> {
-        let client = Client::connect(addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
+        let client =
+            Client::connect(addr).await.map_err(|e| anyhow!("cannot reach the Trove cluster at {addr}: {e}"))?;
         Self::new(client, addr, root).await
     }
 
@@ -264,7 +266,8 @@ impl Target for TroveTarget {
     }
     async fn mkdir(&self, path: &str) -> Result<()> {
         let (parent, name) = self.parent(path).await?;
-        let attr = self.client.mkdir(parent, &name, 0o755).await.map_err(|e| anyhow!("mkdir {}: {e}", self.full(path)))?;
+        let attr =
+            self.client.mkdir(parent, &name, 0o755).await.map_err(|e| anyhow!("mkdir {}: {e}", self.full(path)))?;
         if let Ok(mut d) = self.dirs.lock() {
             d.insert(self.full(path), attr.ino);
         }
@@ -336,7 +339,10 @@ impl Target for TroveTarget {
                 if entry.attr.kind == FileKind::Dir {
                     stack.push((entry.attr.ino, format!("{dir}/{}", entry.name), false));
                 } else {
-                    self.client.unlink(ino, &entry.name).await.map_err(|e| anyhow!("unlink {dir}/{}: {e}", entry.name))?;
+                    self.client
+                        .unlink(ino, &entry.name)
+                        .await
+                        .map_err(|e| anyhow!("unlink {dir}/{}: {e}", entry.name))?;
                 }
             }
         }
@@ -350,11 +356,21 @@ impl Target for TroveTarget {
     }
     async fn storage(&self) -> Result<Storage> {
         let devices = trove_devices(&self.client, &self.root).await?;
-        Ok(Storage { store: format!("trove:{}", self.addr), root: self.root.clone(), bytes_free: writable(&devices), devices })
+        Ok(Storage {
+            store: format!("trove:{}", self.addr),
+            root: self.root.clone(),
+            bytes_free: writable(&devices),
+            devices,
+        })
     }
     fn at_root(&self, root: &str) -> Result<Arc<dyn Target>> {
         let root = format!("/{}", root.trim_matches('/'));
-        Ok(Arc::new(TroveTarget { client: self.client.clone(), addr: self.addr.clone(), root, dirs: Default::default() }))
+        Ok(Arc::new(TroveTarget {
+            client: self.client.clone(),
+            addr: self.addr.clone(),
+            root,
+            dirs: Default::default(),
+        }))
     }
 }
 
@@ -372,7 +388,11 @@ async fn trove_devices(client: &Client, root: &str) -> Result<Vec<DeviceShare>> 
             drives: n
                 .drives
                 .iter()
-                .map(|d| space::client_status::Drive { device: d.device, bytes_free: d.bytes_free, bytes_total: d.bytes_total })
+                .map(|d| space::client_status::Drive {
+                    device: d.device,
+                    bytes_free: d.bytes_free,
+                    bytes_total: d.bytes_total,
+                })
                 .collect(),
         })
         .collect();
@@ -410,7 +430,13 @@ impl DirTarget {
     /// Whether O_DIRECT works in this directory (tmpfs, for one, refuses it).
     pub fn direct_supported(&self) -> bool {
         let probe = self.root.join(".trove-bench-direct-probe");
-        let ok = std::fs::OpenOptions::new().create(true).truncate(true).write(true).custom_flags(libc::O_DIRECT).open(&probe).is_ok();
+        let ok = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)
+            .is_ok();
         let _ = std::fs::remove_file(&probe);
         ok
     }
@@ -483,7 +509,10 @@ impl Writer for DirWriter {
         let direct = self.direct;
         let path = self.path.clone();
         blocking(move || {
-            if direct && data.len().is_multiple_of(DIRECT_ALIGN_BYTES) && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64) {
+            if direct
+                && data.len().is_multiple_of(DIRECT_ALIGN_BYTES)
+                && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64)
+            {
                 let (mut buf, start) = aligned_buffer(data.len());
                 buf[start..start + data.len()].copy_from_slice(&data);
                 file.write_all_at(&buf[start..start + data.len()], offset)
@@ -630,12 +659,19 @@ impl Target for DirTarget {
     }
     async fn storage(&self) -> Result<Storage> {
         let root = self.root.clone();
-        let canonical = blocking(move || root.canonicalize().with_context(|| format!("cannot resolve {}", root.display()))).await?;
+        let canonical =
+            blocking(move || root.canonicalize().with_context(|| format!("cannot resolve {}", root.display()))).await?;
         let (device, free, total) = {
             let p = canonical.clone();
             blocking(move || space::local_fs(&p)).await?
         };
-        let local = DeviceShare { device: format!("{device:016x}"), what: canonical.display().to_string(), bytes_free: free, bytes_total: total, per_byte: 1.0 };
+        let local = DeviceShare {
+            device: format!("{device:016x}"),
+            what: canonical.display().to_string(),
+            bytes_free: free,
+            bytes_total: total,
+            per_byte: 1.0,
+        };
         // A directory on a mount of a Trove cluster stores into the cluster.
         if let Some((point, mount_root, fstype, source)) = space::mount_of(&canonical) {
             if let (Some(addr), true) = (source.strip_prefix("trove:"), fstype.starts_with("fuse")) {
@@ -649,13 +685,20 @@ impl Target for DirTarget {
                 return Ok(Storage { store: format!("trove:{addr}"), root, bytes_free: free, devices });
             }
         }
-        Ok(Storage { store: format!("fs:{device:016x}"), root: canonical.display().to_string(), bytes_free: free, devices: vec![local] })
+        Ok(Storage {
+            store: format!("fs:{device:016x}"),
+            root: canonical.display().to_string(),
+            bytes_free: free,
+            devices: vec![local],
+        })
     }
     fn at_root(&self, root: &str) -> Result<Arc<dyn Target>> {
         let local = match std::fs::canonicalize(&self.root).ok().and_then(|p| space::mount_of(&p)) {
             // On a Trove mount: `root` is a cluster path, found under the mount point.
             Some((point, mount_root, fstype, source)) if source.starts_with("trove:") && fstype.starts_with("fuse") => {
-                let within = Path::new(root).strip_prefix(&mount_root).map_err(|_| anyhow!("{root} is not under the mount's root {mount_root}"))?;
+                let within = Path::new(root)
+                    .strip_prefix(&mount_root)
+                    .map_err(|_| anyhow!("{root} is not under the mount's root {mount_root}"))?;
                 point.join(within)
             }
             _ => PathBuf::from(root),
@@ -674,7 +717,8 @@ pub fn drop_caches() -> std::result::Result<(), String> {
     if !synced {
         return Err("`sync` failed".to_string());
     }
-    std::fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))
+    std::fs::write("/proc/sys/vm/drop_caches", b"3\n")
+        .map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))
 }
 
 #[cfg(test)]

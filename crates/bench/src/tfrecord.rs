@@ -100,8 +100,12 @@ impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FrameError::LengthCrc { offset } => write!(f, "TFRecord length checksum mismatch at byte {offset}"),
-            FrameError::DataCrc { offset } => write!(f, "TFRecord data checksum mismatch in the record at byte {offset}"),
-            FrameError::TooLong { offset, len } => write!(f, "TFRecord at byte {offset} claims {len} bytes (limit {RECORD_BYTES_MAX})"),
+            FrameError::DataCrc { offset } => {
+                write!(f, "TFRecord data checksum mismatch in the record at byte {offset}")
+            }
+            FrameError::TooLong { offset, len } => {
+                write!(f, "TFRecord at byte {offset} claims {len} bytes (limit {RECORD_BYTES_MAX})")
+            }
             FrameError::Truncated { offset } => write!(f, "TFRecord stream ends inside the record at byte {offset}"),
         }
     }
@@ -132,7 +136,11 @@ impl Parser {
         let mut out = Vec::new();
         // First finish a record left partial by the previous piece, copying only its bytes.
         while !self.buf.is_empty() && !piece.is_empty() {
-            let need = if self.buf.len() < 12 { 12 - self.buf.len() } else { self.record_len(&self.buf[..12])? - self.buf.len() };
+            let need = if self.buf.len() < 12 {
+                12 - self.buf.len()
+            } else {
+                self.record_len(&self.buf[..12])? - self.buf.len()
+            };
             let take = need.min(piece.len());
             self.buf.extend_from_slice(&piece.split_to(take));
             if self.buf.len() >= 12 && self.buf.len() == self.record_len(&self.buf[..12])? {
@@ -219,7 +227,10 @@ pub fn parse_example(data: &[u8]) -> Result<(usize, i64)> {
             match key & 7 {
                 2 => {
                     let len = varint(b, &mut pos)? as usize;
-                    let end = pos.checked_add(len).filter(|e| *e <= b.len()).ok_or_else(|| anyhow::anyhow!("field overruns message"))?;
+                    let end = pos
+                        .checked_add(len)
+                        .filter(|e| *e <= b.len())
+                        .ok_or_else(|| anyhow::anyhow!("field overruns message"))?;
                     out.push((key >> 3, &b[pos..end]));
                     pos = end;
                 }

@@ -88,7 +88,8 @@ impl WorkloadSpec {
 /// (batch 64, 0.195 s) and `cosmoflow_v100.yaml` (batch 1, 0.00936 s).
 pub fn workload(name: &str, accelerator: &str) -> Result<WorkloadSpec> {
     let acc = accelerator.to_ascii_lowercase();
-    let (format, record_bytes, record_stdev_bytes, samples_per_file, read_threads, reference_files, au_min) = match name {
+    let (format, record_bytes, record_stdev_bytes, samples_per_file, read_threads, reference_files, au_min) = match name
+    {
         "resnet50" => (Format::Tfrecord, 114_660, 0, 1251, 8, 1024, 0.90),
         "unet3d" => (Format::Npz, 146_600_628, 68_341_808, 1, 4, 168, 0.90),
         "cosmoflow" => (Format::Tfrecord, 2_828_486, 71_311, 1, 4, 524_288, 0.70),
@@ -305,14 +306,21 @@ fn bar(len: u64, what: &str, show: bool, bytes: bool) -> ProgressBar {
     } else {
         "{msg} [{bar:30}] {pos}/{len} eta {eta}"
     };
-    b.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    b.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "),
+    );
     b.set_message(what.to_string());
     b
 }
 
 /// Generates the dataset unless a matching one is there (its manifest equal to the plan). With
 /// several ranks, each writes every size-th file. Returns the dataset and whether it was written.
-pub async fn ensure_dataset(target: Arc<dyn Target>, cfg: &TrainConfig, world: &World, show: bool) -> Result<(Dataset, bool)> {
+pub async fn ensure_dataset(
+    target: Arc<dyn Target>,
+    cfg: &TrainConfig,
+    world: &World,
+    show: bool,
+) -> Result<(Dataset, bool)> {
     let ds = plan_dataset(cfg)?;
     let manifest = format!("{}/{MANIFEST_FILE}", cfg.data_dir);
     let existing = read_manifest(&*target, &manifest).await;
@@ -333,7 +341,12 @@ pub async fn ensure_dataset(target: Arc<dyn Target>, cfg: &TrainConfig, world: &
     }
     world.barrier().await?;
     let mine: Vec<u64> = (0..ds.files).filter(|f| f % world.size as u64 == world.rank as u64).collect();
-    let progress = bar(ds.total_bytes / world.size as u64, &format!("generating {} {}", ds.files, ds.format.extension()), show, true);
+    let progress = bar(
+        ds.total_bytes / world.size as u64,
+        &format!("generating {} {}", ds.files, ds.format.extension()),
+        show,
+        true,
+    );
     let next = Arc::new(AtomicUsize::new(0));
     let mine = Arc::new(mine);
     let mut tasks = Vec::new();
@@ -700,7 +713,12 @@ pub async fn run_training(
         );
     }
     let barrier = Arc::new(StepBarrier { local: tokio::sync::Barrier::new(local), world: world.clone() });
-    let progress = bar(steps * cfg.epochs as u64, &format!("{total} × {} {}", cfg.spec.accelerator, cfg.spec.workload), show, false);
+    let progress = bar(
+        steps * cfg.epochs as u64,
+        &format!("{total} × {} {}", cfg.spec.accelerator, cfg.spec.workload),
+        show,
+        false,
+    );
     let steps_done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for l in 0..local {
@@ -820,7 +838,10 @@ pub async fn train(
         Some(max) => {
             // The most accelerators the data supports at the minimum step count.
             let mut cap = max.min(ACCELERATORS_MAX);
-            while cap > 1 && steps_per_epoch(ds.files, ds.samples_per_file, cfg.spec.batch_size, cap * world.size) < cfg.min_steps.max(2) as u64 {
+            while cap > 1
+                && steps_per_epoch(ds.files, ds.samples_per_file, cfg.spec.batch_size, cap * world.size)
+                    < cfg.min_steps.max(2) as u64
+            {
                 cap -= 1;
             }
             let runs = std::sync::Mutex::new(Vec::new());
@@ -931,7 +952,8 @@ pub async fn checkpoint(target: Arc<dyn Target>, cfg: &CheckpointConfig, show: b
         let t = Instant::now();
         let mut tasks = Vec::new();
         for f in 0..files {
-            let (target, block, path, progress) = (target.clone(), block.clone(), format!("{dir}/rank-{f:05}.pt"), progress.clone());
+            let (target, block, path, progress) =
+                (target.clone(), block.clone(), format!("{dir}/rank-{f:05}.pt"), progress.clone());
             tasks.push(tokio::spawn(async move {
                 let mut w = target.create(&path).await?;
                 let mut off = 0u64;

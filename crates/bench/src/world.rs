@@ -98,14 +98,16 @@ impl World {
         let addr_file = dir.join(COORDINATOR_FILE);
         let deadline = Instant::now() + Duration::from_secs(JOIN_TIMEOUT_S);
         let links = if rank == 0 {
-            let listener = TcpListener::bind(coordinator.unwrap_or("0.0.0.0:0")).await.context("coordinator cannot listen")?;
+            let listener =
+                TcpListener::bind(coordinator.unwrap_or("0.0.0.0:0")).await.context("coordinator cannot listen")?;
             let port = listener.local_addr()?.port();
             let host = match coordinator {
                 Some(c) => c.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or_else(|| c.to_string()),
                 None => std::env::var("TROVE_BENCH_HOST").ok().unwrap_or_else(hostname),
             };
             let tmp = dir.join(format!("{COORDINATOR_FILE}.tmp"));
-            std::fs::write(&tmp, format!("{host}:{port}")).with_context(|| format!("cannot write {}", tmp.display()))?;
+            std::fs::write(&tmp, format!("{host}:{port}"))
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
             std::fs::rename(&tmp, &addr_file).with_context(|| format!("cannot write {}", addr_file.display()))?;
             let mut peers: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
             let mut joined = 1;
@@ -128,7 +130,10 @@ impl World {
             // connection to the current rank 0 succeeds.
             loop {
                 if Instant::now() > deadline {
-                    bail!("rank {rank} could not reach rank 0 through {} within {JOIN_TIMEOUT_S} s", addr_file.display());
+                    bail!(
+                        "rank {rank} could not reach rank 0 through {} within {JOIN_TIMEOUT_S} s",
+                        addr_file.display()
+                    );
                 }
                 if let Ok(addr) = std::fs::read_to_string(&addr_file) {
                     if let Ok(mut s) = TcpStream::connect(addr.trim()).await {
@@ -181,12 +186,17 @@ impl World {
     /// Writes this rank's results to the results directory (if any), waits for every rank, and
     /// on rank 0 returns all ranks' results read back from the directory (rank order); other
     /// ranks get `None`. A single process without a results directory gets its own value back.
-    pub async fn gather_results(&self, name: &str, value: &serde_json::Value) -> Result<Option<Vec<serde_json::Value>>> {
+    pub async fn gather_results(
+        &self,
+        name: &str,
+        value: &serde_json::Value,
+    ) -> Result<Option<Vec<serde_json::Value>>> {
         if let Some(dir) = &self.results_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             let path = dir.join(format!("{name}-rank-{}.json", self.rank));
             let tmp = path.with_extension("json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec_pretty(value)?).with_context(|| format!("cannot write {}", tmp.display()))?;
+            std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
             std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
         }
         self.barrier().await?;
@@ -208,7 +218,10 @@ impl World {
                     Err(e) => bail!("rank {r}'s results {} never appeared: {e}", path.display()),
                 }
             };
-            all.push(serde_json::from_slice(&text).with_context(|| format!("rank {r}'s results {} are damaged", path.display()))?);
+            all.push(
+                serde_json::from_slice(&text)
+                    .with_context(|| format!("rank {r}'s results {} are damaged", path.display()))?,
+            );
         }
         if self.size > 1 {
             let _ = std::fs::remove_file(dir.join(COORDINATOR_FILE));
@@ -243,7 +256,9 @@ async fn read_msg(s: &mut TcpStream) -> Result<serde_json::Value> {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".to_string())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 /// Facts about the machine a run was measured on, recorded with every result.
@@ -274,7 +289,9 @@ impl HostInfo {
         HostInfo {
             hostname: hostname(),
             nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
             mem_total_bytes: field("MemTotal:"),
             mem_available_bytes: field("MemAvailable:"),
             loadavg: std::fs::read_to_string("/proc/loadavg")
@@ -297,13 +314,24 @@ mod tests {
     #[test]
     fn ranks_from_each_launcher() {
         assert_eq!(rank_from_env(env(&[])).expect("none"), (0, 1, "none"));
-        assert_eq!(rank_from_env(env(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "8")])).expect("ompi"), (3, 8, "openmpi"));
+        assert_eq!(
+            rank_from_env(env(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "8")])).expect("ompi"),
+            (3, 8, "openmpi")
+        );
         assert_eq!(rank_from_env(env(&[("PMI_RANK", "1"), ("PMI_SIZE", "2")])).expect("pmi"), (1, 2, "pmi"));
-        assert_eq!(rank_from_env(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")])).expect("slurm"), (0, 4, "slurm"));
+        assert_eq!(
+            rank_from_env(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")])).expect("slurm"),
+            (0, 4, "slurm")
+        );
         // Open MPI wins when several are set (srun inside an mpirun allocation).
         assert_eq!(
-            rank_from_env(env(&[("SLURM_PROCID", "5"), ("SLURM_NTASKS", "6"), ("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")]))
-                .expect("both"),
+            rank_from_env(env(&[
+                ("SLURM_PROCID", "5"),
+                ("SLURM_NTASKS", "6"),
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "2")
+            ]))
+            .expect("both"),
             (1, 2, "openmpi")
         );
         assert!(rank_from_env(env(&[("PMI_RANK", "2"), ("PMI_SIZE", "2")])).is_err());

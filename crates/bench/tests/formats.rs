@@ -32,7 +32,12 @@ fn write_dataset_file(ds: &Dataset, path: &Path) {
 
 fn run_python(script: &str, arg: &Path) -> String {
     let out = Command::new("python3").args(["-c", script]).arg(arg).output().expect("python3 runs");
-    assert!(out.status.success(), "python failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -106,7 +111,8 @@ fn tfrecord_files_read_back_with_the_tfrecord_package() {
     // Our own parser agrees on the payload total.
     let bytes = std::fs::read(&path).expect("read");
     let mut p = bench::tfrecord::Parser::default();
-    let total: usize = p.feed(&bytes).expect("parse").iter().map(|r| bench::tfrecord::parse_example(r).expect("example").0).sum();
+    let total: usize =
+        p.feed(&bytes).expect("parse").iter().map(|r| bench::tfrecord::parse_example(r).expect("example").0).sum();
     assert_eq!(fields[2], total as u64);
 }
 

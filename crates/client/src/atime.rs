@@ -95,15 +95,9 @@ impl Client {
         }
         let atime = Timestamp::now();
         for batch in inos.chunks(ATIME_BATCH_MAX) {
-            let op = MetaOp::TouchAtimes {
-                inos: batch.to_vec(),
-                atime,
-            };
+            let op = MetaOp::TouchAtimes { inos: batch.to_vec(), atime };
             if let Err(e) = self.meta(op).await {
-                tracing::debug!(
-                    "cannot record the access times of {} files: {e}",
-                    batch.len()
-                );
+                tracing::debug!("cannot record the access times of {} files: {e}", batch.len());
             }
         }
     }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use wire::stages::{self, Stage};
 use wire::{
-    ChunkId, ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, Placement, PlacementMap, RpcError, ShardInfo,
-    ShardKey, StorageOp, StorageReply, WireError, SHARD_BLOCK_BYTES,
+    ChunkId, ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, Placement, PlacementMap, RpcError,
+    ShardInfo, ShardKey, StorageOp, StorageReply, WireError, SHARD_BLOCK_BYTES,
 };
 
 /// Why one shard could not be used, for error messages.
@@ -190,7 +190,9 @@ impl Client {
             }
             match self.alloc_chunks_for(ino, 1, avoid.clone(), first_target.clone()).await {
                 Ok(mut fresh) if !fresh.is_empty() => alloc = fresh.swap_remove(0).for_len(len),
-                Ok(_) => return Err(upload_failed(ino, index, &reasons, Some("the metadata service allocated nothing"))),
+                Ok(_) => {
+                    return Err(upload_failed(ino, index, &reasons, Some("the metadata service allocated nothing")))
+                }
                 Err(e) => return Err(upload_failed(ino, index, &reasons, Some(&e.message))),
             }
         }
@@ -217,7 +219,8 @@ impl Client {
         let handle = self.node(node).await?;
         let op = StorageOp::Scrub { after, limit };
         let timeout = self.inner.options.storage_timeout * 6;
-        let (reply, _) = handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(rpc_error)?;
+        let (reply, _) =
+            handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(rpc_error)?;
         Ok(reply)
     }
 
@@ -225,7 +228,11 @@ impl Client {
     pub async fn delete_shard_at(&self, node: NodeId, key: ShardKey) -> Result<()> {
         let handle = self.node(node).await?;
         let op = StorageOp::DeleteShards { keys: vec![key] };
-        handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout).await.map_err(rpc_error)?;
+        handle
+            .peer
+            .call::<StorageOp, StorageReply>(&op, Bytes::new(), self.inner.options.storage_timeout)
+            .await
+            .map_err(rpc_error)?;
         Ok(())
     }
 
@@ -246,13 +253,20 @@ impl Client {
             let client = self.clone();
             sends.push(async move {
                 let Some(node_id) = node_id else {
-                    let e = WireError::new(ErrorCode::Internal, format!("placement group {} has no node for shard {i}", alloc.placement.pg));
+                    let e = WireError::new(
+                        ErrorCode::Internal,
+                        format!("placement group {} has no node for shard {i}", alloc.placement.pg),
+                    );
                     return (i, 0, Err(e));
                 };
                 let result = async {
                     let node = client.node(node_id).await?;
                     let op = StorageOp::PutShard { info };
-                    match node.peer.call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout).await {
+                    match node
+                        .peer
+                        .call::<StorageOp, StorageReply>(&op, shard, client.inner.options.storage_timeout)
+                        .await
+                    {
                         Ok(_) => {
                             *node.failed_at.lock() = None;
                             Ok(())
@@ -281,7 +295,8 @@ impl Client {
                 failures.push((node, e));
             }
         }
-        let rec = ChunkRecord { index, id: alloc.id, len, ec, shard_len, placement: alloc.placement, table_crcs, missing };
+        let rec =
+            ChunkRecord { index, id: alloc.id, len, ec, shard_len, placement: alloc.placement, table_crcs, missing };
         Sent { rec, failures }
     }
 
@@ -304,7 +319,8 @@ impl Client {
             return Err(fail(Some(node_id), format!("node {node_id} ({}) unreachable", node.peer.addr())));
         }
         let calling = Instant::now();
-        let called = node.peer.call::<StorageOp, StorageReply>(op, Bytes::new(), self.inner.options.storage_timeout).await;
+        let called =
+            node.peer.call::<StorageOp, StorageReply>(op, Bytes::new(), self.inner.options.storage_timeout).await;
         stages::record(Stage::ClientStorageCall, calling);
         match called {
             Ok((reply, data)) => {
@@ -318,7 +334,9 @@ impl Client {
                     *node.failed_at.lock() = Some(Instant::now());
                 }
                 let (reason, code) = match &e {
-                    RpcError::Remote(w) => (format!("node {node_id} ({}): {}", node.peer.addr(), w.message), Some(w.code)),
+                    RpcError::Remote(w) => {
+                        (format!("node {node_id} ({}): {}", node.peer.addr(), w.message), Some(w.code))
+                    }
                     other => (other.to_string(), None),
                 };
                 Err(ShardFailure { code, ..fail(Some(node_id), reason) })
@@ -329,9 +347,17 @@ impl Client {
     /// Fetches shard `index` of `rec` (bytes `offset .. offset + len` of the shard, widened to
     /// whole blocks; `len == 0` means to the end) and verifies it. Returns the verified bytes
     /// starting at the block-aligned offset, and that offset.
-    pub async fn fetch_shard(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<(Bytes, u32), ShardFailure> {
+    pub async fn fetch_shard(
+        &self,
+        rec: &ChunkRecord,
+        map: &PlacementMap,
+        index: usize,
+        offset: u32,
+        len: u32,
+    ) -> Result<(Bytes, u32), ShardFailure> {
         let key = ShardKey { chunk: rec.id, index: index as u8 };
-        let (reply, data, node_id) = self.call_shard_node(rec, map, index, &StorageOp::GetShard { key, offset, len }).await?;
+        let (reply, data, node_id) =
+            self.call_shard_node(rec, map, index, &StorageOp::GetShard { key, offset, len }).await?;
         let fail = |reason: String| ShardFailure { index, node: Some(node_id), reason, code: None };
         let (info, start) = match reply {
             StorageReply::Shard { info, offset } => (info, offset),
@@ -366,9 +392,17 @@ impl Client {
     /// shard) in one round trip to its node, and verifies them end to end: with the crc32c of
     /// the rest of the blocks they touch, which the node sends along, each block's checksum is
     /// recomputed and compared with the writer's table, itself tied to the metadata.
-    async fn fetch_range(&self, rec: &ChunkRecord, map: &PlacementMap, index: usize, offset: u32, len: u32) -> Result<Bytes, ShardFailure> {
+    async fn fetch_range(
+        &self,
+        rec: &ChunkRecord,
+        map: &PlacementMap,
+        index: usize,
+        offset: u32,
+        len: u32,
+    ) -> Result<Bytes, ShardFailure> {
         let key = ShardKey { chunk: rec.id, index: index as u8 };
-        let (reply, data, node_id) = self.call_shard_node(rec, map, index, &StorageOp::ReadRange { key, offset, len }).await?;
+        let (reply, data, node_id) =
+            self.call_shard_node(rec, map, index, &StorageOp::ReadRange { key, offset, len }).await?;
         let fail = |reason: String| ShardFailure { index, node: Some(node_id), reason, code: None };
         let (info, head, tail) = match reply {
             StorageReply::Range { info, head_crc, tail_crc } => (info, head_crc, tail_crc),
@@ -502,7 +536,12 @@ impl Client {
         match fetched {
             Ok(parts) => Ok(slice_parts(&parts, 0, (end - offset) as usize)),
             Err(f) => {
-                tracing::debug!("{what}: ranged read of chunk {:016x} falls back to a whole read: shard {}: {}", rec.id, f.index, f.reason);
+                tracing::debug!(
+                    "{what}: ranged read of chunk {:016x} falls back to a whole read: shard {}: {}",
+                    rec.id,
+                    f.index,
+                    f.reason
+                );
                 let whole = self.read_chunk(rec, what).await?;
                 Ok(whole.slice_padded(offset as usize, (end - offset) as usize))
             }
@@ -676,7 +715,11 @@ fn unavailable(rec: &ChunkRecord, what: &str, ok: usize, failures: Vec<ShardFail
     nodes.sort();
     let corrupt = failures.iter().any(|f| f.reason.contains("failed verification"));
     WireError::new(
-        if corrupt && failures.iter().all(|f| f.reason.contains("failed verification")) { ErrorCode::Corrupt } else { ErrorCode::Unavailable },
+        if corrupt && failures.iter().all(|f| f.reason.contains("failed verification")) {
+            ErrorCode::Corrupt
+        } else {
+            ErrorCode::Unavailable
+        },
         format!(
             "{what}: chunk {} (id {:016x}, {}) is unavailable: {ok} of {} shards readable, {} needed; {}",
             rec.index,
@@ -734,7 +777,9 @@ mod tests {
         let shard: Vec<u8> = (0..3 * bs + 777).map(|i| (i * 7 + i / 13) as u8).collect();
         let table: Vec<u32> = shard.chunks(bs).map(crc32c::crc32c).collect();
         let len = shard.len() as u32;
-        for (offset, end) in [(0usize, 1usize), (5, 4096), (bs - 10, bs + 10), (100, 3 * bs + 777), (3 * bs, 3 * bs + 777), (bs, 2 * bs)] {
+        for (offset, end) in
+            [(0usize, 1usize), (5, 4096), (bs - 10, bs + 10), (100, 3 * bs + 777), (3 * bs, 3 * bs + 777), (bs, 2 * bs)]
+        {
             let first_block = offset / bs * bs;
             let last_end = (((end - 1) / bs + 1) * bs).min(shard.len());
             let head = crc32c::crc32c(&shard[first_block..offset]);
@@ -743,11 +788,13 @@ mod tests {
             assert_eq!(verify_cut(data, offset as u32, len, &table, head, tail), Ok(()), "{offset}..{end}");
             let mut bad = data.to_vec();
             bad[data.len() / 2] ^= 0x10;
-            assert!(verify_cut(&bad, offset as u32, len, &table, head, tail).is_err(), "damage in {offset}..{end} passed");
+            assert!(
+                verify_cut(&bad, offset as u32, len, &table, head, tail).is_err(),
+                "damage in {offset}..{end} passed"
+            );
             assert!(verify_cut(data, offset as u32, len, &table, head ^ 1, tail).is_err());
             assert!(verify_cut(data, offset as u32, len, &table, head, tail ^ 1).is_err());
         }
         assert!(verify_cut(&shard[..10], len - 5, len, &table, 0, 0).is_err(), "bytes past the end");
     }
-
 }

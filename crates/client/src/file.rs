@@ -267,7 +267,9 @@ impl FileHandle {
             let avoid = self.client.nodes_to_avoid();
             self.alloc.extend(self.client.alloc_chunks(self.ino, ALLOC_BATCH, avoid).await?);
         }
-        self.alloc.pop_front().ok_or_else(|| WireError::new(ErrorCode::Internal, "metadata service allocated no chunk ids"))
+        self.alloc
+            .pop_front()
+            .ok_or_else(|| WireError::new(ErrorCode::Internal, "metadata service allocated no chunk ids"))
     }
 
     /// Uploads dirty chunk `index` in the background, waiting first if too many are in flight.
@@ -299,7 +301,8 @@ impl FileHandle {
         let client = self.client.clone();
         let ino = self.ino;
         self.written.insert(index, data.clone());
-        self.uploads.push_back((index, tokio::spawn(async move { client.upload_chunk(ino, index, alloc, data).await })));
+        self.uploads
+            .push_back((index, tokio::spawn(async move { client.upload_chunk(ino, index, alloc, data).await })));
         if self.uploaded.len() >= COMMIT_EVERY_CHUNKS {
             self.commit().await?;
         }

@@ -14,17 +14,17 @@
 
 mod atime;
 pub mod chunkio;
-pub mod metered;
 mod file;
+pub mod metered;
 mod posix;
 mod reader;
 mod stages;
 
+pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
 pub use file::{FileHandle, FirstChunks};
 pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
 pub use wire::stages::StageTotal;
-pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
 
 use parking_lot::RwLock;
@@ -227,7 +227,10 @@ impl Client {
             }
         }
         let Some(current) = first_ok else {
-            let e = errors.pop().map(rpc_error).unwrap_or_else(|| WireError::new(ErrorCode::Unavailable, "no metadata service"));
+            let e = errors
+                .pop()
+                .map(rpc_error)
+                .unwrap_or_else(|| WireError::new(ErrorCode::Unavailable, "no metadata service"));
             return Err(e);
         };
         let client = Client {
@@ -278,19 +281,27 @@ impl Client {
                     return Ok(reply);
                 }
                 Err(e)
-                    if (e.is_unreachable() || matches!(&e, RpcError::Remote(w) if w.code == ErrorCode::MaybeCommitted))
+                    if (e.is_unreachable()
+                        || matches!(&e, RpcError::Remote(w) if w.code == ErrorCode::MaybeCommitted))
                         && started.elapsed() < self.inner.options.meta_deadline =>
                 {
                     // Same request id: a mutation that did apply is answered from its record.
                     let next = (current + 1) % self.inner.metas.len();
-                    let _ = self.inner.meta_current.compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed);
-                    tracing::debug!("metadata call to {} failed, retrying on {}: {e}", peer.addr(), self.inner.metas[next].addr());
+                    let _ =
+                        self.inner.meta_current.compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed);
+                    tracing::debug!(
+                        "metadata call to {} failed, retrying on {}: {e}",
+                        peer.addr(),
+                        self.inner.metas[next].addr()
+                    );
                     if next == 0 || self.inner.metas.len() == 1 {
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_millis(500));
                     }
                 }
-                Err(RpcError::Remote(w)) if w.code == ErrorCode::Conflict && started.elapsed() < self.inner.options.meta_deadline => {
+                Err(RpcError::Remote(w))
+                    if w.code == ErrorCode::Conflict && started.elapsed() < self.inner.options.meta_deadline =>
+                {
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {
@@ -542,7 +553,12 @@ impl Client {
 
     /// Paths added, removed or changed under `root` from snapshot `a` to snapshot `b` (`None`:
     /// the live tree), and whether the list was cut at its limit.
-    pub async fn snapshot_diff(&self, root: Ino, a: &str, b: Option<&str>) -> Result<(Vec<wire::SnapshotChange>, bool)> {
+    pub async fn snapshot_diff(
+        &self,
+        root: Ino,
+        a: &str,
+        b: Option<&str>,
+    ) -> Result<(Vec<wire::SnapshotChange>, bool)> {
         match self.meta(MetaOp::SnapshotDiff { root, a: a.to_string(), b: b.map(str::to_string) }).await? {
             MetaReply::SnapshotDiff { changes, cut } => Ok((changes, cut)),
             other => Err(unexpected(&other)),
@@ -832,12 +848,9 @@ impl Client {
             return Ok(h.clone());
         }
         self.refresh_nodes().await?;
-        self.inner
-            .nodes
-            .read()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("storage node {id} is not known to the cluster")))
+        self.inner.nodes.read().get(&id).cloned().ok_or_else(|| {
+            WireError::new(ErrorCode::NotFound, format!("storage node {id} is not known to the cluster"))
+        })
     }
 
     /// A placement map version (cached forever: versions are immutable).

@@ -70,25 +70,12 @@ pub fn file(ino: wire::Ino, read: usize, written: usize) {
 
 /// Announces `process` (its `metrics` address set) to the metadata service through `client`
 /// every [`ANNOUNCE_INTERVAL`] while the returned task runs, and sets the process's identity.
-pub fn spawn_announce(
-    client: Client,
-    process: ProcessInfo,
-    cluster: String,
-) -> tokio::task::JoinHandle<()> {
+pub fn spawn_announce(client: Client, process: ProcessInfo, cluster: String) -> tokio::task::JoinHandle<()> {
     COUNTS_FILES.store(process.role == "client", Ordering::Relaxed);
-    metrics::set_identity(metrics::Identity {
-        role: process.role.clone(),
-        id: process.id.clone(),
-        cluster,
-    });
+    metrics::set_identity(metrics::Identity { role: process.role.clone(), id: process.id.clone(), cluster });
     tokio::spawn(async move {
         loop {
-            if let Err(e) = client
-                .meta(MetaOp::Announce {
-                    process: process.clone(),
-                })
-                .await
-            {
+            if let Err(e) = client.meta(MetaOp::Announce { process: process.clone() }).await {
                 tracing::debug!("announcing the metrics exporter failed: {e}");
             }
             tokio::time::sleep(ANNOUNCE_INTERVAL).await;

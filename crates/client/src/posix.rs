@@ -76,7 +76,14 @@ impl Client {
     /// Takes, changes or releases a byte-range lock for lock owner `owner` of client session
     /// `session`, renewing the session's lease for `lease_ms`. Never waits: returns `None` when
     /// granted, or a conflicting lock of another owner.
-    pub async fn lock(&self, ino: Ino, session: u64, owner: u64, range: LockRange, lease_ms: u64) -> Result<Option<LockRange>> {
+    pub async fn lock(
+        &self,
+        ino: Ino,
+        session: u64,
+        owner: u64,
+        range: LockRange,
+        lease_ms: u64,
+    ) -> Result<Option<LockRange>> {
         lock_answer(self.meta(MetaOp::Lock { ino, session, owner, range, lease_ms }).await?)
     }
 
@@ -95,6 +102,8 @@ fn lock_answer(reply: MetaReply) -> Result<Option<LockRange>> {
     match reply {
         MetaReply::Lock { granted: true, .. } => Ok(None),
         MetaReply::Lock { granted: false, conflict: Some(c) } => Ok(Some(c)),
-        other => Err(WireError::new(wire::ErrorCode::Internal, format!("unexpected reply to a lock request: {other:?}"))),
+        other => {
+            Err(WireError::new(wire::ErrorCode::Internal, format!("unexpected reply to a lock request: {other:?}")))
+        }
     }
 }

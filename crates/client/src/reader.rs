@@ -117,8 +117,9 @@ impl Streams {
     /// stream (in a file of chunks of `chunk_bytes`); records it, and returns the stream's
     /// read-ahead window in chunks (at most `window_max`).
     fn note(&mut self, offset: u64, end: u64, len: u64, chunk_bytes: u64, window_max: usize) -> (bool, usize) {
-        let slack =
-            (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS)).max(SEQUENTIAL_SLACK_BYTES_MIN).min(chunk_bytes * SEQUENTIAL_SLACK_CHUNKS);
+        let slack = (len.saturating_mul(SEQUENTIAL_SLACK_REQUESTS))
+            .max(SEQUENTIAL_SLACK_BYTES_MIN)
+            .min(chunk_bytes * SEQUENTIAL_SLACK_CHUNKS);
         let hit = self.slots.iter().position(|s| s.end != u64::MAX && offset.abs_diff(s.end) <= slack);
         match hit {
             Some(i) => {
@@ -221,7 +222,8 @@ impl ReadSide {
     /// in that range without one are holes. Never replaces a record already known.
     pub(crate) fn know_records(&self, first: u64, count: u64, chunks: Vec<ChunkRecord>) {
         let mut st = self.inner.state.lock();
-        let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> = (first..first.saturating_add(count)).map(|i| (i, None)).collect();
+        let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> =
+            (first..first.saturating_add(count)).map(|i| (i, None)).collect();
         for c in chunks {
             found.insert(c.index, Some(Arc::new(c)));
         }
@@ -244,13 +246,20 @@ impl ReadSide {
         let fetched = cell
             .get_or_try_init(|| async {
                 let fetching = std::time::Instant::now();
-                let reply =
-                    self.inner.client.meta(MetaOp::GetChunks { ino: self.inner.ino, first: batch, count: RECORDS_PER_FETCH }).await?;
+                let reply = self
+                    .inner
+                    .client
+                    .meta(MetaOp::GetChunks { ino: self.inner.ino, first: batch, count: RECORDS_PER_FETCH })
+                    .await?;
                 wire::stages::record(wire::stages::Stage::ClientRecord, fetching);
                 let MetaReply::Chunks { chunks, .. } = reply else {
-                    return Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to GetChunks: {reply:?}")));
+                    return Err(WireError::new(
+                        ErrorCode::Internal,
+                        format!("unexpected reply to GetChunks: {reply:?}"),
+                    ));
                 };
-                let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> = (batch..batch + RECORDS_PER_FETCH).map(|i| (i, None)).collect();
+                let mut found: HashMap<u64, Option<Arc<ChunkRecord>>> =
+                    (batch..batch + RECORDS_PER_FETCH).map(|i| (i, None)).collect();
                 for c in chunks {
                     found.insert(c.index, Some(Arc::new(c)));
                 }
@@ -287,12 +296,15 @@ impl ReadSide {
         };
         let same_data = attr.data_version == self.inner.data_version.load(Ordering::Acquire);
         let fresh = chunks.into_iter().find(|c| c.index == index).filter(|fresh| {
-            (fresh.id == rec.id && fresh.placement != rec.placement) || (same_data && fresh.id != rec.id && fresh.len == rec.len)
+            (fresh.id == rec.id && fresh.placement != rec.placement)
+                || (same_data && fresh.id != rec.id && fresh.len == rec.len)
         });
         if let Some(fresh) = &fresh {
             let mut st = self.inner.state.lock();
             // Replaces the record that failed, unless the write side changed it meanwhile.
-            if self.generation() == generation && st.records.get(&index).is_some_and(|r| r.as_ref().is_some_and(|r| r.id == rec.id)) {
+            if self.generation() == generation
+                && st.records.get(&index).is_some_and(|r| r.as_ref().is_some_and(|r| r.id == rec.id))
+            {
                 st.records.insert(index, Some(Arc::new(fresh.clone())));
             }
         }
@@ -444,7 +456,15 @@ impl ReadSide {
     }
 
     /// Bytes `pos .. piece_end` of the file, which lie within one chunk.
-    async fn piece(&self, pos: u64, piece_end: u64, sequential: bool, window: usize, size: u64, local: &dyn LocalChunks) -> Result<Bytes> {
+    async fn piece(
+        &self,
+        pos: u64,
+        piece_end: u64,
+        sequential: bool,
+        window: usize,
+        size: u64,
+        local: &dyn LocalChunks,
+    ) -> Result<Bytes> {
         let cb = self.inner.chunk_bytes;
         let index = pos / cb;
         let in_chunk = (pos % cb) as usize;
@@ -460,7 +480,9 @@ impl ReadSide {
             match cached {
                 Some(c) => c.slice_padded(in_chunk, take),
                 // Small random read: fetch only the bytes asked for.
-                None if !sequential && take < cb as usize / 4 && !fetching => self.range(index, in_chunk as u32, take as u32).await?,
+                None if !sequential && take < cb as usize / 4 && !fetching => {
+                    self.range(index, in_chunk as u32, take as u32).await?
+                }
                 None => self.chunk(index).await?.slice_padded(in_chunk, take),
             }
         };
@@ -622,7 +644,9 @@ mod tests {
     #[test]
     fn slack_grows_with_the_request_and_stays_within_two_chunks() {
         let cb = 4u64 << 20;
-        let slack = |len: u64| (len * SEQUENTIAL_SLACK_REQUESTS).max(SEQUENTIAL_SLACK_BYTES_MIN).min(cb * SEQUENTIAL_SLACK_CHUNKS);
+        let slack = |len: u64| {
+            (len * SEQUENTIAL_SLACK_REQUESTS).max(SEQUENTIAL_SLACK_BYTES_MIN).min(cb * SEQUENTIAL_SLACK_CHUNKS)
+        };
         assert_eq!(slack(4096), 128 << 10);
         assert_eq!(slack(1 << 20), 4 << 20);
         assert_eq!(slack(4 << 20), 8 << 20);

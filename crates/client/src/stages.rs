@@ -105,7 +105,9 @@ impl Client {
         let answers = join_all(nodes.iter().map(|n| async move {
             match n.peer.call::<StorageOp, StorageReply>(&StorageOp::Stages, bytes::Bytes::new(), timeout).await {
                 Ok((StorageReply::Stages(totals), _)) => Ok(totals),
-                Ok((other, _)) => Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to Stages: {other:?}"))),
+                Ok((other, _)) => {
+                    Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to Stages: {other:?}")))
+                }
                 Err(e) => Err(crate::rpc_error(e)),
             }
         }))
@@ -135,7 +137,11 @@ mod tests {
 
     #[test]
     fn reports_round_trip_and_diff() {
-        let before = StageReport { local: vec![t("mount.read", 10, 1000)], storage: vec![t("storage.disk", 4, 400)], nodes_unreached: 0 };
+        let before = StageReport {
+            local: vec![t("mount.read", 10, 1000)],
+            storage: vec![t("storage.disk", 4, 400)],
+            nodes_unreached: 0,
+        };
         let after = StageReport {
             local: vec![t("mount.read", 15, 1600), t("client.record", 1, 90)],
             storage: vec![t("storage.disk", 4, 400), t("storage.verify", 2, 20)],

@@ -126,10 +126,7 @@ struct Dash {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The dashboard's routes, reading the cluster through the metadata service at `meta_addr`;
@@ -137,10 +134,7 @@ fn now_ms() -> u64 {
 pub fn router(meta_addr: &str, options: Options) -> Router {
     let auth = options.auth.map(|pair| {
         use base64::Engine;
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(pair)
-        )
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
     });
     let dash = Arc::new(Dash {
         meta_addr: meta_addr.to_string(),
@@ -152,58 +146,27 @@ pub fn router(meta_addr: &str, options: Options) -> Router {
     });
     tokio::spawn(sample_forever(Arc::downgrade(&dash)));
     Router::new()
-        .route(
-            "/",
-            get(|| async { page(INDEX_HTML, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/dashboard.js",
-            get(|| async { page(DASHBOARD_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/dashboard.css",
-            get(|| async { page(DASHBOARD_CSS, "text/css; charset=utf-8") }),
-        )
+        .route("/", get(|| async { page(INDEX_HTML, "text/html; charset=utf-8") }))
+        .route("/dashboard.js", get(|| async { page(DASHBOARD_JS, "text/javascript; charset=utf-8") }))
+        .route("/dashboard.css", get(|| async { page(DASHBOARD_CSS, "text/css; charset=utf-8") }))
         .route("/api/overview", get(overview))
         .route("/api/history", get(history))
         .route("/api/events", get(events))
-        .layer(axum::middleware::from_fn_with_state(
-            dash.clone(),
-            authenticate,
-        ))
+        .layer(axum::middleware::from_fn_with_state(dash.clone(), authenticate))
         .with_state(dash)
 }
 
 fn page(body: &'static str, content_type: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// Asks for the configured user and password, compared in time independent of where they
 /// differ.
-async fn authenticate(
-    State(dash): State<Arc<Dash>>,
-    headers: HeaderMap,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn authenticate(State(dash): State<Arc<Dash>>, headers: HeaderMap, request: Request, next: Next) -> Response {
     if let Some(want) = &dash.auth {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        let same = given.len() == want.len()
-            && given
-                .iter()
-                .zip(want.as_bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
+        let given = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()).unwrap_or_default();
+        let same =
+            given.len() == want.len() && given.iter().zip(want.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
         if !same {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -231,13 +194,8 @@ impl Dash {
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let options = client::ClientOptions {
-            meta_deadline: Duration::from_secs(2),
-            ..Default::default()
-        };
-        let c = client::Client::connect_with(&self.meta_addr, options)
-            .await
-            .map_err(|e| e.to_string())?;
+        let options = client::ClientOptions { meta_deadline: Duration::from_secs(2), ..Default::default() };
+        let c = client::Client::connect_with(&self.meta_addr, options).await.map_err(|e| e.to_string())?;
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -252,14 +210,7 @@ impl Dash {
             }
         };
         let status = client.status(false).await;
-        let events = match client
-            .meta(MetaOp::Events {
-                after: 0,
-                limit: OVERVIEW_EVENTS,
-                newest: true,
-            })
-            .await
-        {
+        let events = match client.meta(MetaOp::Events { after: 0, limit: OVERVIEW_EVENTS, newest: true }).await {
             Ok(MetaReply::Events { events, .. }) => events,
             _ => Vec::new(),
         };
@@ -273,10 +224,7 @@ impl Dash {
         }))
         .await;
         let mut views = Vec::new();
-        let mut point = HistoryPoint {
-            t_ms: now_ms(),
-            processes: BTreeMap::new(),
-        };
+        let mut point = HistoryPoint { t_ms: now_ms(), processes: BTreeMap::new() };
         let mut leader = None;
         {
             let mut previous = self.previous.lock();
@@ -284,12 +232,10 @@ impl Dash {
                 let (reachable, error, rates) = match text {
                     Ok(text) => {
                         let m = scrape::parse(&text);
-                        let rates = previous.get(&info.metrics).map(|(was_at, was)| {
-                            scrape::rates(was, &m, at.duration_since(*was_at).as_secs_f64())
-                        });
-                        if info.role == "meta"
-                            && m.value(metrics::names::META_LEADER, &[]) == Some(1.0)
-                        {
+                        let rates = previous
+                            .get(&info.metrics)
+                            .map(|(was_at, was)| scrape::rates(was, &m, at.duration_since(*was_at).as_secs_f64()));
+                        if info.role == "meta" && m.value(metrics::names::META_LEADER, &[]) == Some(1.0) {
                             leader = Some(m.clone());
                         }
                         previous.insert(info.metrics.clone(), (at, m));
@@ -312,15 +258,9 @@ impl Dash {
                         },
                     );
                 }
-                views.push(ProcessView {
-                    info,
-                    reachable,
-                    error,
-                    rates,
-                });
+                views.push(ProcessView { info, reachable, error, rates });
             }
-            let keep: std::collections::HashSet<&str> =
-                views.iter().map(|v| v.info.metrics.as_str()).collect();
+            let keep: std::collections::HashSet<&str> = views.iter().map(|v| v.info.metrics.as_str()).collect();
             previous.retain(|k, _| keep.contains(k.as_str()));
         }
         {
@@ -350,11 +290,7 @@ impl Dash {
 /// `by_protocol` without the client library's entry, unless it is the only one.
 fn served(by_protocol: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     if by_protocol.keys().any(|p| p != "client") {
-        by_protocol
-            .iter()
-            .filter(|(p, _)| *p != "client")
-            .map(|(p, v)| (p.clone(), *v))
-            .collect()
+        by_protocol.iter().filter(|(p, _)| *p != "client").map(|(p, v)| (p.clone(), *v)).collect()
     } else {
         by_protocol.clone()
     }
@@ -373,11 +309,8 @@ fn capacity(status: &ClusterStatus) -> (u64, u64) {
 
 fn jobs(leader: Option<&Metrics>) -> Vec<JobView> {
     let Some(m) = leader else { return Vec::new() };
-    let mut names: Vec<String> = m
-        .series(metrics::names::JOB_RUNNING, &[])
-        .filter_map(|s| s.label("job"))
-        .map(String::from)
-        .collect();
+    let mut names: Vec<String> =
+        m.series(metrics::names::JOB_RUNNING, &[]).filter_map(|s| s.label("job")).map(String::from).collect();
     names.sort();
     names.dedup();
     names
@@ -389,13 +322,8 @@ fn jobs(leader: Option<&Metrics>) -> Vec<JobView> {
                 passes: m.sum("trove_job_passes_total", &j),
                 chunks_seen: m.sum(metrics::names::JOB_CHUNKS_SEEN, &j),
                 chunks_left: m.sum(metrics::names::JOB_CHUNKS_LEFT, &j),
-                chunks_moved: m.sum(
-                    "trove_job_chunks_total",
-                    &[("job", job.as_str()), ("result", "moved")],
-                ) + m.sum(
-                    "trove_job_chunks_total",
-                    &[("job", job.as_str()), ("result", "recoded")],
-                ),
+                chunks_moved: m.sum("trove_job_chunks_total", &[("job", job.as_str()), ("result", "moved")])
+                    + m.sum("trove_job_chunks_total", &[("job", job.as_str()), ("result", "recoded")]),
                 bytes_written: m.sum("trove_job_bytes_total", &j),
                 shards_repaired: m.sum("trove_job_shards_repaired_total", &j),
                 last_pass_s: m.sum(metrics::names::JOB_PASS_SECONDS, &j),
@@ -410,23 +338,12 @@ pub fn health(status: Option<&ClusterStatus>, chunks: &BTreeMap<String, f64>) ->
     let mut critical = Vec::new();
     let mut degraded = Vec::new();
     let Some(status) = status else {
-        return Health {
-            state: "critical",
-            reasons: vec!["the metadata service does not answer".into()],
-        };
+        return Health { state: "critical", reasons: vec!["the metadata service does not answer".into()] };
     };
-    let down: Vec<String> = status
-        .nodes
-        .iter()
-        .filter(|n| n.state == NodeState::Down)
-        .map(|n| n.id.to_string())
-        .collect();
+    let down: Vec<String> =
+        status.nodes.iter().filter(|n| n.state == NodeState::Down).map(|n| n.id.to_string()).collect();
     if !down.is_empty() {
-        degraded.push(format!(
-            "{} storage node(s) down: {}",
-            down.len(),
-            down.join(", ")
-        ));
+        degraded.push(format!("{} storage node(s) down: {}", down.len(), down.join(", ")));
     }
     for n in &status.nodes {
         for d in n.drives.iter().filter(|d| !d.error.is_empty()) {
@@ -435,16 +352,10 @@ pub fn health(status: Option<&ClusterStatus>, chunks: &BTreeMap<String, f64>) ->
     }
     let get = |k: &str| chunks.get(k).copied().unwrap_or(0.0);
     if get("unavailable") > 0.0 {
-        critical.push(format!(
-            "{} chunk(s) unavailable until nodes return",
-            get("unavailable")
-        ));
+        critical.push(format!("{} chunk(s) unavailable until nodes return", get("unavailable")));
     }
     if get("degraded") > 0.0 {
-        degraded.push(format!(
-            "{} chunk(s) degraded (rebuilt from parity on read; repair follows)",
-            get("degraded")
-        ));
+        degraded.push(format!("{} chunk(s) degraded (rebuilt from parity on read; repair follows)", get("degraded")));
     }
     let (total, free) = capacity(status);
     if total > 0 {
@@ -463,10 +374,7 @@ pub fn health(status: Option<&ClusterStatus>, chunks: &BTreeMap<String, f64>) ->
         "healthy"
     };
     critical.extend(degraded);
-    Health {
-        state,
-        reasons: critical,
-    }
+    Health { state, reasons: critical }
 }
 
 /// Chunk counts by state: the lease holder's (a minute old at most), else the status's.
@@ -521,11 +429,7 @@ async fn overview(State(dash): State<Arc<Dash>>) -> Response {
     let chunks = chunk_counts(latest.status.as_ref(), latest.leader.as_ref());
     let health = health(latest.status.as_ref(), &chunks);
     let (total, free) = latest.status.as_ref().map(capacity).unwrap_or((0, 0));
-    let mut totals = Totals {
-        ops: BTreeMap::new(),
-        read_bytes: 0.0,
-        write_bytes: 0.0,
-    };
+    let mut totals = Totals { ops: BTreeMap::new(), read_bytes: 0.0, write_bytes: 0.0 };
     for p in &latest.processes {
         if let Some(r) = &p.rates {
             // Served operations and bytes: what front ends and services answered, not the
@@ -564,19 +468,10 @@ async fn overview(State(dash): State<Arc<Dash>>) -> Response {
 /// written here so that a failure is an error answer, not a dropped connection).
 fn json<T: Serialize>(value: &T) -> Response {
     match serde_json::to_string(value) {
-        Ok(text) => (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CACHE_CONTROL, "no-cache"),
-            ],
-            text,
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the answer: {e}"),
-        )
-            .into_response(),
+        Ok(text) => {
+            ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the answer: {e}")).into_response(),
     }
 }
 
@@ -588,10 +483,7 @@ struct History<'a> {
 
 async fn history(State(dash): State<Arc<Dash>>) -> Response {
     let history = dash.history.lock();
-    json(&History {
-        interval_s: SAMPLE_INTERVAL.as_secs(),
-        points: history.iter().collect(),
-    })
+    json(&History { interval_s: SAMPLE_INTERVAL.as_secs(), points: history.iter().collect() })
 }
 
 #[derive(Serialize)]
@@ -611,18 +503,10 @@ async fn events(State(dash): State<Arc<Dash>>, Query(q): Query<EventsQuery>) -> 
         Ok(c) => c,
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e).into_response(),
     };
-    let op = MetaOp::Events {
-        after: q.after.unwrap_or(0),
-        limit: q.limit.unwrap_or(100),
-        newest: q.after.is_none(),
-    };
+    let op = MetaOp::Events { after: q.after.unwrap_or(0), limit: q.limit.unwrap_or(100), newest: q.after.is_none() };
     match client.meta(op).await {
         Ok(MetaReply::Events { events, next }) => json(&EventsAnswer { events, next }),
-        Ok(other) => (
-            StatusCode::BAD_GATEWAY,
-            format!("unexpected answer {other:?}"),
-        )
-            .into_response(),
+        Ok(other) => (StatusCode::BAD_GATEWAY, format!("unexpected answer {other:?}")).into_response(),
         Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     }
 }
@@ -677,37 +561,22 @@ mod tests {
     #[test]
     fn health_names_what_is_wrong() {
         let none = BTreeMap::new();
-        assert_eq!(
-            health(Some(&status(&[NodeState::Up, NodeState::Up], 50)), &none).state,
-            "healthy"
-        );
+        assert_eq!(health(Some(&status(&[NodeState::Up, NodeState::Up], 50)), &none).state, "healthy");
         let h = health(Some(&status(&[NodeState::Up, NodeState::Down], 50)), &none);
         assert_eq!(h.state, "degraded");
         assert_eq!(h.reasons, ["1 storage node(s) down: 2"]);
         let unavailable = BTreeMap::from([("unavailable".to_string(), 3.0)]);
-        assert_eq!(
-            health(Some(&status(&[NodeState::Up], 50)), &unavailable).state,
-            "critical"
-        );
-        assert_eq!(
-            health(Some(&status(&[NodeState::Up], 2)), &none).state,
-            "critical",
-            "98% full"
-        );
+        assert_eq!(health(Some(&status(&[NodeState::Up], 50)), &unavailable).state, "critical");
+        assert_eq!(health(Some(&status(&[NodeState::Up], 2)), &none).state, "critical", "98% full");
         assert_eq!(health(None, &none).state, "critical");
     }
 
     /// The status line of a GET of `path` from `addr`, with `authorization` if given.
     async fn status_of(addr: &str, path: &str, authorization: Option<&str>) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("connects");
-        let auth = authorization
-            .map(|a| format!("Authorization: {a}\r\n"))
-            .unwrap_or_default();
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connects");
+        let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
         s.write_all(request.as_bytes()).await.expect("writes");
         let mut answer = String::new();
         s.read_to_string(&mut answer).await.expect("reads");
@@ -718,64 +587,29 @@ mod tests {
     async fn with_a_password_configured_every_route_asks_for_it() {
         use base64::Engine;
         // No metadata service behind it: the pages and the authentication need none.
-        let routes = router(
-            "127.0.0.1:1",
-            Options {
-                auth: Some("admin:s3cret".into()),
-            },
-        );
-        let exporter = metrics::http::serve("127.0.0.1:0", Some(routes))
-            .await
-            .expect("serves");
+        let routes = router("127.0.0.1:1", Options { auth: Some("admin:s3cret".into()) });
+        let exporter = metrics::http::serve("127.0.0.1:0", Some(routes)).await.expect("serves");
         let addr = exporter.addr.to_string();
-        let good = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode("admin:s3cret")
-        );
-        let bad = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode("admin:guess")
-        );
+        let good = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("admin:s3cret"));
+        let bad = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("admin:guess"));
         for path in ["/", "/dashboard.js", "/api/overview", "/api/history"] {
-            assert!(
-                status_of(&addr, path, None).await.contains("401"),
-                "{path} without a password"
-            );
-            assert!(
-                status_of(&addr, path, Some(&bad)).await.contains("401"),
-                "{path} with a wrong one"
-            );
-            assert!(
-                status_of(&addr, path, Some(&good)).await.contains("200"),
-                "{path} with the password"
-            );
+            assert!(status_of(&addr, path, None).await.contains("401"), "{path} without a password");
+            assert!(status_of(&addr, path, Some(&bad)).await.contains("401"), "{path} with a wrong one");
+            assert!(status_of(&addr, path, Some(&good)).await.contains("200"), "{path} with the password");
         }
         // The metrics themselves stay open to scrapers.
         assert!(status_of(&addr, "/metrics", None).await.contains("200"));
         let open = router("127.0.0.1:1", Options::default());
-        let exporter = metrics::http::serve("127.0.0.1:0", Some(open))
-            .await
-            .expect("serves");
-        assert!(status_of(&exporter.addr.to_string(), "/", None)
-            .await
-            .contains("200"));
+        let exporter = metrics::http::serve("127.0.0.1:0", Some(open)).await.expect("serves");
+        assert!(status_of(&exporter.addr.to_string(), "/", None).await.contains("200"));
     }
 
     #[test]
     fn the_assets_are_built_in_and_self_contained() {
         assert!(INDEX_HTML.contains("dashboard.js") && INDEX_HTML.contains("dashboard.css"));
         for asset in [INDEX_HTML, DASHBOARD_JS, DASHBOARD_CSS] {
-            for fetch in [
-                "src=\"http",
-                "href=\"http",
-                "url(http",
-                "fetch(\"http",
-                "import ",
-            ] {
-                assert!(
-                    !asset.contains(fetch),
-                    "an asset loads something from elsewhere: {fetch}"
-                );
+            for fetch in ["src=\"http", "href=\"http", "url(http", "fetch(\"http", "import "] {
+                assert!(!asset.contains(fetch), "an asset loads something from elsewhere: {fetch}");
             }
         }
     }

@@ -71,7 +71,9 @@ pub fn encode(ec: EcScheme, chunk: &Bytes) -> Vec<Bytes> {
                 e.reset(k, m, shard_len).expect("validated scheme and even shard length");
                 e
             }
-            None => slot.insert(ReedSolomonEncoder::new(k, m, shard_len).expect("validated scheme and even shard length")),
+            None => {
+                slot.insert(ReedSolomonEncoder::new(k, m, shard_len).expect("validated scheme and even shard length"))
+            }
         };
         for s in &shards {
             encoder.add_original_shard(s).expect("shard count and length match");
@@ -132,7 +134,9 @@ pub fn reconstruct_data(ec: EcScheme, len: u32, shards: &[Option<Bytes>]) -> Res
                 d.reset(k, m, shard_len).map_err(|e| DecodeError::Codec(e.to_string()))?;
                 d
             }
-            None => slot.insert(ReedSolomonDecoder::new(k, m, shard_len).map_err(|e| DecodeError::Codec(e.to_string()))?),
+            None => {
+                slot.insert(ReedSolomonDecoder::new(k, m, shard_len).map_err(|e| DecodeError::Codec(e.to_string()))?)
+            }
         };
         for (i, s) in shards.iter().enumerate().take(k) {
             if let Some(s) = s {
@@ -222,7 +226,8 @@ mod tests {
         let ec = EcScheme { k: 4, m: 2 };
         let chunk = Bytes::from(vec![9u8; 10_000]);
         let shards = encode(ec, &chunk);
-        let avail: Vec<Option<Bytes>> = shards.iter().enumerate().map(|(i, s)| if i < 3 { None } else { Some(s.clone()) }).collect();
+        let avail: Vec<Option<Bytes>> =
+            shards.iter().enumerate().map(|(i, s)| if i < 3 { None } else { Some(s.clone()) }).collect();
         assert_eq!(decode(ec, 10_000, &avail), Err(DecodeError::TooFewShards { have: 3, need: 4 }));
     }
 

@@ -96,7 +96,6 @@ pub struct Pass {
     last_report: Option<Instant>,
 }
 
-
 fn join(dir: &str, name: &str) -> String {
     if dir == "/" {
         format!("/{name}")

@@ -38,7 +38,12 @@ use wire::{ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, WireError};
 /// written in `target`'s pool and scheme (`None`: the file's, as the nodes allow now), and
 /// swapped in with `ReplaceChunk`, which refuses if the file changed meanwhile (the new chunk is
 /// then given up). Returns the new record and the shard bytes written.
-pub async fn rewrite_chunk(client: &Client, ino: Ino, rec: &ChunkRecord, target: Option<(String, Option<EcScheme>)>) -> Result<(ChunkRecord, u64)> {
+pub async fn rewrite_chunk(
+    client: &Client,
+    ino: Ino,
+    rec: &ChunkRecord,
+    target: Option<(String, Option<EcScheme>)>,
+) -> Result<(ChunkRecord, u64)> {
     let data = client.read_chunk(rec, &format!("file {ino}")).await?.to_bytes();
     let Some(alloc) = client.alloc_chunks_for(ino, 1, Vec::new(), target).await?.pop() else {
         return Err(WireError::new(ErrorCode::Internal, "the metadata service allocated nothing"));
@@ -68,11 +73,7 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(bytes_per_s: u64) -> Throttle {
-        Throttle {
-            bytes_per_s: bytes_per_s.max(1),
-            started: Instant::now(),
-            bytes: 0,
-        }
+        Throttle { bytes_per_s: bytes_per_s.max(1), started: Instant::now(), bytes: 0 }
     }
 
     /// Changes the rate from now on (an impact window opening or closing).

@@ -37,8 +37,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement,
-    PlacementMap, ScannedChunk, ShardInfo, ShardKey, StorageReply, WireError,
+    ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ScannedChunk,
+    ShardInfo, ShardKey, StorageReply, WireError,
 };
 
 /// Chunk records read per `ScanChunks` page.
@@ -119,13 +119,7 @@ pub struct Mover {
 /// The slots of a chunk that must be written to move it from `old` to `new` (node lists of its
 /// placement group, slot order) with `missing` (never written) and `bad` (damaged) slots: every
 /// slot whose node changes, plus missing and bad ones. Pure, for the simulation tests.
-pub fn slots_to_write(
-    old: &[NodeId],
-    new: &[NodeId],
-    width: usize,
-    missing: u64,
-    bad: u64,
-) -> Vec<usize> {
+pub fn slots_to_write(old: &[NodeId], new: &[NodeId], width: usize, missing: u64, bad: u64) -> Vec<usize> {
     (0..width)
         .filter(|&i| {
             let moved = old.get(i) != new.get(i);
@@ -138,11 +132,7 @@ pub fn slots_to_write(
 impl Mover {
     /// A mover working through `client`; old shards wait `grace` before deletion.
     pub fn new(client: Client, grace: Duration) -> Mover {
-        Mover {
-            client,
-            grace,
-            stale: Vec::new(),
-        }
+        Mover { client, grace, stale: Vec::new() }
     }
 
     /// One pass over every chunk: moves chunks placed by an older map to the newest one and
@@ -183,7 +173,10 @@ impl Mover {
                             after = last;
                         }
                         Ok(other) => {
-                            return Err(WireError::new(ErrorCode::Internal, format!("node {node} answered a scrub with {other:?}")))
+                            return Err(WireError::new(
+                                ErrorCode::Internal,
+                                format!("node {node} answered a scrub with {other:?}"),
+                            ))
                         }
                         Err(e) => return Err(e),
                     }
@@ -235,18 +228,11 @@ impl Mover {
         let newest = client.map(status.map_version).await?;
         // Shards on nodes removed from the cluster are gone with them (such a node must be
         // emptied before it can join again): nothing to delete there.
-        let node_states: Vec<(NodeId, NodeState)> =
-            status.nodes.iter().map(|n| (n.id, n.state)).collect();
-        self.stale
-            .retain(|s| !node_states.contains(&(s.node, NodeState::Out)));
+        let node_states: Vec<(NodeId, NodeState)> = status.nodes.iter().map(|n| (n.id, n.state)).collect();
+        self.stale.retain(|s| !node_states.contains(&(s.node, NodeState::Out)));
         let mut report = MoveReport {
             map_version: status.map_version,
-            draining: status
-                .nodes
-                .iter()
-                .filter(|n| n.state == NodeState::Draining)
-                .map(|n| n.id)
-                .collect(),
+            draining: status.nodes.iter().filter(|n| n.state == NodeState::Draining).map(|n| n.id).collect(),
             ..MoveReport::default()
         };
         // The live chunk records (or the queue's) first, then, for a walk of every chunk or of
@@ -256,11 +242,8 @@ impl Mover {
             let (chunks, next) = match &source {
                 Source::Live(after) => {
                     let (after, limit) = (*after, MOVE_PAGE_CHUNKS);
-                    let op = if queued {
-                        MetaOp::ScanQueue { after, limit }
-                    } else {
-                        MetaOp::ScanChunks { after, limit }
-                    };
+                    let op =
+                        if queued { MetaOp::ScanQueue { after, limit } } else { MetaOp::ScanChunks { after, limit } };
                     let (chunks, more) = match client.meta(op).await? {
                         MetaReply::ChunkPage { chunks, more } => (chunks, more),
                         other => return Err(client::unexpected(&other)),
@@ -304,10 +287,7 @@ impl Mover {
                 // the queue pass after a node comes back widens it.
                 let narrow = wire::pg_pool(rec.placement.pg) == found.file_pool
                     && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len));
-                match self
-                    .move_chunk(found, held, &newest, &serving, bad, throttle, &mut report)
-                    .await
-                {
+                match self.move_chunk(found, held, &newest, &serving, bad, throttle, &mut report).await {
                     Ok(true) if narrow => left.push((ino, rec.index, rec.id)),
                     Ok(true) => settled.push((ino, rec.index, rec.id)),
                     Ok(false) => {
@@ -318,24 +298,13 @@ impl Mover {
                         report.chunks_failed += 1;
                         report.chunks_left += 1;
                         left.push((ino, rec.index, rec.id));
-                        tracing::debug!(
-                            "mover: chunk {} of file {ino} ({:016x}): {e}",
-                            rec.index,
-                            rec.id
-                        );
-                        match report
-                            .failures
-                            .iter_mut()
-                            .find(|(code, _, _)| *code == e.code)
-                        {
+                        tracing::debug!("mover: chunk {} of file {ino} ({:016x}): {e}", rec.index, rec.id);
+                        match report.failures.iter_mut().find(|(code, _, _)| *code == e.code) {
                             Some((_, count, _)) => *count += 1,
                             None => report.failures.push((
                                 e.code,
                                 1,
-                                format!(
-                                    "chunk {} of file {ino} ({:016x}): {}",
-                                    rec.index, rec.id, e.message
-                                ),
+                                format!("chunk {} of file {ino} ({:016x}): {}", rec.index, rec.id, e.message),
                             )),
                         }
                     }
@@ -381,9 +350,7 @@ impl Mover {
         let old_map = client.map(rec.placement.map_version).await?;
         let pg = rec.placement.pg;
         let group = |map: &PlacementMap| -> Vec<NodeId> {
-            map.group(pg)
-                .map(|g| g.iter().take(width).copied().collect())
-                .unwrap_or_default()
+            map.group(pg).map(|g| g.iter().take(width).copied().collect()).unwrap_or_default()
         };
         let (old, new) = (group(&old_map), group(newest));
         let fits = new.len() >= width;
@@ -396,10 +363,7 @@ impl Mover {
                 format!("the newest placement map has {} nodes for a {} chunk that a snapshot holds (such a chunk is not re-encoded)", new.len(), rec.ec),
             ));
         }
-        if !held
-            && ((own_pool && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len)))
-                || (own_pool && !fits))
-        {
+        if !held && ((own_pool && rec.ec.narrower_than(found.file_ec.for_chunk(rec.len))) || (own_pool && !fits)) {
             // Narrower than its file (written while nodes were down), or wider than the nodes
             // left: re-encode it if the nodes now allow a better scheme.
             match self.better_scheme(ino, rec, fits).await? {
@@ -422,18 +386,13 @@ impl Mover {
             if rec.placement.map_version == newest.version {
                 return Ok(settled);
             }
-            let placement = Placement {
-                map_version: newest.version,
-                pg,
-            };
+            let placement = Placement { map_version: newest.version, pg };
             self.commit(ino, rec, placement, 0).await?;
             report.chunks_relabelled += 1;
             return Ok(settled);
         }
         // Rebuild: the chunk as stored, re-encoded; each shard must be the writer's exactly.
-        let data = client
-            .read_chunk_stored(rec, &format!("file {ino}"))
-            .await?;
+        let data = client.read_chunk_stored(rec, &format!("file {ino}")).await?;
         let shards = erasure::encode(rec.ec, &data);
         let mut missing = 0u64;
         let mut written: Vec<(usize, NodeId)> = Vec::new();
@@ -453,16 +412,8 @@ impl Mover {
                 missing |= 1 << slot;
                 continue;
             }
-            let key = ShardKey {
-                chunk: rec.id,
-                index: slot as u8,
-            };
-            let info = ShardInfo {
-                key,
-                ec: rec.ec,
-                len: rec.shard_len,
-                block_crcs,
-            };
+            let key = ShardKey { chunk: rec.id, index: slot as u8 };
+            let info = ShardInfo { key, ec: rec.ec, len: rec.shard_len, block_crcs };
             // A damaged copy in place is removed first (a put never overwrites).
             let replace = bad & (1 << slot) != 0 && old.get(slot) == Some(&node);
             match self.put_shard(node, info, shard.clone(), replace).await {
@@ -478,19 +429,13 @@ impl Mover {
                 }
             }
         }
-        let placement = Placement {
-            map_version: newest.version,
-            pg,
-        };
+        let placement = Placement { map_version: newest.version, pg };
         if missing.count_ones() > u32::from(rec.ec.m) {
             // Committing would leave fewer than k shards where the record points.
             self.forget(rec, &old, &written).await;
             return Err(WireError::new(
                 ErrorCode::Unavailable,
-                format!(
-                    "only {} of {width} shards could be placed",
-                    width - missing.count_ones() as usize
-                ),
+                format!("only {} of {width} shards could be placed", width - missing.count_ones() as usize),
             ));
         }
         if let Err(e) = self.commit(ino, rec, placement, missing).await {
@@ -505,14 +450,7 @@ impl Mover {
                 // Also when the slot was marked missing: an earlier move may have left a copy
                 // there that is no longer tracked (deleting an absent shard is harmless).
                 if node != new[slot] {
-                    self.stale.push(StaleShard {
-                        due,
-                        ino,
-                        index: rec.index,
-                        chunk: rec.id,
-                        slot,
-                        node,
-                    });
+                    self.stale.push(StaleShard { due, ino, index: rec.index, chunk: rec.id, slot, node });
                 }
             }
         }
@@ -522,31 +460,16 @@ impl Mover {
     /// The scheme chunk `rec` of file `ino` would be written in now, if it is better than the
     /// one it has, `current`: wider than `current` (when `current` fits the newest map), or any scheme that
     /// fits (when it does not). Asks the metadata service without reserving anything.
-    async fn better_scheme(
-        &self,
-        ino: Ino,
-        rec: &ChunkRecord,
-        fits: bool,
-    ) -> Result<Option<EcScheme>> {
+    async fn better_scheme(&self, ino: Ino, rec: &ChunkRecord, fits: bool) -> Result<Option<EcScheme>> {
         let current = rec.ec;
-        let probe = match self
-            .client
-            .meta(MetaOp::AllocChunks {
-                ino,
-                count: 0,
-                avoid: Vec::new(),
-            })
-            .await
-        {
+        let probe = match self.client.meta(MetaOp::AllocChunks { ino, count: 0, avoid: Vec::new() }).await {
             Ok(MetaReply::Alloc { ec, .. }) => ec.for_chunk(rec.len),
             Ok(other) => return Err(client::unexpected(&other)),
             // Too few nodes up for any scheme: nothing better now.
             Err(e) if e.code == ErrorCode::Unavailable => return Ok(None),
             Err(e) => return Err(e),
         };
-        let wider = (probe.k, probe.m) > (current.k, current.m)
-            && probe.k >= current.k
-            && probe.m >= current.m;
+        let wider = (probe.k, probe.m) > (current.k, current.m) && probe.k >= current.k && probe.m >= current.m;
         Ok((wider || (!fits && probe != current)).then_some(probe))
     }
 
@@ -561,12 +484,7 @@ impl Mover {
         report: &mut MoveReport,
     ) -> Result<bool> {
         let (new, written) = crate::rewrite_chunk(&self.client, ino, rec, None).await?;
-        tracing::debug!(
-            "mover: chunk {} of file {ino} re-encoded from {} to {}",
-            rec.index,
-            rec.ec,
-            new.ec
-        );
+        tracing::debug!("mover: chunk {} of file {ino} re-encoded from {} to {}", rec.index, rec.ec, new.ec);
         report.chunks_recoded += 1;
         report.shards_written += (new.ec.width() - new.missing.count_ones() as usize) as u64;
         report.bytes_written += written;
@@ -575,19 +493,8 @@ impl Mover {
         Ok(false)
     }
 
-    async fn commit(
-        &self,
-        ino: Ino,
-        rec: &ChunkRecord,
-        placement: Placement,
-        missing: u64,
-    ) -> Result<()> {
-        let op = MetaOp::MoveChunk {
-            ino,
-            expected: rec.clone(),
-            placement,
-            missing,
-        };
+    async fn commit(&self, ino: Ino, rec: &ChunkRecord, placement: Placement, missing: u64) -> Result<()> {
+        let op = MetaOp::MoveChunk { ino, expected: rec.clone(), placement, missing };
         match self.client.meta(op).await? {
             MetaReply::Ok => Ok(()),
             other => Err(client::unexpected(&other)),
@@ -599,10 +506,7 @@ impl Mover {
     async fn forget(&self, rec: &ChunkRecord, old: &[NodeId], written: &[(usize, NodeId)]) {
         for &(slot, node) in written {
             if old.get(slot) != Some(&node) {
-                let key = ShardKey {
-                    chunk: rec.id,
-                    index: slot as u8,
-                };
+                let key = ShardKey { chunk: rec.id, index: slot as u8 };
                 if let Err(e) = self.delete_shard(node, key).await {
                     tracing::debug!("mover: cleaning up {key} on node {node}: {e}");
                 }
@@ -610,13 +514,7 @@ impl Mover {
         }
     }
 
-    async fn put_shard(
-        &self,
-        node: NodeId,
-        info: ShardInfo,
-        data: Bytes,
-        replace: bool,
-    ) -> Result<()> {
+    async fn put_shard(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
         self.client.put_shard_at(node, info, data, replace).await
     }
 
@@ -646,8 +544,7 @@ impl Mover {
         self.stale.retain(|s| state(s.node) != Some(NodeState::Out));
         let (due, later): (Vec<StaleShard>, Vec<StaleShard>) =
             std::mem::take(&mut self.stale).into_iter().partition(|s| {
-                (now || s.due <= instant)
-                    && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining))
+                (now || s.due <= instant) && matches!(state(s.node), Some(NodeState::Up | NodeState::Draining))
             });
         self.stale = later;
         let mut current: HashMap<(Ino, u64, u64), Option<Arc<Placed>>> = HashMap::new();
@@ -670,24 +567,17 @@ impl Mover {
             };
             let still_there = placed.as_ref().is_some_and(|p| {
                 let (rec, map) = p.as_ref();
-                rec.id == shard.chunk
-                    && map.node_for(rec.placement.pg, shard.slot) == Some(shard.node)
+                rec.id == shard.chunk && map.node_for(rec.placement.pg, shard.slot) == Some(shard.node)
             });
             if still_there {
                 continue;
             }
-            let key = ShardKey {
-                chunk: shard.chunk,
-                index: shard.slot as u8,
-            };
+            let key = ShardKey { chunk: shard.chunk, index: shard.slot as u8 };
             if let Err(e) = self.delete_shard(shard.node, key).await {
                 tracing::debug!("mover: deleting stale {key} on node {}: {e}", shard.node);
                 if e.code == ErrorCode::Unavailable {
                     // Tried again after another grace period, not at every tick.
-                    self.stale.push(StaleShard {
-                        due: Instant::now() + self.grace,
-                        ..shard
-                    });
+                    self.stale.push(StaleShard { due: Instant::now() + self.grace, ..shard });
                 }
             }
         }
@@ -696,14 +586,7 @@ impl Mover {
     /// Where chunk `chunk`, at `index` of file `ino`, is placed now: by the live record, or
     /// by the record of a snapshot that holds it; `None` when nothing holds it any more.
     async fn current_record(&self, ino: Ino, index: u64, chunk: u64) -> Result<Option<Placed>> {
-        let reply = self
-            .client
-            .meta(MetaOp::GetChunks {
-                ino,
-                first: index,
-                count: 1,
-            })
-            .await;
+        let reply = self.client.meta(MetaOp::GetChunks { ino, first: index, count: 1 }).await;
         let live = match reply {
             Ok(MetaReply::Chunks { chunks, .. }) => chunks.into_iter().find(|c| c.index == index),
             Ok(other) => return Err(client::unexpected(&other)),

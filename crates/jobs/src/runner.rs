@@ -59,8 +59,7 @@ pub struct Settings {
 impl Settings {
     /// The settings `config` asks for; an error names a schedule or window that does not parse.
     pub fn of(config: &meta::MetaConfig) -> Result<Settings, String> {
-        let tier_schedule =
-            Schedule::parse(&config.tier_schedule).map_err(|e| format!("tier_schedule: {e}"))?;
+        let tier_schedule = Schedule::parse(&config.tier_schedule).map_err(|e| format!("tier_schedule: {e}"))?;
         let window = match &config.impact_window {
             Some(text) => Some(Window::parse(text).map_err(|e| format!("impact_window: {e}"))?),
             None => None,
@@ -70,8 +69,7 @@ impl Settings {
         }
         Ok(Settings {
             bytes_per_s: config.move_bytes_per_s,
-            scrub_interval: (config.scrub_interval_ms > 0)
-                .then(|| Duration::from_millis(config.scrub_interval_ms)),
+            scrub_interval: (config.scrub_interval_ms > 0).then(|| Duration::from_millis(config.scrub_interval_ms)),
             grace: Duration::from_millis(config.gc_grace_ms),
             tier_schedule,
             tier_impact: Impact {
@@ -80,8 +78,7 @@ impl Settings {
                 window,
                 chunks_max: config.tier_chunks_max as usize,
             },
-            ingest_interval: (config.ingest_interval_ms > 0)
-                .then(|| Duration::from_millis(config.ingest_interval_ms)),
+            ingest_interval: (config.ingest_interval_ms > 0).then(|| Duration::from_millis(config.ingest_interval_ms)),
         })
     }
 }
@@ -100,7 +97,6 @@ pub fn spawn(service: Arc<MetaService>, addr: String, settings: Settings) -> Gua
     Guard(tokio::spawn(run(service, addr, settings)))
 }
 
-
 /// Job records through this server's own service (no network round trip).
 struct ServiceRecords(Arc<MetaService>);
 
@@ -108,8 +104,7 @@ impl tier::Records for ServiceRecords {
     fn report(
         &self,
         info: JobInfo,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<JobInfo, WireError>> + Send + '_>>
-    {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<JobInfo, WireError>> + Send + '_>> {
         Box::pin(async move { report(&self.0, info).await })
     }
 }
@@ -267,17 +262,10 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
 
 impl Leading {
     async fn tick(&mut self, service: &Arc<MetaService>, settings: &Settings) {
-        let (version, up, nodes) = match call(service, MetaOp::Status { scan_chunks: false }).await
-        {
+        let (version, up, nodes) = match call(service, MetaOp::Status { scan_chunks: false }).await {
             Ok(MetaReply::Status(s)) => {
-                let up: Vec<wire::NodeId> = s
-                    .nodes
-                    .iter()
-                    .filter(|n| n.state == NodeState::Up)
-                    .map(|n| n.id)
-                    .collect();
-                let nodes: Vec<(wire::NodeId, NodeState)> =
-                    s.nodes.iter().map(|n| (n.id, n.state)).collect();
+                let up: Vec<wire::NodeId> = s.nodes.iter().filter(|n| n.state == NodeState::Up).map(|n| n.id).collect();
+                let nodes: Vec<(wire::NodeId, NodeState)> = s.nodes.iter().map(|n| (n.id, n.state)).collect();
                 (s.map_version, up, nodes)
             }
             Ok(_) | Err(_) => return,
@@ -306,17 +294,11 @@ impl Leading {
             return;
         }
         let asked = |job: &JobInfo, served: &HashMap<&'static str, u64>, name: &'static str| {
-            job.state == JobState::Running
-                && job.trigger == "operator"
-                && served.get(name) != Some(&job.run)
+            job.state == JobState::Running && job.trigger == "operator" && served.get(name) != Some(&job.run)
         };
         let repair_asked = asked(&repair, &self.served, REPAIR);
-        let scrub_asked =
-            asked(&scrub_job, &self.served, SCRUB) && scrub_job.state != JobState::Paused;
-        let scrub = scrub_asked
-            || settings
-                .scrub_interval
-                .is_some_and(|every| self.last_scrub.elapsed() >= every);
+        let scrub_asked = asked(&scrub_job, &self.served, SCRUB) && scrub_job.state != JobState::Paused;
+        let scrub = scrub_asked || settings.scrub_interval.is_some_and(|every| self.last_scrub.elapsed() >= every);
         let since_pass = self.last_pass.map_or(Duration::MAX, |t| t.elapsed());
         let full = self.pass_version != Some(version) || repair_asked;
         let scrub = scrub && !full;
@@ -363,9 +345,7 @@ impl Leading {
             }
         };
         self.queue_wanted = false;
-        self.tracker
-            .pass_done(service, &report, started.elapsed(), scrub)
-            .await;
+        self.tracker.pass_done(service, &report, started.elapsed(), scrub).await;
         if full {
             self.last_pass = Some(Instant::now());
             self.pass_version = Some(report.map_version);
@@ -405,17 +385,7 @@ impl Leading {
         } else {
             "placement map change"
         };
-        self.record_pass(
-            service,
-            REPAIR,
-            &repair,
-            &report,
-            started.elapsed(),
-            reason,
-            left,
-            repair_asked,
-        )
-        .await;
+        self.record_pass(service, REPAIR, &repair, &report, started.elapsed(), reason, left, repair_asked).await;
     }
 
     /// Records a pass in job `name`'s record: a run of its own when it did or left work (or an
@@ -432,11 +402,7 @@ impl Leading {
         left: bool,
         asked: bool,
     ) {
-        let worked = report.chunks_moved
-            + report.chunks_relabelled
-            + report.chunks_recoded
-            + report.shards_bad
-            > 0;
+        let worked = report.chunks_moved + report.chunks_relabelled + report.chunks_recoded + report.shards_bad > 0;
         if !worked && !left && !asked && !job.state.active() {
             return;
         }
@@ -462,11 +428,7 @@ impl Leading {
         p.bytes_moved += report.bytes_written;
         p.chunks_failed = report.chunks_failed;
         p.busy_ms += took.as_millis() as u64;
-        info.state = if left {
-            JobState::Running
-        } else {
-            JobState::Done
-        };
+        info.state = if left { JobState::Running } else { JobState::Done };
         if !left {
             info.finished_ms = now_ms();
         }
@@ -491,11 +453,7 @@ impl Leading {
     }
 
     fn log_pass(&mut self, report: &MoveReport, took: Duration, scrub: bool, full: bool) {
-        let progress = report.chunks_moved
-            + report.chunks_relabelled
-            + report.chunks_recoded
-            + report.shards_bad
-            > 0;
+        let progress = report.chunks_moved + report.chunks_relabelled + report.chunks_recoded + report.shards_bad > 0;
         if progress || scrub {
             tracing::info!(
                 "mover: {} to map {} in {:.1}s{}: {} chunks seen, {} moved ({} shards, {} bytes), {} relabelled, {} re-encoded, {} bad shards, {} failed, {} left",
@@ -520,8 +478,7 @@ impl Leading {
                 report.chunks_left
             );
         }
-        let kinds: Vec<wire::ErrorCode> =
-            report.failures.iter().map(|(code, _, _)| *code).collect();
+        let kinds: Vec<wire::ErrorCode> = report.failures.iter().map(|(code, _, _)| *code).collect();
         let repeat = self
             .failures_logged
             .as_ref()
@@ -559,11 +516,7 @@ impl Leading {
                 still.push(node);
                 continue;
             }
-            let op = MetaOp::SetNodeState {
-                node,
-                state: NodeState::Out,
-                force: true,
-            };
+            let op = MetaOp::SetNodeState { node, state: NodeState::Out, force: true };
             match call(service, op).await {
                 Ok(_) => tracing::info!("mover: node {node} is drained; marked out"),
                 Err(e) => {
@@ -577,16 +530,8 @@ impl Leading {
 
     /// The tiering job: its schedule, and its run (started here when the record says one is
     /// under way and no task of this server runs it).
-    async fn tier_tick(
-        &mut self,
-        service: &Arc<MetaService>,
-        settings: &Settings,
-        job: Option<&JobInfo>,
-    ) {
-        let job = job.cloned().unwrap_or_else(|| JobInfo {
-            name: TIER.into(),
-            ..JobInfo::default()
-        });
+    async fn tier_tick(&mut self, service: &Arc<MetaService>, settings: &Settings, job: Option<&JobInfo>) {
+        let job = job.cloned().unwrap_or_else(|| JobInfo { name: TIER.into(), ..JobInfo::default() });
         let now = now_ms();
         let schedule = settings.tier_schedule;
         let (due, next) = schedule.due(job.last_scheduled_ms, now);
@@ -603,11 +548,7 @@ impl Leading {
                 last_scheduled_ms: now,
                 ..JobInfo::default()
             };
-            tracing::info!(
-                "job tier: run {} started by its schedule ({})",
-                info.run,
-                schedule.describe()
-            );
+            tracing::info!("job tier: run {} started by its schedule ({})", info.run, schedule.describe());
             if let Err(e) = report_job(service, info).await {
                 tracing::warn!("job tier: cannot start the scheduled run: {e}");
             }
@@ -629,11 +570,7 @@ impl Leading {
                 tracing::debug!("job tier: cannot record its schedule: {e}");
             }
         }
-        let running_here = self
-            .tier
-            .as_ref()
-            .filter(|(_, task)| !task.is_finished())
-            .map(|(run, _)| *run);
+        let running_here = self.tier.as_ref().filter(|(_, task)| !task.is_finished()).map(|(run, _)| *run);
         if job.state.active() && running_here != Some(job.run) {
             if let Some((_, task)) = self.tier.take() {
                 task.abort();
@@ -642,11 +579,7 @@ impl Leading {
                 "job tier: run {} ({}) {} here{}",
                 job.run,
                 job.trigger,
-                if job.progress.cursor.is_empty() {
-                    "starts"
-                } else {
-                    "goes on"
-                },
+                if job.progress.cursor.is_empty() { "starts" } else { "goes on" },
                 if job.progress.cursor.is_empty() {
                     String::new()
                 } else {
@@ -734,8 +667,8 @@ mod tests {
     use wire::{ChunkRecord, EcScheme, Placement, Timestamp, ROOT_INO};
 
     async fn service(dir: &tempfile::TempDir) -> Arc<MetaService> {
-        let engine = kv_redb::RedbEngine::open(dir.path().join("meta.redb"))
-            .unwrap_or_else(|e| panic!("open redb: {e}"));
+        let engine =
+            kv_redb::RedbEngine::open(dir.path().join("meta.redb")).unwrap_or_else(|e| panic!("open redb: {e}"));
         MetaService::new(Arc::new(engine), meta::MetaOptions::default())
             .await
             .unwrap_or_else(|e| panic!("MetaService::new: {e}"))
@@ -765,7 +698,13 @@ mod tests {
             table_crcs: vec![0; ec.width()],
             missing: 0,
         };
-        let op = MetaOp::CommitChunks { ino, chunks: vec![rec], size: u64::from(len), set_size: false, mtime: Timestamp::now() };
+        let op = MetaOp::CommitChunks {
+            ino,
+            chunks: vec![rec],
+            size: u64::from(len),
+            set_size: false,
+            mtime: Timestamp::now(),
+        };
         ok(service, op).await;
     }
 

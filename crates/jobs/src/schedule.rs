@@ -19,16 +19,10 @@ pub enum Schedule {
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
 fn parse_hhmm(text: &str) -> Result<u32, String> {
-    let (h, m) = text
-        .split_once(':')
-        .ok_or_else(|| format!("{text:?} is not a time of day (HH:MM)"))?;
+    let (h, m) = text.split_once(':').ok_or_else(|| format!("{text:?} is not a time of day (HH:MM)"))?;
     let (h, m): (u32, u32) = match (h.parse(), m.parse()) {
         (Ok(h), Ok(m)) if h < 24 && m < 60 && m_len_ok(text) => (h, m),
-        _ => {
-            return Err(format!(
-                "{text:?} is not a time of day (HH:MM, 00:00 to 23:59)"
-            ))
-        }
+        _ => return Err(format!("{text:?} is not a time of day (HH:MM, 00:00 to 23:59)")),
     };
     Ok(h * 60 + m)
 }
@@ -45,9 +39,7 @@ impl Schedule {
             return Ok(Schedule::Off);
         }
         if let Some(at) = text.strip_prefix("daily ") {
-            return Ok(Schedule::Daily {
-                minute: parse_hhmm(at.trim())?,
-            });
+            return Ok(Schedule::Daily { minute: parse_hhmm(at.trim())? });
         }
         if let Some(every) = text.strip_prefix("every ") {
             let every = every.trim();
@@ -58,12 +50,8 @@ impl Schedule {
                 _ => (every, 1000),
             };
             return match digits.parse::<u64>() {
-                Ok(n) if n > 0 => Ok(Schedule::Every {
-                    ms: n.saturating_mul(unit_ms),
-                }),
-                _ => Err(format!(
-                    "{every:?} is not a positive interval (e.g. 30s, 10m, 6h)"
-                )),
+                Ok(n) if n > 0 => Ok(Schedule::Every { ms: n.saturating_mul(unit_ms) }),
+                _ => Err(format!("{every:?} is not a positive interval (e.g. 30s, 10m, 6h)")),
             };
         }
         Err(format!("{text:?} is not a schedule: \"daily HH:MM\" (UTC), \"every N\" with N in s, m or h, or \"off\""))
@@ -90,11 +78,7 @@ impl Schedule {
                 let offset = u64::from(minute) * 60_000;
                 // The latest scheduled time at or before now.
                 let today = now_ms - now_ms % DAY_MS + offset;
-                let latest = if today <= now_ms {
-                    today
-                } else {
-                    today - DAY_MS
-                };
+                let latest = if today <= now_ms { today } else { today - DAY_MS };
                 let next = latest + DAY_MS;
                 // Due when that time came after the last scheduled start (a run missed while
                 // no server led is made up, once).
@@ -128,10 +112,7 @@ impl Window {
             .trim()
             .split_once('-')
             .ok_or_else(|| format!("{text:?} is not a window of hours (HH:MM-HH:MM, UTC)"))?;
-        Ok(Window {
-            from_minute: parse_hhmm(from.trim())?,
-            to_minute: parse_hhmm(to.trim())?,
-        })
+        Ok(Window { from_minute: parse_hhmm(from.trim())?, to_minute: parse_hhmm(to.trim())? })
     }
 
     /// Whether `now_ms` falls in the window.
@@ -153,29 +134,14 @@ mod tests {
 
     #[test]
     fn schedules_parse_and_refuse_with_the_reason() {
-        assert_eq!(
-            Schedule::parse("daily 22:00"),
-            Ok(Schedule::Daily { minute: 22 * 60 })
-        );
-        assert_eq!(
-            Schedule::parse("every 30s"),
-            Ok(Schedule::Every { ms: 30_000 })
-        );
-        assert_eq!(
-            Schedule::parse("every 2h"),
-            Ok(Schedule::Every { ms: 2 * H })
-        );
+        assert_eq!(Schedule::parse("daily 22:00"), Ok(Schedule::Daily { minute: 22 * 60 }));
+        assert_eq!(Schedule::parse("every 30s"), Ok(Schedule::Every { ms: 30_000 }));
+        assert_eq!(Schedule::parse("every 2h"), Ok(Schedule::Every { ms: 2 * H }));
         assert_eq!(Schedule::parse("off"), Ok(Schedule::Off));
-        assert!(Schedule::parse("daily 24:00")
-            .unwrap_err()
-            .contains("time of day"));
+        assert!(Schedule::parse("daily 24:00").unwrap_err().contains("time of day"));
         assert!(Schedule::parse("daily 7:5").is_err());
-        assert!(Schedule::parse("every 0s")
-            .unwrap_err()
-            .contains("positive"));
-        assert!(Schedule::parse("weekly")
-            .unwrap_err()
-            .contains("not a schedule"));
+        assert!(Schedule::parse("every 0s").unwrap_err().contains("positive"));
+        assert!(Schedule::parse("weekly").unwrap_err().contains("not a schedule"));
     }
 
     #[test]
@@ -186,10 +152,7 @@ mod tests {
         assert!(!s.due(0, day + 23 * H).0);
         // Last run yesterday 22:00; today 21:59 not due, 22:00 due, next tomorrow 22:00.
         let yesterday = day - 2 * H;
-        assert_eq!(
-            s.due(yesterday, day + 22 * H - 60_000),
-            (false, day + 22 * H)
-        );
+        assert_eq!(s.due(yesterday, day + 22 * H - 60_000), (false, day + 22 * H));
         assert_eq!(s.due(yesterday, day + 22 * H), (true, day + 46 * H));
         // Ran today at 22:00: not due again until tomorrow.
         assert!(!s.due(day + 22 * H, day + 23 * H).0);
@@ -217,11 +180,7 @@ mod tests {
                 && !w.contains(day + 7 * H)
         );
         let night = Window::parse("22:00-06:00").unwrap();
-        assert!(
-            night.contains(day + 23 * H)
-                && night.contains(day + H)
-                && !night.contains(day + 12 * H)
-        );
+        assert!(night.contains(day + 23 * H) && night.contains(day + H) && !night.contains(day + 12 * H));
         assert!(Window::parse("8-18").is_err());
     }
 }

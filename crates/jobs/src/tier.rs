@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::policy::{first_match, FileFacts};
 use wire::{
-    ChunkRecord, EcScheme, ErrorCode, FileKind, Ino, JobInfo, JobState, MetaOp, MetaReply, PoolId,
-    Timestamp, WireError,
+    ChunkRecord, EcScheme, ErrorCode, FileKind, Ino, JobInfo, JobState, MetaOp, MetaReply, PoolId, Timestamp, WireError,
 };
 
 /// Most time between two progress reports of a run.
@@ -93,7 +92,6 @@ enum Stop {
     Superseded,
 }
 
-
 /// Whether path `a` comes before `b` in the walk's order (name order, a directory before what
 /// it holds), both as component lists.
 fn before(a: &[String], b: &[String]) -> bool {
@@ -101,10 +99,7 @@ fn before(a: &[String], b: &[String]) -> bool {
 }
 
 fn components(path: &str) -> Vec<String> {
-    path.split('/')
-        .filter(|c| !c.is_empty())
-        .map(str::to_string)
-        .collect()
+    path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect()
 }
 
 impl Run {
@@ -145,26 +140,18 @@ impl Run {
             Err(Ok(Stop::Cancelled)) | Err(Ok(Stop::Superseded)) => return,
             Err(Err(e)) => (JobState::Failed, e.to_string()),
         };
-        tracing::info!(
-            "job tier: run {} {}: {message}",
-            self.info.run,
-            state.as_str()
-        );
+        tracing::info!("job tier: run {} {}: {message}", self.info.run, state.as_str());
         self.info.state = state;
         self.info.message = message;
         self.info.finished_ms = now_ms();
         self.touch_busy();
         if let Err(e) = self.records.report(self.info.clone()).await {
-            tracing::warn!(
-                "job tier: cannot record the end of run {}: {e}",
-                self.info.run
-            );
+            tracing::warn!("job tier: cannot record the end of run {}: {e}", self.info.run);
         }
     }
 
     fn touch_busy(&mut self) {
-        self.info.progress.busy_ms =
-            self.busy_before_ms + self.started.elapsed().as_millis() as u64;
+        self.info.progress.busy_ms = self.busy_before_ms + self.started.elapsed().as_millis() as u64;
     }
 
     async fn load(&mut self) -> Result<(), WireError> {
@@ -173,10 +160,7 @@ impl Run {
             other => return Err(client::unexpected(&other)),
         };
         self.pools = match self.client.meta(MetaOp::ListPools).await? {
-            MetaReply::Pools(p) => p
-                .into_iter()
-                .map(|p| (p.name, (p.id, p.default_ec)))
-                .collect(),
+            MetaReply::Pools(p) => p.into_iter().map(|p| (p.name, (p.id, p.default_ec))).collect(),
             other => return Err(client::unexpected(&other)),
         };
         if self.info.progress.items_total == 0 {
@@ -197,27 +181,19 @@ impl Run {
             return self.file(&root, &attr).await;
         }
         // Depth first, in name order; each directory's entries paged.
-        let mut stack: Vec<(Ino, String)> =
-            vec![(attr.ino, root.trim_end_matches('/').to_string())];
+        let mut stack: Vec<(Ino, String)> = vec![(attr.ino, root.trim_end_matches('/').to_string())];
         while let Some((dir, path)) = stack.pop() {
             let mut after = String::new();
             let mut subdirs = Vec::new();
             loop {
-                let (entries, more) = self
-                    .client
-                    .readdir_page(dir, &after, READDIR_PAGE_ENTRIES)
-                    .await
-                    .map_err(Err)?;
+                let (entries, more) = self.client.readdir_page(dir, &after, READDIR_PAGE_ENTRIES).await.map_err(Err)?;
                 for entry in &entries {
                     let child = format!("{path}/{}", entry.name);
                     let parts = components(&child);
                     match entry.attr.kind {
                         FileKind::Dir => {
                             // A directory wholly before the cursor was finished earlier.
-                            if cursor.is_empty()
-                                || !before(&parts, &cursor)
-                                || cursor.starts_with(&parts)
-                            {
+                            if cursor.is_empty() || !before(&parts, &cursor) || cursor.starts_with(&parts) {
                                 subdirs.push((entry.attr.ino, child));
                             }
                         }
@@ -243,21 +219,11 @@ impl Run {
     /// Judges one file and moves its chunks where its policy says; then checks the record.
     async fn file(&mut self, path: &str, attr: &wire::Attr) -> Result<(), Result<Stop, WireError>> {
         self.info.progress.items_seen += 1;
-        let facts = FileFacts {
-            path,
-            size: attr.size,
-            uid: attr.uid,
-            atime: attr.atime,
-            mtime: attr.mtime,
-            ctime: attr.ctime,
-        };
+        let facts =
+            FileFacts { path, size: attr.size, uid: attr.uid, atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime };
         let target = first_match(&self.policies, &facts, Timestamp::now()).and_then(|(_, p)| {
             let (pool_id, default_ec) = *self.pools.get(&p.action.pool)?;
-            Some(Target {
-                pool: p.action.pool.clone(),
-                pool_id,
-                ec: p.action.ec.unwrap_or(default_ec),
-            })
+            Some(Target { pool: p.action.pool.clone(), pool_id, ec: p.action.ec.unwrap_or(default_ec) })
         });
         if let Some(target) = target {
             match self.move_file(attr.ino, &target).await {
@@ -309,15 +275,7 @@ impl Run {
         let mut first = 0u64;
         let mut to_move: Vec<ChunkRecord> = Vec::new();
         let file_attr = loop {
-            let (attr, chunks) = match self
-                .client
-                .meta(MetaOp::GetChunks {
-                    ino,
-                    first,
-                    count: CHUNK_PAGE,
-                })
-                .await?
-            {
+            let (attr, chunks) = match self.client.meta(MetaOp::GetChunks { ino, first, count: CHUNK_PAGE }).await? {
                 MetaReply::Chunks { attr, chunks } => (attr, chunks),
                 other => return Err(client::unexpected(&other)),
             };
@@ -325,10 +283,11 @@ impl Run {
             if let Some(last) = chunks.last() {
                 first = last.index + 1;
             }
-            to_move.extend(chunks.into_iter().filter(|c| {
-                wire::pg_pool(c.placement.pg) != target.pool_id
-                    || c.ec != target.ec.for_chunk(c.len)
-            }));
+            to_move.extend(
+                chunks
+                    .into_iter()
+                    .filter(|c| wire::pg_pool(c.placement.pg) != target.pool_id || c.ec != target.ec.for_chunk(c.len)),
+            );
             if done {
                 break attr;
             }
@@ -374,11 +333,7 @@ impl Run {
         }
         let in_place = file_attr.pool == target.pool_id && file_attr.ec == target.ec;
         if failed == 0 && !in_place {
-            let op = MetaOp::SetFilePool {
-                ino,
-                pool: target.pool.clone(),
-                ec: Some(target.ec),
-            };
+            let op = MetaOp::SetFilePool { ino, pool: target.pool.clone(), ec: Some(target.ec) };
             match self.client.meta(op).await {
                 Ok(_) => {}
                 // Written meanwhile (a chunk in the old pool again): the next run moves it.

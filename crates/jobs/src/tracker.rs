@@ -56,11 +56,7 @@ impl JobTracker {
             ("recoded", report.chunks_recoded),
             ("failed", report.chunks_failed),
         ] {
-            gauges::add(
-                names::JOB_CHUNKS,
-                &[("job", JOB), ("result", result)],
-                n as f64,
-            );
+            gauges::add(names::JOB_CHUNKS, &[("job", JOB), ("result", result)], n as f64);
         }
         gauges::add(names::JOB_BYTES, &j, report.bytes_written as f64);
         gauges::add(names::JOB_SHARDS_REPAIRED, &j, report.shards_bad as f64);
@@ -82,11 +78,7 @@ impl JobTracker {
                 ),
             });
         }
-        let worked = report.chunks_moved
-            + report.chunks_relabelled
-            + report.chunks_recoded
-            + report.shards_bad
-            > 0;
+        let worked = report.chunks_moved + report.chunks_relabelled + report.chunks_recoded + report.shards_bad > 0;
         let left = report.chunks_left + report.chunks_failed > 0;
         if self.current.is_none() && (worked || left) {
             let what = if scrub {
@@ -99,7 +91,10 @@ impl JobTracker {
                 kind: kind::JOB_STARTED,
                 node: None,
                 subject: format!("job {JOB}"),
-                message: format!("job started: {what} (rebuild, drain, rebalance or repair); {} chunks to look at", report.chunks_seen),
+                message: format!(
+                    "job started: {what} (rebuild, drain, rebalance or repair); {} chunks to look at",
+                    report.chunks_seen
+                ),
             });
             self.current = Some((what, Instant::now() - took, Totals::default()));
         }

@@ -169,9 +169,7 @@ impl PostgresEngine {
             check_schema_name(schema)?;
         }
         if options.connections_max == 0 {
-            return Err(KvError::Unavailable(
-                "PostgreSQL engine: connections_max must be at least 1".into(),
-            ));
+            return Err(KvError::Unavailable("PostgreSQL engine: connections_max must be at least 1".into()));
         }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_millis(options.connect_timeout_ms));
@@ -182,12 +180,7 @@ impl PostgresEngine {
         let described = describe_config(&config, options.schema.as_deref());
         let pool = Arc::new(pool::Pool::new(config, options, described));
         schema::migrate(&pool).await?;
-        Ok(PostgresEngine {
-            shared: Arc::new(Shared {
-                pool,
-                digester: kv::readset::Digester::default(),
-            }),
-        })
+        Ok(PostgresEngine { shared: Arc::new(Shared { pool, digester: kv::readset::Digester::default() }) })
     }
 
     /// The schema holding the tables, if one was chosen.
@@ -198,9 +191,7 @@ impl PostgresEngine {
 
 impl fmt::Debug for PostgresEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresEngine")
-            .field("server", &self.shared.pool.described())
-            .finish_non_exhaustive()
+        f.debug_struct("PostgresEngine").field("server", &self.shared.pool.described()).finish_non_exhaustive()
     }
 }
 
@@ -220,9 +211,7 @@ impl KvEngine for PostgresEngine {
 fn check_schema_name(name: &str) -> Result<(), KvError> {
     let valid = !name.is_empty()
         && name.len() <= SCHEMA_NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         && !name.as_bytes()[0].is_ascii_digit()
         && !name.starts_with("pg_");
     if valid {
@@ -243,11 +232,7 @@ fn describe_config(config: &tokio_postgres::Config, schema: Option<&str>) -> Str
         .iter()
         .enumerate()
         .map(|(i, host)| {
-            let port = ports
-                .get(i)
-                .or_else(|| ports.first().filter(|_| ports.len() == 1))
-                .copied()
-                .unwrap_or(5432);
+            let port = ports.get(i).or_else(|| ports.first().filter(|_| ports.len() == 1)).copied().unwrap_or(5432);
             match host {
                 Host::Tcp(name) if name.contains(':') => format!("[{name}]:{port}"),
                 Host::Tcp(name) => format!("{name}:{port}"),
@@ -255,16 +240,9 @@ fn describe_config(config: &tokio_postgres::Config, schema: Option<&str>) -> Str
             }
         })
         .collect();
-    let hosts = if hosts.is_empty() {
-        "localhost:5432".to_string()
-    } else {
-        hosts.join(",")
-    };
+    let hosts = if hosts.is_empty() { "localhost:5432".to_string() } else { hosts.join(",") };
     // PostgreSQL's default database is the user's name.
-    let db = config
-        .get_dbname()
-        .or(config.get_user())
-        .unwrap_or("postgres");
+    let db = config.get_dbname().or(config.get_user()).unwrap_or("postgres");
     match schema {
         Some(schema) => format!("postgres {hosts}/{db} (schema {schema})"),
         None => format!("postgres {hosts}/{db}"),
@@ -282,22 +260,13 @@ mod tests {
 
     #[test]
     fn describe_names_host_port_and_database_without_password() {
-        assert_eq!(
-            described("postgres://trove:secret@db1.lab:5433/meta", None),
-            "postgres db1.lab:5433/meta"
-        );
+        assert_eq!(described("postgres://trove:secret@db1.lab:5433/meta", None), "postgres db1.lab:5433/meta");
         assert_eq!(
             described("postgres://trove@127.0.0.1/meta", Some("t1")),
             "postgres 127.0.0.1:5432/meta (schema t1)"
         );
-        assert_eq!(
-            described("host=a,b port=1,2 user=u password=p", None),
-            "postgres a:1,b:2/u"
-        );
-        assert_eq!(
-            described("postgres://u@[::1]:7/d", None),
-            "postgres [::1]:7/d"
-        );
+        assert_eq!(described("host=a,b port=1,2 user=u password=p", None), "postgres a:1,b:2/u");
+        assert_eq!(described("postgres://u@[::1]:7/d", None), "postgres [::1]:7/d");
         assert!(!described("postgres://trove:secret@h/d", None).contains("secret"));
     }
 

@@ -54,13 +54,9 @@ impl Sql {
         Sql {
             get: format!("SELECT v FROM {t} WHERE k = $1"),
             scan: format!("SELECT k, v FROM {t} WHERE k >= $1 AND k < $2 ORDER BY k LIMIT $3"),
-            scan_through: format!(
-                "SELECT k, v FROM {t} WHERE k >= $1 AND k <= $2 ORDER BY k LIMIT $3"
-            ),
+            scan_through: format!("SELECT k, v FROM {t} WHERE k >= $1 AND k <= $2 ORDER BY k LIMIT $3"),
             get_many: format!("SELECT k, v FROM {t} WHERE k = ANY($1)"),
-            put: format!(
-                "INSERT INTO {t} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-            ),
+            put: format!("INSERT INTO {t} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"),
             delete: format!("DELETE FROM {t} WHERE k = $1"),
             schema_table: qualify("trove_schema"),
             kv_table: t,
@@ -111,11 +107,7 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub fn new(
-        config: tokio_postgres::Config,
-        options: PostgresOptions,
-        described: String,
-    ) -> Pool {
+    pub fn new(config: tokio_postgres::Config, options: PostgresOptions, described: String) -> Pool {
         let permits = Arc::new(Semaphore::new(options.connections_max));
         Pool {
             sql: Sql::new(options.schema.as_deref()),
@@ -153,17 +145,16 @@ impl Pool {
     /// `acquire_timeout_ms` for the pool to have room.
     pub async fn acquire(self: &Arc<Self>) -> Result<Lease, KvError> {
         let wait = Duration::from_millis(self.options.acquire_timeout_ms);
-        let permit =
-            match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
-                Ok(Ok(permit)) => permit,
-                Ok(Err(_closed)) => return Err(self.unavailable("connection pool closed")),
-                Err(_elapsed) => {
-                    return Err(self.unavailable(format_args!(
-                        "all {} connections stayed busy for {} ms",
-                        self.options.connections_max, self.options.acquire_timeout_ms
-                    )))
-                }
-            };
+        let permit = match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_closed)) => return Err(self.unavailable("connection pool closed")),
+            Err(_elapsed) => {
+                return Err(self.unavailable(format_args!(
+                    "all {} connections stayed busy for {} ms",
+                    self.options.connections_max, self.options.acquire_timeout_ms
+                )))
+            }
+        };
         loop {
             let idle = self.lock_idle().pop();
             match idle {
@@ -179,16 +170,16 @@ impl Pool {
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
         // The list stays consistent even if a holder panicked: pushing and popping cannot
         // half-happen.
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Opens a connection (the config carries the connect timeout) and prepares the statements.
     async fn connect(&self) -> Result<Conn, KvError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(|err| {
-            self.unavailable(format_args!("cannot connect: {}", error_text(&err)))
-        })?;
+        let (client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|err| self.unavailable(format_args!("cannot connect: {}", error_text(&err))))?;
         let described = self.described.clone();
         tokio::spawn(async move {
             if let Err(err) = connection.await {
@@ -223,11 +214,8 @@ impl Pool {
             })?);
         }
         let mut statements = statements.into_iter();
-        let mut next = || {
-            statements
-                .next()
-                .ok_or_else(|| self.unavailable("internal error: a prepared statement is missing"))
-        };
+        let mut next =
+            || statements.next().ok_or_else(|| self.unavailable("internal error: a prepared statement is missing"));
         let statements = Statements {
             get: next()?,
             scan: next()?,
@@ -242,9 +230,11 @@ impl Pool {
     /// Opens a connection without preparing statements (for migrations, before the table
     /// exists).
     pub async fn connect_bare(&self) -> Result<Client, KvError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(|err| {
-            self.unavailable(format_args!("cannot connect: {}", error_text(&err)))
-        })?;
+        let (client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|err| self.unavailable(format_args!("cannot connect: {}", error_text(&err))))?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -271,13 +261,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     fn new(pool: Arc<Pool>, conn: Conn, permit: OwnedSemaphorePermit, reused: bool) -> Lease {
-        Lease {
-            pool,
-            conn: Some(conn),
-            permit: Some(permit),
-            state: ConnState::Idle,
-            reused,
-        }
+        Lease { pool, conn: Some(conn), permit: Some(permit), state: ConnState::Idle, reused }
     }
 
     /// The connection. Present for the whole life of the lease (only `drop` takes it).
@@ -310,11 +294,7 @@ impl Drop for Lease {
                 };
                 let pool = Arc::clone(&self.pool);
                 runtime.spawn(async move {
-                    let rollback = tokio::time::timeout(
-                        ROLLBACK_TIMEOUT,
-                        conn.client.batch_execute("ROLLBACK"),
-                    )
-                    .await;
+                    let rollback = tokio::time::timeout(ROLLBACK_TIMEOUT, conn.client.batch_execute("ROLLBACK")).await;
                     if matches!(rollback, Ok(Ok(()))) {
                         pool.put_back(conn);
                     }

@@ -30,10 +30,7 @@ struct Migration {
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     statements: |sql| {
-        vec![format!(
-            "CREATE TABLE IF NOT EXISTS {} (k BYTEA PRIMARY KEY, v BYTEA NOT NULL)",
-            sql.kv_table
-        )]
+        vec![format!("CREATE TABLE IF NOT EXISTS {} (k BYTEA PRIMARY KEY, v BYTEA NOT NULL)", sql.kv_table)]
     },
 }];
 
@@ -49,10 +46,9 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), KvError> {
     let allowed = pool.round_trip_timeout() * 4;
     match tokio::time::timeout(allowed, migrate_on(&client, pool)).await {
         Ok(result) => result,
-        Err(_) => Err(pool.unavailable(format_args!(
-            "schema migration did not finish within {} ms",
-            allowed.as_millis()
-        ))),
+        Err(_) => {
+            Err(pool.unavailable(format_args!("schema migration did not finish within {} ms", allowed.as_millis())))
+        }
     }
     // Dropping the client closes the connection; an unfinished transaction rolls back.
 }
@@ -60,15 +56,10 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<(), KvError> {
 async fn migrate_on(client: &Client, pool: &Pool) -> Result<(), KvError> {
     let sql = pool.sql();
     let failed = |what: &str, err: tokio_postgres::Error| {
-        pool.unavailable(format_args!(
-            "schema migration: {what}: {}",
-            error_text(&err)
-        ))
+        pool.unavailable(format_args!("schema migration: {what}: {}", error_text(&err)))
     };
     client
-        .batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
-        ))
+        .batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))
         .await
         .map_err(|err| failed("cannot lock", err))?;
     if let Some(schema) = &pool.options().schema {
@@ -78,10 +69,7 @@ async fn migrate_on(client: &Client, pool: &Pool) -> Result<(), KvError> {
             .map_err(|err| failed("cannot create the schema", err))?;
     }
     client
-        .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {} (version INT NOT NULL)",
-            sql.schema_table
-        ))
+        .batch_execute(&format!("CREATE TABLE IF NOT EXISTS {} (version INT NOT NULL)", sql.schema_table))
         .await
         .map_err(|err| failed("cannot create the version table", err))?;
     let rows = client
@@ -90,9 +78,7 @@ async fn migrate_on(client: &Client, pool: &Pool) -> Result<(), KvError> {
         .map_err(|err| failed("cannot read the schema version", err))?;
     let current: i32 = match rows.as_slice() {
         [] => 0,
-        [row] => row
-            .try_get(0)
-            .map_err(|err| failed("cannot decode the schema version", err))?,
+        [row] => row.try_get(0).map_err(|err| failed("cannot decode the schema version", err))?,
         more => {
             return Err(KvError::Corrupt(format!(
                 "{}: {} holds {} rows, expected one",
@@ -117,28 +103,19 @@ async fn migrate_on(client: &Client, pool: &Pool) -> Result<(), KvError> {
     }
     for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
         for statement in (migration.statements)(sql) {
-            client.batch_execute(&statement).await.map_err(|err| {
-                failed(&format!("migration to version {}", migration.version), err)
-            })?;
+            client
+                .batch_execute(&statement)
+                .await
+                .map_err(|err| failed(&format!("migration to version {}", migration.version), err))?;
         }
-        tracing::info!(
-            "{}: Trove metadata schema migrated to version {}",
-            pool.described(),
-            migration.version
-        );
+        tracing::info!("{}: Trove metadata schema migrated to version {}", pool.described(), migration.version);
     }
     let record = if current == SCHEMA_VERSION {
         String::new()
     } else if current == 0 {
-        format!(
-            "INSERT INTO {} (version) VALUES ({SCHEMA_VERSION});",
-            sql.schema_table
-        )
+        format!("INSERT INTO {} (version) VALUES ({SCHEMA_VERSION});", sql.schema_table)
     } else {
-        format!(
-            "UPDATE {} SET version = {SCHEMA_VERSION};",
-            sql.schema_table
-        )
+        format!("UPDATE {} SET version = {SCHEMA_VERSION};", sql.schema_table)
     };
     client
         .batch_execute(&format!("{record} COMMIT"))

@@ -67,12 +67,7 @@ fn run_script(args: &[&str]) -> Started {
         .lines()
         .rev()
         .find(|line| line.starts_with("postgres://"))
-        .unwrap_or_else(|| {
-            panic!(
-                "{} printed no URL.\nstdout: {stdout}\nstderr: {stderr}",
-                script.display()
-            )
-        })
+        .unwrap_or_else(|| panic!("{} printed no URL.\nstdout: {stdout}\nstderr: {stderr}", script.display()))
         .to_string();
     let dir = stderr
         .lines()
@@ -93,13 +88,8 @@ impl PrivateServer {
     /// Starts one; panics with the reason when it cannot.
     pub fn start() -> PrivateServer {
         let started = start_server(&[]);
-        let dir = started
-            .dir
-            .unwrap_or_else(|| panic!("scripts/postgres.sh did not name its directory"));
-        PrivateServer {
-            url: started.url,
-            dir,
-        }
+        let dir = started.dir.unwrap_or_else(|| panic!("scripts/postgres.sh did not name its directory"));
+        PrivateServer { url: started.url, dir }
     }
 
     /// Stops the server (fast shutdown); the data stays.
@@ -132,40 +122,26 @@ impl PrivateServer {
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(script())
-            .arg("remove")
-            .arg(&self.dir)
-            .output();
+        let _ = Command::new("bash").arg(script()).arg("remove").arg(&self.dir).output();
     }
 }
 
 /// A schema name no other test (of this or another process) uses.
 pub fn fresh_schema(tag: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.subsec_nanos()).unwrap_or(0);
     let tag: String = tag
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
         .map(|c| c.to_ascii_lowercase())
         .take(24)
         .collect();
-    format!(
-        "t_{tag}_{}_{nanos}_{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("t_{tag}_{}_{nanos}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Options with a fresh schema (see [`fresh_schema`]).
 pub fn fresh_options(tag: &str) -> crate::PostgresOptions {
-    crate::PostgresOptions {
-        schema: Some(fresh_schema(tag)),
-        ..crate::PostgresOptions::default()
-    }
+    crate::PostgresOptions { schema: Some(fresh_schema(tag)), ..crate::PostgresOptions::default() }
 }
 
 /// An engine on the shared server with empty tables of its own.

@@ -69,11 +69,7 @@ impl Failure {
 #[derive(Clone, Copy)]
 enum ReadQuery<'a> {
     Get(&'a [u8]),
-    Scan {
-        start: &'a [u8],
-        end: &'a [u8],
-        limit: i64,
-    },
+    Scan { start: &'a [u8], end: &'a [u8], limit: i64 },
 }
 
 /// How the first round trip of a commit ended.
@@ -143,11 +139,8 @@ impl PgTxn {
                 None => pool.acquire().await?,
             };
             lease.state = ConnState::Unknown;
-            let outcome = tokio::time::timeout(
-                pool.round_trip_timeout(),
-                run_read(lease.conn(), query, starting),
-            )
-            .await;
+            let outcome =
+                tokio::time::timeout(pool.round_trip_timeout(), run_read(lease.conn(), query, starting)).await;
             match outcome {
                 Ok(Ok(rows)) => {
                     lease.state = ConnState::InTxn;
@@ -193,11 +186,9 @@ impl PgTxn {
         loop {
             let ending_reading = lease.state == ConnState::InTxn;
             lease.state = ConnState::Unknown;
-            let outcome = tokio::time::timeout(
-                pool.round_trip_timeout(),
-                self.check_and_write(lease.conn(), ending_reading),
-            )
-            .await;
+            let outcome =
+                tokio::time::timeout(pool.round_trip_timeout(), self.check_and_write(lease.conn(), ending_reading))
+                    .await;
             match outcome {
                 Ok(Prepared::Ready) => break,
                 Ok(Prepared::Changed) => {
@@ -229,11 +220,8 @@ impl PgTxn {
                 }
             }
         }
-        let committed = tokio::time::timeout(
-            pool.round_trip_timeout(),
-            lease.conn().client.batch_execute("COMMIT"),
-        )
-        .await;
+        let committed =
+            tokio::time::timeout(pool.round_trip_timeout(), lease.conn().client.batch_execute("COMMIT")).await;
         match committed {
             Ok(Ok(())) => {
                 lease.state = ConnState::Idle;
@@ -241,8 +229,7 @@ impl PgTxn {
             }
             Ok(Err(err)) => match err.code() {
                 Some(code)
-                    if !is_connection_code(Some(code))
-                        && *code != SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN =>
+                    if !is_connection_code(Some(code)) && *code != SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN =>
                 {
                     // The server answered and refused: the transaction is over, nothing written.
                     lease.state = ConnState::Idle;
@@ -276,11 +263,7 @@ impl PgTxn {
             .map(|scan| {
                 // Enough rows to see one more than the transaction saw (masked keys may or may
                 // not be committed).
-                let rows = scan
-                    .seen
-                    .len()
-                    .saturating_add(scan.masked.len())
-                    .saturating_add(1);
+                let rows = scan.seen.len().saturating_add(scan.masked.len()).saturating_add(1);
                 let limit = i64::try_from(rows).unwrap_or(i64::MAX);
                 match &scan.end {
                     Bound::Included(last) => (scan.start.as_slice(), last.as_slice(), true, limit),
@@ -291,9 +274,7 @@ impl PgTxn {
             .collect();
         let scan_params: Vec<[Param<'_>; 3]> = scan_checks
             .iter()
-            .map(|(start, end, _, limit)| {
-                [start as Param<'_>, end as Param<'_>, limit as Param<'_>]
-            })
+            .map(|(start, end, _, limit)| [start as Param<'_>, end as Param<'_>, limit as Param<'_>])
             .collect();
         let write_params: Vec<(&[u8], Vec<Param<'_>>)> = self
             .writes
@@ -307,35 +288,19 @@ impl PgTxn {
             })
             .collect();
 
-        let begin = if ending_reading {
-            END_READING_BEGIN_COMMIT
-        } else {
-            BEGIN_COMMIT
-        };
+        let begin = if ending_reading { END_READING_BEGIN_COMMIT } else { BEGIN_COMMIT };
         let mut requests: Vec<BoxFuture<'_, PgResult<Vec<Row>>>> = Vec::new();
-        requests.push(Box::pin(async move {
-            client.batch_execute(begin).await.map(|()| Vec::new())
-        }));
+        requests.push(Box::pin(async move { client.batch_execute(begin).await.map(|()| Vec::new()) }));
         if !point_keys.is_empty() {
             requests.push(Box::pin(client.query(&statements.get_many, &point_params)));
         }
         for ((_, _, through, _), params) in scan_checks.iter().zip(&scan_params) {
-            let statement = if *through {
-                &statements.scan_through
-            } else {
-                &statements.scan
-            };
+            let statement = if *through { &statements.scan_through } else { &statements.scan };
             requests.push(Box::pin(client.query(statement, params)));
         }
         for (_, params) in &write_params {
-            let statement = if params.len() == 2 {
-                &statements.put
-            } else {
-                &statements.delete
-            };
-            requests.push(Box::pin(async move {
-                client.execute(statement, params).await.map(|_| Vec::new())
-            }));
+            let statement = if params.len() == 2 { &statements.put } else { &statements.delete };
+            requests.push(Box::pin(async move { client.execute(statement, params).await.map(|_| Vec::new()) }));
         }
         let mut replies = join_in_order(requests).await.into_iter();
 
@@ -347,18 +312,14 @@ impl PgTxn {
             match reply {
                 Ok(rows) => all.push(rows),
                 Err(err) if err.code().is_some() && !is_connection_code(err.code()) => {
-                    let written_key = index
-                        .checked_sub(first_write)
-                        .and_then(|i| write_params.get(i))
-                        .map(|(key, _)| *key);
+                    let written_key =
+                        index.checked_sub(first_write).and_then(|i| write_params.get(i)).map(|(key, _)| *key);
                     return Prepared::Refused(match written_key {
-                        Some(key) if err.code() == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED) => {
-                            KvError::TooLarge {
-                                what: "key (its PostgreSQL index entry, after compression)",
-                                len: key.len(),
-                                max: INDEX_KEY_BYTES_MAX,
-                            }
-                        }
+                        Some(key) if err.code() == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED) => KvError::TooLarge {
+                            what: "key (its PostgreSQL index entry, after compression)",
+                            len: key.len(),
+                            max: INDEX_KEY_BYTES_MAX,
+                        },
                         _ => map_db_error(pool, "commit", &err),
                     });
                 }
@@ -392,10 +353,7 @@ impl PgTxn {
             let (key, value) = self.decode_pair(row)?;
             now.insert(key, self.shared.digester.digest(&value));
         }
-        Ok(self
-            .point_reads
-            .iter()
-            .all(|(key, seen)| now.get(key) == seen.as_ref()))
+        Ok(self.point_reads.iter().all(|(key, seen)| now.get(key) == seen.as_ref()))
     }
 
     /// Whether a scan's committed part is what it saw, given the rows of its range now.
@@ -436,24 +394,16 @@ async fn run_read(conn: &Conn, query: ReadQuery<'_>, starting: bool) -> PgResult
     let statements = &conn.statements;
     let client = &conn.client;
     let select: BoxFuture<'_, PgResult<Vec<Row>>> = match query {
-        ReadQuery::Get(key) => {
-            Box::pin(async move { client.query(&statements.get, &[&key]).await })
+        ReadQuery::Get(key) => Box::pin(async move { client.query(&statements.get, &[&key]).await }),
+        ReadQuery::Scan { start, end, limit } => {
+            Box::pin(async move { client.query(&statements.scan, &[&start, &end, &limit]).await })
         }
-        ReadQuery::Scan { start, end, limit } => Box::pin(async move {
-            client
-                .query(&statements.scan, &[&start, &end, &limit])
-                .await
-        }),
     };
     if !starting {
         return select.await;
     }
-    let begin: BoxFuture<'_, PgResult<Vec<Row>>> = Box::pin(async move {
-        client
-            .batch_execute(BEGIN_READING)
-            .await
-            .map(|()| Vec::new())
-    });
+    let begin: BoxFuture<'_, PgResult<Vec<Row>>> =
+        Box::pin(async move { client.batch_execute(BEGIN_READING).await.map(|()| Vec::new()) });
     let mut replies = join_in_order(vec![begin, select]).await.into_iter();
     match (replies.next(), replies.next()) {
         (Some(Err(err)), _) => Err(err),
@@ -478,19 +428,12 @@ fn is_connection_code(code: Option<&SqlState>) -> bool {
 /// Maps an error the server returned for a statement.
 fn map_db_error(pool: &Pool, action: &str, err: &tokio_postgres::Error) -> KvError {
     match err.code() {
-        Some(code)
-            if *code == SqlState::T_R_SERIALIZATION_FAILURE
-                || *code == SqlState::T_R_DEADLOCK_DETECTED =>
-        {
+        Some(code) if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED => {
             KvError::Conflict
         }
         Some(code) if *code == SqlState::SNAPSHOT_TOO_OLD => KvError::TooOld,
         Some(code) if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED => {
-            KvError::Corrupt(format!(
-                "{}: {action}: {}",
-                pool.described(),
-                error_text(err)
-            ))
+            KvError::Corrupt(format!("{}: {action}: {}", pool.described(), error_text(err)))
         }
         _ => pool.unavailable(format_args!("{action}: {}", error_text(err))),
     }
@@ -506,10 +449,7 @@ impl KvTxn for PgTxn {
         let rows = self.read(ReadQuery::Get(key)).await?;
         let value = match rows.as_slice() {
             [] => None,
-            [row] => Some(
-                row.try_get::<_, Vec<u8>>(0)
-                    .map_err(|err| self.undecodable(&err))?,
-            ),
+            [row] => Some(row.try_get::<_, Vec<u8>>(0).map_err(|err| self.undecodable(&err))?),
             more => {
                 return Err(KvError::Corrupt(format!(
                     "{}: {} rows for one key of {}",
@@ -520,9 +460,7 @@ impl KvTxn for PgTxn {
             }
         };
         if !self.point_reads.contains_key(key) {
-            let digest = value
-                .as_deref()
-                .map(|value| self.shared.digester.digest(value));
+            let digest = value.as_deref().map(|value| self.shared.digester.digest(value));
             self.point_reads.insert(key.to_vec(), digest);
         }
         Ok(value)
@@ -543,12 +481,7 @@ impl KvTxn for PgTxn {
         Ok(())
     }
 
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError> {
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError> {
         self.check_failed()?;
         if limit == 0 || start >= end {
             return Ok(Vec::new());
@@ -558,20 +491,12 @@ impl KvTxn for PgTxn {
         let buffered_count = self.writes.range::<[u8], _>(bounds).count();
         let fetch = limit.saturating_add(buffered_count);
         let fetch_limit = i64::try_from(fetch).unwrap_or(i64::MAX);
-        let rows = self
-            .read(ReadQuery::Scan {
-                start,
-                end,
-                limit: fetch_limit,
-            })
-            .await?;
+        let rows = self.read(ReadQuery::Scan { start, end, limit: fetch_limit }).await?;
         let fetched_all = rows.len() < fetch;
         let mut committed_rows = Vec::with_capacity(rows.len());
         for row in &rows {
             let (key, value) = self.decode_pair(row)?;
-            let in_order = committed_rows
-                .last()
-                .is_none_or(|(previous, _): &KeyValue| *previous < key);
+            let in_order = committed_rows.last().is_none_or(|(previous, _): &KeyValue| *previous < key);
             if !in_order || key.as_slice() < start || key.as_slice() >= end {
                 return Err(KvError::Corrupt(format!(
                     "{}: a scan of {} returned keys out of order or out of range",
@@ -603,10 +528,7 @@ impl KvTxn for PgTxn {
                 let Some((key, value)) = buffered.next() else {
                     break true;
                 };
-                if committed
-                    .peek()
-                    .is_some_and(|(committed_key, _)| committed_key == key)
-                {
+                if committed.peek().is_some_and(|(committed_key, _)| committed_key == key) {
                     committed.next();
                 }
                 masked.push(key.clone());
@@ -623,20 +545,12 @@ impl KvTxn for PgTxn {
         };
         // Fetching `limit` plus the buffered keys in the range always fills the result before
         // the fetched rows run out, unless they were all there were.
-        assert!(
-            !complete || fetched_all,
-            "a scan ran out of fetched rows before its limit"
-        );
+        assert!(!complete || fetched_all, "a scan ran out of fetched rows before its limit");
         let end = match (complete, result.last()) {
             (false, Some((last, _))) => Bound::Included(last.clone()),
             _ => Bound::Excluded(end.to_vec()),
         };
-        self.scans.push(ScanRead {
-            start: start.to_vec(),
-            end,
-            seen,
-            masked,
-        });
+        self.scans.push(ScanRead { start: start.to_vec(), end, seen, masked });
         Ok(result)
     }
 
@@ -652,11 +566,8 @@ impl KvTxn for PgTxn {
         };
         let pool = self.pool();
         lease.state = ConnState::Unknown;
-        let committed = tokio::time::timeout(
-            pool.round_trip_timeout(),
-            lease.conn().client.batch_execute("COMMIT"),
-        )
-        .await;
+        let committed =
+            tokio::time::timeout(pool.round_trip_timeout(), lease.conn().client.batch_execute("COMMIT")).await;
         match committed {
             Ok(Ok(())) => {
                 lease.state = ConnState::Idle;
@@ -664,11 +575,7 @@ impl KvTxn for PgTxn {
             }
             Ok(Err(err)) if !is_connection_code(err.code()) => {
                 lease.state = ConnState::Idle;
-                Err(map_db_error(
-                    &pool,
-                    "commit of a read-only transaction",
-                    &err,
-                ))
+                Err(map_db_error(&pool, "commit of a read-only transaction", &err))
             }
             Ok(Err(err)) => Err(pool.unavailable(format_args!(
                 "connection lost while ending a read-only transaction: {}",

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 async fn connect(url: &str, options: PostgresOptions) -> PostgresEngine {
-    PostgresEngine::connect(url, options)
-        .await
-        .unwrap_or_else(|err| panic!("connect: {err}"))
+    PostgresEngine::connect(url, options).await.unwrap_or_else(|err| panic!("connect: {err}"))
 }
 
 async fn put_committed(engine: &dyn KvEngine, key: &[u8], value: &[u8]) {
@@ -28,9 +26,8 @@ async fn read(engine: &dyn KvEngine, key: &[u8]) -> Option<Vec<u8>> {
 
 /// A raw client on the shared test server, for what the engine does not expose.
 async fn raw_client(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|err| panic!("raw connect: {err}"));
+    let (client, connection) =
+        tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap_or_else(|err| panic!("raw connect: {err}"));
     tokio::spawn(connection);
     client
 }
@@ -59,10 +56,7 @@ async fn describe_names_the_server_without_the_password() {
     let described = engine.describe();
     assert!(described.starts_with("postgres "), "{described}");
     assert!(described.contains(&format!(":{port}/")), "{described}");
-    assert!(
-        described.ends_with(&format!("(schema {schema})")),
-        "{described}"
-    );
+    assert!(described.ends_with(&format!("(schema {schema})")), "{described}");
     assert_eq!(engine.schema(), Some(schema.as_str()));
 }
 
@@ -77,25 +71,17 @@ async fn migrations_are_idempotent_and_recorded() {
         opened.unwrap_or_else(|err| panic!("concurrent open: {err}"));
     }
     let client = raw_client(url).await;
-    let rows = client
-        .query(&format!("SELECT version FROM {schema}.trove_schema"), &[])
-        .await
-        .expect("read the version");
+    let rows =
+        client.query(&format!("SELECT version FROM {schema}.trove_schema"), &[]).await.expect("read the version");
     let versions: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
-    assert_eq!(
-        versions,
-        vec![SCHEMA_VERSION],
-        "one row with the current version"
-    );
+    assert_eq!(versions, vec![SCHEMA_VERSION], "one row with the current version");
     let engine = connect(url, options).await;
     put_committed(&engine, b"k", b"v").await;
     assert_eq!(read(&engine, b"k").await.as_deref(), Some(&b"v"[..]));
 }
 
 /// Runs futures concurrently (this crate does not depend on `futures`).
-async fn futures_join_all<F: std::future::Future + Send + 'static>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output>
+async fn futures_join_all<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
     F::Output: Send + 'static,
 {
@@ -115,20 +101,14 @@ async fn newer_schema_is_refused() {
     drop(connect(url, options.clone()).await);
     let client = raw_client(url).await;
     client
-        .batch_execute(&format!(
-            "UPDATE {schema}.trove_schema SET version = {}",
-            SCHEMA_VERSION + 1
-        ))
+        .batch_execute(&format!("UPDATE {schema}.trove_schema SET version = {}", SCHEMA_VERSION + 1))
         .await
         .expect("pretend a newer Trove migrated");
-    let err = PostgresEngine::connect(url, options)
-        .await
-        .expect_err("a newer schema must be refused");
+    let err = PostgresEngine::connect(url, options).await.expect_err("a newer schema must be refused");
     let message = err.to_string();
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
     assert!(
-        message.contains(&format!("schema version {}", SCHEMA_VERSION + 1))
-            && message.contains("upgrade Trove"),
+        message.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && message.contains("upgrade Trove"),
         "{message}"
     );
 }
@@ -141,38 +121,19 @@ async fn unreachable_server_is_unavailable_naming_it() {
         listener.local_addr().expect("addr").port()
     };
     let url = format!("postgres://trove:secret@127.0.0.1:{port}/meta");
-    let err = PostgresEngine::connect(&url, PostgresOptions::default())
-        .await
-        .expect_err("nothing listens there");
+    let err = PostgresEngine::connect(&url, PostgresOptions::default()).await.expect_err("nothing listens there");
     let message = err.to_string();
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
-    assert!(
-        message.contains(&format!("127.0.0.1:{port}/meta")),
-        "{message}"
-    );
-    assert!(
-        !message.contains("secret"),
-        "the password leaked: {message}"
-    );
+    assert!(message.contains(&format!("127.0.0.1:{port}/meta")), "{message}");
+    assert!(!message.contains("secret"), "the password leaked: {message}");
 
-    let err = PostgresEngine::connect(
-        "postgres://h/d?bogus_parameter=1",
-        PostgresOptions::default(),
-    )
-    .await
-    .expect_err("invalid URL");
-    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
-    let bad_schema = PostgresOptions {
-        schema: Some("Robert'); DROP TABLE x;--".into()),
-        ..PostgresOptions::default()
-    };
-    let err = PostgresEngine::connect(test_server::url(), bad_schema)
+    let err = PostgresEngine::connect("postgres://h/d?bogus_parameter=1", PostgresOptions::default())
         .await
-        .expect_err("invalid schema name");
-    assert!(
-        err.to_string().contains("invalid PostgreSQL schema name"),
-        "{err}"
-    );
+        .expect_err("invalid URL");
+    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+    let bad_schema = PostgresOptions { schema: Some("Robert'); DROP TABLE x;--".into()), ..PostgresOptions::default() };
+    let err = PostgresEngine::connect(test_server::url(), bad_schema).await.expect_err("invalid schema name");
+    assert!(err.to_string().contains("invalid PostgreSQL schema name"), "{err}");
 }
 
 /// A server restart breaks every pooled connection: transactions in flight fail (the commit
@@ -181,10 +142,7 @@ async fn unreachable_server_is_unavailable_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_fails_in_flight_transactions_then_recovers() {
     let server = PrivateServer::start();
-    let options = PostgresOptions {
-        schema: Some("restart".into()),
-        ..PostgresOptions::default()
-    };
+    let options = PostgresOptions { schema: Some("restart".into()), ..PostgresOptions::default() };
     let engine = connect(&server.url, options).await;
     put_committed(&engine, b"before", b"1").await;
     // Leave several idle connections in the pool, and one transaction open on the server.
@@ -221,11 +179,7 @@ async fn server_restart_fails_in_flight_transactions_then_recovers() {
         .await;
         match attempt {
             Ok(value) => {
-                assert_eq!(
-                    value.as_deref(),
-                    Some(&b"1"[..]),
-                    "data lost by the restart"
-                );
+                assert_eq!(value.as_deref(), Some(&b"1"[..]), "data lost by the restart");
                 break;
             }
             Err(err) if Instant::now() < deadline => {
@@ -236,20 +190,12 @@ async fn server_restart_fails_in_flight_transactions_then_recovers() {
         }
     }
     assert_eq!(read(&engine, b"after").await.as_deref(), Some(&b"2"[..]));
-    assert_eq!(
-        read(&engine, b"in flight").await,
-        None,
-        "an uncommitted write survived"
-    );
+    assert_eq!(read(&engine, b"in flight").await, None, "an uncommitted write survived");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_limit_makes_transactions_wait_then_fail_naming_the_server() {
-    let options = PostgresOptions {
-        connections_max: 2,
-        acquire_timeout_ms: 1000,
-        ..fresh_options("pool")
-    };
+    let options = PostgresOptions { connections_max: 2, acquire_timeout_ms: 1000, ..fresh_options("pool") };
     let engine = connect(test_server::url(), options).await;
     let mut holders = Vec::new();
     for _ in 0..2 {
@@ -261,20 +207,11 @@ async fn pool_limit_makes_transactions_wait_then_fail_naming_the_server() {
     let err = third.get(b"k").await.expect_err("no connection left");
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
     let message = err.to_string();
-    assert!(
-        message.contains("all 2 connections") && message.contains(&engine.describe()),
-        "{message}"
-    );
+    assert!(message.contains("all 2 connections") && message.contains(&engine.describe()), "{message}");
     // Ending a holder (dropped: rolled back on a task) frees its connection.
     drop(holders.pop());
     let mut fourth = engine.begin().await.expect("begin");
-    assert_eq!(
-        fourth
-            .get(b"k")
-            .await
-            .expect("get after a connection was freed"),
-        None
-    );
+    assert_eq!(fourth.get(b"k").await.expect("get after a connection was freed"), None);
 }
 
 /// Keys are B-tree index entries in PostgreSQL: a key that does not fit one even compressed is
@@ -305,21 +242,11 @@ async fn incompressible_long_keys_are_too_large() {
     match txn.commit().await {
         Err(KvError::TooLarge { what, len, max }) => {
             assert!(what.starts_with("key"), "{what}");
-            assert_eq!(
-                (len, max),
-                (kv::KEY_BYTES_MAX, kv_postgres::INDEX_KEY_BYTES_MAX)
-            );
+            assert_eq!((len, max), (kv::KEY_BYTES_MAX, kv_postgres::INDEX_KEY_BYTES_MAX));
         }
-        other => panic!(
-            "commit of an incompressible {}-byte key: {other:?}",
-            kv::KEY_BYTES_MAX
-        ),
+        other => panic!("commit of an incompressible {}-byte key: {other:?}", kv::KEY_BYTES_MAX),
     }
-    assert_eq!(
-        read(&engine, b"companion").await,
-        None,
-        "a refused transaction wrote something"
-    );
+    assert_eq!(read(&engine, b"companion").await, None, "a refused transaction wrote something");
 }
 
 /// The reason for checking reads at commit: PostgreSQL's serializable isolation alone lets a
@@ -367,10 +294,7 @@ async fn serializable_alone_is_weaker_than_the_kv_contract() {
     let engine = test_server::fresh_engine("ssi_engine").await;
     put_committed(&engine, b"dir/", b"d").await;
     let mut remover = engine.begin().await.expect("begin");
-    let children = remover
-        .scan(b"dir/", b"dir0", usize::MAX)
-        .await
-        .expect("scan");
+    let children = remover.scan(b"dir/", b"dir0", usize::MAX).await.expect("scan");
     assert_eq!(children.len(), 1);
     put_committed(&engine, b"dir/file", b"f").await;
     remover.delete(b"dir/").await.expect("delete");
@@ -391,11 +315,7 @@ async fn commit_latency() {
         txn.put(key.as_bytes(), b"value").await.expect("put");
         txn.commit().await.expect("commit");
     }
-    println!(
-        "read-modify-write transaction on {}: {:?} on average",
-        engine.describe(),
-        started.elapsed() / count
-    );
+    println!("read-modify-write transaction on {}: {:?} on average", engine.describe(), started.elapsed() / count);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,9 +337,7 @@ async fn disjoint_transactions_both_commit() {
     t1.put(b"a", b"1").await.expect("put");
     t2.put(b"b", b"1").await.expect("put");
     t1.commit().await.expect("t1 commits");
-    t2.commit()
-        .await
-        .expect("t2 must commit: it read nothing t1 wrote");
+    t2.commit().await.expect("t2 must commit: it read nothing t1 wrote");
 }
 
 #[tokio::test]
@@ -435,10 +353,7 @@ async fn insert_past_a_limited_scan_does_not_conflict() {
     put_committed(engine, b"q/4", b"").await;
     put_committed(engine, b"q/3", b"changed").await;
     consumer.delete(b"q/1").await.expect("delete");
-    consumer
-        .commit()
-        .await
-        .expect("changes past the scan's last returned key must not conflict");
+    consumer.commit().await.expect("changes past the scan's last returned key must not conflict");
 }
 
 #[tokio::test]
@@ -451,17 +366,13 @@ async fn value_changed_and_restored_does_not_conflict() {
     let mut txn = engine.begin().await.expect("begin");
     txn.get(b"small").await.expect("get");
     txn.get(b"big").await.expect("get");
-    txn.scan(b"", END_OF_KEYSPACE, usize::MAX)
-        .await
-        .expect("scan");
+    txn.scan(b"", END_OF_KEYSPACE, usize::MAX).await.expect("scan");
     put_committed(engine, b"small", b"other").await;
     put_committed(engine, b"small", b"s").await;
     put_committed(engine, b"big", b"other").await;
     put_committed(engine, b"big", &big).await;
     txn.put(b"out", b"1").await.expect("put");
-    txn.commit()
-        .await
-        .expect("reads that still hold must not conflict");
+    txn.commit().await.expect("reads that still hold must not conflict");
 }
 
 #[tokio::test]
@@ -488,9 +399,7 @@ async fn own_writes_in_a_scanned_range_do_not_conflict() {
     let listed = txn.scan(b"d/", b"d0", 10).await.expect("scan");
     assert_eq!(listed, vec![(b"d/1".to_vec(), b"mine".to_vec())]);
     put_committed(engine, b"d/1", b"theirs").await;
-    txn.commit()
-        .await
-        .expect("a committed change under the transaction's own write did not affect its scan");
+    txn.commit().await.expect("a committed change under the transaction's own write did not affect its scan");
     assert_eq!(read(engine, b"d/1").await.as_deref(), Some(&b"mine"[..]));
 }
 
@@ -501,16 +410,11 @@ async fn concurrent_transfers_keep_the_total() {
     const ACCOUNTS: u64 = 6;
     const TASKS: u64 = 8;
     const TRANSFERS: u64 = 25;
-    let options = PostgresOptions {
-        connections_max: 4,
-        ..fresh_options("transfers")
-    };
+    let options = PostgresOptions { connections_max: 4, ..fresh_options("transfers") };
     let engine: Arc<dyn KvEngine> = Arc::new(connect(test_server::url(), options).await);
     let mut txn = engine.begin().await.expect("begin");
     for account in 0..ACCOUNTS {
-        txn.put(format!("acct/{account}").as_bytes(), &100u64.to_le_bytes())
-            .await
-            .expect("put");
+        txn.put(format!("acct/{account}").as_bytes(), &100u64.to_le_bytes()).await.expect("put");
     }
     txn.commit().await.expect("setup");
     let decode = |value: Option<Vec<u8>>| -> Result<u64, String> {
@@ -531,10 +435,8 @@ async fn concurrent_transfers_keep_the_total() {
                 kv::run_txn::<(), String, _>(engine.as_ref(), |txn| {
                     let (from, to) = (from.clone(), to.clone());
                     Box::pin(async move {
-                        let a =
-                            decode(txn.get(from.as_bytes()).await?).map_err(kv::TxnError::Abort)?;
-                        let b =
-                            decode(txn.get(to.as_bytes()).await?).map_err(kv::TxnError::Abort)?;
+                        let a = decode(txn.get(from.as_bytes()).await?).map_err(kv::TxnError::Abort)?;
+                        let b = decode(txn.get(to.as_bytes()).await?).map_err(kv::TxnError::Abort)?;
                         if a == 0 {
                             return Ok(());
                         }
@@ -552,13 +454,7 @@ async fn concurrent_transfers_keep_the_total() {
         task.await.expect("transfer task");
     }
     let mut txn = engine.begin().await.expect("begin");
-    let all = txn
-        .scan(b"acct/", b"acct0", usize::MAX)
-        .await
-        .expect("scan");
-    let total: u64 = all
-        .into_iter()
-        .map(|(_, value)| decode(Some(value)).expect("balance"))
-        .sum();
+    let all = txn.scan(b"acct/", b"acct0", usize::MAX).await.expect("scan");
+    let total: u64 = all.into_iter().map(|(_, value)| decode(Some(value)).expect("balance")).sum();
     assert_eq!(total, 100 * ACCOUNTS, "money was created or destroyed");
 }

@@ -11,7 +11,8 @@ use kv_postgres::PostgresEngine;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_the_model() {
-    let schemas: Vec<_> = (0..ROUNDS).map(|round| kv_postgres::test_server::fresh_options(&format!("model{round}"))).collect();
+    let schemas: Vec<_> =
+        (0..ROUNDS).map(|round| kv_postgres::test_server::fresh_options(&format!("model{round}"))).collect();
     let test = ModelTest { env: "KV_POSTGRES_MODEL", snapshot_at: SnapshotAt::FirstRead };
     model_test::run(test, |round| {
         let options = schemas[round as usize].clone();

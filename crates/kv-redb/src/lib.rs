@@ -120,7 +120,9 @@ impl LogState {
             KvError::Unavailable(m) | KvError::MaybeCommitted(m) | KvError::Corrupt(m) => m.clone(),
             other => other.to_string(),
         };
-        self.failed = Some(format!("commits stopped after a failure of the write-ahead log or database ({reason}); reopen the engine"));
+        self.failed = Some(format!(
+            "commits stopped after a failure of the write-ahead log or database ({reason}); reopen the engine"
+        ));
         err
     }
 
@@ -154,9 +156,7 @@ impl RedbEngine {
         // debug assertion in debug builds: report those as damage too rather than unwinding
         // through the caller.
         let opened = std::panic::catch_unwind(|| {
-            let db = Database::builder()
-                .create(&path)
-                .map_err(|err| map_open_error(&path, err))?;
+            let db = Database::builder().create(&path).map_err(|err| map_open_error(&path, err))?;
             ensure_table(&db, &path)?;
             Ok(db)
         });
@@ -195,9 +195,7 @@ impl RedbEngine {
 
 impl fmt::Debug for RedbEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedbEngine")
-            .field("path", &self.shared.path)
-            .finish_non_exhaustive()
+        f.debug_struct("RedbEngine").field("path", &self.shared.path).finish_non_exhaustive()
     }
 }
 
@@ -251,9 +249,7 @@ impl Drop for Shared {
 /// Creates the tables in a new (or foreign but empty-of-them) database, and checks their types
 /// otherwise.
 fn ensure_table(db: &Database, path: &Path) -> Result<(), KvError> {
-    let read = db
-        .begin_read()
-        .map_err(|err| map_error(path, "begin a read transaction", err.into()))?;
+    let read = db.begin_read().map_err(|err| map_error(path, "begin a read transaction", err.into()))?;
     let missing_kv = match read.open_table(TABLE) {
         Ok(_) => false,
         Err(redb::TableError::TableDoesNotExist(_)) => true,
@@ -268,18 +264,10 @@ fn ensure_table(db: &Database, path: &Path) -> Result<(), KvError> {
         return Ok(());
     }
     drop(read);
-    let write = db
-        .begin_write()
-        .map_err(|err| map_error(path, "begin a write transaction", err.into()))?;
-    write
-        .open_table(TABLE)
-        .map_err(|err| map_error(path, "create the key-value table", err.into()))?;
-    write
-        .open_table(STATE)
-        .map_err(|err| map_error(path, "create the engine state table", err.into()))?;
-    write
-        .commit()
-        .map_err(|err| map_error(path, "commit the new tables", err.into()))
+    let write = db.begin_write().map_err(|err| map_error(path, "begin a write transaction", err.into()))?;
+    write.open_table(TABLE).map_err(|err| map_error(path, "create the key-value table", err.into()))?;
+    write.open_table(STATE).map_err(|err| map_error(path, "create the engine state table", err.into()))?;
+    write.commit().map_err(|err| map_error(path, "commit the new tables", err.into()))
 }
 
 /// The database's id (made, durably, at its first open) and the last checkpoint's record number.

@@ -46,14 +46,9 @@ impl RedbTxn {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<Self, KvError> {
         // Read the sequence number first: the snapshot then includes at least that many commits.
         let snapshot_seq = shared.commit_seq();
-        let read = shared
-            .db
-            .begin_read()
-            .map_err(|err| shared.error("begin a read transaction", err))?;
+        let read = shared.db.begin_read().map_err(|err| shared.error("begin a read transaction", err))?;
         // The table keeps the read transaction (and so the snapshot) alive by itself.
-        let table = read
-            .open_table(TABLE)
-            .map_err(|err| shared.error("open the key-value table", err))?;
+        let table = read.open_table(TABLE).map_err(|err| shared.error("open the key-value table", err))?;
         Ok(RedbTxn {
             shared,
             snapshot: Some(table),
@@ -67,9 +62,9 @@ impl RedbTxn {
     fn snapshot(&self) -> Result<&Table, KvError> {
         // Unreachable through the trait (commit consumes the transaction); kept as an error
         // rather than a panic.
-        self.snapshot.as_ref().ok_or_else(|| {
-            KvError::Unavailable("redb transaction used after its snapshot was released".into())
-        })
+        self.snapshot
+            .as_ref()
+            .ok_or_else(|| KvError::Unavailable("redb transaction used after its snapshot was released".into()))
     }
 
     /// Validates against `table` (the latest state: everything committed, plus the writes of the
@@ -90,14 +85,10 @@ impl RedbTxn {
         for (key, value) in &self.writes {
             match value {
                 Some(value) => {
-                    table
-                        .insert(key.as_slice(), value.as_slice())
-                        .map_err(|err| shared.error("write a pair", err))?;
+                    table.insert(key.as_slice(), value.as_slice()).map_err(|err| shared.error("write a pair", err))?;
                 }
                 None => {
-                    table
-                        .remove(key.as_slice())
-                        .map_err(|err| shared.error("delete a key", err))?;
+                    table.remove(key.as_slice()).map_err(|err| shared.error("delete a key", err))?;
                 }
             }
         }
@@ -105,42 +96,27 @@ impl RedbTxn {
     }
 
     /// Whether every read of the read set returns the same against `table`.
-    fn reads_unchanged(
-        &self,
-        table: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    ) -> Result<bool, KvError> {
+    fn reads_unchanged(&self, table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<bool, KvError> {
         let shared = &self.shared;
         for (key, seen) in &self.point_reads {
-            let now = table
-                .get(key.as_slice())
-                .map_err(|err| shared.error("re-read a key", err))?;
+            let now = table.get(key.as_slice()).map_err(|err| shared.error("re-read a key", err))?;
             if now.map(|guard| shared.digester.digest(guard.value())) != *seen {
                 return Ok(false);
             }
         }
         for scan in &self.scans {
-            let bounds = (
-                Bound::Included(scan.start.as_slice()),
-                as_ref_bound(&scan.end),
-            );
-            let range = table
-                .range::<&[u8]>(bounds)
-                .map_err(|err| shared.error("re-run a scan", err))?;
+            let bounds = (Bound::Included(scan.start.as_slice()), as_ref_bound(&scan.end));
+            let range = table.range::<&[u8]>(bounds).map_err(|err| shared.error("re-run a scan", err))?;
             let mut seen = scan.seen.iter();
             for entry in range {
                 let (key, value) = entry.map_err(|err| shared.error("re-run a scan", err))?;
                 let key = key.value();
-                if scan
-                    .masked
-                    .binary_search_by(|masked| masked.as_slice().cmp(key))
-                    .is_ok()
-                {
+                if scan.masked.binary_search_by(|masked| masked.as_slice().cmp(key)).is_ok() {
                     continue;
                 }
                 match seen.next() {
                     Some((seen_key, seen_digest))
-                        if seen_key.as_slice() == key
-                            && *seen_digest == shared.digester.digest(value.value()) => {}
+                        if seen_key.as_slice() == key && *seen_digest == shared.digester.digest(value.value()) => {}
                     _ => return Ok(false),
                 }
             }
@@ -150,7 +126,6 @@ impl RedbTxn {
         }
         Ok(true)
     }
-
 }
 
 /// A transaction waiting for the committer, and where its outcome goes.
@@ -377,21 +352,19 @@ impl KvTxn for RedbTxn {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         let shared = self.shared.clone();
         guarded(&shared, "a read", || {
-        if let Some(buffered) = self.writes.get(key) {
-            return Ok(buffered.clone());
-        }
-        let value = self
-            .snapshot()?
-            .get(key)
-            .map_err(|err| self.shared.error("read a key", err))?
-            .map(|guard| guard.value().to_vec());
-        if !self.point_reads.contains_key(key) {
-            let digest = value
-                .as_deref()
-                .map(|value| self.shared.digester.digest(value));
-            self.point_reads.insert(key.to_vec(), digest);
-        }
-        Ok(value)
+            if let Some(buffered) = self.writes.get(key) {
+                return Ok(buffered.clone());
+            }
+            let value = self
+                .snapshot()?
+                .get(key)
+                .map_err(|err| self.shared.error("read a key", err))?
+                .map(|guard| guard.value().to_vec());
+            if !self.point_reads.contains_key(key) {
+                let digest = value.as_deref().map(|value| self.shared.digester.digest(value));
+                self.point_reads.insert(key.to_vec(), digest);
+            }
+            Ok(value)
         })
     }
 
@@ -408,82 +381,66 @@ impl KvTxn for RedbTxn {
         Ok(())
     }
 
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError> {
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError> {
         let shared = self.shared.clone();
         guarded(&shared, "a scan", || {
-        if limit == 0 || start >= end {
-            return Ok(Vec::new());
-        }
-        let shared = &self.shared;
-        let bounds = (Bound::Included(start), Bound::Excluded(end));
-        let mut committed = self
-            .snapshot()?
-            .range::<&[u8]>(bounds)
-            .map_err(|err| shared.error("scan", err))?;
-        let mut next_committed = || -> Result<Option<KeyValue>, KvError> {
-            match committed.next() {
-                None => Ok(None),
-                Some(Ok((key, value))) => Ok(Some((key.value().to_vec(), value.value().to_vec()))),
-                Some(Err(err)) => Err(shared.error("scan", err)),
+            if limit == 0 || start >= end {
+                return Ok(Vec::new());
             }
-        };
-        let mut buffered = self.writes.range::<[u8], _>(bounds).peekable();
-
-        let mut result: Vec<KeyValue> = Vec::new();
-        let mut seen = Vec::new();
-        let mut masked = Vec::new();
-        let mut committed_head = next_committed()?;
-        let complete = loop {
-            if result.len() >= limit {
-                break false;
-            }
-            let buffered_first = match (&committed_head, buffered.peek()) {
-                (None, None) => break true,
-                (Some(_), None) => false,
-                (None, Some(_)) => true,
-                (Some((committed_key, _)), Some((buffered_key, _))) => {
-                    buffered_key.as_slice() <= committed_key.as_slice()
+            let shared = &self.shared;
+            let bounds = (Bound::Included(start), Bound::Excluded(end));
+            let mut committed = self.snapshot()?.range::<&[u8]>(bounds).map_err(|err| shared.error("scan", err))?;
+            let mut next_committed = || -> Result<Option<KeyValue>, KvError> {
+                match committed.next() {
+                    None => Ok(None),
+                    Some(Ok((key, value))) => Ok(Some((key.value().to_vec(), value.value().to_vec()))),
+                    Some(Err(err)) => Err(shared.error("scan", err)),
                 }
             };
-            if buffered_first {
-                let Some((key, value)) = buffered.next() else {
-                    break true;
+            let mut buffered = self.writes.range::<[u8], _>(bounds).peekable();
+
+            let mut result: Vec<KeyValue> = Vec::new();
+            let mut seen = Vec::new();
+            let mut masked = Vec::new();
+            let mut committed_head = next_committed()?;
+            let complete = loop {
+                if result.len() >= limit {
+                    break false;
+                }
+                let buffered_first = match (&committed_head, buffered.peek()) {
+                    (None, None) => break true,
+                    (Some(_), None) => false,
+                    (None, Some(_)) => true,
+                    (Some((committed_key, _)), Some((buffered_key, _))) => {
+                        buffered_key.as_slice() <= committed_key.as_slice()
+                    }
                 };
-                if committed_head
-                    .as_ref()
-                    .is_some_and(|(committed_key, _)| committed_key == key)
-                {
+                if buffered_first {
+                    let Some((key, value)) = buffered.next() else {
+                        break true;
+                    };
+                    if committed_head.as_ref().is_some_and(|(committed_key, _)| committed_key == key) {
+                        committed_head = next_committed()?;
+                    }
+                    masked.push(key.clone());
+                    if let Some(value) = value {
+                        result.push((key.clone(), value.clone()));
+                    }
+                } else {
+                    let Some((key, value)) = committed_head.take() else {
+                        break true;
+                    };
+                    seen.push((key.clone(), shared.digester.digest(&value)));
+                    result.push((key, value));
                     committed_head = next_committed()?;
                 }
-                masked.push(key.clone());
-                if let Some(value) = value {
-                    result.push((key.clone(), value.clone()));
-                }
-            } else {
-                let Some((key, value)) = committed_head.take() else {
-                    break true;
-                };
-                seen.push((key.clone(), shared.digester.digest(&value)));
-                result.push((key, value));
-                committed_head = next_committed()?;
-            }
-        };
-        let end = match (complete, result.last()) {
-            (false, Some((last, _))) => Bound::Included(last.clone()),
-            _ => Bound::Excluded(end.to_vec()),
-        };
-        self.scans.push(ScanRead {
-            start: start.to_vec(),
-            end,
-            seen,
-            masked,
-        });
-        Ok(result)
+            };
+            let end = match (complete, result.last()) {
+                (false, Some((last, _))) => Bound::Included(last.clone()),
+                _ => Bound::Excluded(end.to_vec()),
+            };
+            self.scans.push(ScanRead { start: start.to_vec(), end, seen, masked });
+            Ok(result)
         })
     }
 

@@ -26,8 +26,7 @@ impl KvEngine for TempEngine {
 
 async fn make_engine() -> Arc<dyn KvEngine> {
     let dir = tempfile::tempdir().expect("create a temporary directory");
-    let engine =
-        RedbEngine::open(dir.path().join("meta.redb")).expect("open a fresh redb database");
+    let engine = RedbEngine::open(dir.path().join("meta.redb")).expect("open a fresh redb database");
     Arc::new(TempEngine { engine, _dir: dir })
 }
 

@@ -52,10 +52,7 @@ fn open_in_missing_directory_fails_naming_the_path() {
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
     assert!(message.contains(&path.display().to_string()), "{message}");
     assert!(message.contains("directory exist"), "{message}");
-    assert!(
-        !path.parent().is_some_and(Path::exists),
-        "open created the directory"
-    );
+    assert!(!path.parent().is_some_and(Path::exists), "open created the directory");
 }
 
 #[test]
@@ -63,10 +60,7 @@ fn open_of_a_directory_fails_naming_the_path() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let err = open_error(dir.path());
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
-    assert!(
-        err.to_string().contains(&dir.path().display().to_string()),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&dir.path().display().to_string()), "{err}");
 }
 
 #[test]
@@ -77,10 +71,7 @@ fn open_twice_fails_naming_the_path() {
     let err = open_error(&path);
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
     let message = err.to_string();
-    assert!(
-        message.contains(&path.display().to_string()) && message.contains("already open"),
-        "{message}"
-    );
+    assert!(message.contains(&path.display().to_string()) && message.contains("already open"), "{message}");
     drop(first);
     RedbEngine::open(&path).expect("open after the first engine was dropped");
 }
@@ -89,16 +80,11 @@ fn open_twice_fails_naming_the_path() {
 fn open_of_a_corrupt_file_fails_naming_the_path() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("meta.redb");
-    let garbage: Vec<u8> = (0..64 * 1024u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let garbage: Vec<u8> = (0..64 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     std::fs::write(&path, garbage).expect("write garbage");
     let err = open_error(&path);
     assert!(matches!(err, KvError::Corrupt(_)), "{err:?}");
-    assert!(
-        err.to_string().contains(&path.display().to_string()),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
 }
 
 #[test]
@@ -109,14 +95,8 @@ fn open_of_a_truncated_database_fails_naming_the_path() {
     let bytes = std::fs::read(&path).expect("read the database");
     std::fs::write(&path, &bytes[..bytes.len().min(100)]).expect("truncate");
     let err = open_error(&path);
-    assert!(
-        matches!(err, KvError::Corrupt(_) | KvError::Unavailable(_)),
-        "{err:?}"
-    );
-    assert!(
-        err.to_string().contains(&path.display().to_string()),
-        "{err}"
-    );
+    assert!(matches!(err, KvError::Corrupt(_) | KvError::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
 }
 
 /// Prints the cost of a durable commit on this machine (for the record; no threshold).
@@ -128,9 +108,7 @@ async fn commit_latency() {
     let started = Instant::now();
     for i in 0..count {
         let mut txn = engine.begin().await.expect("begin");
-        txn.put(format!("k{i}").as_bytes(), b"value")
-            .await
-            .expect("put");
+        txn.put(format!("k{i}").as_bytes(), b"value").await.expect("put");
         txn.commit().await.expect("commit");
     }
     println!("durable commit: {:?} on average", started.elapsed() / count);
@@ -161,9 +139,7 @@ async fn disjoint_transactions_both_commit() {
     t1.put(b"a", b"1").await.expect("put");
     t2.put(b"b", b"1").await.expect("put");
     t1.commit().await.expect("t1 commits");
-    t2.commit()
-        .await
-        .expect("t2 must commit: it read nothing t1 wrote");
+    t2.commit().await.expect("t2 must commit: it read nothing t1 wrote");
 }
 
 #[tokio::test]
@@ -180,10 +156,7 @@ async fn insert_past_a_limited_scan_does_not_conflict() {
     put_committed(engine, b"q/4", b"").await; // past the last key returned
     put_committed(engine, b"q/3", b"changed").await; // not returned either
     consumer.delete(b"q/1").await.expect("delete");
-    consumer
-        .commit()
-        .await
-        .expect("changes past the scan's last returned key must not conflict");
+    consumer.commit().await.expect("changes past the scan's last returned key must not conflict");
 }
 
 #[tokio::test]
@@ -197,17 +170,13 @@ async fn value_changed_and_restored_does_not_conflict() {
     let mut txn = engine.begin().await.expect("begin");
     txn.get(b"small").await.expect("get");
     txn.get(b"big").await.expect("get");
-    txn.scan(b"", END_OF_KEYSPACE, usize::MAX)
-        .await
-        .expect("scan");
+    txn.scan(b"", END_OF_KEYSPACE, usize::MAX).await.expect("scan");
     put_committed(engine, b"small", b"other").await;
     put_committed(engine, b"small", b"s").await;
     put_committed(engine, b"big", b"other").await;
     put_committed(engine, b"big", &big).await;
     txn.put(b"out", b"1").await.expect("put");
-    txn.commit()
-        .await
-        .expect("reads that still hold must not conflict");
+    txn.commit().await.expect("reads that still hold must not conflict");
 }
 
 #[tokio::test]
@@ -237,14 +206,9 @@ async fn own_writes_in_a_scanned_range_do_not_conflict() {
     assert_eq!(listed, vec![(b"d/1".to_vec(), b"mine".to_vec())]);
     // Another transaction overwrites the key this one had already overwritten itself.
     put_committed(engine, b"d/1", b"theirs").await;
-    txn.commit()
-        .await
-        .expect("a committed change under the transaction's own write did not affect its scan");
+    txn.commit().await.expect("a committed change under the transaction's own write did not affect its scan");
     let mut check = engine.begin().await.expect("begin");
-    assert_eq!(
-        check.get(b"d/1").await.expect("get").as_deref(),
-        Some(&b"mine"[..])
-    );
+    assert_eq!(check.get(b"d/1").await.expect("get").as_deref(), Some(&b"mine"[..]));
 }
 
 /// Damage inside the pages of a database with data: opening or reading reports it as an error
@@ -271,10 +235,7 @@ async fn damaged_pages_are_reported() {
         Err(err) => {
             println!("damaged database: {err}");
             assert!(matches!(err, KvError::Corrupt(_)), "{err:?}");
-            assert!(
-                err.to_string().contains(&path.display().to_string()),
-                "{err}"
-            );
+            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
             return;
         }
     };
@@ -293,16 +254,10 @@ async fn damaged_pages_are_reported() {
     match outcome {
         Err(err) => {
             println!("damaged database: {err}");
-            assert!(
-                err.to_string().contains(&path.display().to_string()),
-                "{err}"
-            );
+            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
         }
         Ok(pairs) => {
-            assert!(
-                pairs.len() <= 20 && pairs.iter().all(|(_, v)| *v == value),
-                "damaged data read back as valid"
-            );
+            assert!(pairs.len() <= 20 && pairs.iter().all(|(_, v)| *v == value), "damaged data read back as valid");
         }
     }
 }
@@ -323,9 +278,11 @@ async fn concurrent_increments_in_batches_are_exact() {
             for round in 0..ROUNDS {
                 loop {
                     let mut txn = engine.begin().await.expect("begin");
-                    let now = txn.get(b"counter").await.expect("get").map_or(0, |v| {
-                        u64::from_le_bytes(v.try_into().expect("8-byte counter"))
-                    });
+                    let now = txn
+                        .get(b"counter")
+                        .await
+                        .expect("get")
+                        .map_or(0, |v| u64::from_le_bytes(v.try_into().expect("8-byte counter")));
                     txn.put(b"counter", &(now + 1).to_le_bytes()).await.expect("put");
                     txn.put(format!("t{task}/{round}").as_bytes(), b"x").await.expect("put");
                     match txn.commit().await {

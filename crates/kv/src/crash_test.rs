@@ -54,11 +54,7 @@ where
     let Ok(target) = std::env::var(format!("{env}_CHILD")) else {
         return false;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async move {
         let engine = open(target).await;
         let started = Instant::now();
@@ -67,8 +63,7 @@ where
             let engine = engine.clone();
             tasks.push(tokio::spawn(async move {
                 let mut txn = engine.begin().await.expect("begin");
-                let first = parse_last(txn.get(&last_key(writer)).await.expect("get last"))
-                    .map_or(0, |last| last + 1);
+                let first = parse_last(txn.get(&last_key(writer)).await.expect("get last")).map_or(0, |last| last + 1);
                 drop(txn);
                 for i in first.. {
                     if started.elapsed() > CHILD_RUN_MAX {
@@ -76,9 +71,7 @@ where
                     }
                     commit_numbered(engine.as_ref(), writer, i, retry_conflicts).await;
                     let mut stdout = std::io::stdout().lock();
-                    writeln!(stdout, "ack {writer} {i}")
-                        .and_then(|()| stdout.flush())
-                        .expect("report an ack");
+                    writeln!(stdout, "ack {writer} {i}").and_then(|()| stdout.flush()).expect("report an ack");
                 }
             }));
         }
@@ -100,10 +93,7 @@ where
     let seed = crate::env_number(&format!("{env}_SEED")).unwrap_or_else(|| rand::random::<u32>() as u64);
     println!("crash seed: {seed} (replay with {env}_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let exe = std::env::current_exe().expect("test binary path");
     let mut acked: [Option<u64>; WRITERS] = [None; WRITERS];
     let mut previous = [None; WRITERS];
@@ -128,14 +118,8 @@ where
                 if words.next() != Some("ack") {
                     continue; // the test harness's own output
                 }
-                let writer = words
-                    .next()
-                    .and_then(|w| w.parse().ok())
-                    .expect("ack writer");
-                let i = words
-                    .next()
-                    .and_then(|i| i.parse().ok())
-                    .expect("ack number");
+                let writer = words.next().and_then(|w| w.parse().ok()).expect("ack writer");
+                let i = words.next().and_then(|i| i.parse().ok()).expect("ack number");
                 if sender.send((writer, i)).is_err() {
                     break;
                 }
@@ -151,21 +135,13 @@ where
         child.kill().expect("SIGKILL the child");
         let status = child.wait().expect("reap the child");
         reader.join().expect("stdout reader");
-        let first = first.unwrap_or_else(|err| {
-            panic!("{context}: no commit acknowledged ({err}); child {status}")
-        });
-        assert!(
-            still_running,
-            "{context}: the child exited by itself before the kill: {status}"
-        );
+        let first = first.unwrap_or_else(|err| panic!("{context}: no commit acknowledged ({err}); child {status}"));
+        assert!(still_running, "{context}: the child exited by itself before the kill: {status}");
 
         let mut count = 0;
         for (writer, i) in std::iter::once(first).chain(acks.try_iter()) {
             let slot = &mut acked[writer];
-            assert!(
-                slot.is_none_or(|previous| i > previous),
-                "{context}: writer {writer} acknowledged {i} twice"
-            );
+            assert!(slot.is_none_or(|previous| i > previous), "{context}: writer {writer} acknowledged {i} twice");
             *slot = Some(i);
             count += 1;
         }
@@ -177,10 +153,7 @@ where
             "{context}: killed after {delay:?}, {count} acknowledged commits, last acknowledged {acked:?}, database at {lasts:?}"
         );
         for writer in 0..WRITERS {
-            assert!(
-                lasts[writer] >= previous[writer],
-                "{context}: writer {writer} went back"
-            );
+            assert!(lasts[writer] >= previous[writer], "{context}: writer {writer} went back");
         }
         previous = lasts;
         // Unacknowledged but durable commits are fine: they count as the writer's progress.
@@ -219,8 +192,7 @@ fn pair_value(writer: usize, i: u64, j: u64) -> Vec<u8> {
 fn parse_last(value: Option<Vec<u8>>) -> Option<u64> {
     value.map(|bytes| {
         let text = String::from_utf8(bytes).expect("w/last is UTF-8");
-        text.parse()
-            .unwrap_or_else(|_| panic!("w/last is {text:?}"))
+        text.parse().unwrap_or_else(|_| panic!("w/last is {text:?}"))
     })
 }
 
@@ -250,18 +222,10 @@ async fn try_commit_numbered(engine: &dyn KvEngine, writer: usize, i: u64) -> Re
 }
 
 /// Checks the state of the database against the invariants; returns each writer's last `i`.
-async fn verify(
-    engine: &dyn KvEngine,
-    acked: &[Option<u64>; WRITERS],
-    context: &str,
-) -> [Option<u64>; WRITERS] {
+async fn verify(engine: &dyn KvEngine, acked: &[Option<u64>; WRITERS], context: &str) -> [Option<u64>; WRITERS] {
     let mut txn = engine.begin().await.expect("begin");
-    let all: BTreeMap<Vec<u8>, Vec<u8>> = txn
-        .scan(&[], END_OF_KEYSPACE, usize::MAX)
-        .await
-        .expect("scan")
-        .into_iter()
-        .collect();
+    let all: BTreeMap<Vec<u8>, Vec<u8>> =
+        txn.scan(&[], END_OF_KEYSPACE, usize::MAX).await.expect("scan").into_iter().collect();
     let mut lasts = [None; WRITERS];
     let mut expected_count = 0;
     for writer in 0..WRITERS {
@@ -299,4 +263,3 @@ async fn verify(
     );
     lasts
 }
-

@@ -18,8 +18,8 @@
 //! [`KEY_BYTES_MAX`] and [`VALUE_BYTES_MAX`] so every engine can store them.
 
 pub mod conformance;
-pub mod memory;
 pub mod crash_test;
+pub mod memory;
 pub mod model_test;
 pub mod readset;
 
@@ -57,11 +57,7 @@ pub enum KvError {
     MaybeCommitted(String),
     /// A key or value exceeds the engine-independent limits.
     #[error("{what} is {len} bytes, larger than the limit of {max}")]
-    TooLarge {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
+    TooLarge { what: &'static str, len: usize, max: usize },
     /// The engine is unreachable or failed (disk error, connection refused, ...).
     #[error("key-value engine unavailable: {0}")]
     Unavailable(String),
@@ -112,12 +108,7 @@ pub trait KvTxn: Send {
     async fn delete(&mut self, key: &[u8]) -> Result<(), KvError>;
 
     /// Returns up to `limit` pairs with `start <= key < end`, in ascending key order.
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError>;
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError>;
 
     /// Makes every buffered write durable atomically, or fails leaving nothing written.
     /// A transaction without writes commits trivially.
@@ -127,11 +118,7 @@ pub trait KvTxn: Send {
 /// Checks a key against [`KEY_BYTES_MAX`].
 pub fn check_key(key: &[u8]) -> Result<(), KvError> {
     if key.len() > KEY_BYTES_MAX {
-        return Err(KvError::TooLarge {
-            what: "key",
-            len: key.len(),
-            max: KEY_BYTES_MAX,
-        });
+        return Err(KvError::TooLarge { what: "key", len: key.len(), max: KEY_BYTES_MAX });
     }
     Ok(())
 }
@@ -139,11 +126,7 @@ pub fn check_key(key: &[u8]) -> Result<(), KvError> {
 /// Checks a value against [`VALUE_BYTES_MAX`].
 pub fn check_value(value: &[u8]) -> Result<(), KvError> {
     if value.len() > VALUE_BYTES_MAX {
-        return Err(KvError::TooLarge {
-            what: "value",
-            len: value.len(),
-            max: VALUE_BYTES_MAX,
-        });
+        return Err(KvError::TooLarge { what: "value", len: value.len(), max: VALUE_BYTES_MAX });
     }
     Ok(())
 }
@@ -170,8 +153,7 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 pub const END_OF_KEYSPACE: &[u8] = &[0xff; KEY_BYTES_MAX + 1];
 
 /// A boxed future returned by transaction bodies given to [`run_txn`].
-pub type TxnFuture<'a, T, E = String> =
-    Pin<Box<dyn Future<Output = Result<T, TxnError<E>>> + Send + 'a>>;
+pub type TxnFuture<'a, T, E = String> = Pin<Box<dyn Future<Output = Result<T, TxnError<E>>> + Send + 'a>>;
 
 /// What a transaction body may fail with: an engine error, or the caller's own error which
 /// aborts the transaction without retry.
@@ -232,9 +214,7 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// [`RETRY_COUNT_MAX`].
 pub fn retry_backoff(attempt: u32) -> Duration {
     let shift = attempt.saturating_sub(1).min(16);
-    let ceiling = RETRY_BACKOFF_FIRST
-        .saturating_mul(1 << shift)
-        .min(RETRY_BACKOFF_MAX);
+    let ceiling = RETRY_BACKOFF_FIRST.saturating_mul(1 << shift).min(RETRY_BACKOFF_MAX);
     let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
     Duration::from_micros(rand::random::<u64>() % (ceiling_us + 1))
 }

@@ -60,18 +60,13 @@ impl MemoryEngine {
 
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn with_flaw(flaw: Flaw) -> Self {
-        MemoryEngine {
-            state: Arc::default(),
-            flaw: Some(flaw),
-        }
+        MemoryEngine { state: Arc::default(), flaw: Some(flaw) }
     }
 }
 
 fn lock(state: &Mutex<Committed>) -> MutexGuard<'_, Committed> {
     // The state is only replaced whole, so a panic while holding the lock cannot leave it torn.
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[async_trait]
@@ -95,20 +90,9 @@ impl KvEngine for MemoryEngine {
 
 /// One step of a transaction, as replayed by validation.
 enum Step {
-    Get {
-        key: Vec<u8>,
-        seen: Option<Vec<u8>>,
-    },
-    Scan {
-        start: Vec<u8>,
-        end: Vec<u8>,
-        limit: usize,
-        seen: Vec<KeyValue>,
-    },
-    Write {
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    },
+    Get { key: Vec<u8>, seen: Option<Vec<u8>> },
+    Scan { start: Vec<u8>, end: Vec<u8>, limit: usize, seen: Vec<KeyValue> },
+    Write { key: Vec<u8>, value: Option<Vec<u8>> },
 }
 
 struct MemoryTxn {
@@ -141,10 +125,7 @@ impl MemoryTxn {
 
     fn write(&mut self, key: &[u8], value: Option<Vec<u8>>) {
         self.writes.insert(key.to_vec(), value.clone());
-        self.log.push(Step::Write {
-            key: key.to_vec(),
-            value,
-        });
+        self.log.push(Step::Write { key: key.to_vec(), value });
     }
 }
 
@@ -157,13 +138,7 @@ fn get_merged(base: &Map, writes: &WriteBuffer, key: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Scans `[start, end)` of `base` overlaid with `writes`, at most `limit` pairs.
-fn scan_merged(
-    base: &Map,
-    writes: &WriteBuffer,
-    start: &[u8],
-    end: &[u8],
-    limit: usize,
-) -> Vec<KeyValue> {
+fn scan_merged(base: &Map, writes: &WriteBuffer, start: &[u8], end: &[u8], limit: usize) -> Vec<KeyValue> {
     if start >= end || limit == 0 {
         return Vec::new();
     }
@@ -175,21 +150,14 @@ fn scan_merged(
     for (key, value) in writes.range::<[u8], _>(bounds) {
         merged.insert(key, value.as_ref());
     }
-    merged
-        .into_iter()
-        .filter_map(|(key, value)| value.map(|value| (key.to_vec(), value.clone())))
-        .take(limit)
-        .collect()
+    merged.into_iter().filter_map(|(key, value)| value.map(|value| (key.to_vec(), value.clone()))).take(limit).collect()
 }
 
 #[async_trait]
 impl KvTxn for MemoryTxn {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         let seen = get_merged(&self.base(), self.overlay(), key);
-        self.log.push(Step::Get {
-            key: key.to_vec(),
-            seen: seen.clone(),
-        });
+        self.log.push(Step::Get { key: key.to_vec(), seen: seen.clone() });
         Ok(seen)
     }
 
@@ -206,24 +174,10 @@ impl KvTxn for MemoryTxn {
         Ok(())
     }
 
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError> {
-        let limit_used = if self.flaw == Some(Flaw::ScanLimitOffByOne) {
-            limit.saturating_add(1)
-        } else {
-            limit
-        };
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError> {
+        let limit_used = if self.flaw == Some(Flaw::ScanLimitOffByOne) { limit.saturating_add(1) } else { limit };
         let seen = scan_merged(&self.base(), self.overlay(), start, end, limit_used);
-        self.log.push(Step::Scan {
-            start: start.to_vec(),
-            end: end.to_vec(),
-            limit,
-            seen: seen.clone(),
-        });
+        self.log.push(Step::Scan { start: start.to_vec(), end: end.to_vec(), limit, seen: seen.clone() });
         Ok(seen)
     }
 
@@ -238,12 +192,9 @@ impl KvTxn for MemoryTxn {
                 let unchanged = match step {
                     Step::Get { key, seen } => get_merged(&committed.map, &replay, key) == *seen,
                     Step::Scan { .. } if self.flaw == Some(Flaw::NoScanValidation) => true,
-                    Step::Scan {
-                        start,
-                        end,
-                        limit,
-                        seen,
-                    } => scan_merged(&committed.map, &replay, start, end, *limit) == *seen,
+                    Step::Scan { start, end, limit, seen } => {
+                        scan_merged(&committed.map, &replay, start, end, *limit) == *seen
+                    }
                     Step::Write { key, value } => {
                         replay.insert(key.clone(), value.clone());
                         true
@@ -327,32 +278,16 @@ mod tests {
             ),
             (
                 Flaw::NoScanValidation,
-                &[
-                    "phantom_insert_conflicts",
-                    "phantom_delete_conflicts",
-                    "phantom_within_limit_conflicts",
-                ],
+                &["phantom_insert_conflicts", "phantom_delete_conflicts", "phantom_within_limit_conflicts"],
             ),
-            (
-                Flaw::NoSnapshot,
-                &["snapshot_reads_stable", "uncommitted_writes_invisible"],
-            ),
-            (
-                Flaw::NoReadYourWrites,
-                &["read_your_own_writes", "scan_merges_own_writes"],
-            ),
-            (
-                Flaw::ScanLimitOffByOne,
-                &["scan_limit", "scan_merges_own_writes"],
-            ),
+            (Flaw::NoSnapshot, &["snapshot_reads_stable", "uncommitted_writes_invisible"]),
+            (Flaw::NoReadYourWrites, &["read_your_own_writes", "scan_merges_own_writes"]),
+            (Flaw::ScanLimitOffByOne, &["scan_limit", "scan_merges_own_writes"]),
         ];
         for (flaw, expected) in expectations {
             let failed = failing_cases(*flaw).await;
             for name in *expected {
-                assert!(
-                    failed.contains(name),
-                    "flaw {flaw:?}: case {name} passed; failed cases: {failed:?}"
-                );
+                assert!(failed.contains(name), "flaw {flaw:?}: case {name} passed; failed cases: {failed:?}");
             }
         }
     }

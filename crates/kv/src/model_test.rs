@@ -86,20 +86,9 @@ fn key_universe() -> Vec<Vec<u8>> {
 }
 
 enum Step {
-    Get {
-        key: Vec<u8>,
-        seen: Option<Vec<u8>>,
-    },
-    Scan {
-        start: Vec<u8>,
-        end: Vec<u8>,
-        limit: usize,
-        seen: Vec<KeyValue>,
-    },
-    Write {
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    },
+    Get { key: Vec<u8>, seen: Option<Vec<u8>> },
+    Scan { start: Vec<u8>, end: Vec<u8>, limit: usize, seen: Vec<KeyValue> },
+    Write { key: Vec<u8>, value: Option<Vec<u8>> },
 }
 
 struct ModelTxn {
@@ -120,29 +109,17 @@ fn model_get(base: &Map, writes: &Writes, key: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-fn model_scan(
-    base: &Map,
-    writes: &Writes,
-    start: &[u8],
-    end: &[u8],
-    limit: usize,
-) -> Vec<KeyValue> {
+fn model_scan(base: &Map, writes: &Writes, start: &[u8], end: &[u8], limit: usize) -> Vec<KeyValue> {
     if start >= end {
         return Vec::new();
     }
     let bounds = (Bound::Included(start), Bound::Excluded(end));
-    let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = base
-        .range::<[u8], _>(bounds)
-        .map(|(k, v)| (k.clone(), Some(v.clone())))
-        .collect();
+    let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+        base.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
     for (key, value) in writes.range::<[u8], _>(bounds) {
         merged.insert(key.clone(), value.clone());
     }
-    merged
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
-        .take(limit)
-        .collect()
+    merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).take(limit).collect()
 }
 
 /// Whether replaying `steps` against `committed` returns the same results.
@@ -150,12 +127,7 @@ fn replays_unchanged(committed: &Map, steps: &[Step]) -> bool {
     let mut writes = Writes::new();
     steps.iter().all(|step| match step {
         Step::Get { key, seen } => model_get(committed, &writes, key) == *seen,
-        Step::Scan {
-            start,
-            end,
-            limit,
-            seen,
-        } => model_scan(committed, &writes, start, end, *limit) == *seen,
+        Step::Scan { start, end, limit, seen } => model_scan(committed, &writes, start, end, *limit) == *seen,
         Step::Write { key, value } => {
             writes.insert(key.clone(), value.clone());
             true
@@ -195,11 +167,7 @@ impl Run {
 
     fn value(&mut self) -> Vec<u8> {
         // Mostly short values (kept verbatim in read sets), some longer (kept as digests).
-        let len = if self.rng.gen_bool(0.2) {
-            self.rng.gen_range(65..400)
-        } else {
-            self.rng.gen_range(0..6)
-        };
+        let len = if self.rng.gen_bool(0.2) { self.rng.gen_range(65..400) } else { self.rng.gen_range(0..6) };
         let fill: u8 = self.rng.gen_range(0..4);
         vec![fill; len]
     }
@@ -214,24 +182,14 @@ impl Run {
 }
 
 async fn check_all(engine: &dyn KvEngine, run: &Run, seed: u64, when: &str) {
-    let mut txn = engine
-        .begin()
-        .await
-        .unwrap_or_else(|err| run.fail(seed, format!("begin: {err}")));
+    let mut txn = engine.begin().await.unwrap_or_else(|err| run.fail(seed, format!("begin: {err}")));
     let all = txn
         .scan(&[], END_OF_KEYSPACE, usize::MAX)
         .await
         .unwrap_or_else(|err| run.fail(seed, format!("full scan: {err}")));
-    let expected: Vec<KeyValue> = run
-        .committed
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let expected: Vec<KeyValue> = run.committed.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if all != expected {
-        run.fail(
-            seed,
-            format!("{when}: committed state {all:?}, model {expected:?}"),
-        );
+        run.fail(seed, format!("{when}: committed state {all:?}, model {expected:?}"));
     }
 }
 
@@ -261,10 +219,7 @@ where
             check_all(engine.as_ref(), &run, seed, "after reopening").await;
         }
         if run.open.is_empty() || (run.open.len() < OPEN_TXNS_MAX && run.rng.gen_bool(0.1)) {
-            let txn = engine
-                .begin()
-                .await
-                .unwrap_or_else(|err| run.fail(seed, format!("begin: {err}")));
+            let txn = engine.begin().await.unwrap_or_else(|err| run.fail(seed, format!("begin: {err}")));
             let id = run.next_id;
             run.next_id += 1;
             run.open.push(ModelTxn {
@@ -291,16 +246,10 @@ where
                 let id = t.id;
                 match result {
                     Ok(seen) if seen == expected => {
-                        t.steps.push(Step::Get {
-                            key: key.clone(),
-                            seen,
-                        });
+                        t.steps.push(Step::Get { key: key.clone(), seen });
                         run.log(format!("t{id} get {key:?} -> {expected:?}"));
                     }
-                    other => run.fail(
-                        seed,
-                        format!("t{id} get {key:?}: got {other:?}, model {expected:?}"),
-                    ),
+                    other => run.fail(seed, format!("t{id} get {key:?}: got {other:?}, model {expected:?}")),
                 }
             }
             25..=44 => {
@@ -311,15 +260,8 @@ where
                     run.fail(seed, format!("t{id} put {key:?}: {err}"));
                 }
                 t.writes.insert(key.clone(), Some(value.clone()));
-                t.steps.push(Step::Write {
-                    key: key.clone(),
-                    value: Some(value.clone()),
-                });
-                run.log(format!(
-                    "t{id} put {key:?} = {} bytes of {:?}",
-                    value.len(),
-                    value.first()
-                ));
+                t.steps.push(Step::Write { key: key.clone(), value: Some(value.clone()) });
+                run.log(format!("t{id} put {key:?} = {} bytes of {:?}", value.len(), value.first()));
             }
             45..=54 => {
                 let key = run.key();
@@ -329,10 +271,7 @@ where
                     run.fail(seed, format!("t{id} delete {key:?}: {err}"));
                 }
                 t.writes.insert(key.clone(), None);
-                t.steps.push(Step::Write {
-                    key: key.clone(),
-                    value: None,
-                });
+                t.steps.push(Step::Write { key: key.clone(), value: None });
                 run.log(format!("t{id} delete {key:?}"));
             }
             55..=79 => {
@@ -343,7 +282,8 @@ where
                 if t.snapshot.is_none() && limit > 0 && start < end {
                     t.snapshot = Some(run.committed.clone());
                 }
-                let expected = model_scan(t.snapshot.as_ref().unwrap_or(&run.committed), &t.writes, &start, &end, limit);
+                let expected =
+                    model_scan(t.snapshot.as_ref().unwrap_or(&run.committed), &t.writes, &start, &end, limit);
                 match t.txn.scan(&start, &end, limit).await {
                     Ok(seen) if seen == expected => {
                         t.steps.push(Step::Scan { start: start.clone(), end: end.clone(), limit, seen });
@@ -358,8 +298,7 @@ where
             80..=94 => {
                 let t = run.open.swap_remove(index);
                 let id = t.id;
-                let should_commit =
-                    t.writes.is_empty() || replays_unchanged(&run.committed, &t.steps);
+                let should_commit = t.writes.is_empty() || replays_unchanged(&run.committed, &t.steps);
                 let result = t.txn.commit().await;
                 match (&result, should_commit) {
                     (Ok(()), true) => {
@@ -394,12 +333,7 @@ where
     drop(engine);
     let engine = open(round).await;
     check_all(engine.as_ref(), &run, seed, "after the final reopen").await;
-    let count = |suffix: &str| {
-        run.history
-            .iter()
-            .filter(|entry| entry.ends_with(suffix))
-            .count()
-    };
+    let count = |suffix: &str| run.history.iter().filter(|entry| entry.ends_with(suffix)).count();
     println!(
         "round seed {seed}: {} commits, {} conflicts, {} pairs at the end",
         count("commit -> ok"),
@@ -407,7 +341,6 @@ where
         run.committed.len()
     );
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -430,7 +363,13 @@ mod tests {
     /// Each deliberate contract violation of the reference engine makes the test fail.
     #[test]
     fn every_flawed_engine_fails_the_model() {
-        let flaws = [Flaw::NoValidation, Flaw::NoScanValidation, Flaw::NoSnapshot, Flaw::NoReadYourWrites, Flaw::ScanLimitOffByOne];
+        let flaws = [
+            Flaw::NoValidation,
+            Flaw::NoScanValidation,
+            Flaw::NoSnapshot,
+            Flaw::NoReadYourWrites,
+            Flaw::ScanLimitOffByOne,
+        ];
         for flaw in flaws {
             let outcome = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");

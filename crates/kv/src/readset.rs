@@ -19,7 +19,10 @@ pub const DIGEST_INLINE_BYTES_MAX: usize = 64;
 pub enum Digest {
     Inline(Vec<u8>),
     /// Length and two 64-bit SipHash values under the engine's random keys.
-    Hashed { len: usize, hash: [u64; 2] },
+    Hashed {
+        len: usize,
+        hash: [u64; 2],
+    },
 }
 
 /// Makes [`Digest`]s under keys of its own, random per engine, so that nobody can craft two

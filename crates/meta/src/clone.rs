@@ -69,13 +69,7 @@ pub async fn held_elsewhere(txn: &mut dyn KvTxn, own: (Ino, u64), id: u64) -> Tx
 }
 
 /// Makes `name` in `parent` a clone of regular file `src` (see `MetaOp::CloneFile`).
-pub async fn clone_file(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    src: Ino,
-    parent: Ino,
-    name: &str,
-) -> TxResult<MetaReply> {
+pub async fn clone_file(txn: &mut dyn KvTxn, ctx: &Ctx, src: Ino, parent: Ino, name: &str) -> TxResult<MetaReply> {
     // The source as it is now, or as a snapshot holds it; `home` is the inode whose slots
     // hold its chunks.
     let (attr, chunks, home) = if snapshot::is_view(src) {

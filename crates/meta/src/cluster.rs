@@ -25,9 +25,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::{
-    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo,
-    NodeState, Placement, PlacementMap, PoolId, PoolPgs, PoolStatus, StatFs, Timestamp, WireError,
-    NAME_BYTES_MAX, SHARDS_MAX,
+    ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo, NodeState, Placement,
+    PlacementMap, PoolId, PoolPgs, PoolStatus, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,
 };
 
 /// Most chunk ids one `AllocChunks` reserves.
@@ -118,8 +117,7 @@ impl Cluster {
 
     /// At most how long until the GC has freed what is queued now.
     fn pending_delete_within_ms(&self) -> u64 {
-        u64::try_from((self.options.gc_grace + self.options.gc_interval).as_millis())
-            .unwrap_or(u64::MAX)
+        u64::try_from((self.options.gc_grace + self.options.gc_interval).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Bytes of shards queued for deletion, read at most once per [`PENDING_DELETE_REFRESH`].
@@ -129,10 +127,7 @@ impl Cluster {
                 return Ok(bytes);
             }
         }
-        let stats = transact(engine, |txn| {
-            Box::pin(async move { store::read_stats(txn).await })
-        })
-        .await?;
+        let stats = transact(engine, |txn| Box::pin(async move { store::read_stats(txn).await })).await?;
         *self.pending_delete.lock() = Some((Instant::now(), stats.pending_delete_bytes));
         Ok(stats.pending_delete_bytes)
     }
@@ -140,11 +135,7 @@ impl Cluster {
     /// The storage nodes' addresses and states as this server sees them now, and their version
     /// (`wire::NodeBrief::version_of`); the nodes only when the version is not `known`. No
     /// transaction while the node records read last are younger than [`NODE_RECORDS_TTL`].
-    pub async fn node_states(
-        &self,
-        engine: &dyn KvEngine,
-        known: u64,
-    ) -> Result<MetaReply, WireError> {
+    pub async fn node_states(&self, engine: &dyn KvEngine, known: u64) -> Result<MetaReply, WireError> {
         let fresh = self
             .node_records
             .lock()
@@ -162,17 +153,10 @@ impl Cluster {
         };
         let nodes: Vec<NodeBrief> = records
             .iter()
-            .map(|rec| NodeBrief {
-                id: rec.id,
-                addr: rec.addr.clone(),
-                state: self.node_state(rec).0,
-            })
+            .map(|rec| NodeBrief { id: rec.id, addr: rec.addr.clone(), state: self.node_state(rec).0 })
             .collect();
         let version = NodeBrief::version_of(&nodes);
-        Ok(MetaReply::NodeStates {
-            version,
-            nodes: if version == known { Vec::new() } else { nodes },
-        })
+        Ok(MetaReply::NodeStates { version, nodes: if version == known { Vec::new() } else { nodes } })
     }
 
     /// Drops the node records `NodeStates` answers from: this server just changed them.
@@ -182,11 +166,7 @@ impl Cluster {
 
     /// A node's state as seen now, and milliseconds since it was last heard from.
     pub fn node_state(&self, rec: &NodeRec) -> (NodeState, u64) {
-        let last_seen = self
-            .live
-            .lock()
-            .get(&rec.id)
-            .map_or(self.started, |l| l.last_seen);
+        let last_seen = self.live.lock().get(&rec.id).map_or(self.started, |l| l.last_seen);
         let age = last_seen.elapsed();
         let state = match rec.state {
             // A draining node that stopped heartbeating serves nothing: it is down (and marked
@@ -205,20 +185,14 @@ impl Cluster {
 
     /// Drives of a node: from its latest heartbeat to this server, else from registration.
     fn drives(&self, rec: &NodeRec) -> Vec<DriveInfo> {
-        self.live.lock().get(&rec.id).map_or_else(
-            || rec.drives.iter().map(keys::StoredDrive::info).collect(),
-            |l| l.drives.clone(),
-        )
+        self.live
+            .lock()
+            .get(&rec.id)
+            .map_or_else(|| rec.drives.iter().map(keys::StoredDrive::info).collect(), |l| l.drives.clone())
     }
 
     fn saw(&self, id: NodeId, drives: Vec<DriveInfo>) {
-        self.live.lock().insert(
-            id,
-            Liveness {
-                last_seen: Instant::now(),
-                drives,
-            },
-        );
+        self.live.lock().insert(id, Liveness { last_seen: Instant::now(), drives });
     }
 
     /// Every node record.
@@ -384,10 +358,7 @@ impl Cluster {
         }
         self.node_records_changed();
         self.saw(id, drives_in.to_vec());
-        Ok(MetaReply::Node {
-            id,
-            map_version: map_version as u32,
-        })
+        Ok(MetaReply::Node { id, map_version: map_version as u32 })
     }
 
     /// Records a heartbeat; `NotMember` for a node that is not registered (or was removed).
@@ -402,10 +373,7 @@ impl Cluster {
             Box::pin(async move {
                 match get::<NodeRec>(txn, &keys::node(node)).await? {
                     Some(rec) if rec.state != NodeState::Out => {}
-                    _ => fail!(
-                        NotMember,
-                        "node {node} is not a member of this cluster; register it again"
-                    ),
+                    _ => fail!(NotMember, "node {node} is not a member of this cluster; register it again"),
                 }
                 store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await
             })
@@ -420,11 +388,7 @@ impl Cluster {
     }
 
     /// A placement map by version; 0 means the newest.
-    pub async fn map(
-        &self,
-        engine: &dyn KvEngine,
-        version: u32,
-    ) -> Result<Arc<PlacementMap>, WireError> {
+    pub async fn map(&self, engine: &dyn KvEngine, version: u32) -> Result<Arc<PlacementMap>, WireError> {
         if version != 0 {
             if let Some(map) = self.maps.get(version) {
                 return Ok(map);
@@ -476,8 +440,7 @@ impl Cluster {
                     Some((name, ec)) => {
                         let pool = pools::by_name(txn, name).await?;
                         let ec = ec.unwrap_or(pool.default_ec);
-                        ec.validate()
-                            .map_err(|e| store::abort(wire::werr!(Invalid, "{e}")))?;
+                        ec.validate().map_err(|e| store::abort(wire::werr!(Invalid, "{e}")))?;
                         (pool, ec)
                     }
                     None => {
@@ -488,18 +451,14 @@ impl Cluster {
                     }
                 };
                 let in_pool = of_pool(&pool, all.len());
-                let version =
-                    store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32;
+                let version = store::get_u64(txn, &keys::counter(keys::counter::MAP), 0).await? as u32;
                 let map = maps.get_in(txn, version).await?;
                 Ok((ec, pool, in_pool, map, read_nodes(txn).await?))
             })
         })
         .await?;
         let Some(map) = map else {
-            return Err(wire::werr!(
-                Unavailable,
-                "no storage node has joined the cluster yet"
-            ));
+            return Err(wire::werr!(Unavailable, "no storage node has joined the cluster yet"));
         };
         let pgs = map.pool_pgs(pool.id);
         if pgs.is_empty() {
@@ -538,24 +497,12 @@ impl Cluster {
             .into_iter()
             .map(|id| {
                 let start = pg_for_chunk(id, pg_count);
-                let local = (0..pg_count)
-                    .map(|step| (start + step) % pg_count)
-                    .find(|&pg| fits[pg as usize])
-                    .unwrap_or(start);
-                (
-                    id,
-                    Placement {
-                        map_version: map.version,
-                        pg: wire::pg_global(pool.id, local),
-                    },
-                )
+                let local =
+                    (0..pg_count).map(|step| (start + step) % pg_count).find(|&pg| fits[pg as usize]).unwrap_or(start);
+                (id, Placement { map_version: map.version, pg: wire::pg_global(pool.id, local) })
             })
             .collect();
-        Ok(MetaReply::Alloc {
-            chunks,
-            map: (*map).clone(),
-            ec: scheme,
-        })
+        Ok(MetaReply::Alloc { chunks, map: (*map).clone(), ec: scheme })
     }
 
     /// Refuses a chosen layout `ec` that the cluster's storage nodes cannot hold (wider than
@@ -589,10 +536,7 @@ impl Cluster {
         let Some(pool) = pool else {
             return Err(wire::werr!(Internal, "inode {ino}'s pool has no record"));
         };
-        let members = nodes
-            .iter()
-            .filter(|n| is_member(n.state) && n.pool == pool.id)
-            .count();
+        let members = nodes.iter().filter(|n| is_member(n.state) && n.pool == pool.id).count();
         if ec.width() > members {
             return Err(wire::werr!(
                 Invalid,
@@ -616,11 +560,8 @@ impl Cluster {
             Box::pin(async move { Ok((read_nodes(txn).await?, store::read_stats(txn).await?)) })
         })
         .await?;
-        let drives: Vec<DriveInfo> = nodes
-            .iter()
-            .filter(|n| n.state != NodeState::Out)
-            .flat_map(|n| self.drives(n))
-            .collect();
+        let drives: Vec<DriveInfo> =
+            nodes.iter().filter(|n| n.state != NodeState::Out).flat_map(|n| self.drives(n)).collect();
         let (total, free) = wire::capacity_once_per_device(&drives);
         let pending = u128::from(stats.pending_delete_bytes);
         let ec = self.options.default_ec;
@@ -641,11 +582,7 @@ impl Cluster {
     /// unavailable chunks. The walk reads one page per transaction (a single transaction over
     /// millions of records would grow too old on distributed engines), so its counts are a
     /// sum over slightly different moments.
-    pub async fn status(
-        &self,
-        engine: &dyn KvEngine,
-        scan_chunks: bool,
-    ) -> Result<MetaReply, WireError> {
+    pub async fn status(&self, engine: &dyn KvEngine, scan_chunks: bool) -> Result<MetaReply, WireError> {
         let (nodes, stats, map_version, leader, pool_recs) = transact(engine, |txn| {
             Box::pin(async move {
                 let nodes = read_nodes(txn).await?;
@@ -677,12 +614,9 @@ impl Cluster {
         let pools = pool_recs
             .iter()
             .map(|pool| {
-                let members: Vec<&NodeInfo> = infos
-                    .iter()
-                    .filter(|n| n.pool == pool.id && n.state != NodeState::Out)
-                    .collect();
-                let drives: Vec<DriveInfo> =
-                    members.iter().flat_map(|n| n.drives.iter().cloned()).collect();
+                let members: Vec<&NodeInfo> =
+                    infos.iter().filter(|n| n.pool == pool.id && n.state != NodeState::Out).collect();
+                let drives: Vec<DriveInfo> = members.iter().flat_map(|n| n.drives.iter().cloned()).collect();
                 let (bytes_total, bytes_free) = wire::capacity_once_per_device(&drives);
                 PoolStatus {
                     pool: pool.info(),
@@ -717,24 +651,14 @@ impl Cluster {
             pools,
         };
         if scan_chunks {
-            let serving: HashSet<NodeId> = nodes
-                .iter()
-                .filter(|n| self.serves(n))
-                .map(|n| n.id)
-                .collect();
-            self.scan_chunk_health(engine, &serving, &mut status)
-                .await?;
+            let serving: HashSet<NodeId> = nodes.iter().filter(|n| self.serves(n)).map(|n| n.id).collect();
+            self.scan_chunk_health(engine, &serving, &mut status).await?;
             let mut members: HashMap<PoolId, usize> = HashMap::new();
             for node in nodes.iter().filter(|n| is_member(n.state)) {
                 *members.entry(node.pool).or_default() += 1;
             }
-            let schemes =
-                namespace::scheme_use(engine, None, &members, DIRS_TOO_WIDE_LISTED_MAX).await?;
-            status.dirs_too_wide = schemes
-                .too_wide
-                .into_iter()
-                .map(|dir| (dir.path, dir.ec))
-                .collect();
+            let schemes = namespace::scheme_use(engine, None, &members, DIRS_TOO_WIDE_LISTED_MAX).await?;
+            status.dirs_too_wide = schemes.too_wide.into_iter().map(|dir| (dir.path, dir.ec)).collect();
             status.dirs_too_wide_count = schemes.too_wide_count;
         }
         Ok(MetaReply::Status(status))
@@ -750,10 +674,7 @@ impl Cluster {
         force: bool,
     ) -> Result<MetaReply, WireError> {
         if state == NodeState::Down {
-            return Err(wire::werr!(
-                Invalid,
-                "a node is down when it stops heartbeating; it cannot be set down"
-            ));
+            return Err(wire::werr!(Invalid, "a node is down when it stops heartbeating; it cannot be set down"));
         }
         if matches!(state, NodeState::Draining | NodeState::Out) && !force {
             self.check_leaving(engine, node, state).await?;
@@ -771,10 +692,7 @@ impl Cluster {
                     return Ok(None);
                 }
                 if rec.state == NodeState::Out {
-                    fail!(
-                        Invalid,
-                        "node {node} is out of the cluster; start its storage service to add it again"
-                    );
+                    fail!(Invalid, "node {node} is out of the cluster; start its storage service to add it again");
                 }
                 let was_member = is_member(rec.state);
                 rec.state = state;
@@ -789,10 +707,7 @@ impl Cluster {
         self.node_records_changed();
         match published {
             Some(map) => {
-                tracing::info!(
-                    "node {node} is now {state}; placement map version {} published",
-                    map.version
-                );
+                tracing::info!("node {node} is now {state}; placement map version {} published", map.version);
                 self.maps.insert(map);
             }
             None => tracing::info!("node {node} is now {state}"),
@@ -803,12 +718,7 @@ impl Cluster {
     /// Refuses to drain or remove `node` when the nodes left could not hold a scheme that a
     /// directory or file uses: its chunks would have to be re-encoded narrower (and new writes
     /// there would be), which an operator must ask for knowingly (`force`).
-    async fn check_leaving(
-        &self,
-        engine: &dyn KvEngine,
-        node: NodeId,
-        state: NodeState,
-    ) -> Result<(), WireError> {
+    async fn check_leaving(&self, engine: &dyn KvEngine, node: NodeId, state: NodeState) -> Result<(), WireError> {
         let nodes = self.nodes(engine).await?;
         let Some(rec) = nodes.iter().find(|n| n.id == node) else {
             return Err(wire::werr!(NotFound, "no storage node {node}"));
@@ -817,10 +727,7 @@ impl Cluster {
             // Already leaving (draining to out, or out): no more capacity is lost.
             return Ok(());
         }
-        let left = nodes
-            .iter()
-            .filter(|n| n.id != node && is_member(n.state) && n.pool == rec.pool)
-            .count();
+        let left = nodes.iter().filter(|n| n.id != node && is_member(n.state) && n.pool == rec.pool).count();
         let Some(widest) = namespace::widest_scheme(engine, Some(rec.pool)).await? else {
             return Ok(());
         };
@@ -830,11 +737,7 @@ impl Cluster {
         let pool = rec.pool;
         let all = transact(engine, |txn| Box::pin(async move { pools::read_all(txn).await })).await?;
         let in_pool = all.iter().find(|p| p.id == pool).map_or_else(String::new, |p| of_pool(p, all.len()));
-        let verb = if state == NodeState::Draining {
-            "draining"
-        } else {
-            "removing"
-        };
+        let verb = if state == NodeState::Draining { "draining" } else { "removing" };
         Err(wire::werr!(
             NoSpace,
             "{verb} node {node} leaves {left} storage node{}{in_pool}; {} uses {}, which needs {}: add a node first, or pass --force to re-encode such chunks narrower ({}) until nodes are added",
@@ -854,11 +757,7 @@ impl Cluster {
     /// chunks could not be rebuilt, and a node marked out is never taken back, so marking them
     /// out would turn an outage into data loss. They stay down (reads rebuild around what they
     /// can) until they return or an operator removes them (`trove node remove --force`).
-    pub async fn mark_dead_out(
-        &self,
-        engine: &dyn KvEngine,
-        after: Duration,
-    ) -> Result<Vec<NodeId>, WireError> {
+    pub async fn mark_dead_out(&self, engine: &dyn KvEngine, after: Duration) -> Result<Vec<NodeId>, WireError> {
         let nodes = self.nodes(engine).await?;
         let down: Vec<NodeId> = nodes
             .iter()
@@ -910,7 +809,8 @@ impl Cluster {
             }
         }
         let found = namespace::least_parity(engine).await?;
-        let (parity, example) = found.map_or((u8::MAX, String::new()), |at| (at.ec.m, format!("{} ({})", at.path, at.ec)));
+        let (parity, example) =
+            found.map_or((u8::MAX, String::new()), |at| (at.ec.m, format!("{} ({})", at.path, at.ec)));
         *self.min_parity.lock() = Some((parity, example.clone(), Instant::now()));
         Ok((parity, example))
     }
@@ -939,11 +839,7 @@ impl Cluster {
                     }
                 }
                 let continued = current.is_some_and(|rec| rec.holder == holder);
-                let rec = keys::LeaderRec {
-                    holder,
-                    addr: addr.to_string(),
-                    expires_ms: now + lease_ms,
-                };
+                let rec = keys::LeaderRec { holder, addr: addr.to_string(), expires_ms: now + lease_ms };
                 store::put(txn, &key, &rec).await?;
                 Ok(Some(continued))
             })
@@ -956,10 +852,7 @@ impl Cluster {
         transact(engine, move |txn| {
             Box::pin(async move {
                 let key = keys::leader_lease();
-                if get::<keys::LeaderRec>(txn, &key)
-                    .await?
-                    .is_some_and(|rec| rec.holder == holder)
-                {
+                if get::<keys::LeaderRec>(txn, &key).await?.is_some_and(|rec| rec.holder == holder) {
                     txn.delete(&key).await?;
                 }
                 Ok(())
@@ -987,7 +880,11 @@ impl Cluster {
                 let page = txn.scan(&from, &end, limit).await?;
                 let more = page.len() == limit;
                 let mut chunks = Vec::with_capacity(page.len());
-                metrics::gauges::add(metrics::names::META_CHUNK_RECORDS_WALKED, &[("walk", "chunks")], page.len() as f64);
+                metrics::gauges::add(
+                    metrics::names::META_CHUNK_RECORDS_WALKED,
+                    &[("walk", "chunks")],
+                    page.len() as f64,
+                );
                 // The page is in file order: each file's inode is read once.
                 let mut file: Option<(Ino, EcScheme, PoolId)> = None;
                 for (key, value) in page {
@@ -1057,9 +954,7 @@ impl Cluster {
         let mut after = None;
         loop {
             let limit = store::SCAN_PAGE_ENTRIES_MAX as u32;
-            let MetaReply::ChunkPage { chunks: page, more } =
-                self.scan_chunks(engine, after, limit).await?
-            else {
+            let MetaReply::ChunkPage { chunks: page, more } = self.scan_chunks(engine, after, limit).await? else {
                 return Err(wire::werr!(Internal, "a chunk scan answered something else"));
             };
             for found in &page {
@@ -1168,11 +1063,7 @@ impl MapCache {
 
     /// Reads a map version inside a transaction, through the cache; `None` for version 0 or an
     /// unknown version.
-    async fn get_in(
-        &self,
-        txn: &mut dyn KvTxn,
-        version: u32,
-    ) -> TxResult<Option<Arc<PlacementMap>>> {
+    async fn get_in(&self, txn: &mut dyn KvTxn, version: u32) -> TxResult<Option<Arc<PlacementMap>>> {
         if version == 0 {
             return Ok(None);
         }
@@ -1181,19 +1072,13 @@ impl MapCache {
         }
         // What a transaction reads was committed, and published maps never change: caching
         // it is right even if this transaction is retried or aborted.
-        Ok(get::<PlacementMap>(txn, &keys::map(version))
-            .await?
-            .map(|map| self.insert(map)))
+        Ok(get::<PlacementMap>(txn, &keys::map(version)).await?.map(|map| self.insert(map)))
     }
 }
 
 fn check_drives(drives: &[DriveInfo]) -> Result<(), WireError> {
     if drives.len() > NODE_DRIVES_MAX {
-        return Err(wire::werr!(
-            TooLarge,
-            "{} drives exceed the limit of {NODE_DRIVES_MAX} per node",
-            drives.len()
-        ));
+        return Err(wire::werr!(TooLarge, "{} drives exceed the limit of {NODE_DRIVES_MAX} per node", drives.len()));
     }
     Ok(())
 }
@@ -1201,11 +1086,7 @@ fn check_drives(drives: &[DriveInfo]) -> Result<(), WireError> {
 fn node_id(key: &[u8], value: u64) -> TxResult<NodeId> {
     match NodeId::try_from(value) {
         Ok(id) => Ok(id),
-        Err(_) => fail!(
-            Internal,
-            "key {} holds node id {value}, out of range",
-            keys::describe(key)
-        ),
+        Err(_) => fail!(Internal, "key {} holds node id {value}, out of range", keys::describe(key)),
     }
 }
 
@@ -1223,10 +1104,7 @@ fn of_pool(pool: &PoolRec, pool_count: usize) -> String {
 async fn read_nodes(txn: &mut dyn KvTxn) -> TxResult<Vec<NodeRec>> {
     let prefix = [keys::prefix::NODE];
     let pairs = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
-    pairs
-        .iter()
-        .map(|(key, value)| keys::decode(key, value).map_err(abort))
-        .collect()
+    pairs.iter().map(|(key, value)| keys::decode(key, value).map_err(abort)).collect()
 }
 
 /// Whether a node takes new data: it is in placement maps. Draining nodes still serve what they
@@ -1239,12 +1117,8 @@ pub fn is_member(state: NodeState) -> bool {
 /// groups of every pool, each from its own member nodes.
 async fn publish_map(txn: &mut dyn KvTxn, pg_count: u32) -> TxResult<PlacementMap> {
     let map_key = keys::counter(keys::counter::MAP);
-    let mut members: Vec<(PoolId, NodeId)> = read_nodes(txn)
-        .await?
-        .iter()
-        .filter(|n| is_member(n.state))
-        .map(|n| (n.pool, n.id))
-        .collect();
+    let mut members: Vec<(PoolId, NodeId)> =
+        read_nodes(txn).await?.iter().filter(|n| is_member(n.state)).map(|n| (n.pool, n.id)).collect();
     members.sort_unstable();
     let version = store::get_u64(txn, &map_key, 0).await? + 1;
     let Ok(version) = u32::try_from(version) else {
@@ -1289,10 +1163,7 @@ pub fn narrowed(ec: EcScheme, nodes: usize) -> Option<EcScheme> {
     if k == 0 {
         return None;
     }
-    Some(EcScheme {
-        k: k as u8,
-        m: m as u8,
-    })
+    Some(EcScheme { k: k as u8, m: m as u8 })
 }
 
 /// The fewest nodes a chunk of scheme `ec` can be written on (with some redundancy if `ec`
@@ -1315,16 +1186,10 @@ fn fitting_example(ec: EcScheme, nodes: usize) -> Option<EcScheme> {
 /// when the nodes in `up` can take shards: the widest [`narrowed`] scheme whose width some
 /// group has all up at its head. Returns it with, per group (by local number), whether the
 /// group can hold it; `None` if no group can hold any scheme with redundancy.
-pub fn choose_scheme(
-    ec: EcScheme,
-    pgs: &[Vec<NodeId>],
-    up: &HashSet<NodeId>,
-) -> Option<(EcScheme, Vec<bool>)> {
+pub fn choose_scheme(ec: EcScheme, pgs: &[Vec<NodeId>], up: &HashSet<NodeId>) -> Option<(EcScheme, Vec<bool>)> {
     let width = ec.width();
-    let leading: Vec<usize> = pgs
-        .iter()
-        .map(|pg| pg.iter().take(width).take_while(|n| up.contains(n)).count())
-        .collect();
+    let leading: Vec<usize> =
+        pgs.iter().map(|pg| pg.iter().take(width).take_while(|n| up.contains(n)).count()).collect();
     let best = leading.iter().copied().max()?;
     let scheme = narrowed(ec, best)?;
     let fits = leading.iter().map(|&l| l >= scheme.width()).collect();
@@ -1360,18 +1225,11 @@ pub fn compute_map(version: u32, pg_count: u32, members: &[NodeId]) -> Placement
 }
 
 /// Computes a placement map from each pool's members; pools without members get no groups.
-pub fn compute_pools_map(
-    version: u32,
-    pg_count: u32,
-    pools: &[(PoolId, Vec<NodeId>)],
-) -> PlacementMap {
+pub fn compute_pools_map(version: u32, pg_count: u32, pools: &[(PoolId, Vec<NodeId>)]) -> PlacementMap {
     let mut pools: Vec<PoolPgs> = pools
         .iter()
         .filter(|(_, members)| !members.is_empty())
-        .map(|(pool, members)| PoolPgs {
-            pool: *pool,
-            pgs: compute_pool_pgs(*pool, pg_count, members),
-        })
+        .map(|(pool, members)| PoolPgs { pool: *pool, pgs: compute_pool_pgs(*pool, pg_count, members) })
         .collect();
     pools.sort_by_key(|p| p.pool);
     PlacementMap { version, pools }
@@ -1395,8 +1253,7 @@ pub fn compute_pool_pgs(pool: PoolId, pg_count: u32, members: &[NodeId]) -> Vec<
             let mut remaining = nodes.clone();
             let mut order = Vec::with_capacity(nodes.len());
             for slot in 0..SHARDS_MAX.min(nodes.len()) as u32 {
-                let best = (0..remaining.len())
-                    .max_by_key(|&i| (slot_score(pg, slot, remaining[i]), remaining[i]));
+                let best = (0..remaining.len()).max_by_key(|&i| (slot_score(pg, slot, remaining[i]), remaining[i]));
                 if let Some(best) = best {
                     order.push(remaining.swap_remove(best));
                 }

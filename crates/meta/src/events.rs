@@ -76,11 +76,7 @@ pub async fn append(engine: &dyn KvEngine, new: Vec<NewEvent>) -> Result<Vec<Eve
     })
     .await?;
     for e in &events {
-        metrics::gauges::add(
-            metrics::names::EVENTS,
-            &[("kind", &e.kind), ("severity", e.severity.name())],
-            1.0,
-        );
+        metrics::gauges::add(metrics::names::EVENTS, &[("kind", &e.kind), ("severity", e.severity.name())], 1.0);
         match e.severity {
             Severity::Info => tracing::info!(target: "trove::event", "{}: {}", e.kind, e.message),
             _ => tracing::warn!(target: "trove::event", "{}: {}", e.kind, e.message),
@@ -91,12 +87,7 @@ pub async fn append(engine: &dyn KvEngine, new: Vec<NewEvent>) -> Result<Vec<Eve
 
 /// Events after `after`, oldest first, at most `limit` (capped at [`EVENTS_PAGE_MAX`]); with
 /// `newest`, the last `limit` of those. Also returns the number the next event will get.
-pub async fn read(
-    engine: &dyn KvEngine,
-    after: u64,
-    limit: u32,
-    newest: bool,
-) -> Result<(Vec<Event>, u64), WireError> {
+pub async fn read(engine: &dyn KvEngine, after: u64, limit: u32, newest: bool) -> Result<(Vec<Event>, u64), WireError> {
     let limit = u64::from(limit.min(EVENTS_PAGE_MAX));
     transact(engine, move |txn| {
         Box::pin(async move {
@@ -138,18 +129,11 @@ mod tests {
     #[tokio::test]
     async fn the_log_is_numbered_bounded_and_read_from_either_end() {
         let engine = kv::memory::MemoryEngine::new();
-        let (none, next) = read(&engine, 0, 10, false)
-            .await
-            .expect("reads an empty log");
+        let (none, next) = read(&engine, 0, 10, false).await.expect("reads an empty log");
         assert!(none.is_empty());
         assert_eq!(next, 1);
-        let written = append(&engine, (1..=5).map(ev).collect())
-            .await
-            .expect("appends");
-        assert_eq!(
-            written.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            vec![1, 2, 3, 4, 5]
-        );
+        let written = append(&engine, (1..=5).map(ev).collect()).await.expect("appends");
+        assert_eq!(written.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
         let (first, next) = read(&engine, 0, 2, false).await.expect("reads");
         assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(next, 6);
@@ -172,22 +156,11 @@ mod tests {
         }
         let (oldest, next) = read(&engine, 0, 3, false).await.expect("reads");
         assert_eq!(next, total + 1);
-        assert_eq!(
-            oldest[0].seq,
-            total + 1 - EVENTS_KEPT,
-            "exactly EVENTS_KEPT remain"
-        );
+        assert_eq!(oldest[0].seq, total + 1 - EVENTS_KEPT, "exactly EVENTS_KEPT remain");
         let mut txn = kv::KvEngine::begin(&engine).await.expect("begins");
         let gone = txn.get(&keys::event(25)).await.expect("reads");
         assert!(gone.is_none());
-        let kept = txn
-            .scan(
-                &[keys::prefix::EVENT],
-                &[keys::prefix::EVENT + 1],
-                usize::MAX,
-            )
-            .await
-            .expect("scans");
+        let kept = txn.scan(&[keys::prefix::EVENT], &[keys::prefix::EVENT + 1], usize::MAX).await.expect("scans");
         assert_eq!(kept.len() as u64, EVENTS_KEPT);
     }
 }

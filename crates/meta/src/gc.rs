@@ -27,9 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
-use wire::{
-    ChunkRecord, NodeId, NodeState, Peer, Service, ShardKey, StorageOp, StorageReply, WireError,
-};
+use wire::{ChunkRecord, NodeId, NodeState, Peer, Service, ShardKey, StorageOp, StorageReply, WireError};
 
 /// Most queue entries one GC step reads and works on.
 pub const GC_BATCH_ENTRIES_MAX: usize = 256;
@@ -83,10 +81,7 @@ fn width_mask(chunk: &ChunkRecord) -> u64 {
 
 impl Gc {
     pub fn new(grace_ms: u64) -> Gc {
-        Gc {
-            grace_ms,
-            peers: Mutex::new(HashMap::new()),
-        }
+        Gc { grace_ms, peers: Mutex::new(HashMap::new()) }
     }
 
     fn peer(&self, node: &NodeRec) -> Arc<Peer> {
@@ -102,23 +97,13 @@ impl Gc {
     }
 
     /// Works through the whole queue once.
-    pub async fn run_once(
-        &self,
-        engine: &dyn KvEngine,
-        cluster: &Cluster,
-    ) -> Result<GcReport, WireError> {
-        let nodes: HashMap<NodeId, NodeRec> = cluster
-            .nodes(engine)
-            .await?
-            .into_iter()
-            .map(|n| (n.id, n))
-            .collect();
+    pub async fn run_once(&self, engine: &dyn KvEngine, cluster: &Cluster) -> Result<GcReport, WireError> {
+        let nodes: HashMap<NodeId, NodeRec> = cluster.nodes(engine).await?.into_iter().map(|n| (n.id, n)).collect();
         let mut report = GcReport::default();
         let mut from = vec![keys::prefix::GC];
         loop {
             let (mut entries, next) = self.read_batch(engine, &from).await?;
-            self.delete_shards(engine, cluster, &nodes, &mut entries, &mut report)
-                .await;
+            self.delete_shards(engine, cluster, &nodes, &mut entries, &mut report).await;
             self.record(engine, &entries, &mut report).await?;
             match next {
                 Some(next) => from = next,
@@ -129,11 +114,7 @@ impl Gc {
 
     /// Reads up to a batch of queue entries from `from` on, checking whether each chunk is still
     /// referenced; returns them and where the next batch starts (`None`: queue end).
-    async fn read_batch(
-        &self,
-        engine: &dyn KvEngine,
-        from: &[u8],
-    ) -> Result<(Vec<Entry>, Option<Vec<u8>>), WireError> {
+    async fn read_batch(&self, engine: &dyn KvEngine, from: &[u8]) -> Result<(Vec<Entry>, Option<Vec<u8>>), WireError> {
         let (now, grace_ms) = (now_ms(), self.grace_ms);
         let from = from.to_vec();
         transact(engine, move |txn| {
@@ -142,18 +123,14 @@ impl Gc {
                 let end = kv::prefix_end(&[keys::prefix::GC]);
                 let page = txn.scan(&from, &end, GC_BATCH_ENTRIES_MAX).await?;
                 let next = match page.last() {
-                    Some((last, _)) if page.len() == GC_BATCH_ENTRIES_MAX => {
-                        Some(store::after(last))
-                    }
+                    Some((last, _)) if page.len() == GC_BATCH_ENTRIES_MAX => Some(store::after(last)),
                     _ => None,
                 };
                 let mut entries = Vec::with_capacity(page.len());
                 for (key, value) in page {
                     let rec: GcRec = keys::decode(&key, &value).map_err(abort)?;
                     let slot = keys::chunk(rec.ino, rec.chunk.index);
-                    let referenced = get::<ChunkRecord>(txn, &slot)
-                        .await?
-                        .is_some_and(|c| c.id == rec.chunk.id);
+                    let referenced = get::<ChunkRecord>(txn, &slot).await?.is_some_and(|c| c.id == rec.chunk.id);
                     // A chunk another file still holds (a clone) leaves the queue; it is queued
                     // again when the last of them lets it go.
                     let shared = !referenced
@@ -163,14 +140,7 @@ impl Gc {
                         && !shared
                         && crate::snapshot::chunk_held(txn, rec.ino, rec.chunk.index, rec.chunk.id).await?;
                     let due = !held && rec.queued_ms.saturating_add(grace_ms) <= now;
-                    entries.push(Entry {
-                        key,
-                        rec,
-                        done: 0,
-                        referenced,
-                        shared,
-                        due,
-                    });
+                    entries.push(Entry { key, rec, done: 0, referenced, shared, due });
                 }
                 Ok((entries, next))
             })
@@ -197,10 +167,7 @@ impl Gc {
             let map = match cluster.map(engine, chunk.placement.map_version).await {
                 Ok(map) => map,
                 Err(err) => {
-                    tracing::warn!(
-                        "gc: chunk {:016x}: placement map unavailable: {err}",
-                        chunk.id
-                    );
+                    tracing::warn!("gc: chunk {:016x}: placement map unavailable: {err}", chunk.id);
                     continue;
                 }
             };
@@ -209,16 +176,12 @@ impl Gc {
                 if entry.rec.done & bit != 0 {
                     continue;
                 }
-                let node = map
-                    .node_for(chunk.placement.pg, shard)
-                    .and_then(|id| nodes.get(&id));
+                let node = map.node_for(chunk.placement.pg, shard).and_then(|id| nodes.get(&id));
                 match node {
                     // No node, or one removed from the cluster: nothing left to delete there.
                     None => entry.done |= bit,
                     Some(node) if node.state == NodeState::Out => entry.done |= bit,
-                    Some(node) if cluster.serves(node) => {
-                        work.entry(node.id).or_default().push((e, shard))
-                    }
+                    Some(node) if cluster.serves(node) => work.entry(node.id).or_default().push((e, shard)),
                     // A down node never received a shard marked missing; others wait for it.
                     Some(_) if chunk.missing & bit != 0 => entry.done |= bit,
                     Some(_) => {}
@@ -233,16 +196,11 @@ impl Gc {
             let peer = self.peer(rec);
             let keys: Vec<ShardKey> = shards
                 .iter()
-                .map(|&(e, shard)| ShardKey {
-                    chunk: entries[e].rec.chunk.id,
-                    index: shard as u8,
-                })
+                .map(|&(e, shard)| ShardKey { chunk: entries[e].rec.chunk.id, index: shard as u8 })
                 .collect();
             calls.spawn(async move {
                 let op = StorageOp::DeleteShards { keys };
-                let result = peer
-                    .call::<StorageOp, StorageReply>(&op, Bytes::new(), DELETE_TIMEOUT)
-                    .await;
+                let result = peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), DELETE_TIMEOUT).await;
                 (node, shards, result)
             });
         }
@@ -267,12 +225,7 @@ impl Gc {
 
     /// Stores what this pass achieved: completed entries are removed, partial progress is
     /// merged into the stored entry.
-    async fn record(
-        &self,
-        engine: &dyn KvEngine,
-        entries: &[Entry],
-        report: &mut GcReport,
-    ) -> Result<(), WireError> {
+    async fn record(&self, engine: &dyn KvEngine, entries: &[Entry], report: &mut GcReport) -> Result<(), WireError> {
         let mut changes: Vec<(Vec<u8>, u64, bool)> = Vec::new();
         for entry in entries {
             if entry.referenced {
@@ -328,8 +281,7 @@ impl Gc {
                     } else {
                         rec.done |= done;
                         store::put(txn, key, &rec).await?;
-                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() +=
-                            held - rec.bytes_held();
+                        *freed.entry(rec.ino % keys::STAT_SHARDS).or_default() += held - rec.bytes_held();
                     }
                 }
                 for (shard, bytes) in freed {

@@ -22,10 +22,7 @@ async fn read_job(txn: &mut dyn KvTxn, name: &str) -> TxResult<JobInfo> {
     check_job_name(name).map_err(|e| abort(wire::werr!(NotFound, "{e}")))?;
     Ok(get::<JobInfo>(txn, &keys::job(name))
         .await?
-        .unwrap_or_else(|| JobInfo {
-            name: name.to_string(),
-            ..JobInfo::default()
-        }))
+        .unwrap_or_else(|| JobInfo { name: name.to_string(), ..JobInfo::default() }))
 }
 
 /// Every job's record (jobs never run have a default one).
@@ -38,12 +35,7 @@ pub async fn list(txn: &mut dyn KvTxn) -> TxResult<MetaReply> {
 }
 
 /// An operator's action on job `name`.
-pub async fn control(
-    txn: &mut dyn KvTxn,
-    now_ms: u64,
-    name: &str,
-    action: &JobAction,
-) -> TxResult<MetaReply> {
+pub async fn control(txn: &mut dyn KvTxn, now_ms: u64, name: &str, action: &JobAction) -> TxResult<MetaReply> {
     let mut job = read_job(txn, name).await?;
     let state = job.state;
     match action {
@@ -51,8 +43,7 @@ pub async fn control(
             // The repair job's automatic runs (a work-queue pass that left chunks it could not
             // settle yet, a placement map change) stay running until their work is done; an
             // operator's start takes such a run over as a full walk instead of being refused.
-            let automatic_repair =
-                name == "repair" && state == JobState::Running && job.trigger != "operator";
+            let automatic_repair = name == "repair" && state == JobState::Running && job.trigger != "operator";
             if state.active() && !automatic_repair {
                 fail!(
                     Exists,
@@ -78,31 +69,19 @@ pub async fn control(
         }
         JobAction::Pause => {
             if state != JobState::Running {
-                fail!(
-                    Invalid,
-                    "job {name} is {}; only a running job can be paused",
-                    state.as_str()
-                );
+                fail!(Invalid, "job {name} is {}; only a running job can be paused", state.as_str());
             }
             job.state = JobState::Paused;
         }
         JobAction::Resume => {
             if state != JobState::Paused {
-                fail!(
-                    Invalid,
-                    "job {name} is {}; only a paused job can be resumed",
-                    state.as_str()
-                );
+                fail!(Invalid, "job {name} is {}; only a paused job can be resumed", state.as_str());
             }
             job.state = JobState::Running;
         }
         JobAction::Cancel => {
             if !state.active() {
-                fail!(
-                    Invalid,
-                    "job {name} is {}; only a running or paused job can be cancelled",
-                    state.as_str()
-                );
+                fail!(Invalid, "job {name} is {}; only a running or paused job can be cancelled", state.as_str());
             }
             job.state = JobState::Cancelled;
             job.finished_ms = now_ms;
@@ -128,14 +107,7 @@ pub async fn report(txn: &mut dyn KvTxn, info: &JobInfo) -> TxResult<MetaReply> 
     } else if job.state.active() {
         // The operator's pause or resume stands: the report carries progress, and an end.
         let state = job.state;
-        job = JobInfo {
-            state: if info.state.active() {
-                state
-            } else {
-                info.state
-            },
-            ..info.clone()
-        };
+        job = JobInfo { state: if info.state.active() { state } else { info.state }, ..info.clone() };
     } else {
         // Ended (cancelled, or done): only the schedule's fields move on.
         job.schedule = info.schedule.clone();
@@ -148,8 +120,7 @@ pub async fn report(txn: &mut dyn KvTxn, info: &JobInfo) -> TxResult<MetaReply> 
 
 /// Queues chunk `index` of `ino` (chunk `id`) for the repair job.
 pub async fn queue(txn: &mut dyn KvTxn, ino: Ino, index: u64, id: ChunkId) -> TxResult<()> {
-    txn.put(&keys::work(ino, index), &keys::encode_u64(id))
-        .await?;
+    txn.put(&keys::work(ino, index), &keys::encode_u64(id)).await?;
     Ok(())
 }
 
@@ -161,18 +132,12 @@ pub fn needs_repair(chunk: &ChunkRecord, file_ec: EcScheme) -> bool {
 
 fn check_batch(n: usize) -> TxResult<()> {
     if n > QUEUE_BATCH_MAX {
-        fail!(
-            TooLarge,
-            "{n} queue entries in one call exceed the limit of {QUEUE_BATCH_MAX}"
-        );
+        fail!(TooLarge, "{n} queue entries in one call exceed the limit of {QUEUE_BATCH_MAX}");
     }
     Ok(())
 }
 
-pub async fn queue_chunks(
-    txn: &mut dyn KvTxn,
-    chunks: &[(Ino, u64, ChunkId)],
-) -> TxResult<MetaReply> {
+pub async fn queue_chunks(txn: &mut dyn KvTxn, chunks: &[(Ino, u64, ChunkId)]) -> TxResult<MetaReply> {
     check_batch(chunks.len())?;
     for &(ino, index, id) in chunks {
         queue(txn, ino, index, id).await?;
@@ -195,11 +160,7 @@ pub async fn dequeue(txn: &mut dyn KvTxn, chunks: &[(Ino, u64, ChunkId)]) -> TxR
 
 /// Queued chunks after `after` with their current records; entries whose chunk is gone or was
 /// replaced by a chunk that does not need repair are removed.
-pub async fn scan_queue(
-    txn: &mut dyn KvTxn,
-    after: Option<(Ino, u64)>,
-    limit: u32,
-) -> TxResult<MetaReply> {
+pub async fn scan_queue(txn: &mut dyn KvTxn, after: Option<(Ino, u64)>, limit: u32) -> TxResult<MetaReply> {
     let limit = (limit as usize).clamp(1, QUEUE_BATCH_MAX);
     let from = match after {
         Some((ino, index)) => store::after(&keys::work(ino, index)),
@@ -211,23 +172,14 @@ pub async fn scan_queue(
     let mut chunks = Vec::with_capacity(page.len());
     for (key, value) in page {
         let Some((ino, index)) = keys::parse_work(&key) else {
-            fail!(
-                Internal,
-                "malformed work queue key {}",
-                keys::describe(&key)
-            );
+            fail!(Internal, "malformed work queue key {}", keys::describe(&key));
         };
         let queued = keys::decode_u64(&key, &value).map_err(abort)?;
         let rec = get::<ChunkRecord>(txn, &keys::chunk(ino, index)).await?;
         let inode = get::<keys::InodeRec>(txn, &keys::inode(ino)).await?;
         match (rec, inode) {
             (Some(rec), Some(inode)) if rec.id == queued || needs_repair(&rec, inode.attr.ec) => {
-                chunks.push(wire::ScannedChunk {
-                    ino,
-                    rec,
-                    file_ec: inode.attr.ec,
-                    file_pool: inode.attr.pool,
-                });
+                chunks.push(wire::ScannedChunk { ino, rec, file_ec: inode.attr.ec, file_pool: inode.attr.pool });
             }
             _ => txn.delete(&key).await?,
         }

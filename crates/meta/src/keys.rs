@@ -15,8 +15,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::{
-    Attr, ChunkRecord, DriveInfo, EcScheme, FileKind, Ino, MetaReply, NodeId, NodeState, PoolId,
-    Timestamp, WireError,
+    Attr, ChunkRecord, DriveInfo, EcScheme, FileKind, Ino, MetaReply, NodeId, NodeState, PoolId, Timestamp, WireError,
 };
 
 /// Value format 1: the first. Counters, statistics, xattr values and most records are still
@@ -303,10 +302,7 @@ pub fn snapshot(id: u64) -> Vec<u8> {
 /// Whether versions of `key` are kept for snapshots: inodes, entries, xattrs, chunk records
 /// and directory times.
 pub fn is_versioned(key: &[u8]) -> bool {
-    matches!(
-        key.first(),
-        Some(&(prefix::INODE | prefix::DENTRY | prefix::XATTR | prefix::CHUNK | prefix::DIR_TIMES))
-    )
+    matches!(key.first(), Some(&(prefix::INODE | prefix::DENTRY | prefix::XATTR | prefix::CHUNK | prefix::DIR_TIMES)))
 }
 
 /// The prefix of every preserved version of namespace key `key`: `Y` ‖ key ‖ 0x00. The NUL
@@ -455,12 +451,7 @@ pub fn describe(key: &[u8]) -> String {
     let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     match first {
         prefix::DENTRY | prefix::XATTR if rest.len() >= 8 => {
-            format!(
-                "{}/{}/{:?}",
-                first as char,
-                hex(&rest[..8]),
-                String::from_utf8_lossy(&rest[8..])
-            )
+            format!("{}/{}/{:?}", first as char, hex(&rest[..8]), String::from_utf8_lossy(&rest[8..]))
         }
         prefix::COUNTER | prefix::LEASE_NAMED | prefix::JOB => {
             format!("{}/{}", first as char, String::from_utf8_lossy(rest))
@@ -618,10 +609,7 @@ impl PoolRecKind {
     /// The kind of pool a node keeping its shards at `object` (none: on drives) belongs in.
     pub fn of_node(object: Option<&wire::ObjectTarget>) -> PoolRecKind {
         match object {
-            Some(t) => PoolRecKind::Object {
-                endpoint: t.endpoint.clone(),
-                bucket: t.bucket.clone(),
-            },
+            Some(t) => PoolRecKind::Object { endpoint: t.endpoint.clone(), bucket: t.bucket.clone() },
             None => PoolRecKind::Nodes,
         }
     }
@@ -643,10 +631,9 @@ impl PoolRec {
             name: self.name.clone(),
             kind: match &self.kind {
                 PoolRecKind::Nodes => wire::PoolKind::Nodes,
-                PoolRecKind::Object { endpoint, bucket } => wire::PoolKind::Object {
-                    endpoint: endpoint.clone(),
-                    bucket: bucket.clone(),
-                },
+                PoolRecKind::Object { endpoint, bucket } => {
+                    wire::PoolKind::Object { endpoint: endpoint.clone(), bucket: bucket.clone() }
+                }
             },
             default_ec: self.default_ec,
         }
@@ -734,11 +721,7 @@ impl GcRec {
     pub fn bytes_held(&self) -> u64 {
         let chunk = &self.chunk;
         let width = chunk.ec.width();
-        let all = if width >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << width) - 1
-        };
+        let all = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
         let held = all & !chunk.missing & !self.done;
         u64::from(held.count_ones()) * u64::from(chunk.shard_len)
     }
@@ -825,7 +808,14 @@ impl Record for SnapshotRec {
         match version {
             FORMAT_V1 => {
                 let old = from_body::<v1::SnapshotRec>(body)?;
-                Ok(SnapshotRec { id: old.id, name: old.name, root: old.root, epoch: old.epoch, created_ms: old.created_ms, retain_until_ms: 0 })
+                Ok(SnapshotRec {
+                    id: old.id,
+                    name: old.name,
+                    root: old.root,
+                    epoch: old.epoch,
+                    created_ms: old.created_ms,
+                    retain_until_ms: 0,
+                })
             }
             _ => Err(format!("unknown format version {version}")),
         }
@@ -878,9 +868,7 @@ impl Record for RequestRec {
         // Format 1 replies hold attributes and maps of protocol 7 or older, which no client of this
         // version can have asked for (older clients are refused at the hello): only the sweep
         // reads such records, through `RequestHead`.
-        Err(format!(
-            "a reply recorded in format {version} by an older version of Trove cannot be returned"
-        ))
+        Err(format!("a reply recorded in format {version} by an older version of Trove cannot be returned"))
     }
 }
 
@@ -1082,9 +1070,8 @@ pub fn encode_u64(n: u64) -> Vec<u8> {
 pub fn decode_u64(key: &[u8], value: &[u8]) -> Result<u64, WireError> {
     match value.split_first() {
         Some((&FORMAT_V1, body)) => {
-            let bytes: [u8; 8] = body
-                .try_into()
-                .map_err(|_| internal(key, format!("{} bytes, expected 8", body.len())))?;
+            let bytes: [u8; 8] =
+                body.try_into().map_err(|_| internal(key, format!("{} bytes, expected 8", body.len())))?;
             Ok(u64::from_be_bytes(bytes))
         }
         Some((&version, _)) => Err(internal(key, format!("unknown format version {version}"))),
@@ -1133,22 +1120,13 @@ mod tests {
 
     #[test]
     fn decode_rejects_unknown_versions_and_garbage() {
-        let rec = DentryRec {
-            ino: 5,
-            kind: FileKind::File,
-        };
+        let rec = DentryRec { ino: 5, kind: FileKind::File };
         let bytes = encode(&rec);
         assert_eq!(decode::<DentryRec>(b"k", &bytes).ok(), Some(rec));
         let mut future = bytes.clone();
         future[0] = 3;
-        let err = decode::<DentryRec>(&inode(5), &future)
-            .err()
-            .map(|e| e.message)
-            .unwrap_or_default();
-        assert!(
-            err.contains("unknown format version 3") && err.contains("I/"),
-            "{err}"
-        );
+        let err = decode::<DentryRec>(&inode(5), &future).err().map(|e| e.message).unwrap_or_default();
+        assert!(err.contains("unknown format version 3") && err.contains("I/"), "{err}");
         assert!(decode::<DentryRec>(b"k", &[]).is_err());
         assert!(decode::<InodeRec>(b"k", &[FORMAT_V1, 0xff, 0xff]).is_err());
         assert!(decode::<InodeRec>(b"k", &[FORMAT_V2, 0xff, 0xff]).is_err());
@@ -1159,10 +1137,7 @@ mod tests {
     }
 
     fn unhex(text: &str) -> Vec<u8> {
-        (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-            .collect()
+        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex")).collect()
     }
 
     fn at(secs: i64, nanos: u32) -> Timestamp {
@@ -1200,7 +1175,8 @@ mod tests {
         let rec: InodeRec = decode(&inode(42), &unhex(file)).expect("format 1 inode");
         assert_eq!(rec, InodeRec { attr: golden_attr(), parent: 0, target: String::new(), quota: 0 });
 
-        let dir = "010901a403e80764c096b102030080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c0407040280808002010464617461";
+        let dir =
+            "010901a403e80764c096b102030080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c0407040280808002010464617461";
         let rec: InodeRec = decode(&inode(9), &unhex(dir)).expect("format 1 directory");
         let mut attr = golden_attr();
         (attr.ino, attr.kind, attr.nlink) = (9, FileKind::Dir, 3);
@@ -1232,7 +1208,8 @@ mod tests {
         assert_eq!(map.node_for(1, 0), Some(3));
 
         // A recorded reply of format 1 cannot be returned, but still expires.
-        let reply = "0180d095ffbc31012a00a403e80764c096b102010080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c0407040280808002";
+        let reply =
+            "0180d095ffbc31012a00a403e80764c096b102010080c49fd50c0182c49fd50c0284c49fd50c0386c49fd50c0407040280808002";
         let err = decode::<RequestRec>(&request(7), &unhex(reply)).expect_err("old replies are not returned");
         assert!(err.message.contains("older version"), "{}", err.message);
         let head: RequestHead = decode(&request(7), &unhex(reply)).expect("its expiry reads");
@@ -1263,7 +1240,10 @@ mod tests {
         assert_eq!(decode::<RequestHead>(b"R", &bytes).ok(), Some(RequestHead { expires_ms: 99 }));
         let map = wire::PlacementMap {
             version: 4,
-            pools: vec![wire::PoolPgs { pool: 0, pgs: vec![vec![1, 2]] }, wire::PoolPgs { pool: 2, pgs: vec![vec![5, 6]] }],
+            pools: vec![
+                wire::PoolPgs { pool: 0, pgs: vec![vec![1, 2]] },
+                wire::PoolPgs { pool: 2, pgs: vec![vec![5, 6]] },
+            ],
         };
         assert_eq!(decode::<wire::PlacementMap>(b"P", &encode(&map)).ok(), Some(map));
         // Types that did not change are still written in format 1.
@@ -1277,7 +1257,9 @@ mod tests {
             epoch: u64,
             created_ms: u64,
         }
-        let v1 = postcard::to_extend(&SnapV1 { id: 3, name: "mon", root: 9, epoch: 3, created_ms: 1234 }, vec![FORMAT_V1]).expect("encodes");
+        let v1 =
+            postcard::to_extend(&SnapV1 { id: 3, name: "mon", root: 9, epoch: 3, created_ms: 1234 }, vec![FORMAT_V1])
+                .expect("encodes");
         let snap = SnapshotRec { id: 3, name: "mon".into(), root: 9, epoch: 3, created_ms: 1234, retain_until_ms: 0 };
         assert_eq!(decode::<SnapshotRec>(b"M", &v1).ok(), Some(snap.clone()));
         let snap = SnapshotRec { retain_until_ms: 99, ..snap };

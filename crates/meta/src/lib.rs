@@ -45,9 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store::IdPool;
-use wire::{
-    EcScheme, MetaCall, MetaOp, MetaReply, MetaResult, Timestamp, WireError, CHUNK_BYTES_DEFAULT,
-};
+use wire::{EcScheme, MetaCall, MetaOp, MetaReply, MetaResult, Timestamp, WireError, CHUNK_BYTES_DEFAULT};
 
 /// Most calls one [`MetaService::call_batch`] applies.
 pub const BATCH_CALLS_MAX: usize = 4096;
@@ -147,10 +145,7 @@ pub struct MetaService {
 
 impl MetaService {
     /// Opens the service on an engine, creating the root directory on first start.
-    pub async fn new(
-        engine: Arc<dyn KvEngine>,
-        options: MetaOptions,
-    ) -> Result<Arc<MetaService>, WireError> {
+    pub async fn new(engine: Arc<dyn KvEngine>, options: MetaOptions) -> Result<Arc<MetaService>, WireError> {
         options.validate()?;
         // Every transaction keeps the versions of namespace records that snapshots need.
         let engine: Arc<dyn KvEngine> = Arc::new(snapshot::VersionedEngine::new(engine));
@@ -211,45 +206,20 @@ impl MetaService {
                 self.cluster.alloc_chunks(engine, ino, count, &avoid, None).await
             }
             MetaOp::AllocChunksIn { ino, count, avoid, pool, ec } => {
-                self.cluster
-                    .alloc_chunks(engine, ino, count, &avoid, Some((pool, ec)))
-                    .await
+                self.cluster.alloc_chunks(engine, ino, count, &avoid, Some((pool, ec))).await
             }
-            MetaOp::GetMap { version } => Ok(MetaReply::Map(
-                (*self.cluster.map(engine, version).await?).clone(),
-            )),
-            MetaOp::RegisterNode {
-                uuid,
-                addr,
-                drives,
-                pool,
-                object,
-            } => {
-                self.cluster
-                    .register(engine, uuid, addr, drives, pool, object)
-                    .await
+            MetaOp::GetMap { version } => Ok(MetaReply::Map((*self.cluster.map(engine, version).await?).clone())),
+            MetaOp::RegisterNode { uuid, addr, drives, pool, object } => {
+                self.cluster.register(engine, uuid, addr, drives, pool, object).await
             }
-            MetaOp::Heartbeat { node, drives } => {
-                self.cluster.heartbeat(engine, node, drives).await
-            }
+            MetaOp::Heartbeat { node, drives } => self.cluster.heartbeat(engine, node, drives).await,
             MetaOp::Status { scan_chunks } => self.cluster.status(engine, scan_chunks).await,
             MetaOp::NodeStates { known } => self.cluster.node_states(engine, known).await,
-            MetaOp::ScanChunks { after, limit } => {
-                self.cluster.scan_chunks(engine, after, limit).await
-            }
-            MetaOp::ScanHeldChunks { after, limit } => {
-                snapshot::scan_held_chunks(engine, after, limit).await
-            }
+            MetaOp::ScanChunks { after, limit } => self.cluster.scan_chunks(engine, after, limit).await,
+            MetaOp::ScanHeldChunks { after, limit } => snapshot::scan_held_chunks(engine, after, limit).await,
             MetaOp::HeldChunk { ino, index, id } => snapshot::held_chunk(engine, ino, index, id).await,
-            MetaOp::MoveChunk {
-                ino,
-                expected,
-                placement,
-                missing,
-            } => {
-                self.cluster
-                    .move_chunk(engine, ino, expected, placement, missing)
-                    .await
+            MetaOp::MoveChunk { ino, expected, placement, missing } => {
+                self.cluster.move_chunk(engine, ino, expected, placement, missing).await
             }
             MetaOp::SetNodeState { node, state, force } => {
                 self.cluster.set_node_state(engine, node, state, force).await
@@ -271,11 +241,7 @@ impl MetaService {
                 Ok(MetaReply::Snapshots(vec![snapshot::info(rec, 0)]))
             }
             MetaOp::SnapshotList { root } => Ok(MetaReply::Snapshots(
-                self.snapshot_list(root)
-                    .await?
-                    .into_iter()
-                    .map(|e| snapshot::info(e.rec, e.bytes_exclusive))
-                    .collect(),
+                self.snapshot_list(root).await?.into_iter().map(|e| snapshot::info(e.rec, e.bytes_exclusive)).collect(),
             )),
             MetaOp::SnapshotDelete { root, name } => {
                 let tracked = self.tracked(call.request_id);
@@ -297,19 +263,10 @@ impl MetaService {
             op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
             op => {
                 if let MetaOp::SetLayout { ino, ec, check, .. } = &op {
-                    self.cluster
-                        .check_layout_fits(engine, *ino, *ec, *check)
-                        .await?;
+                    self.cluster.check_layout_fits(engine, *ino, *ec, *check).await?;
                 }
-                let mut replies = self
-                    .call_batch(vec![MetaCall {
-                        request_id: call.request_id,
-                        op,
-                    }])
-                    .await?;
-                replies
-                    .pop()
-                    .ok_or_else(|| wire::werr!(Internal, "a call produced no reply"))
+                let mut replies = self.call_batch(vec![MetaCall { request_id: call.request_id, op }]).await?;
+                replies.pop().ok_or_else(|| wire::werr!(Internal, "a call produced no reply"))
             }
         }
     }
@@ -327,11 +284,7 @@ impl MetaService {
             ));
         }
         if let Some(call) = calls.iter().find(|c| !namespace::is_namespace_op(&c.op)) {
-            return Err(wire::werr!(
-                Invalid,
-                "{:?} cannot be part of a batch",
-                call.op
-            ));
+            return Err(wire::werr!(Invalid, "{:?} cannot be part of a batch", call.op));
         }
         if let Some(call) = calls.iter().find(|c| snapshot::writes_view(&c.op)) {
             return Err(wire::werr!(ReadOnly, "{}: snapshots are read-only", call.op.name()));
@@ -342,28 +295,14 @@ impl MetaService {
         // With the trash on, an unlink may have to make the trash directory.
         let needs_ino = |op: &MetaOp| namespace::needs_ino(op) || (trash && matches!(op, MetaOp::Unlink { .. }));
         let wanted = calls.iter().filter(|c| needs_ino(&c.op)).count() as u64;
-        let mut inos = self
-            .inos
-            .take(self.engine.as_ref(), wanted)
-            .await?
-            .into_iter();
+        let mut inos = self.inos.take(self.engine.as_ref(), wanted).await?.into_iter();
         let (now, now_ms) = (Timestamp::now(), store::now_ms());
         let work: Arc<Vec<(MetaCall, Ctx)>> = Arc::new(
             calls
                 .into_iter()
                 .map(|call| {
-                    let new_ino = if needs_ino(&call.op) {
-                        inos.next()
-                    } else {
-                        None
-                    };
-                    let ctx = Ctx {
-                        now,
-                        now_ms,
-                        new_ino,
-                        request_ttl_ms: self.options.request_ttl_ms,
-                        trash,
-                    };
+                    let new_ino = if needs_ino(&call.op) { inos.next() } else { None };
+                    let ctx = Ctx { now, now_ms, new_ino, request_ttl_ms: self.options.request_ttl_ms, trash };
                     (call, ctx)
                 })
                 .collect(),
@@ -421,19 +360,14 @@ impl MetaService {
         let started = store::now_ms();
         let addr = self.advertise.lock().clone();
         let lease_ms = self.options.lease_ms;
-        let held = self
-            .cluster
-            .renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms)
-            .await;
+        let held = self.cluster.renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms).await;
         match held {
             Ok(Some(continued)) => {
                 if !continued {
                     self.lease_term.fetch_add(1, Ordering::AcqRel);
                 }
                 // Counted from before the transaction: never believes in more than it holds.
-                let was = self
-                    .lease_until_ms
-                    .swap(started + lease_ms, Ordering::AcqRel);
+                let was = self.lease_until_ms.swap(started + lease_ms, Ordering::AcqRel);
                 if was <= started {
                     if continued && was > 0 {
                         tracing::info!("this metadata server ({addr}) leads the cluster manager again (its lease had lapsed; no other server took it)");
@@ -456,19 +390,12 @@ impl MetaService {
     /// Gives the lease up (clean shutdown), so another server takes over at once.
     pub async fn release_lease(&self) -> Result<(), WireError> {
         self.lease_until_ms.store(0, Ordering::Release);
-        self.cluster
-            .release_lease(self.engine.as_ref(), self.server_id)
-            .await
+        self.cluster.release_lease(self.engine.as_ref(), self.server_id).await
     }
 
     /// Marks out the nodes down for longer than `rebuild_after_ms` (lease holder only).
     pub async fn mark_dead_out_once(&self) -> Result<Vec<wire::NodeId>, WireError> {
-        self.cluster
-            .mark_dead_out(
-                self.engine.as_ref(),
-                Duration::from_millis(self.options.rebuild_after_ms),
-            )
-            .await
+        self.cluster.mark_dead_out(self.engine.as_ref(), Duration::from_millis(self.options.rebuild_after_ms)).await
     }
 
     /// Runs one garbage collection pass over the whole queue.
@@ -546,7 +473,12 @@ impl MetaService {
     }
 
     /// Brings `rel` (relative to `root`; empty: the whole tree) back from snapshot `name`.
-    pub async fn snapshot_restore(&self, root: wire::Ino, name: &str, rel: &str) -> Result<snapshot::RestoreReport, WireError> {
+    pub async fn snapshot_restore(
+        &self,
+        root: wire::Ino,
+        name: &str,
+        rel: &str,
+    ) -> Result<snapshot::RestoreReport, WireError> {
         let ctx = Ctx {
             now: Timestamp::now(),
             now_ms: store::now_ms(),
@@ -570,9 +502,7 @@ fn rand_id() -> u128 {
     if getrandom_fill(&mut bytes) {
         return u128::from_le_bytes(bytes);
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     nanos ^ (u128::from(std::process::id()) << 96)
 }
 

@@ -98,7 +98,11 @@ async fn lock(
     let mut rec: LockRec = get(txn, &key).await?.unwrap_or_default();
     rec.ranges = set_range(&rec.ranges, range);
     if rec.ranges.len() > RANGES_PER_OWNER_MAX {
-        fail!(TooLarge, "lock owner {owner} would hold {} ranges of inode {ino}; at most {RANGES_PER_OWNER_MAX}", rec.ranges.len());
+        fail!(
+            TooLarge,
+            "lock owner {owner} would hold {} ranges of inode {ino}; at most {RANGES_PER_OWNER_MAX}",
+            rec.ranges.len()
+        );
     }
     if rec.ranges.is_empty() {
         txn.delete(&key).await?;

@@ -38,14 +38,7 @@ impl wire::Handler for MeteredService {
 }
 
 /// Commit outcomes, as the `result` label spells them.
-const RESULTS: [&str; 6] = [
-    "ok",
-    "conflict",
-    "too_old",
-    "maybe_committed",
-    "unavailable",
-    "error",
-];
+const RESULTS: [&str; 6] = ["ok", "conflict", "too_old", "maybe_committed", "unavailable", "error"];
 
 struct KvStats {
     commits: [std::sync::atomic::AtomicU64; 6],
@@ -59,26 +52,17 @@ fn kv_stats() -> &'static KvStats {
             let s = kv_stats();
             for (i, result) in RESULTS.iter().enumerate() {
                 let v = s.commits[i].load(std::sync::atomic::Ordering::Relaxed);
-                out.push(metrics::gauges::Sample::new(
-                    metrics::names::KV_COMMITS,
-                    &[("result", result)],
-                    v as f64,
-                ));
+                out.push(metrics::gauges::Sample::new(metrics::names::KV_COMMITS, &[("result", result)], v as f64));
             }
         });
-        KvStats {
-            commits: Default::default(),
-            latency: Histogram::new(),
-        }
+        KvStats { commits: Default::default(), latency: Histogram::new() }
     })
 }
 
 /// Publishes the commit latency histogram (once per process).
 fn publish_latency() {
     static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        metrics::histogram::publish(metrics::names::KV_COMMIT_DURATION, &kv_stats().latency)
-    });
+    ONCE.get_or_init(|| metrics::histogram::publish(metrics::names::KV_COMMIT_DURATION, &kv_stats().latency));
 }
 
 /// The engine, with each commit's outcome and latency recorded.
@@ -126,12 +110,7 @@ impl KvTxn for MeteredTxn {
         self.inner.delete(key).await
     }
 
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError> {
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError> {
         self.inner.scan(start, end, limit).await
     }
 
@@ -174,13 +153,7 @@ mod tests {
         assert!(s.commits[0].load(std::sync::atomic::Ordering::Relaxed) > before);
         assert!(s.commits[1].load(std::sync::atomic::Ordering::Relaxed) >= 1);
         let text = metrics::encode_text();
-        assert!(
-            text.contains("trove_kv_commits_total{result=\"conflict\"}"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_kv_commit_duration_seconds_count"),
-            "{text}"
-        );
+        assert!(text.contains("trove_kv_commits_total{result=\"conflict\"}"), "{text}");
+        assert!(text.contains("trove_kv_commit_duration_seconds_count"), "{text}");
     }
 }

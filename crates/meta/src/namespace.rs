@@ -10,21 +10,20 @@
 //! caller's credentials. Validation of names, kinds and invariants (a directory's `nlink`, its
 //! parent pointer, chunk records within the file size) is here.
 
-use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
-use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use crate::ingest;
 use crate::jobs;
-use crate::pools;
+use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
 use crate::policies;
+use crate::pools;
 use crate::quota;
 use crate::retain;
+use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use crate::trash;
 use kv::{KvEngine, KvTxn};
 use std::collections::HashMap;
 use wire::{
-    Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, PoolId, RenameMode,
-    SetAttr, Timestamp, WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX,
-    XATTR_VALUE_BYTES_MAX,
+    Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, PoolId, RenameMode, SetAttr, Timestamp,
+    WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX, XATTR_VALUE_BYTES_MAX,
 };
 
 /// Most entries one `ReadDir` returns, whatever the caller asks for.
@@ -149,10 +148,7 @@ pub fn check_name(name: &str) -> Result<(), WireError> {
         return Err(wire::werr!(Invalid, "{name:?} is not a valid file name"));
     }
     if name.contains('/') || name.contains('\0') {
-        return Err(wire::werr!(
-            Invalid,
-            "file name {name:?} contains '/' or NUL"
-        ));
+        return Err(wire::werr!(Invalid, "file name {name:?} contains '/' or NUL"));
     }
     if name.len() > NAME_BYTES_MAX {
         return Err(wire::werr!(
@@ -167,9 +163,7 @@ pub fn check_name(name: &str) -> Result<(), WireError> {
 /// Checks an erasure scheme and chunk size for use as a layout.
 pub fn check_layout(ec: EcScheme, chunk_bytes: u32) -> Result<(), WireError> {
     ec.validate().map_err(|e| wire::werr!(Invalid, "{e}"))?;
-    if !(CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX).contains(&chunk_bytes)
-        || !chunk_bytes.is_multiple_of(4096)
-    {
+    if !(CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX).contains(&chunk_bytes) || !chunk_bytes.is_multiple_of(4096) {
         return Err(wire::werr!(
             Invalid,
             "chunk size {chunk_bytes} must be a multiple of 4096 between {CHUNK_BYTES_MIN} and {CHUNK_BYTES_MAX} bytes"
@@ -180,10 +174,7 @@ pub fn check_layout(ec: EcScheme, chunk_bytes: u32) -> Result<(), WireError> {
 
 fn check_xattr_name(name: &str) -> Result<(), WireError> {
     if name.is_empty() || name.contains('\0') {
-        return Err(wire::werr!(
-            Invalid,
-            "{name:?} is not a valid extended attribute name"
-        ));
+        return Err(wire::werr!(Invalid, "{name:?} is not a valid extended attribute name"));
     }
     if name.len() > XATTR_NAME_BYTES_MAX {
         return Err(wire::werr!(
@@ -197,11 +188,7 @@ fn check_xattr_name(name: &str) -> Result<(), WireError> {
 
 /// Creates the root directory and records the schema version, unless already done. Safe to run
 /// concurrently from several metadata servers (the transaction makes one of them win).
-pub async fn ensure_root(
-    engine: &dyn KvEngine,
-    ec: EcScheme,
-    chunk_bytes: u32,
-) -> Result<(), WireError> {
+pub async fn ensure_root(engine: &dyn KvEngine, ec: EcScheme, chunk_bytes: u32) -> Result<(), WireError> {
     transact(engine, move |txn| {
         Box::pin(async move {
             let schema_key = keys::schema();
@@ -241,7 +228,8 @@ pub async fn ensure_root(
                 chunk_bytes,
                 pool: wire::DEFAULT_POOL,
             };
-            put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new(), quota: 0 }).await?;
+            put(txn, &keys::inode(ROOT_INO), &InodeRec { attr, parent: ROOT_INO, target: String::new(), quota: 0 })
+                .await?;
             store::stat_add(txn, Stat::Inodes, ROOT_INO, 1).await?;
             Ok(())
         })
@@ -254,12 +242,7 @@ pub async fn ensure_root(
 ///
 /// Only successful replies are recorded: a failed operation wrote nothing, so running it again
 /// is the same as running it for the first time.
-pub async fn apply_call(
-    txn: &mut dyn KvTxn,
-    request_id: u128,
-    op: &MetaOp,
-    ctx: &Ctx,
-) -> TxResult<MetaReply> {
+pub async fn apply_call(txn: &mut dyn KvTxn, request_id: u128, op: &MetaOp, ctx: &Ctx) -> TxResult<MetaReply> {
     let tracked = request_id != 0 && is_mutation(op);
     if tracked {
         if let Some(done) = recorded_reply(txn, request_id).await? {
@@ -332,75 +315,27 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::Resolve { path } => resolve(txn, path).await,
         MetaOp::GetAttr { ino } => Ok(MetaReply::Attr(load_attr(txn, *ino).await?)),
         MetaOp::SetAttr { ino, set } => set_attr(txn, ctx, *ino, set).await,
-        MetaOp::Create {
-            parent,
-            name,
-            mode,
-            uid,
-            gid,
-            exclusive,
-        } => create(txn, ctx, *parent, name, *mode, *uid, *gid, *exclusive).await,
-        MetaOp::Mkdir {
-            parent,
-            name,
-            mode,
-            uid,
-            gid,
-        } => {
-            let new = NewInode {
-                kind: FileKind::Dir,
-                mode: *mode,
-                uid: *uid,
-                gid: *gid,
-                rdev: 0,
-                target: String::new(),
-            };
+        MetaOp::Create { parent, name, mode, uid, gid, exclusive } => {
+            create(txn, ctx, *parent, name, *mode, *uid, *gid, *exclusive).await
+        }
+        MetaOp::Mkdir { parent, name, mode, uid, gid } => {
+            let new =
+                NewInode { kind: FileKind::Dir, mode: *mode, uid: *uid, gid: *gid, rdev: 0, target: String::new() };
             make(txn, ctx, *parent, name, new).await
         }
-        MetaOp::Mknod {
-            parent,
-            name,
-            kind,
-            mode,
-            rdev,
-            uid,
-            gid,
-        } => {
+        MetaOp::Mknod { parent, name, kind, mode, rdev, uid, gid } => {
             if matches!(kind, FileKind::Dir | FileKind::Symlink) {
-                fail!(
-                    Invalid,
-                    "mknod cannot create a {kind:?}; use mkdir or symlink"
-                );
+                fail!(Invalid, "mknod cannot create a {kind:?}; use mkdir or symlink");
             }
-            let new = NewInode {
-                kind: *kind,
-                mode: *mode,
-                uid: *uid,
-                gid: *gid,
-                rdev: *rdev,
-                target: String::new(),
-            };
+            let new = NewInode { kind: *kind, mode: *mode, uid: *uid, gid: *gid, rdev: *rdev, target: String::new() };
             make(txn, ctx, *parent, name, new).await
         }
-        MetaOp::Symlink {
-            parent,
-            name,
-            target,
-            uid,
-            gid,
-        } => {
+        MetaOp::Symlink { parent, name, target, uid, gid } => {
             if target.is_empty() || target.contains('\0') {
-                fail!(
-                    Invalid,
-                    "symlink target {target:?} is empty or contains NUL"
-                );
+                fail!(Invalid, "symlink target {target:?} is empty or contains NUL");
             }
             if target.len() > SYMLINK_BYTES_MAX {
-                fail!(
-                    NameTooLong,
-                    "symlink target of {} bytes exceeds the limit of {SYMLINK_BYTES_MAX}",
-                    target.len()
-                );
+                fail!(NameTooLong, "symlink target of {} bytes exceeds the limit of {SYMLINK_BYTES_MAX}", target.len());
             }
             let new = NewInode {
                 kind: FileKind::Symlink,
@@ -415,50 +350,27 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::ReadLink { ino } => {
             let rec = load(txn, *ino).await?;
             if rec.attr.kind != FileKind::Symlink {
-                fail!(
-                    Invalid,
-                    "{} is not a symbolic link",
-                    inode_name(txn, &rec).await?
-                );
+                fail!(Invalid, "{} is not a symbolic link", inode_name(txn, &rec).await?);
             }
             Ok(MetaReply::Target(rec.target))
         }
-        MetaOp::Link {
-            ino,
-            new_parent,
-            new_name,
-        } => link(txn, ctx, *ino, *new_parent, new_name).await,
+        MetaOp::Link { ino, new_parent, new_name } => link(txn, ctx, *ino, *new_parent, new_name).await,
         MetaOp::Unlink { parent, name } => unlink(txn, ctx, *parent, name).await,
         MetaOp::Rmdir { parent, name } => rmdir(txn, ctx, *parent, name).await,
-        MetaOp::Rename {
-            parent,
-            name,
-            new_parent,
-            new_name,
-            mode,
-        } => rename(txn, ctx, *parent, name, *new_parent, new_name, *mode).await,
+        MetaOp::Rename { parent, name, new_parent, new_name, mode } => {
+            rename(txn, ctx, *parent, name, *new_parent, new_name, *mode).await
+        }
         MetaOp::ReadDir { ino, after, limit } => read_dir(txn, *ino, after, *limit).await,
-        MetaOp::SetXattr {
-            ino,
-            name,
-            value,
-            mode,
-        } => set_xattr(txn, ctx, *ino, name, value, *mode).await,
+        MetaOp::SetXattr { ino, name, value, mode } => set_xattr(txn, ctx, *ino, name, value, *mode).await,
         MetaOp::GetXattr { ino, name } => {
             check_xattr_name(name).map_err(abort)?;
             load(txn, *ino).await?;
             let key = keys::xattr(*ino, name);
             match txn.get(&key).await? {
-                Some(value) => Ok(MetaReply::Value(
-                    keys::decode_bytes(&key, &value).map_err(abort)?,
-                )),
+                Some(value) => Ok(MetaReply::Value(keys::decode_bytes(&key, &value).map_err(abort)?)),
                 None => {
                     let rec = load(txn, *ino).await?;
-                    fail!(
-                        NoAttr,
-                        "{} has no extended attribute {name:?}",
-                        inode_name(txn, &rec).await?
-                    )
+                    fail!(NoAttr, "{} has no extended attribute {name:?}", inode_name(txn, &rec).await?)
                 }
             }
         }
@@ -466,10 +378,8 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             load(txn, *ino).await?;
             let prefix = keys::xattr_prefix(*ino);
             let pairs = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
-            let names = pairs
-                .iter()
-                .map(|(key, _)| String::from_utf8_lossy(&key[prefix.len()..]).into_owned())
-                .collect();
+            let names =
+                pairs.iter().map(|(key, _)| String::from_utf8_lossy(&key[prefix.len()..]).into_owned()).collect();
             Ok(MetaReply::Names(names))
         }
         MetaOp::RemoveXattr { ino, name } => {
@@ -477,11 +387,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             let mut rec = load(txn, *ino).await?;
             let key = keys::xattr(*ino, name);
             if txn.get(&key).await?.is_none() {
-                fail!(
-                    NoAttr,
-                    "{} has no extended attribute {name:?}",
-                    inode_name(txn, &rec).await?
-                );
+                fail!(NoAttr, "{} has no extended attribute {name:?}", inode_name(txn, &rec).await?);
             }
             txn.delete(&key).await?;
             rec.attr.ctime = ctx.now;
@@ -490,21 +396,12 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         }
         // Whether the cluster can hold the scheme is checked by the service before the
         // transaction (`Cluster::check_layout_fits`).
-        MetaOp::SetLayout {
-            ino,
-            ec,
-            chunk_bytes,
-            check: _,
-        } => set_layout(txn, ctx, *ino, *ec, *chunk_bytes).await,
+        MetaOp::SetLayout { ino, ec, chunk_bytes, check: _ } => set_layout(txn, ctx, *ino, *ec, *chunk_bytes).await,
         MetaOp::SetPool { ino, pool } => set_pool(txn, ctx, *ino, pool).await,
-        MetaOp::ListPools => Ok(MetaReply::Pools(
-            pools::read_all(txn).await?.iter().map(keys::PoolRec::info).collect(),
-        )),
-        MetaOp::CreatePool {
-            name,
-            kind,
-            default_ec,
-        } => {
+        MetaOp::ListPools => {
+            Ok(MetaReply::Pools(pools::read_all(txn).await?.iter().map(keys::PoolRec::info).collect()))
+        }
+        MetaOp::CreatePool { name, kind, default_ec } => {
             let pool = pools::create(txn, name, kind.clone(), *default_ec).await?;
             Ok(MetaReply::Pools(vec![pool.info()]))
         }
@@ -513,12 +410,10 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
             Ok(MetaReply::Pools(vec![pool.info()]))
         }
         MetaOp::ListPolicies => Ok(MetaReply::Policies(policies::read(txn).await?)),
-        MetaOp::AddPolicy { policy, before } => Ok(MetaReply::Policies(
-            policies::add(txn, policy.clone(), before.as_deref()).await?,
-        )),
-        MetaOp::RemovePolicy { name } => {
-            Ok(MetaReply::Policies(policies::remove(txn, name).await?))
+        MetaOp::AddPolicy { policy, before } => {
+            Ok(MetaReply::Policies(policies::add(txn, policy.clone(), before.as_deref()).await?))
         }
+        MetaOp::RemovePolicy { name } => Ok(MetaReply::Policies(policies::remove(txn, name).await?)),
         MetaOp::RetainTree { ino, until_ms } => retain::retain_tree(txn, ctx, *ino, *until_ms).await,
         MetaOp::ListIngestRules => Ok(MetaReply::IngestRules(ingest::read(txn).await?)),
         MetaOp::AddIngestRule { rule } => Ok(MetaReply::IngestRules(ingest::add(txn, rule.clone()).await?)),
@@ -538,26 +433,15 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::ListTrash => trash::list(txn).await,
         MetaOp::RestoreTrash { id, to } => trash::restore(txn, ctx, id, to.as_deref()).await,
         MetaOp::PurgeTrash { id, before_ms } => trash::purge(txn, ctx, id, *before_ms).await,
-        MetaOp::ReplaceChunk { ino, expected, new } => {
-            replace_chunk(txn, ctx, *ino, expected, new).await
-        }
+        MetaOp::ReplaceChunk { ino, expected, new } => replace_chunk(txn, ctx, *ino, expected, new).await,
         MetaOp::GetChunks { ino, first, count } => get_chunks(txn, *ino, *first, *count).await,
-        MetaOp::CommitChunks {
-            ino,
-            chunks,
-            size,
-            set_size,
-            mtime,
-        } => commit_chunks(txn, ctx, *ino, chunks, *size, *set_size, *mtime).await,
-        MetaOp::AppendFile {
-            target,
-            parent,
-            name,
-            mtime,
-        } => append_file(txn, ctx, *target, *parent, name, *mtime).await,
-        MetaOp::CloneFile { src, parent, name } => {
-            crate::clone::clone_file(txn, ctx, *src, *parent, name).await
+        MetaOp::CommitChunks { ino, chunks, size, set_size, mtime } => {
+            commit_chunks(txn, ctx, *ino, chunks, *size, *set_size, *mtime).await
         }
+        MetaOp::AppendFile { target, parent, name, mtime } => {
+            append_file(txn, ctx, *target, *parent, name, *mtime).await
+        }
+        MetaOp::CloneFile { src, parent, name } => crate::clone::clone_file(txn, ctx, *src, *parent, name).await,
         MetaOp::StatFs
         | MetaOp::AllocChunks { .. }
         | MetaOp::GetMap { .. }
@@ -665,9 +549,7 @@ async fn find_entry_name(txn: &mut dyn KvTxn, parent: Ino, child: Ino) -> TxResu
             }
         }
         match page.last() {
-            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
-                from = store::after(last)
-            }
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
             _ => break,
         }
     }
@@ -696,10 +578,7 @@ async fn inode_name(txn: &mut dyn KvTxn, rec: &InodeRec) -> TxResult<String> {
 pub async fn load(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     match get::<InodeRec>(txn, &keys::inode(ino)).await? {
         Some(rec) => Ok(rec),
-        None => fail!(
-            NotFound,
-            "no such file or directory: inode {ino} was removed"
-        ),
+        None => fail!(NotFound, "no such file or directory: inode {ino} was removed"),
     }
 }
 
@@ -707,11 +586,7 @@ pub async fn load(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
 pub(crate) async fn load_dir(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
     let rec = load(txn, ino).await?;
     if rec.attr.kind != FileKind::Dir {
-        fail!(
-            NotDir,
-            "not a directory: inode {ino} is a {}",
-            kind_name(rec.attr.kind)
-        );
+        fail!(NotDir, "not a directory: inode {ino} is a {}", kind_name(rec.attr.kind));
     }
     Ok(rec)
 }
@@ -725,21 +600,12 @@ pub(crate) async fn get_dentry(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> 
 }
 
 /// Reads the inode a directory entry points to; a missing one means damaged metadata.
-pub(crate) async fn load_child(
-    txn: &mut dyn KvTxn,
-    parent: Ino,
-    name: &str,
-    entry: DentryRec,
-) -> TxResult<InodeRec> {
+pub(crate) async fn load_child(txn: &mut dyn KvTxn, parent: Ino, name: &str, entry: DentryRec) -> TxResult<InodeRec> {
     match get::<InodeRec>(txn, &keys::inode(entry.ino)).await? {
         Some(rec) => Ok(rec),
         None => {
             let path = entry_path(txn, parent, name).await?;
-            fail!(
-                Internal,
-                "damaged metadata: entry {path:?} points to missing inode {}",
-                entry.ino
-            )
+            fail!(Internal, "damaged metadata: entry {path:?} points to missing inode {}", entry.ino)
         }
     }
 }
@@ -752,12 +618,7 @@ pub(crate) async fn load_child(
 /// are those of the change committed last: concurrent changes may commit in another order than
 /// their clocks were read, so a directory's mtime can be a few microseconds older than the
 /// latest of them (never older than the change before them all).
-pub(crate) async fn touch_dir(
-    txn: &mut dyn KvTxn,
-    ino: Ino,
-    nlink_delta: i64,
-    now: Timestamp,
-) -> TxResult<Attr> {
+pub(crate) async fn touch_dir(txn: &mut dyn KvTxn, ino: Ino, nlink_delta: i64, now: Timestamp) -> TxResult<Attr> {
     // The transaction has read the inode already (it checked it is a directory), so this read
     // adds no dependency.
     let mut rec = load(txn, ino).await?;
@@ -765,25 +626,14 @@ pub(crate) async fn touch_dir(
         let nlink = i64::from(rec.attr.nlink) + nlink_delta;
         let Ok(nlink) = u32::try_from(nlink) else {
             let path = dir_path(txn, ino).await?;
-            fail!(
-                TooLarge,
-                "directory {path:?} would have a link count of {nlink}"
-            );
+            fail!(TooLarge, "directory {path:?} would have a link count of {nlink}");
         };
         rec.attr.nlink = nlink;
         rec.attr.mtime = now;
         rec.attr.ctime = now;
         store_inode(txn, &rec).await?;
     }
-    put(
-        txn,
-        &keys::dir_times(ino),
-        &DirTimesRec {
-            mtime: now,
-            ctime: now,
-        },
-    )
-    .await?;
+    put(txn, &keys::dir_times(ino), &DirTimesRec { mtime: now, ctime: now }).await?;
     // What `with_dir_times` will show, as far as this transaction knows (the record is written
     // blindly, so a concurrent change's later time is not seen here).
     let mut attr = rec.attr;
@@ -816,12 +666,7 @@ pub(crate) async fn load_attr(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<Attr> {
 /// chunk).
 pub(crate) async fn queue_gc(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk: ChunkRecord) -> TxResult<u64> {
     let key = keys::gc(chunk.id);
-    let rec = GcRec {
-        ino,
-        chunk,
-        queued_ms: ctx.now_ms,
-        done: 0,
-    };
+    let rec = GcRec { ino, chunk, queued_ms: ctx.now_ms, done: 0 };
     put(txn, &key, &rec).await?;
     Ok(rec.bytes_held())
 }
@@ -848,9 +693,7 @@ async fn remove_chunks_from(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, first: u64
             removed += 1;
         }
         match page.last() {
-            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
-                from = store::after(last)
-            }
+            Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => from = store::after(last),
             _ => break,
         }
     }
@@ -897,10 +740,7 @@ pub(crate) async fn drop_link(txn: &mut dyn KvTxn, ctx: &Ctx, mut rec: InodeRec)
 /// in it conflicts with this transaction.
 pub(crate) async fn dir_has_entries(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<bool> {
     let prefix = keys::dentry_prefix(ino);
-    Ok(!txn
-        .scan(&prefix, &kv::prefix_end(&prefix), 1)
-        .await?
-        .is_empty())
+    Ok(!txn.scan(&prefix, &kv::prefix_end(&prefix), 1).await?.is_empty())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -925,11 +765,7 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
 /// The inode a slash-separated path from the root names (following no symlinks).
 pub(crate) async fn resolve_rec(txn: &mut dyn KvTxn, path: &str) -> TxResult<InodeRec> {
     if path.len() > PATH_BYTES_MAX {
-        fail!(
-            NameTooLong,
-            "path of {} bytes exceeds the limit of {PATH_BYTES_MAX}",
-            path.len()
-        );
+        fail!(NameTooLong, "path of {} bytes exceeds the limit of {PATH_BYTES_MAX}", path.len());
     }
     let mut current = load(txn, ROOT_INO).await?;
     // The path walked so far as the caller spelled it, for error messages.
@@ -978,11 +814,9 @@ async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Tx
                 let path = dir_path(txn, ino).await?;
                 fail!(IsDir, "{path:?} is a directory; its size cannot be set")
             }
-            kind => fail!(
-                Invalid,
-                "a {} (inode {ino}) has no size that can be set; only regular files do",
-                kind_name(kind)
-            ),
+            kind => {
+                fail!(Invalid, "a {} (inode {ino}) has no size that can be set; only regular files do", kind_name(kind))
+            }
         }
         if size != rec.attr.size {
             let delta = i128::from(size) - i128::from(rec.attr.size);
@@ -1021,13 +855,7 @@ async fn set_attr(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Tx
 /// queued for GC; the record of the last, partial chunk has its `len` clamped, so that bytes
 /// past the new end read as zeros if the file is extended later (the shard data still holds the
 /// old bytes; readers honour `len`).
-async fn truncate_chunks(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    ino: Ino,
-    chunk_bytes: u32,
-    size: u64,
-) -> TxResult<()> {
+async fn truncate_chunks(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunk_bytes: u32, size: u64) -> TxResult<()> {
     let chunk_bytes = u64::from(chunk_bytes.max(1));
     let partial = size % chunk_bytes;
     if partial != 0 {
@@ -1076,14 +904,7 @@ async fn create(
             return Ok(MetaReply::Attr(existing.attr));
         }
     }
-    let new = NewInode {
-        kind: FileKind::File,
-        mode,
-        uid,
-        gid,
-        rdev: 0,
-        target: String::new(),
-    };
+    let new = NewInode { kind: FileKind::File, mode, uid, gid, rdev: 0, target: String::new() };
     make(txn, ctx, parent, name, new).await
 }
 
@@ -1111,11 +932,7 @@ pub(crate) async fn make(
         mode: new.mode & 0o7777,
         uid: new.uid,
         gid: new.gid,
-        size: if new.kind == FileKind::Symlink {
-            new.target.len() as u64
-        } else {
-            0
-        },
+        size: if new.kind == FileKind::Symlink { new.target.len() as u64 } else { 0 },
         nlink: if is_dir { 2 } else { 1 },
         rdev: new.rdev,
         atime: now,
@@ -1138,41 +955,21 @@ pub(crate) async fn make(
         quota: domain,
     };
     store_inode(txn, &rec).await?;
-    put(
-        txn,
-        &entry_key,
-        &DentryRec {
-            ino,
-            kind: new.kind,
-        },
-    )
-    .await?;
+    put(txn, &entry_key, &DentryRec { ino, kind: new.kind }).await?;
     let dir = touch_dir(txn, parent, i64::from(is_dir), now).await?;
     store::stat_add(txn, Stat::Inodes, ino, 1).await?;
     if new.kind == FileKind::File {
         store::stat_add(txn, Stat::Files, ino, 1).await?;
     }
-    Ok(MetaReply::Entry {
-        attr: rec.attr,
-        dir,
-    })
+    Ok(MetaReply::Entry { attr: rec.attr, dir })
 }
 
-async fn link(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    ino: Ino,
-    new_parent: Ino,
-    new_name: &str,
-) -> TxResult<MetaReply> {
+async fn link(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &str) -> TxResult<MetaReply> {
     check_name(new_name).map_err(abort)?;
     let mut rec = load(txn, ino).await?;
     if rec.attr.kind == FileKind::Dir {
         let path = dir_path(txn, ino).await?;
-        fail!(
-            IsDir,
-            "{path:?} is a directory; directories cannot be hard-linked"
-        );
+        fail!(IsDir, "{path:?} is a directory; directories cannot be hard-linked");
     }
     let dir = load_dir(txn, new_parent).await?;
     if quota::domain_of_entries(&dir) != rec.quota {
@@ -1189,29 +986,14 @@ async fn link(
         fail!(Exists, "{path:?} already exists");
     }
     let Some(nlink) = rec.attr.nlink.checked_add(1) else {
-        fail!(
-            TooLarge,
-            "{} has the most links an inode can have",
-            inode_name(txn, &rec).await?
-        );
+        fail!(TooLarge, "{} has the most links an inode can have", inode_name(txn, &rec).await?);
     };
     rec.attr.nlink = nlink;
     rec.attr.ctime = ctx.now;
     store_inode(txn, &rec).await?;
-    put(
-        txn,
-        &entry_key,
-        &DentryRec {
-            ino,
-            kind: rec.attr.kind,
-        },
-    )
-    .await?;
+    put(txn, &entry_key, &DentryRec { ino, kind: rec.attr.kind }).await?;
     let dir = touch_dir(txn, new_parent, 0, ctx.now).await?;
-    Ok(MetaReply::Entry {
-        attr: rec.attr,
-        dir,
-    })
+    Ok(MetaReply::Entry { attr: rec.attr, dir })
 }
 
 async fn unlink(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxResult<MetaReply> {
@@ -1252,11 +1034,7 @@ async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRes
     let child = load_child(txn, parent, name, entry).await?;
     if child.attr.kind != FileKind::Dir {
         let path = entry_path(txn, parent, name).await?;
-        fail!(
-            NotDir,
-            "{path:?} is a {}, not a directory",
-            kind_name(child.attr.kind)
-        );
+        fail!(NotDir, "{path:?} is a {}, not a directory", kind_name(child.attr.kind));
     }
     if dir_has_entries(txn, child.attr.ino).await? {
         let path = entry_path(txn, parent, name).await?;
@@ -1265,10 +1043,7 @@ async fn rmdir(txn: &mut dyn KvTxn, ctx: &Ctx, parent: Ino, name: &str) -> TxRes
     txn.delete(&keys::dentry(parent, name)).await?;
     delete_inode(txn, ctx, &child).await?;
     let dir = touch_dir(txn, parent, -1, ctx.now).await?;
-    Ok(MetaReply::Removed {
-        ino: child.attr.ino,
-        dir,
-    })
+    Ok(MetaReply::Removed { ino: child.attr.ino, dir })
 }
 
 /// Fails with `Invalid` if directory `start` is `dir` or lies under it: moving `dir` into
@@ -1279,10 +1054,7 @@ async fn check_not_under(txn: &mut dyn KvTxn, start: Ino, dir: Ino) -> TxResult<
     for _ in 0..DEPTH_MAX {
         if current == dir {
             let (moved, into) = (dir_path(txn, dir).await?, dir_path(txn, start).await?);
-            fail!(
-                Invalid,
-                "cannot move directory {moved:?} under itself (into {into:?})"
-            );
+            fail!(Invalid, "cannot move directory {moved:?} under itself (into {into:?})");
         }
         if current == ROOT_INO {
             return Ok(());
@@ -1320,10 +1092,7 @@ pub(crate) async fn rename(
         }
         (RenameMode::Exchange, None) => {
             let dir = dir_path(txn, new_parent).await?;
-            fail!(
-                NotFound,
-                "no entry {new_name:?} in directory {dir:?} to exchange with"
-            )
+            fail!(NotFound, "no entry {new_name:?} in directory {dir:?} to exchange with")
         }
         _ => {}
     }
@@ -1338,9 +1107,7 @@ pub(crate) async fn rename(
         Some(entry) => Some(load_child(txn, new_parent, new_name, entry).await?),
         None => None,
     };
-    let dst_is_dir = dst_rec
-        .as_ref()
-        .is_some_and(|r| r.attr.kind == FileKind::Dir);
+    let dst_is_dir = dst_rec.as_ref().is_some_and(|r| r.attr.kind == FileKind::Dir);
 
     if src_is_dir && parent != new_parent {
         check_not_under(txn, new_parent, src.ino).await?;
@@ -1357,20 +1124,9 @@ pub(crate) async fn rename(
             || quota::counted_in(txn, &dst_rec).await? != quota::domain_of_entries(&parent_rec)
         {
             let (from, to) = (dir_path(txn, parent).await?, dir_path(txn, new_parent).await?);
-            fail!(
-                CrossDevice,
-                "cannot exchange entries of {from:?} and {to:?}: they lie in different quota trees"
-            );
+            fail!(CrossDevice, "cannot exchange entries of {from:?} and {to:?}: they lie in different quota trees");
         }
-        put(
-            txn,
-            &keys::dentry(parent, name),
-            &DentryRec {
-                ino: dst_rec.attr.ino,
-                kind: dst_rec.attr.kind,
-            },
-        )
-        .await?;
+        put(txn, &keys::dentry(parent, name), &DentryRec { ino: dst_rec.attr.ino, kind: dst_rec.attr.kind }).await?;
         put(txn, &keys::dentry(new_parent, new_name), &src).await?;
         move_inode(txn, ctx, src_rec, new_parent, new_name).await?;
         move_inode(txn, ctx, dst_rec, parent, name).await?;
@@ -1381,19 +1137,11 @@ pub(crate) async fn rename(
             match (src_is_dir, dst_is_dir) {
                 (true, false) => {
                     let path = entry_path(txn, new_parent, new_name).await?;
-                    fail!(
-                        NotDir,
-                        "cannot replace {} {path:?} with a directory",
-                        kind_name(dst_rec.attr.kind)
-                    )
+                    fail!(NotDir, "cannot replace {} {path:?} with a directory", kind_name(dst_rec.attr.kind))
                 }
                 (false, true) => {
                     let path = entry_path(txn, new_parent, new_name).await?;
-                    fail!(
-                        IsDir,
-                        "cannot replace directory {path:?} with a {}",
-                        kind_name(src_rec.attr.kind)
-                    )
+                    fail!(IsDir, "cannot replace directory {path:?} with a {}", kind_name(src_rec.attr.kind))
                 }
                 (true, true) => {
                     if dir_has_entries(txn, dst_rec.attr.ino).await? {
@@ -1493,39 +1241,21 @@ async fn move_inode(
 
 async fn read_dir(txn: &mut dyn KvTxn, ino: Ino, after: &str, limit: u32) -> TxResult<MetaReply> {
     if after.len() > NAME_BYTES_MAX {
-        fail!(
-            NameTooLong,
-            "readdir position of {} bytes exceeds the name limit of {NAME_BYTES_MAX}",
-            after.len()
-        );
+        fail!(NameTooLong, "readdir position of {} bytes exceeds the name limit of {NAME_BYTES_MAX}", after.len());
     }
     load_dir(txn, ino).await?;
-    let limit = if limit == 0 {
-        READDIR_ENTRIES_MAX
-    } else {
-        limit.min(READDIR_ENTRIES_MAX)
-    } as usize;
+    let limit = if limit == 0 { READDIR_ENTRIES_MAX } else { limit.min(READDIR_ENTRIES_MAX) } as usize;
     let prefix = keys::dentry_prefix(ino);
     // Names never contain NUL, so `after` + NUL is the first key strictly after `after`.
-    let start = if after.is_empty() {
-        prefix.clone()
-    } else {
-        store::after(&keys::dentry(ino, after))
-    };
+    let start = if after.is_empty() { prefix.clone() } else { store::after(&keys::dentry(ino, after)) };
     // One entry more than asked says whether there are more.
-    let mut page = txn
-        .scan(&start, &kv::prefix_end(&prefix), limit + 1)
-        .await?;
+    let mut page = txn.scan(&start, &kv::prefix_end(&prefix), limit + 1).await?;
     let more = page.len() > limit;
     page.truncate(limit);
     let mut entries = Vec::with_capacity(page.len());
     for (key, value) in page {
         let Some(name) = keys::dentry_name(ino, &key) else {
-            fail!(
-                Internal,
-                "directory entry key {} is not valid UTF-8",
-                keys::describe(&key)
-            );
+            fail!(Internal, "directory entry key {} is not valid UTF-8", keys::describe(&key));
         };
         let name = name.to_string();
         let entry: DentryRec = keys::decode(&key, &value).map_err(abort)?;
@@ -1556,16 +1286,12 @@ async fn set_xattr(
     let key = keys::xattr(ino, name);
     let exists = txn.get(&key).await?.is_some();
     match mode {
-        XattrMode::Create if exists => fail!(
-            Exists,
-            "{} already has extended attribute {name:?}",
-            inode_name(txn, &rec).await?
-        ),
-        XattrMode::Replace if !exists => fail!(
-            NoAttr,
-            "{} has no extended attribute {name:?}",
-            inode_name(txn, &rec).await?
-        ),
+        XattrMode::Create if exists => {
+            fail!(Exists, "{} already has extended attribute {name:?}", inode_name(txn, &rec).await?)
+        }
+        XattrMode::Replace if !exists => {
+            fail!(NoAttr, "{} has no extended attribute {name:?}", inode_name(txn, &rec).await?)
+        }
         _ => {}
     }
     txn.put(&key, &keys::encode_bytes(value)).await?;
@@ -1574,13 +1300,7 @@ async fn set_xattr(
     Ok(MetaReply::Ok)
 }
 
-async fn set_layout(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    ino: Ino,
-    ec: EcScheme,
-    chunk_bytes: u32,
-) -> TxResult<MetaReply> {
+async fn set_layout(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, ec: EcScheme, chunk_bytes: u32) -> TxResult<MetaReply> {
     check_layout(ec, chunk_bytes).map_err(abort)?;
     let mut rec = load(txn, ino).await?;
     match rec.attr.kind {
@@ -1589,23 +1309,11 @@ async fn set_layout(
             // Chunk records carry their own scheme, but the chunk size decides where each byte
             // lives: it can change only while the file has no data.
             let prefix = keys::chunk_prefix(ino);
-            if rec.attr.size != 0
-                || !txn
-                    .scan(&prefix, &kv::prefix_end(&prefix), 1)
-                    .await?
-                    .is_empty()
-            {
-                fail!(
-                    Invalid,
-                    "the regular file (inode {ino}) already has data; its layout can no longer change"
-                );
+            if rec.attr.size != 0 || !txn.scan(&prefix, &kv::prefix_end(&prefix), 1).await?.is_empty() {
+                fail!(Invalid, "the regular file (inode {ino}) already has data; its layout can no longer change");
             }
         }
-        kind => fail!(
-            Invalid,
-            "a {} (inode {ino}) has no layout; only files and directories do",
-            kind_name(kind)
-        ),
+        kind => fail!(Invalid, "a {} (inode {ino}) has no layout; only files and directories do", kind_name(kind)),
     }
     rec.attr.ec = ec;
     rec.attr.chunk_bytes = chunk_bytes;
@@ -1623,23 +1331,14 @@ async fn set_pool(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, name: &str) -> TxRes
         FileKind::Dir => {}
         FileKind::File => {
             let prefix = keys::chunk_prefix(ino);
-            if rec.attr.size != 0
-                || !txn
-                    .scan(&prefix, &kv::prefix_end(&prefix), 1)
-                    .await?
-                    .is_empty()
-            {
+            if rec.attr.size != 0 || !txn.scan(&prefix, &kv::prefix_end(&prefix), 1).await?.is_empty() {
                 fail!(
                     Invalid,
                     "the regular file (inode {ino}) already has data; it moves to another pool when a file pool policy matches it (trove policy add, trove job start tier)"
                 );
             }
         }
-        kind => fail!(
-            Invalid,
-            "a {} (inode {ino}) has no pool; only files and directories do",
-            kind_name(kind)
-        ),
+        kind => fail!(Invalid, "a {} (inode {ino}) has no pool; only files and directories do", kind_name(kind)),
     }
     let pool = pools::by_name(txn, name).await?;
     rec.attr.pool = pool.id;
@@ -1688,11 +1387,7 @@ async fn set_file_pool(
 /// Records reads of files at `atime`, with relatime's rule (see `MetaOp::TouchAtimes`).
 async fn touch_atimes(txn: &mut dyn KvTxn, inos: &[Ino], atime: Timestamp) -> TxResult<MetaReply> {
     if inos.len() as u64 > CHUNKS_PER_CALL_MAX {
-        fail!(
-            TooLarge,
-            "{} files in one atime update exceed the limit of {CHUNKS_PER_CALL_MAX}",
-            inos.len()
-        );
+        fail!(TooLarge, "{} files in one atime update exceed the limit of {CHUNKS_PER_CALL_MAX}", inos.len());
     }
     // Relatime's rule, with a lag fine enough for the policies that judge atimes.
     let lag_s = wire::policy::atime_lag_s(&crate::policies::read(txn).await?);
@@ -1719,11 +1414,7 @@ pub async fn load_file(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<InodeRec> {
             let path = dir_path(txn, ino).await?;
             fail!(IsDir, "{path:?} is a directory, not a regular file")
         }
-        kind => fail!(
-            Invalid,
-            "a {} (inode {ino}) is not a regular file",
-            kind_name(kind)
-        ),
+        kind => fail!(Invalid, "a {} (inode {ino}) is not a regular file", kind_name(kind)),
     }
 }
 
@@ -1740,10 +1431,7 @@ async fn get_chunks(txn: &mut dyn KvTxn, ino: Ino, first: u64, count: u64) -> Tx
             chunks.push(keys::decode::<ChunkRecord>(&key, &value).map_err(abort)?);
         }
     }
-    Ok(MetaReply::Chunks {
-        attr: rec.attr,
-        chunks,
-    })
+    Ok(MetaReply::Chunks { attr: rec.attr, chunks })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1757,11 +1445,7 @@ async fn commit_chunks(
     mtime: Timestamp,
 ) -> TxResult<MetaReply> {
     if chunks.len() as u64 > CHUNKS_PER_CALL_MAX {
-        fail!(
-            TooLarge,
-            "{} chunks in one commit exceed the limit of {CHUNKS_PER_CALL_MAX}",
-            chunks.len()
-        );
+        fail!(TooLarge, "{} chunks in one commit exceed the limit of {CHUNKS_PER_CALL_MAX}", chunks.len());
     }
     let mut rec = load_file(txn, ino).await?;
     let old_size = rec.attr.size;
@@ -1775,30 +1459,17 @@ async fn commit_chunks(
         }
         check_chunk_record(ino, rec.attr.ec, chunk).map_err(abort)?;
         if chunk.len == 0 || u64::from(chunk.len) > chunk_bytes {
-            fail!(
-                Invalid,
-                "chunk index {index} holds {} bytes; chunks hold 1 to {chunk_bytes}",
-                chunk.len
-            );
+            fail!(Invalid, "chunk index {index} holds {} bytes; chunks hold 1 to {chunk_bytes}", chunk.len);
         }
         // Every chunk record lies within the file size (an invariant truncation relies on).
-        let end = index
-            .checked_mul(chunk_bytes)
-            .and_then(|start| start.checked_add(u64::from(chunk.len)));
+        let end = index.checked_mul(chunk_bytes).and_then(|start| start.checked_add(u64::from(chunk.len)));
         if end.is_none_or(|end| end > new_size) {
-            fail!(
-                Invalid,
-                "chunk index {index} ends past the file size {new_size}"
-            );
+            fail!(Invalid, "chunk index {index} ends past the file size {new_size}");
         }
         // A chunk id queued for deletion must never be referenced again (a late retry of an
         // old commit would otherwise point at shards GC is deleting).
         if txn.get(&keys::gc(chunk.id)).await?.is_some() {
-            fail!(
-                Invalid,
-                "chunk {:016x} was replaced or deleted earlier; write the data again",
-                chunk.id
-            );
+            fail!(Invalid, "chunk {:016x} was replaced or deleted earlier; write the data again", chunk.id);
         }
     }
     if new_size != old_size {
@@ -1868,10 +1539,7 @@ pub struct SchemeUse {
 /// The widest scheme a directory or file (of `pool`, or of any pool) uses, with an example.
 /// Walks every inode, one page per transaction: for operator commands (drain, remove), not for
 /// the data path.
-pub async fn widest_scheme(
-    engine: &dyn KvEngine,
-    pool: Option<PoolId>,
-) -> Result<Option<SchemeAt>, WireError> {
+pub async fn widest_scheme(engine: &dyn KvEngine, pool: Option<PoolId>) -> Result<Option<SchemeAt>, WireError> {
     Ok(scheme_use(engine, pool, &HashMap::new(), 0).await?.widest)
 }
 
@@ -1909,9 +1577,7 @@ pub async fn scheme_use(
         for (key, value) in &page {
             let rec: InodeRec = keys::decode(key, value)?;
             let attr = &rec.attr;
-            if !matches!(attr.kind, FileKind::Dir | FileKind::File)
-                || pool.is_some_and(|p| p != attr.pool)
-            {
+            if !matches!(attr.kind, FileKind::Dir | FileKind::File) || pool.is_some_and(|p| p != attr.pool) {
                 continue;
             }
             let better = match widest {
@@ -1965,15 +1631,9 @@ pub async fn path_of(engine: &dyn KvEngine, ino: Ino) -> String {
 fn check_chunk_record(ino: Ino, file_ec: EcScheme, chunk: &ChunkRecord) -> Result<(), WireError> {
     let index = chunk.index;
     if chunk.id == 0 {
-        return Err(wire::werr!(
-            Invalid,
-            "chunk index {index}: chunk id 0 is not a valid id"
-        ));
+        return Err(wire::werr!(Invalid, "chunk index {index}: chunk id 0 is not a valid id"));
     }
-    chunk
-        .ec
-        .validate()
-        .map_err(|e| wire::werr!(Invalid, "chunk index {index}: {e}"))?;
+    chunk.ec.validate().map_err(|e| wire::werr!(Invalid, "chunk index {index}: {e}"))?;
     if chunk.ec.k > file_ec.k || chunk.ec.m > file_ec.m {
         return Err(wire::werr!(
             Invalid,
@@ -1990,10 +1650,7 @@ fn check_chunk_record(ino: Ino, file_ec: EcScheme, chunk: &ChunkRecord) -> Resul
         ));
     }
     if width < 64 && chunk.missing >> width != 0 {
-        return Err(wire::werr!(
-            Invalid,
-            "chunk index {index} marks shards beyond its width {width} missing"
-        ));
+        return Err(wire::werr!(Invalid, "chunk index {index} marks shards beyond its width {width} missing"));
     }
     let missing = chunk.missing.count_ones();
     if missing > u32::from(chunk.ec.m) {
@@ -2010,18 +1667,9 @@ fn check_chunk_record(ino: Ino, file_ec: EcScheme, chunk: &ChunkRecord) -> Resul
 /// Queues chunks a client uploaded (perhaps in part) for `ino` but gave up on, so their shards
 /// are deleted like those of replaced chunks. A chunk the file references, or one queued
 /// already, is left alone; the file itself may be gone.
-async fn abandon_chunks(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    ino: Ino,
-    chunks: &[ChunkRecord],
-) -> TxResult<MetaReply> {
+async fn abandon_chunks(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, chunks: &[ChunkRecord]) -> TxResult<MetaReply> {
     if chunks.len() as u64 > CHUNKS_PER_CALL_MAX {
-        fail!(
-            TooLarge,
-            "{} chunks in one call exceed the limit of {CHUNKS_PER_CALL_MAX}",
-            chunks.len()
-        );
+        fail!(TooLarge, "{} chunks in one call exceed the limit of {CHUNKS_PER_CALL_MAX}", chunks.len());
     }
     let mut queued_bytes = 0u64;
     for chunk in chunks {
@@ -2056,18 +1704,10 @@ async fn replace_chunk(
     let key = keys::chunk(ino, expected.index);
     match get::<ChunkRecord>(txn, &key).await? {
         Some(current) if current == *expected => {}
-        _ => fail!(
-            Changed,
-            "chunk {} of file {ino} changed while it was being re-encoded",
-            expected.index
-        ),
+        _ => fail!(Changed, "chunk {} of file {ino} changed while it was being re-encoded", expected.index),
     }
     if new.index != expected.index || new.len != expected.len || new.id == expected.id {
-        fail!(
-            Invalid,
-            "a replacement of chunk {} must hold the same index and length under a new id",
-            expected.index
-        );
+        fail!(Invalid, "a replacement of chunk {} must hold the same index and length under a new id", expected.index);
     }
     // A chunk moving to another pool than its file's (a tiering job's, before the file
     // follows with `SetFilePool`) is coded in that pool's scheme, which may be wider.
@@ -2078,11 +1718,7 @@ async fn replace_chunk(
         jobs::queue(txn, ino, new.index, new.id).await?;
     }
     if txn.get(&keys::gc(new.id)).await?.is_some() {
-        fail!(
-            Invalid,
-            "chunk {:016x} was given up earlier; it cannot replace another",
-            new.id
-        );
+        fail!(Invalid, "chunk {:016x} was given up earlier; it cannot replace another", new.id);
     }
     put(txn, &key, new).await?;
     let queued_bytes = queue_gc(txn, ctx, ino, expected.clone()).await?;
@@ -2111,22 +1747,14 @@ async fn append_file(
     let src_ino = src.attr.ino;
     if src.attr.kind != FileKind::File {
         let path = entry_path(txn, parent, name).await?;
-        fail!(
-            Invalid,
-            "{path:?} is a {}, not a regular file",
-            kind_name(src.attr.kind)
-        );
+        fail!(Invalid, "{path:?} is a {}, not a regular file", kind_name(src.attr.kind));
     }
     if src_ino == target {
         fail!(Invalid, "cannot append file {target} to itself");
     }
     if src.attr.nlink != 1 {
         let path = entry_path(txn, parent, name).await?;
-        fail!(
-            Invalid,
-            "{path:?} has {} links; only a file with one link can be moved",
-            src.attr.nlink
-        );
+        fail!(Invalid, "{path:?} has {} links; only a file with one link can be moved", src.attr.nlink);
     }
     let mut dst = load_file(txn, target).await?;
     if dst.attr.chunk_bytes != src.attr.chunk_bytes || dst.attr.ec != src.attr.ec {
@@ -2141,18 +1769,11 @@ async fn append_file(
     }
     let chunk_bytes = u64::from(dst.attr.chunk_bytes);
     if !dst.attr.size.is_multiple_of(chunk_bytes) {
-        fail!(
-            Invalid,
-            "file {target} is {} bytes long, not a multiple of its chunk size {chunk_bytes}",
-            dst.attr.size
-        );
+        fail!(Invalid, "file {target} is {} bytes long, not a multiple of its chunk size {chunk_bytes}", dst.attr.size);
     }
     let base = dst.attr.size / chunk_bytes;
     let Some(new_size) = dst.attr.size.checked_add(src.attr.size) else {
-        fail!(
-            TooLarge,
-            "appending file {src_ino} to file {target} overflows its size"
-        );
+        fail!(TooLarge, "appending file {src_ino} to file {target} overflows its size");
     };
     // Existing records of the target all end within its size (an invariant), so every index
     // from `base` on is free.
@@ -2165,10 +1786,7 @@ async fn append_file(
         let mut chunk: ChunkRecord = keys::decode(key, value).map_err(abort)?;
         txn.delete(key).await?;
         let Some(index) = chunk.index.checked_add(base) else {
-            fail!(
-                TooLarge,
-                "chunk index overflow appending file {src_ino} to file {target}"
-            );
+            fail!(TooLarge, "chunk index overflow appending file {src_ino} to file {target}");
         };
         if snapshots || txn.get(&keys::shared(chunk.id)).await?.is_some() {
             crate::clone::share(txn, chunk.id, &[(src_ino, chunk.index), (target, index)]).await?;

@@ -13,10 +13,7 @@ use wire::FilePolicy;
 
 /// Every policy, in order.
 pub async fn read(txn: &mut dyn KvTxn) -> TxResult<Vec<FilePolicy>> {
-    Ok(get::<PolicyListRec>(txn, &keys::policies())
-        .await?
-        .unwrap_or_default()
-        .policies)
+    Ok(get::<PolicyListRec>(txn, &keys::policies()).await?.unwrap_or_default().policies)
 }
 
 async fn write(txn: &mut dyn KvTxn, policies: Vec<FilePolicy>) -> TxResult<Vec<FilePolicy>> {
@@ -26,29 +23,15 @@ async fn write(txn: &mut dyn KvTxn, policies: Vec<FilePolicy>) -> TxResult<Vec<F
 }
 
 /// Adds `policy` before the policy named `before` (`None`: last).
-pub async fn add(
-    txn: &mut dyn KvTxn,
-    policy: FilePolicy,
-    before: Option<&str>,
-) -> TxResult<Vec<FilePolicy>> {
-    policy
-        .check()
-        .map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
+pub async fn add(txn: &mut dyn KvTxn, policy: FilePolicy, before: Option<&str>) -> TxResult<Vec<FilePolicy>> {
+    policy.check().map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
     pools::by_name(txn, &policy.action.pool).await?;
     let mut policies = read(txn).await?;
     if policies.iter().any(|p| p.name == policy.name) {
-        fail!(
-            Exists,
-            "a policy named {:?} exists already (remove it first to change it)",
-            policy.name
-        );
+        fail!(Exists, "a policy named {:?} exists already (remove it first to change it)", policy.name);
     }
     if policies.len() >= POLICIES_MAX {
-        fail!(
-            TooLarge,
-            "the cluster has {} policies, the most it may have",
-            policies.len()
-        );
+        fail!(TooLarge, "the cluster has {} policies, the most it may have", policies.len());
     }
     let at = match before {
         Some(name) => match policies.iter().position(|p| p.name == name) {

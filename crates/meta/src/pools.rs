@@ -32,10 +32,7 @@ pub async fn ensure_default(txn: &mut dyn KvTxn, default_ec: EcScheme) -> TxResu
 pub async fn read_all(txn: &mut dyn KvTxn) -> TxResult<Vec<PoolRec>> {
     let prefix = [keys::prefix::POOL];
     let pairs = store::scan_all(txn, &prefix, &kv::prefix_end(&prefix)).await?;
-    pairs
-        .iter()
-        .map(|(key, value)| keys::decode(key, value).map_err(abort))
-        .collect()
+    pairs.iter().map(|(key, value)| keys::decode(key, value).map_err(abort)).collect()
 }
 
 /// The pool named `name` (empty: the default pool), if there is one.
@@ -52,11 +49,7 @@ pub async fn by_name(txn: &mut dyn KvTxn, name: &str) -> TxResult<PoolRec> {
         return Ok(pool);
     }
     let names: Vec<String> = read_all(txn).await?.into_iter().map(|p| p.name).collect();
-    fail!(
-        NotFound,
-        "no pool named {name:?}; the pools are {} (create one with `trove pool create`)",
-        names.join(", ")
-    )
+    fail!(NotFound, "no pool named {name:?}; the pools are {} (create one with `trove pool create`)", names.join(", "))
 }
 
 /// The pool with id `id`; `Internal` when it is missing (records name only pools that exist).
@@ -68,26 +61,15 @@ pub async fn by_id(txn: &mut dyn KvTxn, id: PoolId) -> TxResult<PoolRec> {
 }
 
 /// Creates pool `name`; `Exists` if the name is taken.
-pub async fn create(
-    txn: &mut dyn KvTxn,
-    name: &str,
-    kind: PoolKind,
-    default_ec: EcScheme,
-) -> TxResult<PoolRec> {
+pub async fn create(txn: &mut dyn KvTxn, name: &str, kind: PoolKind, default_ec: EcScheme) -> TxResult<PoolRec> {
     wire::check_pool_name(name).map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
-    default_ec
-        .validate()
-        .map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
+    default_ec.validate().map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;
     let pools = read_all(txn).await?;
     if pools.iter().any(|p| p.name == name) {
         fail!(Exists, "a pool named {name:?} exists already");
     }
     if pools.len() >= POOLS_MAX {
-        fail!(
-            TooLarge,
-            "the cluster has {} pools, the most it may have",
-            pools.len()
-        );
+        fail!(TooLarge, "the cluster has {} pools, the most it may have", pools.len());
     }
     let counter = keys::counter(keys::counter::POOL);
     let id = store::get_u64(txn, &counter, 1).await?;
@@ -97,8 +79,7 @@ pub async fn create(
     if id > POOL_ID_MAX {
         fail!(TooLarge, "pool ids are exhausted ({POOL_ID_MAX} pools were made)");
     }
-    txn.put(&counter, &keys::encode_u64(u64::from(id) + 1))
-        .await?;
+    txn.put(&counter, &keys::encode_u64(u64::from(id) + 1)).await?;
     let rec = PoolRec {
         id,
         name: name.to_string(),
@@ -115,11 +96,7 @@ pub async fn create(
 /// Changes pool `name`'s default scheme. Pools are not renamed: storage nodes join a pool by
 /// its name in their configuration, and a node restarted with a name no pool has any more
 /// would make a new pool and move its data there.
-pub async fn set_options(
-    txn: &mut dyn KvTxn,
-    name: &str,
-    default_ec: Option<EcScheme>,
-) -> TxResult<PoolRec> {
+pub async fn set_options(txn: &mut dyn KvTxn, name: &str, default_ec: Option<EcScheme>) -> TxResult<PoolRec> {
     let mut pool = by_name(txn, name).await?;
     if let Some(ec) = default_ec {
         ec.validate().map_err(|e| abort(wire::werr!(Invalid, "{e}")))?;

@@ -52,20 +52,14 @@ impl Processes {
             }
         }
         if info.role.is_empty() || info.metrics.is_empty() {
-            return Err(wire::werr!(
-                Invalid,
-                "an announcement needs a role and a metrics address"
-            ));
+            return Err(wire::werr!(Invalid, "an announcement needs a role and a metrics address"));
         }
         let now = Instant::now();
         let mut others = self.others.lock();
         others.retain(|_, (_, seen)| now.duration_since(*seen) < PROCESS_TTL);
         let key = (info.role.clone(), info.id.clone(), info.metrics.clone());
         if !others.contains_key(&key) && others.len() >= PROCESSES_MAX {
-            return Err(wire::werr!(
-                TooLarge,
-                "{PROCESSES_MAX} processes already announced; not keeping more"
-            ));
+            return Err(wire::werr!(TooLarge, "{PROCESSES_MAX} processes already announced; not keeping more"));
         }
         // A process restarted on the same metrics address replaces its old entry.
         others.retain(|k, _| !(k.2 == info.metrics && k != &key));
@@ -86,11 +80,7 @@ impl Processes {
             }
         }
         out.sort_by(|a, b| {
-            (role_rank(&a.role), &a.role, natural(&a.id)).cmp(&(
-                role_rank(&b.role),
-                &b.role,
-                natural(&b.id),
-            ))
+            (role_rank(&a.role), &a.role, natural(&a.id)).cmp(&(role_rank(&b.role), &b.role, natural(&b.id)))
         });
         out
     }
@@ -118,12 +108,7 @@ mod tests {
     use super::*;
 
     fn info(role: &str, id: &str, metrics: &str) -> ProcessInfo {
-        ProcessInfo {
-            role: role.into(),
-            id: id.into(),
-            metrics: metrics.into(),
-            ..ProcessInfo::default()
-        }
+        ProcessInfo { role: role.into(), id: id.into(), metrics: metrics.into(), ..ProcessInfo::default() }
     }
 
     #[test]
@@ -133,11 +118,7 @@ mod tests {
         p.announce(info("storage", "10", "h:3")).expect("kept");
         p.announce(info("storage", "9", "h:2")).expect("kept");
         p.announce(info("mount", "/mnt", "h:4")).expect("kept");
-        let ids: Vec<String> = p
-            .list()
-            .iter()
-            .map(|i| format!("{}:{}", i.role, i.id))
-            .collect();
+        let ids: Vec<String> = p.list().iter().map(|i| format!("{}:{}", i.role, i.id)).collect();
         assert_eq!(ids, ["meta:a", "storage:9", "storage:10", "mount:/mnt"]);
         // A new process on the same exporter address replaces the old one.
         p.announce(info("mount", "/mnt2", "h:4")).expect("kept");

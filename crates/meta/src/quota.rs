@@ -40,10 +40,9 @@ pub fn domain_of_entries(dir: &InodeRec) -> Ino {
 async fn load_quota(txn: &mut dyn KvTxn, ino: Ino) -> TxResult<QuotaRec> {
     match get::<QuotaRec>(txn, &keys::quota(ino)).await? {
         Some(rec) => Ok(rec),
-        None => fail!(
-            Internal,
-            "damaged metadata: an inode names directory {ino} as its quota domain, which has no quota"
-        ),
+        None => {
+            fail!(Internal, "damaged metadata: an inode names directory {ino} as its quota domain, which has no quota")
+        }
     }
 }
 
@@ -59,11 +58,7 @@ fn judge(
     since: &mut u64,
     now_ms: u64,
 ) -> Result<u64, String> {
-    let new = if delta >= 0 {
-        used.saturating_add(delta as u64)
-    } else {
-        used.saturating_sub(delta.unsigned_abs())
-    };
+    let new = if delta >= 0 { used.saturating_add(delta as u64) } else { used.saturating_sub(delta.unsigned_abs()) };
     if delta > 0 && hard != 0 && new > hard {
         return Err(format!("{new} would exceed the hard limit of {hard}"));
     }
@@ -127,24 +122,17 @@ pub async fn charge(
         for (what, judged) in [("bytes", &by_bytes), ("inodes", &by_inodes)] {
             if let (Err(why), true) = (judged, enforce) {
                 let path = dir_path(txn, current).await?;
-                fail!(
-                    QuotaExceeded,
-                    "disk quota exceeded: the quota of {path:?}: {what}: {why}"
-                );
+                fail!(QuotaExceeded, "disk quota exceeded: the quota of {path:?}: {what}: {why}");
             }
         }
         // Not enforced (freeing space, moving to the trash): the figures stay exact even past
         // a limit.
         rec.bytes_used = by_bytes.unwrap_or_else(|_| rec.bytes_used.saturating_add_signed(bytes));
-        rec.inodes_used =
-            by_inodes.unwrap_or_else(|_| rec.inodes_used.saturating_add_signed(inodes));
+        rec.inodes_used = by_inodes.unwrap_or_else(|_| rec.inodes_used.saturating_add_signed(inodes));
         put(txn, &key, &rec).await?;
         current = rec.parent;
     }
-    fail!(
-        Internal,
-        "damaged metadata: quota {domain} is nested more than {CHAIN_MAX} deep"
-    )
+    fail!(Internal, "damaged metadata: quota {domain} is nested more than {CHAIN_MAX} deep")
 }
 
 impl QuotaRec {
@@ -179,8 +167,7 @@ fn check_limits(limits: &QuotaLimits) -> Result<(), wire::WireError> {
             limits.bytes_hard
         ));
     }
-    if limits.inodes_soft != 0 && limits.inodes_hard != 0 && limits.inodes_soft > limits.inodes_hard
-    {
+    if limits.inodes_soft != 0 && limits.inodes_hard != 0 && limits.inodes_soft > limits.inodes_hard {
         return Err(wire::werr!(
             Invalid,
             "the soft limit of inodes ({}) is above the hard limit ({})",
@@ -189,10 +176,7 @@ fn check_limits(limits: &QuotaLimits) -> Result<(), wire::WireError> {
         ));
     }
     if *limits == QuotaLimits::default() {
-        return Err(wire::werr!(
-            Invalid,
-            "a quota needs at least one limit (bytes or inodes, hard or soft)"
-        ));
+        return Err(wire::werr!(Invalid, "a quota needs at least one limit (bytes or inodes, hard or soft)"));
     }
     Ok(())
 }
@@ -267,19 +251,10 @@ async fn walk(txn: &mut dyn KvTxn, top: Ino, from: Ino, to: Ino) -> TxResult<Wal
 }
 
 /// `SetQuota`: sets, changes or (with `None`) removes the quota of directory `ino`.
-pub async fn set(
-    txn: &mut dyn KvTxn,
-    now_ms: u64,
-    ino: Ino,
-    limits: Option<QuotaLimits>,
-) -> TxResult<MetaReply> {
+pub async fn set(txn: &mut dyn KvTxn, now_ms: u64, ino: Ino, limits: Option<QuotaLimits>) -> TxResult<MetaReply> {
     let mut dir = load(txn, ino).await?;
     if dir.attr.kind != FileKind::Dir {
-        fail!(
-            Invalid,
-            "a quota is set on a directory; inode {ino} is a {}",
-            dir.attr.kind.name()
-        );
+        fail!(Invalid, "a quota is set on a directory; inode {ino} is a {}", dir.attr.kind.name());
     }
     let key = keys::quota(ino);
     let existing = get::<QuotaRec>(txn, &key).await?;
@@ -334,11 +309,7 @@ pub async fn set(
 /// has one.
 pub async fn get_quota(txn: &mut dyn KvTxn, ino: Ino, nearest: bool) -> TxResult<MetaReply> {
     let rec = load(txn, ino).await?;
-    let domain = if rec.quota == ino || (nearest && rec.quota != 0) {
-        rec.quota
-    } else {
-        0
-    };
+    let domain = if rec.quota == ino || (nearest && rec.quota != 0) { rec.quota } else { 0 };
     if domain == 0 {
         return Ok(MetaReply::Quotas(Vec::new()));
     }

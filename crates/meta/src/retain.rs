@@ -43,7 +43,9 @@ fn changed(op: &MetaOp) -> (Vec<Ino>, Vec<(Ino, &str)>) {
         | MetaOp::Symlink { parent, .. }
         | MetaOp::CloneFile { parent, .. } => (vec![*parent], Vec::new()),
         MetaOp::Link { ino, new_parent, .. } => (vec![*ino, *new_parent], Vec::new()),
-        MetaOp::Unlink { parent, name } | MetaOp::Rmdir { parent, name } => (vec![*parent], vec![(*parent, name.as_str())]),
+        MetaOp::Unlink { parent, name } | MetaOp::Rmdir { parent, name } => {
+            (vec![*parent], vec![(*parent, name.as_str())])
+        }
         MetaOp::Rename { parent, name, new_parent, new_name, .. } => {
             (vec![*parent, *new_parent], vec![(*parent, name.as_str()), (*new_parent, new_name.as_str())])
         }
@@ -60,7 +62,12 @@ pub async fn check(txn: &mut dyn KvTxn, op: &MetaOp, now_ms: u64) -> TxResult<()
 
 /// Refuses a change to inodes `inos` or to the inodes entries `entries` (directory, name) name,
 /// if one of them is in a tree retained past `now_ms`.
-pub async fn refuse_changes(txn: &mut dyn KvTxn, mut inos: Vec<Ino>, entries: &[(Ino, &str)], now_ms: u64) -> TxResult<()> {
+pub async fn refuse_changes(
+    txn: &mut dyn KvTxn,
+    mut inos: Vec<Ino>,
+    entries: &[(Ino, &str)],
+    now_ms: u64,
+) -> TxResult<()> {
     if inos.is_empty() || store::get_u64(txn, &keys::counter(keys::counter::RETAIN_UNTIL), 0).await? <= now_ms {
         return Ok(());
     }

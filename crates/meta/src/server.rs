@@ -239,8 +239,7 @@ pub async fn run_with<G>(
             let path = path.clone();
             // Opening may repair the file after a crash, which walks all of it: keep it off
             // the async workers.
-            let engine =
-                tokio::task::spawn_blocking(move || kv_redb::RedbEngine::open(path)).await??;
+            let engine = tokio::task::spawn_blocking(move || kv_redb::RedbEngine::open(path)).await??;
             Arc::new(engine)
         }
         EngineConfig::Postgres(url) => {
@@ -251,9 +250,8 @@ pub async fn run_with<G>(
     tracing::info!("metadata engine: {} (opened in {} ms)", engine.describe(), opening.elapsed().as_millis());
     let engine: Arc<dyn kv::KvEngine> = Arc::new(crate::metered::MeteredEngine::new(engine));
     let service = MetaService::new(engine, options).await?;
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let listener =
+        TcpListener::bind(&config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
     let bound = listener.local_addr()?.to_string();
     let advertise = config.advertise.clone().unwrap_or_else(|| {
         // An unspecified listen address is reached over loopback on this host.
@@ -319,55 +317,41 @@ impl MetaService {
     pub fn spawn_background(self: &Arc<Self>) -> Background {
         let gc_interval = Duration::from_millis(self.options.gc_interval_ms.max(1));
         let lease_interval = Duration::from_millis((self.options.lease_ms / 4).max(25));
-        let lease = tokio::spawn(every(
-            Arc::downgrade(self),
-            lease_interval,
-            |service| async move {
-                match service.renew_lease_once().await {
-                    Ok(true) => {
-                        if let Err(err) = service.mark_dead_out_once().await {
-                            tracing::warn!("checking for dead storage nodes failed: {err}");
-                        }
+        let lease = tokio::spawn(every(Arc::downgrade(self), lease_interval, |service| async move {
+            match service.renew_lease_once().await {
+                Ok(true) => {
+                    if let Err(err) = service.mark_dead_out_once().await {
+                        tracing::warn!("checking for dead storage nodes failed: {err}");
                     }
-                    Ok(false) => {}
-                    Err(err) => tracing::warn!("renewing the cluster manager's lease failed: {err}"),
                 }
-            },
-        ));
-        let gc = tokio::spawn(every(
-            Arc::downgrade(self),
-            gc_interval,
-            |service| async move {
-                if !service.is_leader() {
-                    return;
+                Ok(false) => {}
+                Err(err) => tracing::warn!("renewing the cluster manager's lease failed: {err}"),
+            }
+        }));
+        let gc = tokio::spawn(every(Arc::downgrade(self), gc_interval, |service| async move {
+            if !service.is_leader() {
+                return;
+            }
+            match service.gc_once().await {
+                Ok(report) if report.chunks_deleted > 0 || report.chunks_referenced > 0 => {
+                    tracing::debug!("gc: {report:?}")
                 }
-                match service.gc_once().await {
-                    Ok(report) if report.chunks_deleted > 0 || report.chunks_referenced > 0 => {
-                        tracing::debug!("gc: {report:?}")
-                    }
-                    Ok(_) => {}
-                    Err(err) => tracing::warn!("gc pass failed: {err}"),
-                }
-                match service.purge_trash_once().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!("trash: purged {n} files older than the trash's days"),
-                    Err(err) => tracing::warn!("trash purge failed: {err}"),
-                }
-            },
-        ));
-        let sweep = tokio::spawn(every(
-            Arc::downgrade(self),
-            REQUEST_SWEEP_INTERVAL,
-            |service| async move {
-                if let Err(err) = service.sweep_requests_once().await {
-                    tracing::warn!("sweep of idempotency records failed: {err}");
-                }
-            },
-        ));
+                Ok(_) => {}
+                Err(err) => tracing::warn!("gc pass failed: {err}"),
+            }
+            match service.purge_trash_once().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("trash: purged {n} files older than the trash's days"),
+                Err(err) => tracing::warn!("trash purge failed: {err}"),
+            }
+        }));
+        let sweep = tokio::spawn(every(Arc::downgrade(self), REQUEST_SWEEP_INTERVAL, |service| async move {
+            if let Err(err) = service.sweep_requests_once().await {
+                tracing::warn!("sweep of idempotency records failed: {err}");
+            }
+        }));
         let watch = tokio::spawn(crate::watch::run(Arc::downgrade(self)));
-        Background {
-            tasks: vec![lease, gc, sweep, watch],
-        }
+        Background { tasks: vec![lease, gc, sweep, watch] }
     }
 }
 
@@ -392,9 +376,7 @@ mod tests {
 
     #[test]
     fn config_parses_with_defaults() {
-        let config = MetaConfig::from_toml(
-            "listen = \"127.0.0.1:7100\"\nengine = { redb = \"/tmp/m.redb\" }\n",
-        );
+        let config = MetaConfig::from_toml("listen = \"127.0.0.1:7100\"\nengine = { redb = \"/tmp/m.redb\" }\n");
         let config = config.unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(config.engine, EngineConfig::Redb("/tmp/m.redb".into()));
         assert_eq!(config.options(), MetaOptions::default());
@@ -411,18 +393,9 @@ mod tests {
         assert_eq!(MetaConfig::from_toml(&again).ok(), Some(config));
         let postgres = "listen = \"x\"\nengine = { postgres = \"postgres://h/d\" }\n";
         let config = MetaConfig::from_toml(postgres).unwrap_or_else(|e| panic!("{e:#}"));
-        assert_eq!(
-            config.engine,
-            EngineConfig::Postgres("postgres://h/d".into())
-        );
+        assert_eq!(config.engine, EngineConfig::Postgres("postgres://h/d".into()));
         assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { sqlite = \"u\" }\n").is_err());
-        assert!(
-            MetaConfig::from_toml("listen = \"x\"\nengine = { redb = \"/x\" }\nbogus = 1\n")
-                .is_err()
-        );
-        assert!(MetaConfig::from_toml(
-            "listen = \"x\"\nengine = { redb = \"/x\" }\ndefault_ec = \"4-2\"\n"
-        )
-        .is_err());
+        assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { redb = \"/x\" }\nbogus = 1\n").is_err());
+        assert!(MetaConfig::from_toml("listen = \"x\"\nengine = { redb = \"/x\" }\ndefault_ec = \"4-2\"\n").is_err());
     }
 }

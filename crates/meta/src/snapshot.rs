@@ -16,9 +16,7 @@
 //! deleting a queued chunk, and deleting a snapshot prunes the versions no live snapshot reads
 //! any more, which lets GC finish the chunks they held.
 
-use crate::keys::{
-    self, DentryRec, DirTimesRec, GcRec, InodeRec, SnapshotRec, SnapshotStateRec, Stat, VersionRec,
-};
+use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, SnapshotRec, SnapshotStateRec, Stat, VersionRec};
 use crate::namespace::{self, Ctx};
 use crate::quota;
 use crate::store::{self, abort, fail, get, put, transact, TxResult};
@@ -41,10 +39,7 @@ pub const SNAPSHOT_DIR_NAME: &str = ".snapshots";
 
 /// The state when no `M` record exists yet.
 fn initial_state() -> SnapshotStateRec {
-    SnapshotStateRec {
-        epoch: 1,
-        live: Vec::new(),
-    }
+    SnapshotStateRec { epoch: 1, live: Vec::new() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -65,11 +60,7 @@ impl VersionedEngine {
 #[async_trait]
 impl KvEngine for VersionedEngine {
     async fn begin(&self) -> Result<Box<dyn KvTxn>, KvError> {
-        Ok(Box::new(VersionedTxn {
-            inner: self.inner.begin().await?,
-            state: None,
-            preserved: HashSet::new(),
-        }))
+        Ok(Box::new(VersionedTxn { inner: self.inner.begin().await?, state: None, preserved: HashSet::new() }))
     }
 
     fn describe(&self) -> String {
@@ -116,9 +107,7 @@ impl VersionedTxn {
             let vkey = keys::version(key, epoch);
             if self.inner.get(&vkey).await?.is_none() {
                 let old = self.inner.get(key).await?;
-                self.inner
-                    .put(&vkey, &keys::encode(&VersionRec { value: old }))
-                    .await?;
+                self.inner.put(&vkey, &keys::encode(&VersionRec { value: old })).await?;
             }
         }
         self.preserved.insert(key.to_vec());
@@ -146,12 +135,7 @@ impl KvTxn for VersionedTxn {
         self.inner.delete(key).await
     }
 
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, KvError> {
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, KvError> {
         self.inner.scan(start, end, limit).await
     }
 
@@ -181,8 +165,7 @@ pub async fn get_at(txn: &mut dyn KvTxn, key: &[u8], epoch: u64) -> TxResult<Opt
 /// Every pair under namespace prefix `prefix` as of epoch `epoch`, in key order.
 pub async fn scan_at(txn: &mut dyn KvTxn, prefix: &[u8], epoch: u64) -> TxResult<Vec<KeyValue>> {
     let live = store::scan_all(txn, prefix, &kv::prefix_end(prefix)).await?;
-    let mut out: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
-        live.into_iter().map(|(k, v)| (k, Some(v))).collect();
+    let mut out: BTreeMap<Vec<u8>, Option<Vec<u8>>> = live.into_iter().map(|(k, v)| (k, Some(v))).collect();
     if epoch != LIVE {
         let mut vprefix = vec![keys::prefix::VERSION];
         vprefix.extend_from_slice(prefix);
@@ -200,17 +183,10 @@ pub async fn scan_at(txn: &mut dyn KvTxn, prefix: &[u8], epoch: u64) -> TxResult
             out.insert(key.to_vec(), rec.value);
         }
     }
-    Ok(out
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
-        .collect())
+    Ok(out.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect())
 }
 
-async fn record_at<T: keys::Record>(
-    txn: &mut dyn KvTxn,
-    key: &[u8],
-    epoch: u64,
-) -> TxResult<Option<T>> {
+async fn record_at<T: keys::Record>(txn: &mut dyn KvTxn, key: &[u8], epoch: u64) -> TxResult<Option<T>> {
     match get_at(txn, key, epoch).await? {
         Some(value) => Ok(Some(keys::decode(key, &value).map_err(abort)?)),
         None => Ok(None),
@@ -238,21 +214,12 @@ pub async fn attr_at(txn: &mut dyn KvTxn, ino: Ino, epoch: u64) -> TxResult<Opti
 }
 
 /// Directory entry `name` of `parent` as of `epoch`.
-pub async fn lookup_at(
-    txn: &mut dyn KvTxn,
-    parent: Ino,
-    name: &str,
-    epoch: u64,
-) -> TxResult<Option<DentryRec>> {
+pub async fn lookup_at(txn: &mut dyn KvTxn, parent: Ino, name: &str, epoch: u64) -> TxResult<Option<DentryRec>> {
     record_at(txn, &keys::dentry(parent, name), epoch).await
 }
 
 /// Every entry of directory `dir` as of `epoch`, in name order.
-pub async fn entries_at(
-    txn: &mut dyn KvTxn,
-    dir: Ino,
-    epoch: u64,
-) -> TxResult<Vec<(String, DentryRec)>> {
+pub async fn entries_at(txn: &mut dyn KvTxn, dir: Ino, epoch: u64) -> TxResult<Vec<(String, DentryRec)>> {
     let mut out = Vec::new();
     for (key, value) in scan_at(txn, &keys::dentry_prefix(dir), epoch).await? {
         let Some(name) = keys::dentry_name(dir, &key) else {
@@ -273,18 +240,11 @@ pub async fn chunks_at(txn: &mut dyn KvTxn, ino: Ino, epoch: u64) -> TxResult<Ve
 }
 
 /// Every extended attribute of `ino` as of `epoch`.
-pub async fn xattrs_at(
-    txn: &mut dyn KvTxn,
-    ino: Ino,
-    epoch: u64,
-) -> TxResult<Vec<(Vec<u8>, Vec<u8>)>> {
+pub async fn xattrs_at(txn: &mut dyn KvTxn, ino: Ino, epoch: u64) -> TxResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let prefix = keys::xattr_prefix(ino);
     let mut out = Vec::new();
     for (key, value) in scan_at(txn, &prefix, epoch).await? {
-        out.push((
-            key[prefix.len()..].to_vec(),
-            keys::decode_bytes(&key, &value).map_err(abort)?,
-        ));
+        out.push((key[prefix.len()..].to_vec(), keys::decode_bytes(&key, &value).map_err(abort)?));
     }
     Ok(out)
 }
@@ -461,11 +421,7 @@ pub async fn move_chunk_records(
         }
     }
     if !found {
-        fail!(
-            Changed,
-            "chunk {} of file {ino} changed while it was being moved",
-            expected.index
-        );
+        fail!(Changed, "chunk {} of file {ino} changed while it was being moved", expected.index);
     }
     // A chunk waiting in the GC queue (a snapshot holds it) is deleted where it is now.
     let gc_key = keys::gc(expected.id);
@@ -491,9 +447,7 @@ pub struct SnapshotEntry {
 
 /// Reads the snapshot state.
 pub async fn read_state(txn: &mut dyn KvTxn) -> TxResult<SnapshotStateRec> {
-    Ok(get(txn, &keys::snapshot_state())
-        .await?
-        .unwrap_or_else(initial_state))
+    Ok(get(txn, &keys::snapshot_state()).await?.unwrap_or_else(initial_state))
 }
 
 /// Every snapshot record, by id.
@@ -509,11 +463,7 @@ pub async fn records(txn: &mut dyn KvTxn) -> TxResult<Vec<SnapshotRec>> {
 
 /// Finds the snapshot `name` of directory `root`.
 pub async fn find(txn: &mut dyn KvTxn, root: Ino, name: &str) -> TxResult<SnapshotRec> {
-    match records(txn)
-        .await?
-        .into_iter()
-        .find(|r| r.root == root && r.name == name)
-    {
+    match records(txn).await?.into_iter().find(|r| r.root == root && r.name == name) {
         Some(rec) => Ok(rec),
         None => {
             let path = namespace::dir_path(txn, root).await?;
@@ -539,9 +489,18 @@ async fn replayed(txn: &mut dyn KvTxn, tracked: Tracked) -> TxResult<Option<Snap
     match namespace::recorded_reply(txn, tracked.request_id).await? {
         Some(MetaReply::Snapshots(mut s)) if s.len() == 1 => {
             let i = s.remove(0);
-            Ok(Some(SnapshotRec { id: i.id, name: i.name, root: i.root, epoch: i.id, created_ms: i.created_ms, retain_until_ms: i.retain_until_ms }))
+            Ok(Some(SnapshotRec {
+                id: i.id,
+                name: i.name,
+                root: i.root,
+                epoch: i.id,
+                created_ms: i.created_ms,
+                retain_until_ms: i.retain_until_ms,
+            }))
         }
-        Some(other) => fail!(Internal, "request {:x} was recorded with another kind of reply: {other:?}", tracked.request_id),
+        Some(other) => {
+            fail!(Internal, "request {:x} was recorded with another kind of reply: {other:?}", tracked.request_id)
+        }
         None => Ok(None),
     }
 }
@@ -577,7 +536,10 @@ pub async fn create(
             namespace::load_dir(txn, root).await?;
             let mut state = read_state(txn).await?;
             if state.live.len() >= SNAPSHOTS_MAX {
-                fail!(NoSpace, "the cluster already has {SNAPSHOTS_MAX} snapshots, the most it keeps; delete one first");
+                fail!(
+                    NoSpace,
+                    "the cluster already has {SNAPSHOTS_MAX} snapshots, the most it keeps; delete one first"
+                );
             }
             if records(txn).await?.iter().any(|r| r.root == root && r.name == name) {
                 let path = namespace::dir_path(txn, root).await?;
@@ -604,7 +566,13 @@ pub(crate) fn utc(ms: u64) -> String {
 /// Locks snapshot `name` of `root` until `until_ms`: a date later than the current one (or
 /// equal: a retry) is taken, an earlier one refused; nothing unlocks a snapshot before its
 /// date.
-pub async fn retain(engine: &dyn KvEngine, root: Ino, name: &str, until_ms: u64, tracked: Tracked) -> Result<SnapshotRec, WireError> {
+pub async fn retain(
+    engine: &dyn KvEngine,
+    root: Ino,
+    name: &str,
+    until_ms: u64,
+    tracked: Tracked,
+) -> Result<SnapshotRec, WireError> {
     let name = name.to_string();
     transact(engine, move |txn| {
         let name = name.clone();
@@ -631,40 +599,25 @@ pub async fn retain(engine: &dyn KvEngine, root: Ino, name: &str, until_ms: u64,
 }
 
 /// The snapshots of `root` (all, for `None`), with the bytes only each holds.
-pub async fn list(
-    engine: &dyn KvEngine,
-    root: Option<Ino>,
-) -> Result<Vec<SnapshotEntry>, WireError> {
+pub async fn list(engine: &dyn KvEngine, root: Option<Ino>) -> Result<Vec<SnapshotEntry>, WireError> {
     let recs = transact(engine, |txn| Box::pin(async move { records(txn).await })).await?;
     let live: Vec<u64> = recs.iter().map(|r| r.epoch).collect();
     let exclusive = exclusive_bytes(engine, &live).await?;
     Ok(recs
         .into_iter()
         .filter(|r| root.is_none_or(|root| r.root == root))
-        .map(|rec| SnapshotEntry {
-            bytes_exclusive: exclusive.get(&rec.epoch).copied().unwrap_or(0),
-            rec,
-        })
+        .map(|rec| SnapshotEntry { bytes_exclusive: exclusive.get(&rec.epoch).copied().unwrap_or(0), rec })
         .collect())
 }
 
 /// Bytes a chunk's shards take as written (missing shards hold nothing).
 fn stored_bytes(chunk: &ChunkRecord) -> u64 {
-    GcRec {
-        ino: 0,
-        chunk: chunk.clone(),
-        queued_ms: 0,
-        done: 0,
-    }
-    .bytes_held()
+    GcRec { ino: 0, chunk: chunk.clone(), queued_ms: 0, done: 0 }.bytes_held()
 }
 
 /// For each live snapshot epoch, the bytes of chunks only it references, read page by page
 /// from the preserved chunk versions.
-async fn exclusive_bytes(
-    engine: &dyn KvEngine,
-    live: &[u64],
-) -> Result<HashMap<u64, u64>, WireError> {
+async fn exclusive_bytes(engine: &dyn KvEngine, live: &[u64]) -> Result<HashMap<u64, u64>, WireError> {
     let mut out: HashMap<u64, u64> = HashMap::new();
     let mut start = vec![keys::prefix::VERSION, keys::prefix::CHUNK];
     let end = kv::prefix_end(&start);
@@ -693,19 +646,12 @@ async fn exclusive_bytes(
             let Some((_, prev, ids)) = slot.as_mut() else {
                 continue;
             };
-            let readers: BTreeSet<u64> = live
-                .iter()
-                .copied()
-                .filter(|&s| *prev <= s && s < d)
-                .collect();
+            let readers: BTreeSet<u64> = live.iter().copied().filter(|&s| *prev <= s && s < d).collect();
             *prev = d;
             let rec: VersionRec = keys::decode(vkey, value)?;
             if let (Some(raw), false) = (rec.value, readers.is_empty()) {
                 let chunk: ChunkRecord = keys::decode(vkey, &raw)?;
-                ids.entry(chunk.id)
-                    .or_insert_with(|| (chunk, BTreeSet::new()))
-                    .1
-                    .extend(readers);
+                ids.entry(chunk.id).or_insert_with(|| (chunk, BTreeSet::new())).1.extend(readers);
             }
         }
         match page.last() {
@@ -735,7 +681,10 @@ async fn finish_slot(
     for (id, (chunk, readers)) in ids {
         // A chunk a clone holds in another slot is not the snapshot's alone either.
         let elsewhere = match slot {
-            Some(own) => transact(engine, move |txn| Box::pin(async move { crate::clone::held_elsewhere(txn, own, id).await })).await?,
+            Some(own) => {
+                transact(engine, move |txn| Box::pin(async move { crate::clone::held_elsewhere(txn, own, id).await }))
+                    .await?
+            }
             None => false,
         };
         if readers.len() == 1 && !elsewhere && live.as_ref().is_none_or(|l| l.id != id) {
@@ -799,9 +748,7 @@ pub async fn prune(engine: &dyn KvEngine) -> Result<u64, WireError> {
             let (start, end2, mut prev) = (start.clone(), end2.clone(), carried.clone());
             Box::pin(async move {
                 let live = read_state(txn).await?.live;
-                let page = txn
-                    .scan(&start, &end2, store::SCAN_PAGE_ENTRIES_MAX)
-                    .await?;
+                let page = txn.scan(&start, &end2, store::SCAN_PAGE_ENTRIES_MAX).await?;
                 let mut n = 0u64;
                 for (vkey, _) in &page {
                     let Some((key, d)) = keys::parse_version(vkey) else {
@@ -818,9 +765,7 @@ pub async fn prune(engine: &dyn KvEngine) -> Result<u64, WireError> {
                     prev = Some((key.to_vec(), d));
                 }
                 let next = match page.last() {
-                    Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => {
-                        Some(store::after(last))
-                    }
+                    Some((last, _)) if page.len() == store::SCAN_PAGE_ENTRIES_MAX => Some(store::after(last)),
                     _ => None,
                 };
                 Ok((n, next, prev))
@@ -871,19 +816,12 @@ impl From<Change> for wire::ChangeKind {
 
 /// Whether two versions of an entry differ: another inode, other attributes (times of
 /// directories aside, as entry changes below show on their own), or other chunks.
-async fn entry_differs(
-    txn: &mut dyn KvTxn,
-    a: (&DentryRec, u64),
-    b: (&DentryRec, u64),
-) -> TxResult<bool> {
+async fn entry_differs(txn: &mut dyn KvTxn, a: (&DentryRec, u64), b: (&DentryRec, u64)) -> TxResult<bool> {
     if a.0.ino != b.0.ino || a.0.kind != b.0.kind {
         return Ok(true);
     }
     let ino = a.0.ino;
-    let (ra, rb) = (
-        inode_at(txn, ino, a.1).await?,
-        inode_at(txn, ino, b.1).await?,
-    );
+    let (ra, rb) = (inode_at(txn, ino, a.1).await?, inode_at(txn, ino, b.1).await?);
     let (Some(ra), Some(rb)) = (ra, rb) else {
         return Ok(true);
     };
@@ -894,8 +832,7 @@ async fn entry_differs(
     if ra.attr != rb.attr || ra.target != rb.target {
         return Ok(true);
     }
-    Ok(a.0.kind == FileKind::File
-        && chunks_at(txn, ino, a.1).await? != chunks_at(txn, ino, b.1).await?)
+    Ok(a.0.kind == FileKind::File && chunks_at(txn, ino, a.1).await? != chunks_at(txn, ino, b.1).await?)
 }
 
 /// The paths (relative to `root`, `/`-separated) added, removed or changed from epoch `a` to
@@ -912,17 +849,13 @@ pub async fn diff(
     let mut todo: Vec<(String, Ino, Ino, usize)> = vec![(String::new(), root, root, 0)];
     while let Some((path, da, db, depth)) = todo.pop() {
         if depth > DEPTH_MAX {
-            return Err(wire::werr!(
-                Internal,
-                "directory nesting under {path:?} is deeper than {DEPTH_MAX}"
-            ));
+            return Err(wire::werr!(Internal, "directory nesting under {path:?} is deeper than {DEPTH_MAX}"));
         }
         let found = transact(engine, move |txn| {
             Box::pin(async move {
                 let ea = entries_at(txn, da, a).await?;
                 let eb = entries_at(txn, db, b).await?;
-                let mut names: BTreeMap<String, (Option<DentryRec>, Option<DentryRec>)> =
-                    BTreeMap::new();
+                let mut names: BTreeMap<String, (Option<DentryRec>, Option<DentryRec>)> = BTreeMap::new();
                 for (name, e) in ea {
                     names.entry(name).or_default().0 = Some(e);
                 }
@@ -948,11 +881,7 @@ pub async fn diff(
         })
         .await?;
         for (name, change, recurse) in found.into_iter().rev() {
-            let child = if path.is_empty() {
-                name
-            } else {
-                format!("{path}/{name}")
-            };
+            let child = if path.is_empty() { name } else { format!("{path}/{name}") };
             if let Some(change) = change {
                 if out.len() >= DIFF_ENTRIES_MAX {
                     out.sort();
@@ -992,10 +921,7 @@ async fn resolve_at(
     rel: &str,
     epoch: u64,
 ) -> TxResult<Option<(Ino, String, DentryRec)>> {
-    let parts: Vec<&str> = rel
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .collect();
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
     let Some((last, dirs)) = parts.split_last() else {
         return Ok(None);
     };
@@ -1004,28 +930,14 @@ async fn resolve_at(
         match lookup_at(txn, dir, part, epoch).await? {
             Some(e) if e.kind == FileKind::Dir => dir = e.ino,
             Some(_) => fail!(NotDir, "{part:?} in {rel:?} is not a directory"),
-            None => fail!(
-                NotFound,
-                "{rel:?}: no {part:?} in the {}",
-                if epoch == LIVE {
-                    "live tree"
-                } else {
-                    "snapshot"
-                }
-            ),
+            None => {
+                fail!(NotFound, "{rel:?}: no {part:?} in the {}", if epoch == LIVE { "live tree" } else { "snapshot" })
+            }
         }
     }
     match lookup_at(txn, dir, last, epoch).await? {
         Some(e) => Ok(Some((dir, last.to_string(), e))),
-        None => fail!(
-            NotFound,
-            "{rel:?} is not in the {}",
-            if epoch == LIVE {
-                "live tree"
-            } else {
-                "snapshot"
-            }
-        ),
+        None => fail!(NotFound, "{rel:?} is not in the {}", if epoch == LIVE { "live tree" } else { "snapshot" }),
     }
 }
 
@@ -1034,29 +946,16 @@ async fn resolve_at(
 /// snapshot: nothing is copied). A live inode keeps its links (and gets the entry if the name
 /// is free); a deleted one is made again with one link. Chunks the live file had and the
 /// snapshot has not are queued for GC; chunks coming back leave the GC queue.
-async fn restore_file(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    ino: Ino,
-    epoch: u64,
-    parent: Ino,
-    name: &str,
-) -> TxResult<()> {
+async fn restore_file(txn: &mut dyn KvTxn, ctx: &Ctx, ino: Ino, epoch: u64, parent: Ino, name: &str) -> TxResult<()> {
     crate::retain::refuse_changes(txn, vec![parent], &[(parent, name)], ctx.now_ms).await?;
     let Some(snap) = inode_at(txn, ino, epoch).await? else {
-        fail!(
-            Internal,
-            "the snapshot's entry {name:?} points at inode {ino}, which the snapshot lacks"
-        );
+        fail!(Internal, "the snapshot's entry {name:?} points at inode {ino}, which the snapshot lacks");
     };
     let dir = namespace::load_dir(txn, parent).await?;
     let entry = namespace::get_dentry(txn, parent, name).await?;
     if entry.is_some_and(|e| e.ino != ino) {
         let path = namespace::entry_path(txn, parent, name).await?;
-        fail!(
-            Exists,
-            "{path:?} is another file now; move it away to restore the snapshot's"
-        );
+        fail!(Exists, "{path:?} is another file now; move it away to restore the snapshot's");
     }
     let live: Option<InodeRec> = get(txn, &keys::inode(ino)).await?;
     let mut rec = snap.clone();
@@ -1081,15 +980,7 @@ async fn restore_file(
         }
     }
     if entry.is_none() {
-        put(
-            txn,
-            &keys::dentry(parent, name),
-            &DentryRec {
-                ino,
-                kind: FileKind::File,
-            },
-        )
-        .await?;
+        put(txn, &keys::dentry(parent, name), &DentryRec { ino, kind: FileKind::File }).await?;
         namespace::touch_dir(txn, parent, 0, ctx.now).await?;
     }
     namespace::store_inode(txn, &rec).await?;
@@ -1104,16 +995,9 @@ async fn restore_file(
         txn.put(&key, &keys::encode_bytes(&value)).await?;
     }
     // Chunks.
-    let want: BTreeMap<u64, ChunkRecord> = chunks_at(txn, ino, epoch)
-        .await?
-        .into_iter()
-        .map(|c| (c.index, c))
-        .collect();
-    let have: BTreeMap<u64, ChunkRecord> = chunks_at(txn, ino, LIVE)
-        .await?
-        .into_iter()
-        .map(|c| (c.index, c))
-        .collect();
+    let want: BTreeMap<u64, ChunkRecord> =
+        chunks_at(txn, ino, epoch).await?.into_iter().map(|c| (c.index, c)).collect();
+    let have: BTreeMap<u64, ChunkRecord> = chunks_at(txn, ino, LIVE).await?.into_iter().map(|c| (c.index, c)).collect();
     let (mut count, mut queued) = (0i64, 0u64);
     for (index, chunk) in &have {
         if want.get(index).is_none_or(|w| w.id != chunk.id) {
@@ -1135,11 +1019,7 @@ async fn restore_file(
         }
         if let Some(gc) = get::<GcRec>(txn, &keys::gc(chunk.id)).await? {
             if gc.done != 0 {
-                fail!(
-                    Internal,
-                    "chunk {:016x} of the snapshot was partly deleted by GC",
-                    chunk.id
-                );
+                fail!(Internal, "chunk {:016x} of the snapshot was partly deleted by GC", chunk.id);
             }
             txn.delete(&keys::gc(chunk.id)).await?;
             unqueued += gc.bytes_held();
@@ -1148,8 +1028,7 @@ async fn restore_file(
         count += 1;
     }
     store::stat_add(txn, Stat::Chunks, ino, count).await?;
-    let net =
-        i64::try_from(queued).unwrap_or(i64::MAX) - i64::try_from(unqueued).unwrap_or(i64::MAX);
+    let net = i64::try_from(queued).unwrap_or(i64::MAX) - i64::try_from(unqueued).unwrap_or(i64::MAX);
     store::stat_add(txn, Stat::PendingDeleteBytes, ino, net).await?;
     Ok(())
 }
@@ -1180,10 +1059,7 @@ pub async fn restore(
     let mut report = RestoreReport::default();
     // The live directory that holds the target, found along the same path.
     let parent_rel: String = {
-        let parts: Vec<&str> = rel
-            .split('/')
-            .filter(|p| !p.is_empty() && *p != ".")
-            .collect();
+        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
         parts[..parts.len().saturating_sub(1)].join("/")
     };
     let live_parent = if parent_rel.is_empty() {
@@ -1195,10 +1071,7 @@ pub async fn restore(
             Box::pin(async move {
                 match resolve_at(txn, root, &p, LIVE).await? {
                     Some((_, _, e)) if e.kind == FileKind::Dir => Ok(e.ino),
-                    _ => fail!(
-                        NotDir,
-                        "{p:?} is not a directory in the live tree; restore it first"
-                    ),
+                    _ => fail!(NotDir, "{p:?} is not a directory in the live tree; restore it first"),
                 }
             })
         })
@@ -1219,43 +1092,22 @@ pub async fn restore(
             let c = ctx.clone();
             transact(engine, move |txn| {
                 let (c, fname) = (c.clone(), fname.clone());
-                Box::pin(
-                    async move { restore_file(txn, &c, e.ino, epoch, live_parent, &fname).await },
-                )
+                Box::pin(async move { restore_file(txn, &c, e.ino, epoch, live_parent, &fname).await })
             })
             .await?;
             report.files += 1;
         }
         Some((_, dname, e)) if e.kind == FileKind::Dir => {
-            let live_dir = ensure_dir(
-                engine,
-                inos,
-                ctx,
-                e.ino,
-                epoch,
-                live_parent,
-                &dname,
-                &mut report,
-            )
-            .await?;
+            let live_dir = ensure_dir(engine, inos, ctx, e.ino, epoch, live_parent, &dname, &mut report).await?;
             todo.push((e.ino, live_dir, 0));
         }
-        Some((_, _, e)) => fail_now(format!(
-            "{rel:?} is a {:?}; only files and directories are restored",
-            e.kind
-        ))?,
+        Some((_, _, e)) => fail_now(format!("{rel:?} is a {:?}; only files and directories are restored", e.kind))?,
     }
     while let Some((sdir, ldir, depth)) = todo.pop() {
         if depth > DEPTH_MAX {
-            return Err(wire::werr!(
-                Internal,
-                "directory nesting deeper than {DEPTH_MAX}"
-            ));
+            return Err(wire::werr!(Internal, "directory nesting deeper than {DEPTH_MAX}"));
         }
-        let entries = transact(engine, move |txn| {
-            Box::pin(async move { entries_at(txn, sdir, epoch).await })
-        })
-        .await?;
+        let entries = transact(engine, move |txn| Box::pin(async move { entries_at(txn, sdir, epoch).await })).await?;
         for (ename, e) in entries {
             match e.kind {
                 FileKind::File => {
@@ -1273,22 +1125,15 @@ pub async fn restore(
                         }
                     }
                 }
-                FileKind::Dir => {
-                    match ensure_dir(engine, inos, ctx, e.ino, epoch, ldir, &ename, &mut report)
-                        .await
-                    {
-                        Ok(live) => todo.push((e.ino, live, depth + 1)),
-                        Err(err) => {
-                            tracing::warn!("snapshot restore: {ename:?}: {err}");
-                            report.skipped += 1;
-                        }
+                FileKind::Dir => match ensure_dir(engine, inos, ctx, e.ino, epoch, ldir, &ename, &mut report).await {
+                    Ok(live) => todo.push((e.ino, live, depth + 1)),
+                    Err(err) => {
+                        tracing::warn!("snapshot restore: {ename:?}: {err}");
+                        report.skipped += 1;
                     }
-                }
+                },
                 _ => {
-                    tracing::warn!(
-                        "snapshot restore: {ename:?} is a {:?}, not restored",
-                        e.kind
-                    );
+                    tracing::warn!("snapshot restore: {ename:?} is a {:?}, not restored", e.kind);
                     report.skipped += 1;
                 }
             }
@@ -1368,16 +1213,12 @@ pub const VIEW_SNAPSHOT_ID_MAX: u64 = (1 << (63 - VIEW_INO_BITS)) - 1;
 
 /// The view inode of `ino` as of snapshot `snap` (0: the `.snapshots` directory of `ino`).
 pub fn view_ino(snap: u64, ino: Ino) -> Option<Ino> {
-    (snap <= VIEW_SNAPSHOT_ID_MAX && ino < (1 << VIEW_INO_BITS))
-        .then_some(VIEW_BIT | (snap << VIEW_INO_BITS) | ino)
+    (snap <= VIEW_SNAPSHOT_ID_MAX && ino < (1 << VIEW_INO_BITS)).then_some(VIEW_BIT | (snap << VIEW_INO_BITS) | ino)
 }
 
 /// Splits a view inode into snapshot id and live inode number.
 pub fn parse_view(ino: Ino) -> Option<(u64, Ino)> {
-    (ino & VIEW_BIT != 0).then_some((
-        (ino & !VIEW_BIT) >> VIEW_INO_BITS,
-        ino & ((1 << VIEW_INO_BITS) - 1),
-    ))
+    (ino & VIEW_BIT != 0).then_some(((ino & !VIEW_BIT) >> VIEW_INO_BITS, ino & ((1 << VIEW_INO_BITS) - 1)))
 }
 
 pub fn is_view(ino: Ino) -> bool {
@@ -1385,10 +1226,7 @@ pub fn is_view(ino: Ino) -> bool {
 }
 
 fn read_only(what: &str) -> WireError {
-    wire::werr!(
-        ReadOnly,
-        "{what}: snapshots are read-only (restore with `trove snapshot restore`)"
-    )
+    wire::werr!(ReadOnly, "{what}: snapshots are read-only (restore with `trove snapshot restore`)")
 }
 
 /// A view's attributes: the snapshot's, with the view inode number. The mode is the file's as
@@ -1396,11 +1234,7 @@ fn read_only(what: &str) -> WireError {
 /// was; writes are refused whatever the mode says (`ReadOnly`).
 fn view_attr_of(mut attr: Attr, snap: u64) -> TxResult<Attr> {
     let Some(ino) = view_ino(snap, attr.ino) else {
-        fail!(
-            NotSupported,
-            "inode {} or snapshot {snap} is beyond what snapshot browsing numbers",
-            attr.ino
-        );
+        fail!(NotSupported, "inode {} or snapshot {snap} is beyond what snapshot browsing numbers", attr.ino);
     };
     attr.ino = ino;
     Ok(attr)
@@ -1451,11 +1285,7 @@ async fn view_lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<O
         }
         None => Ok(None),
         Some((0, dir)) => {
-            let Some(rec) = records(txn)
-                .await?
-                .into_iter()
-                .find(|r| r.root == dir && r.name == name)
-            else {
+            let Some(rec) = records(txn).await?.into_iter().find(|r| r.root == dir && r.name == name) else {
                 fail!(NotFound, "no snapshot {name:?}");
             };
             match attr_at(txn, dir, rec.epoch).await? {
@@ -1466,19 +1296,11 @@ async fn view_lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<O
         Some((snap, dir)) => {
             let rec = live_snapshot(txn, snap).await?;
             let Some(entry) = lookup_at(txn, dir, name, rec.epoch).await? else {
-                fail!(
-                    NotFound,
-                    "no entry {name:?} in this directory of snapshot {:?}",
-                    rec.name
-                );
+                fail!(NotFound, "no entry {name:?} in this directory of snapshot {:?}", rec.name);
             };
             match attr_at(txn, entry.ino, rec.epoch).await? {
                 Some(attr) => Ok(Some(view_attr_of(attr, snap)?)),
-                None => fail!(
-                    Internal,
-                    "entry {name:?} of snapshot {:?} has no inode",
-                    rec.name
-                ),
+                None => fail!(Internal, "entry {name:?} of snapshot {:?} has no inode", rec.name),
             }
         }
     }
@@ -1488,28 +1310,16 @@ fn parent_view(ino: Ino) -> Option<(u64, Ino)> {
     parse_view(ino)
 }
 
-async fn view_readdir(
-    txn: &mut dyn KvTxn,
-    ino: Ino,
-    after: &str,
-    limit: u32,
-) -> TxResult<MetaReply> {
+async fn view_readdir(txn: &mut dyn KvTxn, ino: Ino, after: &str, limit: u32) -> TxResult<MetaReply> {
     let Some((snap, dir)) = parse_view(ino) else {
         fail!(Internal, "inode {ino} is not a snapshot view");
     };
-    let limit = if limit == 0 {
-        namespace::READDIR_ENTRIES_MAX
-    } else {
-        limit.min(namespace::READDIR_ENTRIES_MAX)
-    } as usize;
+    let limit =
+        if limit == 0 { namespace::READDIR_ENTRIES_MAX } else { limit.min(namespace::READDIR_ENTRIES_MAX) } as usize;
     let mut entries = Vec::new();
     let mut more = false;
     if snap == 0 {
-        let mut recs: Vec<SnapshotRec> = records(txn)
-            .await?
-            .into_iter()
-            .filter(|r| r.root == dir)
-            .collect();
+        let mut recs: Vec<SnapshotRec> = records(txn).await?.into_iter().filter(|r| r.root == dir).collect();
         recs.sort_by(|a, b| a.name.cmp(&b.name));
         for rec in recs.into_iter().filter(|r| r.name.as_str() > after) {
             if entries.len() == limit {
@@ -1517,10 +1327,7 @@ async fn view_readdir(
                 break;
             }
             if let Some(attr) = attr_at(txn, dir, rec.epoch).await? {
-                entries.push(wire::DirEntry {
-                    name: rec.name.clone(),
-                    attr: view_attr_of(attr, rec.id)?,
-                });
+                entries.push(wire::DirEntry { name: rec.name.clone(), attr: view_attr_of(attr, rec.id)? });
             }
         }
     } else {
@@ -1534,10 +1341,7 @@ async fn view_readdir(
                 break;
             }
             if let Some(attr) = attr_at(txn, entry.ino, rec.epoch).await? {
-                entries.push(wire::DirEntry {
-                    name,
-                    attr: view_attr_of(attr, snap)?,
-                });
+                entries.push(wire::DirEntry { name, attr: view_attr_of(attr, snap)? });
             }
         }
     }
@@ -1594,10 +1398,7 @@ async fn view_resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<Attr> {
     let mut attr = namespace::load(txn, wire::ROOT_INO).await?.attr;
     for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
         if attr.kind != FileKind::Dir {
-            fail!(
-                NotDir,
-                "{path:?}: a component before {part:?} is not a directory"
-            );
+            fail!(NotDir, "{path:?}: a component before {part:?} is not a directory");
         }
         attr = match view_lookup(txn, attr.ino, part).await? {
             Some(a) => a,
@@ -1634,12 +1435,8 @@ fn mutated_inos(op: &MetaOp) -> Vec<Ino> {
         | MetaOp::Unlink { parent, .. }
         | MetaOp::Rmdir { parent, .. }
         | MetaOp::CloneFile { parent, .. } => vec![*parent],
-        MetaOp::Link {
-            ino, new_parent, ..
-        } => vec![*ino, *new_parent],
-        MetaOp::Rename {
-            parent, new_parent, ..
-        } => vec![*parent, *new_parent],
+        MetaOp::Link { ino, new_parent, .. } => vec![*ino, *new_parent],
+        MetaOp::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
         MetaOp::AppendFile { target, parent, .. } => vec![*target, *parent],
         MetaOp::SnapshotCreate { root, .. } => vec![*root],
         _ => Vec::new(),
@@ -1654,10 +1451,7 @@ pub fn writes_view(op: &MetaOp) -> bool {
 /// Answers `op` when it concerns a snapshot view: reads as of the snapshot, writes refused
 /// with `ReadOnly`. Gives `op` back when the live namespace answers it (access-time updates
 /// lose their view inodes on the way).
-pub async fn view_call(
-    engine: &dyn KvEngine,
-    op: MetaOp,
-) -> Result<Result<MetaReply, WireError>, MetaOp> {
+pub async fn view_call(engine: &dyn KvEngine, op: MetaOp) -> Result<Result<MetaReply, WireError>, MetaOp> {
     let reads_view = match &op {
         MetaOp::Lookup { parent, name } => is_view(*parent) || name == SNAPSHOT_DIR_NAME,
         MetaOp::GetAttr { ino }
@@ -1672,10 +1466,7 @@ pub async fn view_call(
             if inos.is_empty() {
                 return Ok(Ok(MetaReply::Ok));
             }
-            return Err(MetaOp::TouchAtimes {
-                inos,
-                atime: *atime,
-            });
+            return Err(MetaOp::TouchAtimes { inos, atime: *atime });
         }
         other => {
             if mutated_inos(other).iter().any(|&i| is_view(i)) {
@@ -1710,31 +1501,21 @@ pub async fn view_call(
                     None => Ok(None),
                 },
                 MetaOp::GetAttr { ino } => Ok(Some(MetaReply::Attr(view_attr(txn, *ino).await?))),
-                MetaOp::ReadDir { ino, after, limit } => {
-                    Ok(Some(view_readdir(txn, *ino, after, *limit).await?))
-                }
-                MetaOp::GetChunks { ino, first, count } => {
-                    Ok(Some(view_chunks(txn, *ino, *first, *count).await?))
-                }
+                MetaOp::ReadDir { ino, after, limit } => Ok(Some(view_readdir(txn, *ino, after, *limit).await?)),
+                MetaOp::GetChunks { ino, first, count } => Ok(Some(view_chunks(txn, *ino, *first, *count).await?)),
                 MetaOp::ReadLink { ino } => {
                     let attr = view_attr(txn, *ino).await?;
                     let (snap, live) = parse_view(*ino).unwrap_or((0, 0));
                     let rec = live_snapshot(txn, snap).await?;
                     match inode_at(txn, live, rec.epoch).await? {
-                        Some(r) if attr.kind == FileKind::Symlink => {
-                            Ok(Some(MetaReply::Target(r.target)))
-                        }
+                        Some(r) if attr.kind == FileKind::Symlink => Ok(Some(MetaReply::Target(r.target))),
                         _ => fail!(Invalid, "inode {ino} of a snapshot is not a symlink"),
                     }
                 }
                 MetaOp::GetXattr { ino, name } => {
                     let (snap, live) = parse_view(*ino).unwrap_or((0, 0));
                     let rec = live_snapshot(txn, snap).await?;
-                    match xattrs_at(txn, live, rec.epoch)
-                        .await?
-                        .into_iter()
-                        .find(|(n, _)| n == name.as_bytes())
-                    {
+                    match xattrs_at(txn, live, rec.epoch).await?.into_iter().find(|(n, _)| n == name.as_bytes()) {
                         Some((_, value)) => Ok(Some(MetaReply::Value(value))),
                         None => fail!(NoAttr, "no extended attribute {name:?}"),
                     }
@@ -1752,9 +1533,7 @@ pub async fn view_call(
                         .collect();
                     Ok(Some(MetaReply::Names(names)))
                 }
-                MetaOp::Resolve { path } => {
-                    Ok(Some(MetaReply::Attr(view_resolve(txn, path).await?)))
-                }
+                MetaOp::Resolve { path } => Ok(Some(MetaReply::Attr(view_resolve(txn, path).await?))),
                 _ => Ok(None),
             }
         })

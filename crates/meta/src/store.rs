@@ -37,7 +37,10 @@ pub fn kv_error(err: KvError) -> WireError {
         KvError::Conflict | KvError::TooOld => {
             return WireError::new(
                 ErrorCode::Conflict,
-                format!("the metadata engine kept conflicting ({message}) after {} retries; the operation was not applied", kv::RETRY_COUNT_MAX),
+                format!(
+                    "the metadata engine kept conflicting ({message}) after {} retries; the operation was not applied",
+                    kv::RETRY_COUNT_MAX
+                ),
             );
         }
         KvError::MaybeCommitted(_) => ErrorCode::MaybeCommitted,
@@ -81,10 +84,7 @@ where
 
 /// Milliseconds since the Unix epoch, wall clock: shared meaning across metadata servers.
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Reads and decodes a record.
@@ -110,11 +110,7 @@ pub async fn get_u64(txn: &mut dyn KvTxn, key: &[u8], default: u64) -> TxResult<
 }
 
 /// Reads every pair of `[start, end)` in pages, within the transaction.
-pub async fn scan_all(
-    txn: &mut dyn KvTxn,
-    start: &[u8],
-    end: &[u8],
-) -> TxResult<Vec<kv::KeyValue>> {
+pub async fn scan_all(txn: &mut dyn KvTxn, start: &[u8], end: &[u8]) -> TxResult<Vec<kv::KeyValue>> {
     let mut out = Vec::new();
     let mut from = start.to_vec();
     loop {
@@ -149,8 +145,7 @@ pub async fn stat_add(txn: &mut dyn KvTxn, stat: Stat, seed: u64, delta: i64) ->
         Some(value) => keys::decode_i64(&key, &value).map_err(abort)?,
         None => 0,
     };
-    txn.put(&key, &keys::encode_i64(current.saturating_add(delta)))
-        .await?;
+    txn.put(&key, &keys::encode_i64(current.saturating_add(delta))).await?;
     Ok(())
 }
 
@@ -256,29 +251,11 @@ mod tests {
         let code = |e: KvError| kv_error(e).code;
         assert_eq!(code(KvError::Conflict), ErrorCode::Conflict);
         assert_eq!(code(KvError::TooOld), ErrorCode::Conflict);
-        assert_eq!(
-            code(KvError::MaybeCommitted("timeout".into())),
-            ErrorCode::MaybeCommitted
-        );
-        assert_eq!(
-            code(KvError::Unavailable("down".into())),
-            ErrorCode::Unavailable
-        );
-        assert_eq!(
-            code(KvError::Corrupt("bad page".into())),
-            ErrorCode::Internal
-        );
-        assert_eq!(
-            code(KvError::TooLarge {
-                what: "value",
-                len: 2,
-                max: 1
-            }),
-            ErrorCode::TooLarge
-        );
-        assert!(kv_error(KvError::Unavailable("disk gone".into()))
-            .message
-            .contains("disk gone"));
+        assert_eq!(code(KvError::MaybeCommitted("timeout".into())), ErrorCode::MaybeCommitted);
+        assert_eq!(code(KvError::Unavailable("down".into())), ErrorCode::Unavailable);
+        assert_eq!(code(KvError::Corrupt("bad page".into())), ErrorCode::Internal);
+        assert_eq!(code(KvError::TooLarge { what: "value", len: 2, max: 1 }), ErrorCode::TooLarge);
+        assert!(kv_error(KvError::Unavailable("disk gone".into())).message.contains("disk gone"));
     }
 
     #[tokio::test]
@@ -299,9 +276,6 @@ mod tests {
         }
         assert_eq!(seen.len(), 30);
         // A request larger than the batch is served in one reservation.
-        assert_eq!(
-            a.take(&engine, 10).await.map(|ids| ids.len()).ok(),
-            Some(10)
-        );
+        assert_eq!(a.take(&engine, 10).await.map(|ids| ids.len()).ok(), Some(10));
     }
 }

@@ -12,8 +12,8 @@
 
 use crate::keys::{self, DentryRec, InodeRec, TrashRec};
 use crate::namespace::{
-    drop_link, entry_path, get_dentry, load_attr, load_child, make, rename, resolve_rec,
-    store_inode, touch_dir, Ctx, NewInode,
+    drop_link, entry_path, get_dentry, load_attr, load_child, make, rename, resolve_rec, store_inode, touch_dir, Ctx,
+    NewInode,
 };
 use crate::quota;
 use crate::store::{self, abort, fail, get, put, TxResult};
@@ -29,10 +29,7 @@ pub const DAY_MS: u64 = 24 * 3600 * 1000;
 
 /// Whether `dir` is the trash directory.
 pub fn is_trash_dir(dir: &InodeRec) -> bool {
-    dir.attr.kind == FileKind::Dir
-        && dir.parent == ROOT_INO
-        && dir.attr.ino != ROOT_INO
-        && dir.target == TRASH_DIR
+    dir.attr.kind == FileKind::Dir && dir.parent == ROOT_INO && dir.attr.ino != ROOT_INO && dir.target == TRASH_DIR
 }
 
 /// The trash directory, made on first use (with the inode number the call reserved).
@@ -40,21 +37,11 @@ async fn trash_dir(txn: &mut dyn KvTxn, ctx: &Ctx) -> TxResult<InodeRec> {
     if let Some(entry) = get_dentry(txn, ROOT_INO, TRASH_DIR).await? {
         let rec = load_child(txn, ROOT_INO, TRASH_DIR, entry).await?;
         if !is_trash_dir(&rec) {
-            fail!(
-                Invalid,
-                "\"/{TRASH_DIR}\" is not a directory; move it away to use the trash"
-            );
+            fail!(Invalid, "\"/{TRASH_DIR}\" is not a directory; move it away to use the trash");
         }
         return Ok(rec);
     }
-    let new = NewInode {
-        kind: FileKind::Dir,
-        mode: 0o700,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        target: String::new(),
-    };
+    let new = NewInode { kind: FileKind::Dir, mode: 0o700, uid: 0, gid: 0, rdev: 0, target: String::new() };
     let MetaReply::Entry { attr, .. } = make(txn, ctx, ROOT_INO, TRASH_DIR, new).await? else {
         fail!(Internal, "making the trash directory answered no entry");
     };
@@ -109,15 +96,7 @@ pub async fn put_in(
     let ino = child.attr.ino;
     let id = entry_name(ctx.now_ms, ino, &path);
     txn.delete(&keys::dentry(parent, name)).await?;
-    put(
-        txn,
-        &keys::dentry(trash.attr.ino, &id),
-        &DentryRec {
-            ino,
-            kind: child.attr.kind,
-        },
-    )
-    .await?;
+    put(txn, &keys::dentry(trash.attr.ino, &id), &DentryRec { ino, kind: child.attr.kind }).await?;
     let (from, to) = (child.quota, trash.quota);
     if from != to {
         let bytes = quota::bytes_of(&child);
@@ -129,12 +108,7 @@ pub async fn put_in(
     store_inode(txn, &child).await?;
     touch_dir(txn, trash.attr.ino, 0, ctx.now).await?;
     let dir = touch_dir(txn, parent, 0, ctx.now).await?;
-    put(
-        txn,
-        &keys::trash(ctx.now_ms, ino),
-        &TrashRec { path, name: id },
-    )
-    .await?;
+    put(txn, &keys::trash(ctx.now_ms, ino), &TrashRec { path, name: id }).await?;
     Ok(MetaReply::Removed { ino, dir })
 }
 
@@ -159,13 +133,7 @@ pub async fn list(txn: &mut dyn KvTxn) -> TxResult<MetaReply> {
             Some(inode) => inode.attr.size,
             None => continue,
         };
-        out.push(TrashEntry {
-            id: rec.name,
-            path: rec.path,
-            deleted_ms,
-            size,
-            ino,
-        });
+        out.push(TrashEntry { id: rec.name, path: rec.path, deleted_ms, size, ino });
     }
     Ok(MetaReply::Trash(out))
 }
@@ -177,20 +145,12 @@ async fn find(txn: &mut dyn KvTxn, id: &str) -> TxResult<(Vec<u8>, TrashRec)> {
             return Ok((key, rec));
         }
     }
-    fail!(
-        NotFound,
-        "nothing in the trash has id {id:?} (trove trash list shows the ids)"
-    )
+    fail!(NotFound, "nothing in the trash has id {id:?} (trove trash list shows the ids)")
 }
 
 /// `RestoreTrash`: moves trashed file `id` back to where it was deleted from (or `to`), refused
 /// when that name is taken or its directory is gone, and counted against the quotas there.
-pub async fn restore(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    id: &str,
-    to: Option<&str>,
-) -> TxResult<MetaReply> {
+pub async fn restore(txn: &mut dyn KvTxn, ctx: &Ctx, id: &str, to: Option<&str>) -> TxResult<MetaReply> {
     let (key, rec) = find(txn, id).await?;
     let Some(trash) = existing_trash_dir(txn).await? else {
         fail!(NotFound, "the trash directory \"/{TRASH_DIR}\" is gone");
@@ -198,24 +158,15 @@ pub async fn restore(
     let dest = to.unwrap_or(&rec.path).trim_end_matches('/');
     let (dir, name) = match dest.rsplit_once('/') {
         Some((dir, name)) if !name.is_empty() => (dir, name),
-        _ => fail!(
-            Invalid,
-            "cannot restore to {dest:?}: give a path such as /dir/name"
-        ),
+        _ => fail!(Invalid, "cannot restore to {dest:?}: give a path such as /dir/name"),
     };
     let dir = resolve_rec(txn, if dir.is_empty() { "/" } else { dir }).await?;
     if dir.attr.kind != FileKind::Dir {
-        fail!(
-            NotDir,
-            "cannot restore to {dest:?}: its parent is not a directory"
-        );
+        fail!(NotDir, "cannot restore to {dest:?}: its parent is not a directory");
     }
     let ino = match get_dentry(txn, trash.attr.ino, &rec.name).await? {
         Some(entry) => entry.ino,
-        None => fail!(
-            NotFound,
-            "trashed file {id:?} was removed from \"/{TRASH_DIR}\""
-        ),
+        None => fail!(NotFound, "trashed file {id:?} was removed from \"/{TRASH_DIR}\""),
     };
     // Coming back is a rename out of the trash: a locked (WORM) directory takes nothing in.
     let back = wire::MetaOp::Rename {
@@ -226,28 +177,14 @@ pub async fn restore(
         mode: RenameMode::NoReplace,
     };
     crate::retain::check(txn, &back, ctx.now_ms).await?;
-    rename(
-        txn,
-        ctx,
-        trash.attr.ino,
-        &rec.name,
-        dir.attr.ino,
-        name,
-        RenameMode::NoReplace,
-    )
-    .await?;
+    rename(txn, ctx, trash.attr.ino, &rec.name, dir.attr.ino, name, RenameMode::NoReplace).await?;
     txn.delete(&key).await?;
     Ok(MetaReply::Attr(load_attr(txn, ino).await?))
 }
 
 /// `PurgeTrash`: deletes trashed file `id`, or (empty `id`) up to [`PURGE_ENTRIES_MAX`] of
 /// those deleted before `before_ms`; their chunks go to the GC like any deleted file's.
-pub async fn purge(
-    txn: &mut dyn KvTxn,
-    ctx: &Ctx,
-    id: &str,
-    before_ms: u64,
-) -> TxResult<MetaReply> {
+pub async fn purge(txn: &mut dyn KvTxn, ctx: &Ctx, id: &str, before_ms: u64) -> TxResult<MetaReply> {
     let victims: Vec<(Vec<u8>, TrashRec)> = if id.is_empty() {
         let start = [keys::prefix::TRASH];
         let end = keys::trash(before_ms, 0);
@@ -276,13 +213,7 @@ pub async fn purge(
         txn.delete(&keys::dentry(trash.attr.ino, &rec.name)).await?;
         drop_link(txn, ctx, child).await?;
         touch_dir(txn, trash.attr.ino, 0, ctx.now).await?;
-        purged.push(TrashEntry {
-            id: rec.name,
-            path: rec.path,
-            deleted_ms,
-            size,
-            ino,
-        });
+        purged.push(TrashEntry { id: rec.name, path: rec.path, deleted_ms, size, ino });
     }
     Ok(MetaReply::Trash(purged))
 }

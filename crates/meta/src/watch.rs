@@ -63,15 +63,11 @@ struct Seen {
 
 fn capacity_state(used_percent: f64, previous: Option<&str>) -> &'static str {
     let at_least = |threshold: f64, was_there: bool| {
-        used_percent >= threshold
-            || (was_there && used_percent >= threshold - CAPACITY_HYSTERESIS_PERCENT)
+        used_percent >= threshold || (was_there && used_percent >= threshold - CAPACITY_HYSTERESIS_PERCENT)
     };
     if at_least(CAPACITY_CRITICAL_PERCENT, previous == Some("critical")) {
         "critical"
-    } else if at_least(
-        CAPACITY_WARNING_PERCENT,
-        matches!(previous, Some("warning") | Some("critical")),
-    ) {
+    } else if at_least(CAPACITY_WARNING_PERCENT, matches!(previous, Some("warning") | Some("critical"))) {
         "warning"
     } else {
         "ok"
@@ -89,18 +85,30 @@ fn look(status: &ClusterStatus, known: &HashMap<String, String>) -> Vec<(String,
                 "down",
                 Severity::Warning,
                 kind::NODE_DOWN,
-                format!("storage node {} ({}) is down: no heartbeat for {:.1} s; reads rebuild its shards from parity", n.id, n.addr, n.heartbeat_age_ms as f64 / 1000.0),
+                format!(
+                    "storage node {} ({}) is down: no heartbeat for {:.1} s; reads rebuild its shards from parity",
+                    n.id,
+                    n.addr,
+                    n.heartbeat_age_ms as f64 / 1000.0
+                ),
             ),
-            NodeState::Draining => ("draining", Severity::Info, kind::NODE_DRAINING, format!("storage node {} ({}) is draining: its data is moved to the other nodes", n.id, n.addr)),
-            NodeState::Out => ("out", Severity::Warning, kind::NODE_OUT, format!("storage node {} ({}) is out of the cluster: its shards are rebuilt on the other nodes", n.id, n.addr)),
+            NodeState::Draining => (
+                "draining",
+                Severity::Info,
+                kind::NODE_DRAINING,
+                format!("storage node {} ({}) is draining: its data is moved to the other nodes", n.id, n.addr),
+            ),
+            NodeState::Out => (
+                "out",
+                Severity::Warning,
+                kind::NODE_OUT,
+                format!(
+                    "storage node {} ({}) is out of the cluster: its shards are rebuilt on the other nodes",
+                    n.id, n.addr
+                ),
+            ),
         };
-        let change = NewEvent {
-            severity,
-            kind: what,
-            node: Some(n.id),
-            subject: subject.clone(),
-            message,
-        };
+        let change = NewEvent { severity, kind: what, node: Some(n.id), subject: subject.clone(), message };
         let first = match n.state {
             NodeState::Up => Some(NewEvent {
                 severity: Severity::Info,
@@ -111,14 +119,7 @@ fn look(status: &ClusterStatus, known: &HashMap<String, String>) -> Vec<(String,
             }),
             _ => Some(change.clone()),
         };
-        out.push((
-            subject,
-            Seen {
-                state: state.into(),
-                first,
-                change,
-            },
-        ));
+        out.push((subject, Seen { state: state.into(), first, change }));
         for d in &n.drives {
             let subject = format!("drive {}:{}", n.id, d.path);
             let (state, change) = if d.error.is_empty() {
@@ -134,10 +135,7 @@ fn look(status: &ClusterStatus, known: &HashMap<String, String>) -> Vec<(String,
                     },
                 )
             } else {
-                let message = format!(
-                    "drive {} of storage node {} reports an error: {}",
-                    d.path, n.id, d.error
-                );
+                let message = format!("drive {} of storage node {} reports an error: {}", d.path, n.id, d.error);
                 (
                     "error",
                     NewEvent {
@@ -150,14 +148,7 @@ fn look(status: &ClusterStatus, known: &HashMap<String, String>) -> Vec<(String,
                 )
             };
             let first = (state == "error").then(|| change.clone());
-            out.push((
-                subject,
-                Seen {
-                    state: state.into(),
-                    first,
-                    change,
-                },
-            ));
+            out.push((subject, Seen { state: state.into(), first, change }));
         }
     }
     let drives: Vec<wire::DriveInfo> = status
@@ -170,43 +161,17 @@ fn look(status: &ClusterStatus, known: &HashMap<String, String>) -> Vec<(String,
     if total > 0 {
         let used = 100.0 * (total.saturating_sub(free)) as f64 / total as f64;
         let state = capacity_state(used, known.get("capacity").map(String::as_str));
-        let figures = format!(
-            "{used:.1}% of the raw capacity used ({} of {} bytes free)",
-            free, total
-        );
+        let figures = format!("{used:.1}% of the raw capacity used ({} of {} bytes free)", free, total);
         let (severity, what, message) = match state {
-            "critical" => (
-                Severity::Critical,
-                kind::CAPACITY_CRITICAL,
-                format!("the cluster is nearly full: {figures}"),
-            ),
-            "warning" => (
-                Severity::Warning,
-                kind::CAPACITY_WARNING,
-                format!("the cluster is filling up: {figures}"),
-            ),
-            _ => (
-                Severity::Info,
-                kind::CAPACITY_OK,
-                format!("the cluster has room again: {figures}"),
-            ),
+            "critical" => {
+                (Severity::Critical, kind::CAPACITY_CRITICAL, format!("the cluster is nearly full: {figures}"))
+            }
+            "warning" => (Severity::Warning, kind::CAPACITY_WARNING, format!("the cluster is filling up: {figures}")),
+            _ => (Severity::Info, kind::CAPACITY_OK, format!("the cluster has room again: {figures}")),
         };
-        let change = NewEvent {
-            severity,
-            kind: what,
-            node: None,
-            subject: "capacity".into(),
-            message,
-        };
+        let change = NewEvent { severity, kind: what, node: None, subject: "capacity".into(), message };
         let first = (state != "ok").then(|| change.clone());
-        out.push((
-            "capacity".into(),
-            Seen {
-                state: state.into(),
-                first,
-                change,
-            },
-        ));
+        out.push(("capacity".into(), Seen { state: state.into(), first, change }));
     }
     out
 }
@@ -227,8 +192,7 @@ fn changes(status: &ClusterStatus, known: &mut HashMap<String, String>) -> Vec<N
 
 /// The state of every subject as the latest events say.
 async fn reconcile(service: &MetaService) -> Result<HashMap<String, String>, WireError> {
-    let (events, _) =
-        crate::events::read(service.engine().as_ref(), 0, RECONCILE_EVENTS, true).await?;
+    let (events, _) = crate::events::read(service.engine().as_ref(), 0, RECONCILE_EVENTS, true).await?;
     let mut known = HashMap::new();
     for e in events {
         if let Some(state) = state_of(&e.kind) {
@@ -241,18 +205,9 @@ async fn reconcile(service: &MetaService) -> Result<HashMap<String, String>, Wir
 fn publish(status: &ClusterStatus) {
     use metrics::gauges::set;
     use metrics::names as n;
-    for state in [
-        NodeState::Up,
-        NodeState::Down,
-        NodeState::Draining,
-        NodeState::Out,
-    ] {
+    for state in [NodeState::Up, NodeState::Down, NodeState::Draining, NodeState::Out] {
         let count = status.nodes.iter().filter(|x| x.state == state).count();
-        set(
-            n::CLUSTER_NODES,
-            &[("state", &state.to_string())],
-            count as f64,
-        );
+        set(n::CLUSTER_NODES, &[("state", &state.to_string())], count as f64);
     }
     let drives: Vec<wire::DriveInfo> = status
         .nodes
@@ -263,11 +218,7 @@ fn publish(status: &ClusterStatus) {
     let (total, free) = wire::capacity_once_per_device(&drives);
     set(n::CLUSTER_CAPACITY, &[("kind", "total")], total as f64);
     set(n::CLUSTER_CAPACITY, &[("kind", "free")], free as f64);
-    set(
-        n::CLUSTER_CAPACITY,
-        &[("kind", "pending_delete")],
-        status.bytes_pending_delete as f64,
-    );
+    set(n::CLUSTER_CAPACITY, &[("kind", "pending_delete")], status.bytes_pending_delete as f64);
     set(n::CLUSTER_FILES, &[], status.files as f64);
     set(n::CLUSTER_CHUNKS, &[("state", "all")], status.chunks as f64);
     set(n::CLUSTER_MAP_VERSION, &[], f64::from(status.map_version));
@@ -276,49 +227,21 @@ fn publish(status: &ClusterStatus) {
 fn publish_chunk_health(status: &ClusterStatus) {
     use metrics::gauges::set;
     use metrics::names as n;
-    set(
-        n::CLUSTER_CHUNKS,
-        &[("state", "degraded")],
-        status.chunks_degraded as f64,
-    );
-    set(
-        n::CLUSTER_CHUNKS,
-        &[("state", "unavailable")],
-        status.chunks_unavailable as f64,
-    );
-    set(
-        n::CLUSTER_CHUNKS,
-        &[("state", "misplaced")],
-        status.chunks_misplaced as f64,
-    );
-    set(
-        n::CLUSTER_CHUNKS,
-        &[("state", "narrow")],
-        status.chunks_narrow as f64,
-    );
+    set(n::CLUSTER_CHUNKS, &[("state", "degraded")], status.chunks_degraded as f64);
+    set(n::CLUSTER_CHUNKS, &[("state", "unavailable")], status.chunks_unavailable as f64);
+    set(n::CLUSTER_CHUNKS, &[("state", "misplaced")], status.chunks_misplaced as f64);
+    set(n::CLUSTER_CHUNKS, &[("state", "narrow")], status.chunks_narrow as f64);
 }
 
 fn unpublish() {
     use metrics::names as n;
-    for name in [
-        n::CLUSTER_NODES,
-        n::CLUSTER_CAPACITY,
-        n::CLUSTER_FILES,
-        n::CLUSTER_CHUNKS,
-        n::CLUSTER_MAP_VERSION,
-    ] {
+    for name in [n::CLUSTER_NODES, n::CLUSTER_CAPACITY, n::CLUSTER_FILES, n::CLUSTER_CHUNKS, n::CLUSTER_MAP_VERSION] {
         metrics::gauges::clear(name);
     }
 }
 
 async fn status_of(service: &MetaService, scan_chunks: bool) -> Result<ClusterStatus, WireError> {
-    match service
-        .call(MetaCall {
-            request_id: 0,
-            op: MetaOp::Status { scan_chunks },
-        })
-        .await?
-    {
+    match service.call(MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks } }).await? {
         MetaReply::Status(s) => Ok(s),
         other => Err(wire::werr!(Internal, "status answered {other:?}")),
     }
@@ -338,16 +261,8 @@ pub async fn run(service: Weak<MetaService>) {
             return;
         };
         let leader = service.is_leader();
-        metrics::gauges::set(
-            metrics::names::META_LEADER,
-            &[],
-            if leader { 1.0 } else { 0.0 },
-        );
-        metrics::gauges::set(
-            metrics::names::META_PROCESSES,
-            &[],
-            service.processes().list().len() as f64,
-        );
+        metrics::gauges::set(metrics::names::META_LEADER, &[], if leader { 1.0 } else { 0.0 });
+        metrics::gauges::set(metrics::names::META_PROCESSES, &[], service.processes().list().len() as f64);
         if !leader {
             if leading {
                 unpublish();
@@ -407,10 +322,7 @@ fn healthy(status: &ClusterStatus) -> bool {
 /// Whether the repair job's work queue holds entries (a page of one; an empty page with more
 /// behind it met an entry settled meanwhile).
 async fn queue_holds_entries(service: &MetaService) -> bool {
-    let call = MetaCall {
-        request_id: 0,
-        op: MetaOp::ScanQueue { after: None, limit: 1 },
-    };
+    let call = MetaCall { request_id: 0, op: MetaOp::ScanQueue { after: None, limit: 1 } };
     matches!(service.call(call).await, Ok(MetaReply::ChunkPage { chunks, more }) if !chunks.is_empty() || more)
 }
 
@@ -429,7 +341,8 @@ async fn watch_once(
     };
     if due {
         let counted = status_of(service, true).await?;
-        *last_scan = Some(LastScan { at: Instant::now(), map_version: counted.map_version, healthy: healthy(&counted) });
+        *last_scan =
+            Some(LastScan { at: Instant::now(), map_version: counted.map_version, healthy: healthy(&counted) });
         publish_chunk_health(&counted);
     }
     let trusted = Duration::from_millis(service.options().down_after_ms) + HEARTBEAT_MARGIN;
@@ -515,46 +428,24 @@ mod tests {
     }
 
     fn kinds(events: &[NewEvent]) -> Vec<String> {
-        events
-            .iter()
-            .map(|e| format!("{} {}", e.kind, e.subject))
-            .collect()
+        events.iter().map(|e| format!("{} {}", e.kind, e.subject)).collect()
     }
 
     #[test]
     fn changes_are_reported_once_and_healthy_news_is_not_news() {
         let mut known = HashMap::new();
         let up = status(vec![(1, NodeState::Up, "", 90), (2, NodeState::Up, "", 90)]);
-        assert_eq!(
-            kinds(&changes(&up, &mut known)),
-            ["node_joined node 1", "node_joined node 2"]
-        );
+        assert_eq!(kinds(&changes(&up, &mut known)), ["node_joined node 1", "node_joined node 2"]);
         assert!(changes(&up, &mut known).is_empty(), "nothing changed");
-        let down = status(vec![
-            (1, NodeState::Up, "", 90),
-            (2, NodeState::Down, "", 90),
-        ]);
+        let down = status(vec![(1, NodeState::Up, "", 90), (2, NodeState::Down, "", 90)]);
         let e = changes(&down, &mut known);
         assert_eq!(kinds(&e), ["node_down node 2"]);
         assert_eq!(e[0].severity, Severity::Warning);
-        assert!(
-            e[0].message.contains("no heartbeat for 5.0 s"),
-            "{}",
-            e[0].message
-        );
-        let broken = status(vec![
-            (1, NodeState::Up, "read-only file system", 90),
-            (2, NodeState::Up, "", 90),
-        ]);
-        assert_eq!(
-            kinds(&changes(&broken, &mut known)),
-            ["drive_error drive 1:/d", "node_up node 2"]
-        );
+        assert!(e[0].message.contains("no heartbeat for 5.0 s"), "{}", e[0].message);
+        let broken = status(vec![(1, NodeState::Up, "read-only file system", 90), (2, NodeState::Up, "", 90)]);
+        assert_eq!(kinds(&changes(&broken, &mut known)), ["drive_error drive 1:/d", "node_up node 2"]);
         assert_eq!(kinds(&changes(&up, &mut known)), ["drive_ok drive 1:/d"]);
-        let out = status(vec![
-            (1, NodeState::Up, "", 90),
-            (2, NodeState::Out, "", 90),
-        ]);
+        let out = status(vec![(1, NodeState::Up, "", 90), (2, NodeState::Out, "", 90)]);
         assert_eq!(kinds(&changes(&out, &mut known)), ["node_out node 2"]);
     }
 
@@ -562,25 +453,11 @@ mod tests {
     fn capacity_thresholds_are_crossed_with_hysteresis() {
         let mut known = HashMap::new();
         let used = |free| status(vec![(1, NodeState::Up, "", free)]);
-        assert!(kinds(&changes(&used(50), &mut known))
-            .iter()
-            .all(|k| k.starts_with("node_joined")));
-        assert_eq!(
-            kinds(&changes(&used(14), &mut known)),
-            ["capacity_warning capacity"]
-        );
-        assert!(
-            changes(&used(16), &mut known).is_empty(),
-            "84% is within the hysteresis"
-        );
-        assert_eq!(
-            kinds(&changes(&used(4), &mut known)),
-            ["capacity_critical capacity"]
-        );
-        assert_eq!(
-            kinds(&changes(&used(20), &mut known)),
-            ["capacity_ok capacity"]
-        );
+        assert!(kinds(&changes(&used(50), &mut known)).iter().all(|k| k.starts_with("node_joined")));
+        assert_eq!(kinds(&changes(&used(14), &mut known)), ["capacity_warning capacity"]);
+        assert!(changes(&used(16), &mut known).is_empty(), "84% is within the hysteresis");
+        assert_eq!(kinds(&changes(&used(4), &mut known)), ["capacity_critical capacity"]);
+        assert_eq!(kinds(&changes(&used(20), &mut known)), ["capacity_ok capacity"]);
     }
 
     #[test]

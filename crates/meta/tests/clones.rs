@@ -224,11 +224,16 @@ async fn random_run(seed: u64, steps: usize) {
         // never deleted, and all records of one chunk agree on its placement.
         let gone = deleted(&fakes);
         let mut placed: HashMap<u64, Placement> = HashMap::new();
-        let mut views: Vec<(String, Ino, &BTreeMap<u64, u64>)> = live.files.iter().map(|(n, (ino, c))| (format!("live {n}"), *ino, c)).collect();
+        let mut views: Vec<(String, Ino, &BTreeMap<u64, u64>)> =
+            live.files.iter().map(|(n, (ino, c))| (format!("live {n}"), *ino, c)).collect();
         let mut resolved = Vec::new();
         for (snap, model) in &snaps {
             for (name, (_, chunks)) in &model.files {
-                resolved.push((format!("snapshot {snap} {name}"), resolve(svc, &format!("/m/.snapshots/{snap}/{name}")).await.ino, chunks));
+                resolved.push((
+                    format!("snapshot {snap} {name}"),
+                    resolve(svc, &format!("/m/.snapshots/{snap}/{name}")).await.ino,
+                    chunks,
+                ));
             }
         }
         views.extend(resolved);
@@ -237,13 +242,24 @@ async fn random_run(seed: u64, steps: usize) {
             let ids: BTreeMap<u64, u64> = records.iter().map(|c| (c.index, c.id)).collect();
             assert_eq!(&ids, expected, "seed {seed} step {step}: {what}");
             for rec in records {
-                assert!(!gone.contains(&rec.id), "seed {seed} step {step}: chunk {} of {what} was deleted by GC", rec.id);
+                assert!(
+                    !gone.contains(&rec.id),
+                    "seed {seed} step {step}: chunk {} of {what} was deleted by GC",
+                    rec.id
+                );
                 let first = *placed.entry(rec.id).or_insert(rec.placement);
-                assert_eq!(first, rec.placement, "seed {seed} step {step}: records of chunk {} disagree on its placement ({what})", rec.id);
+                assert_eq!(
+                    first, rec.placement,
+                    "seed {seed} step {step}: records of chunk {} disagree on its placement ({what})",
+                    rec.id
+                );
             }
         }
     }
-    assert!(seen.0 >= 5 && seen.1 >= 2 && seen.2 >= 5 && seen.3 >= 1, "seed {seed}: the run did too little (clones, clones from snapshots, moves, shared GC drops): {seen:?}");
+    assert!(
+        seen.0 >= 5 && seen.1 >= 2 && seen.2 >= 5 && seen.3 >= 1,
+        "seed {seed}: the run did too little (clones, clones from snapshots, moves, shared GC drops): {seen:?}"
+    );
     // Everything deleted: every chunk is collected, and no record of shared chunks is left.
     for (name, _) in std::mem::take(&mut snaps) {
         svc.snapshot_delete(dir.ino, &name).await.unwrap_or_else(|e| panic!("{e}"));

@@ -24,7 +24,10 @@ async fn tier(svc: &meta::MetaService) -> JobInfo {
 async fn operator_actions_and_runner_reports_follow_the_rules_in_any_order() {
     let env = env().await;
     let svc = &env.svc;
-    assert_eq!(jobs(svc).await.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tier", "repair", "scrub", "ingest"]);
+    assert_eq!(
+        jobs(svc).await.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+        ["tier", "repair", "scrub", "ingest"]
+    );
     let e = err(svc, MetaOp::ControlJob { name: "nosuch".into(), action: JobAction::Pause }, ErrorCode::NotFound).await;
     assert!(e.contains("the jobs are tier, repair, scrub, ingest"), "{e}");
 

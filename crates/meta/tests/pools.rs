@@ -7,8 +7,7 @@ mod common;
 use common::*;
 use std::collections::BTreeSet;
 use wire::{
-    pg_global, pg_local, pg_pool, EcScheme, ErrorCode, MetaOp, MetaReply, NodeId, PoolId,
-    PoolInfo, PoolKind, ROOT_INO,
+    pg_global, pg_local, pg_pool, EcScheme, ErrorCode, MetaOp, MetaReply, NodeId, PoolId, PoolInfo, PoolKind, ROOT_INO,
 };
 
 async fn register_in(svc: &meta::MetaService, uuid: u128, pool: &str) -> NodeId {
@@ -33,17 +32,13 @@ async fn pools(svc: &meta::MetaService) -> Vec<PoolInfo> {
 }
 
 async fn pool_id(svc: &meta::MetaService, name: &str) -> PoolId {
-    pools(svc)
-        .await
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no pool {name}"))
-        .id
+    pools(svc).await.into_iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no pool {name}")).id
 }
 
 /// Allocates one chunk for `ino`; returns the placement group and its first `width` nodes.
 async fn alloc(svc: &meta::MetaService, ino: u64) -> (u32, Vec<NodeId>, EcScheme) {
-    let MetaReply::Alloc { chunks, map, ec } = ok(svc, MetaOp::AllocChunks { ino, count: 1, avoid: vec![] }).await else {
+    let MetaReply::Alloc { chunks, map, ec } = ok(svc, MetaOp::AllocChunks { ino, count: 1, avoid: vec![] }).await
+    else {
         panic!("alloc")
     };
     let pg = chunks[0].1.pg;
@@ -82,8 +77,12 @@ async fn nodes_join_named_pools_and_files_are_placed_in_their_directorys_pool() 
     // naming the pool and what to do.
     let file = create(svc, ROOT_INO, "f").await;
     assert_eq!(file.pool, 0);
-    let message = err(svc, MetaOp::AllocChunks { ino: file.ino, count: 1, avoid: vec![] }, ErrorCode::Unavailable).await;
-    assert!(message.contains("pool \"default\" has no storage nodes") && message.contains("trove mkdir --pool"), "{message}");
+    let message =
+        err(svc, MetaOp::AllocChunks { ino: file.ino, count: 1, avoid: vec![] }, ErrorCode::Unavailable).await;
+    assert!(
+        message.contains("pool \"default\" has no storage nodes") && message.contains("trove mkdir --pool"),
+        "{message}"
+    );
 
     // Put in flash: it takes flash's default scheme, and chunks go to flash's nodes.
     let attr = attr_of(ok(svc, MetaOp::SetPool { ino: file.ino, pool: "flash".into() }).await);
@@ -108,7 +107,8 @@ async fn nodes_join_named_pools_and_files_are_placed_in_their_directorys_pool() 
     assert_eq!(sub.pool, hdd_id);
 
     // A scheme is checked against the nodes of the directory's pool.
-    let layout = |ino, ec: EcScheme| MetaOp::SetLayout { ino, ec, chunk_bytes: 1 << 20, check: wire::LayoutCheck::Chosen };
+    let layout =
+        |ino, ec: EcScheme| MetaOp::SetLayout { ino, ec, chunk_bytes: 1 << 20, check: wire::LayoutCheck::Chosen };
     let message = err(svc, layout(cold.ino, EcScheme { k: 5, m: 2 }), ErrorCode::Invalid).await;
     assert!(message.contains("5+2 needs 7 storage nodes; pool \"hdd\" has 6"), "{message}");
     ok(svc, layout(cold.ino, EcScheme { k: 3, m: 3 })).await;
@@ -124,7 +124,12 @@ async fn nodes_join_named_pools_and_files_are_placed_in_their_directorys_pool() 
 
     // Draining a node is judged by what is left in its own pool.
     let drained = *hdd.iter().next().expect("hdd node");
-    let message = err(svc, MetaOp::SetNodeState { node: drained, state: wire::NodeState::Draining, force: false }, ErrorCode::NoSpace).await;
+    let message = err(
+        svc,
+        MetaOp::SetNodeState { node: drained, state: wire::NodeState::Draining, force: false },
+        ErrorCode::NoSpace,
+    )
+    .await;
     assert!(message.contains("leaves 5 storage nodes of pool \"hdd\"") && message.contains("3+3"), "{message}");
 
     // A node whose configuration names another pool moves there: a new map without it in its
@@ -140,17 +145,37 @@ async fn nodes_join_named_pools_and_files_are_placed_in_their_directorys_pool() 
 async fn pools_are_made_changed_and_refused_with_reasons() {
     let env = env().await;
     let svc = &env.svc;
-    let made = match ok(svc, MetaOp::CreatePool { name: "ssd".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 2, m: 1 } }).await {
+    let made = match ok(
+        svc,
+        MetaOp::CreatePool { name: "ssd".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 2, m: 1 } },
+    )
+    .await
+    {
         MetaReply::Pools(p) => p,
         other => panic!("{other:?}"),
     };
     assert_eq!(made.len(), 1);
     assert_eq!((made[0].name.as_str(), made[0].default_ec), ("ssd", EcScheme { k: 2, m: 1 }));
-    let message = err(svc, MetaOp::CreatePool { name: "ssd".into(), kind: PoolKind::Nodes, default_ec: EcScheme::DEFAULT }, ErrorCode::Exists).await;
+    let message = err(
+        svc,
+        MetaOp::CreatePool { name: "ssd".into(), kind: PoolKind::Nodes, default_ec: EcScheme::DEFAULT },
+        ErrorCode::Exists,
+    )
+    .await;
     assert!(message.contains("\"ssd\" exists"), "{message}");
-    let message = err(svc, MetaOp::CreatePool { name: "no space".into(), kind: PoolKind::Nodes, default_ec: EcScheme::DEFAULT }, ErrorCode::Invalid).await;
+    let message = err(
+        svc,
+        MetaOp::CreatePool { name: "no space".into(), kind: PoolKind::Nodes, default_ec: EcScheme::DEFAULT },
+        ErrorCode::Invalid,
+    )
+    .await;
     assert!(message.contains("may hold only"), "{message}");
-    let message = err(svc, MetaOp::CreatePool { name: "wide".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 30, m: 3 } }, ErrorCode::Invalid).await;
+    let message = err(
+        svc,
+        MetaOp::CreatePool { name: "wide".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 30, m: 3 } },
+        ErrorCode::Invalid,
+    )
+    .await;
     assert!(message.contains("K + M <= 32"), "{message}");
 
     // Changing the default scheme is kept; an unknown pool is named with the pools there are.
@@ -170,8 +195,18 @@ async fn pools_are_made_changed_and_refused_with_reasons() {
     register_in(svc, 1, "").await;
     register_in(svc, 2, "").await;
     let file = create(svc, ROOT_INO, "f").await;
-    ok(svc, MetaOp::SetLayout { ino: file.ino, ec: EcScheme { k: 1, m: 1 }, chunk_bytes: 1 << 20, check: wire::LayoutCheck::Chosen }).await;
-    let MetaReply::Alloc { chunks, .. } = ok(svc, MetaOp::AllocChunks { ino: file.ino, count: 1, avoid: vec![] }).await else {
+    ok(
+        svc,
+        MetaOp::SetLayout {
+            ino: file.ino,
+            ec: EcScheme { k: 1, m: 1 },
+            chunk_bytes: 1 << 20,
+            check: wire::LayoutCheck::Chosen,
+        },
+    )
+    .await;
+    let MetaReply::Alloc { chunks, .. } = ok(svc, MetaOp::AllocChunks { ino: file.ino, count: 1, avoid: vec![] }).await
+    else {
         panic!("alloc")
     };
     let (id, placement) = chunks[0];
@@ -194,7 +229,11 @@ async fn pools_are_made_changed_and_refused_with_reasons() {
 async fn object_pools_are_made_by_their_first_node_and_keep_one_kind_of_node() {
     let env = env().await;
     let svc = &env.svc;
-    let target = |prefix: &str| wire::ObjectTarget { endpoint: "http://s3.test:3900".into(), bucket: "cold".into(), prefix: prefix.into() };
+    let target = |prefix: &str| wire::ObjectTarget {
+        endpoint: "http://s3.test:3900".into(),
+        bucket: "cold".into(),
+        prefix: prefix.into(),
+    };
     let object_node = |uuid: u128, pool: &str, prefix: &str| MetaOp::RegisterNode {
         uuid,
         addr: format!("h{uuid}:1"),
@@ -210,21 +249,31 @@ async fn object_pools_are_made_by_their_first_node_and_keep_one_kind_of_node() {
     assert_eq!(cold.default_ec, EcScheme { k: 1, m: 0 });
     // A node with drives cannot join it, nor a node on another bucket; an object node cannot
     // join the default pool or a pool of drives.
-    let message = err(svc, MetaOp::RegisterNode { uuid: 3, addr: "h3:1".into(), drives: vec![], pool: "cold".into(), object: None }, ErrorCode::Invalid).await;
+    let message = err(
+        svc,
+        MetaOp::RegisterNode { uuid: 3, addr: "h3:1".into(), drives: vec![], pool: "cold".into(), object: None },
+        ErrorCode::Invalid,
+    )
+    .await;
     assert!(message.contains("bucket \"cold\" at http://s3.test:3900") && message.contains("cannot join"), "{message}");
     let other = MetaOp::RegisterNode {
         uuid: 4,
         addr: "h4:1".into(),
         drives: vec![],
         pool: "cold".into(),
-        object: Some(wire::ObjectTarget { endpoint: "http://s3.test:3900".into(), bucket: "other".into(), prefix: String::new() }),
+        object: Some(wire::ObjectTarget {
+            endpoint: "http://s3.test:3900".into(),
+            bucket: "other".into(),
+            prefix: String::new(),
+        }),
     };
     assert!(err(svc, other, ErrorCode::Invalid).await.contains("bucket \"other\""));
     assert!(err(svc, object_node(5, "", "x"), ErrorCode::Invalid).await.contains("not the default pool"));
     register_in(svc, 6, "hdd").await;
     assert!(err(svc, object_node(7, "hdd", "x"), ErrorCode::Invalid).await.contains("storage nodes' drives"));
     // A pool made empty by `trove pool create` takes the kind of its first node.
-    ok(svc, MetaOp::CreatePool { name: "archive".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 1, m: 1 } }).await;
+    ok(svc, MetaOp::CreatePool { name: "archive".into(), kind: PoolKind::Nodes, default_ec: EcScheme { k: 1, m: 1 } })
+        .await;
     ok(svc, object_node(8, "archive", "a")).await;
     let archive = pools(svc).await.into_iter().find(|p| p.name == "archive").expect("pool archive");
     assert_eq!((archive.kind.name(), archive.default_ec), ("object", EcScheme { k: 1, m: 1 }));

@@ -61,16 +61,11 @@ async fn two_servers_share_one_database() {
     let options = kv_postgres::test_server::fresh_options("two");
     let mut services = Vec::new();
     for _ in 0..2 {
-        let engine =
-            kv_postgres::PostgresEngine::connect(kv_postgres::test_server::url(), options.clone())
-                .await
-                .unwrap_or_else(|e| panic!("connect: {e}"));
+        let engine = kv_postgres::PostgresEngine::connect(kv_postgres::test_server::url(), options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
         let engine: Arc<dyn kv::KvEngine> = Arc::new(engine);
-        services.push(
-            MetaService::new(engine, test_options())
-                .await
-                .unwrap_or_else(|e| panic!("{e}")),
-        );
+        services.push(MetaService::new(engine, test_options()).await.unwrap_or_else(|e| panic!("{e}")));
     }
     let a = create(&services[0], ROOT_INO, "from-a").await;
     let b = create(&services[1], ROOT_INO, "from-b").await;
@@ -78,13 +73,7 @@ async fn two_servers_share_one_database() {
     let expected = vec!["from-a".to_string(), "from-b".to_string()];
     assert_eq!(list(&services[0], ROOT_INO).await, expected);
     assert_eq!(list(&services[1], ROOT_INO).await, expected);
-    let mkdir_a = MetaOp::Mkdir {
-        parent: ROOT_INO,
-        name: "from-a".into(),
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-    };
+    let mkdir_a = MetaOp::Mkdir { parent: ROOT_INO, name: "from-a".into(), mode: 0o755, uid: 0, gid: 0 };
     err(&services[1], mkdir_a, ErrorCode::Exists).await;
 }
 

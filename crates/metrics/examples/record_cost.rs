@@ -30,21 +30,15 @@ fn main() {
     let table = metrics::ops::table("cost", &NAMES);
     let cache = metrics::gauges::cache("cost.cache");
     metrics::disable();
-    per_call("operation, recording off (one relaxed load)", 1, |_| {
-        table.done(0, table.start(), true)
-    });
+    per_call("operation, recording off (one relaxed load)", 1, |_| table.done(0, table.start(), true));
     metrics::enable();
     for threads in [1, 2] {
-        per_call(
-            "operation (start + done: clock, count, bucket, sum)",
-            threads,
-            |_| table.done(0, table.start(), true),
-        );
+        per_call("operation (start + done: clock, count, bucket, sum)", threads, |_| {
+            table.done(0, table.start(), true)
+        });
         per_call("bytes", threads, |_| table.read_bytes(4096));
         per_call("cache lookup", threads, |i| cache.lookup(i % 3 != 0));
-        per_call("top table: file by inode (one of 1,000)", threads, |i| {
-            metrics::top::file(i % 1000, 4096, 0)
-        });
+        per_call("top table: file by inode (one of 1,000)", threads, |i| metrics::top::file(i % 1000, 4096, 0));
     }
     let text = metrics::encode_text();
     println!("(one scrape of this process: {} bytes of text)", text.len());

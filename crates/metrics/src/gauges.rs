@@ -26,11 +26,7 @@ pub struct Sample {
 
 impl Sample {
     pub fn new(name: &'static str, labels: &[(&'static str, &str)], value: f64) -> Sample {
-        Sample {
-            name,
-            labels: labels.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-            value,
-        }
+        Sample { name, labels: labels.iter().map(|(k, v)| (*k, v.to_string())).collect(), value }
     }
 }
 
@@ -41,10 +37,7 @@ static VALUES: Mutex<BTreeMap<Key, f64>> = Mutex::new(BTreeMap::new());
 static SOURCES: Mutex<Vec<Source>> = Mutex::new(Vec::new());
 
 fn key(name: &'static str, labels: &[(&'static str, &str)]) -> Key {
-    (
-        name,
-        labels.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-    )
+    (name, labels.iter().map(|(k, v)| (*k, v.to_string())).collect())
 }
 
 /// Sets a gauge (or a counter a role keeps itself) to `value`.
@@ -87,11 +80,8 @@ pub fn cache(name: &'static str) -> &'static CacheStats {
     if let Some(c) = caches.iter().find(|c| c.name == name) {
         return c;
     }
-    let c: &'static CacheStats = Box::leak(Box::new(CacheStats {
-        name,
-        hits: AtomicU64::new(0),
-        misses: AtomicU64::new(0),
-    }));
+    let c: &'static CacheStats =
+        Box::leak(Box::new(CacheStats { name, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }));
     caches.push(c);
     c
 }
@@ -122,10 +112,7 @@ impl CacheStats {
     }
 
     pub fn counts(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
+        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
     }
 }
 
@@ -165,28 +152,15 @@ fn gather() -> BTreeMap<&'static str, Vec<(Vec<(&'static str, String)>, f64)>> {
     for c in caches {
         let (hits, misses) = c.counts();
         let list = out.entry(names::CACHE).or_default();
-        list.push((
-            vec![("cache", c.name.to_string()), ("result", "hit".into())],
-            hits as f64,
-        ));
-        list.push((
-            vec![("cache", c.name.to_string()), ("result", "miss".into())],
-            misses as f64,
-        ));
+        list.push((vec![("cache", c.name.to_string()), ("result", "hit".into())], hits as f64));
+        list.push((vec![("cache", c.name.to_string()), ("result", "miss".into())], misses as f64));
     }
     if crate::enabled() {
         let list = out.entry(names::NET_BYTES).or_default();
         // Sources may have added their own (the transport's): the sums are what is published.
-        let (mut i, mut o) = (
-            NET_IN.load(Ordering::Relaxed) as f64,
-            NET_OUT.load(Ordering::Relaxed) as f64,
-        );
+        let (mut i, mut o) = (NET_IN.load(Ordering::Relaxed) as f64, NET_OUT.load(Ordering::Relaxed) as f64);
         for (labels, v) in list.drain(..) {
-            match labels
-                .iter()
-                .find(|(k, _)| *k == "direction")
-                .map(|(_, d)| d.as_str())
-            {
+            match labels.iter().find(|(k, _)| *k == "direction").map(|(_, d)| d.as_str()) {
                 Some("in") => i += v,
                 Some("out") => o += v,
                 _ => {}
@@ -216,8 +190,7 @@ impl Collector for GaugesCollector {
             };
             let mut m = encoder.encode_descriptor(name, names::help(name), None, metric_type)?;
             for (labels, value) in series {
-                let labels: Vec<(&str, &str)> =
-                    labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 let mut f = m.encode_family(&labels)?;
                 if metric_type == MetricType::Counter {
                     f.encode_counter::<NoLabelSet, _, u64>(&value, None)?;
@@ -251,26 +224,12 @@ mod tests {
         net_in(100);
         register_source(|out| out.push(Sample::new(names::NET_BYTES, &[("direction", "in")], 5.0)));
         let text = crate::encode_text();
-        assert!(
-            text.contains("# TYPE trove_cluster_files gauge\ntrove_cluster_files 12"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_job_passes_total{job=\"unit\"} 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_drive_shards{drive=\"/d0\"} 7"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_cache_requests_total{cache=\"unit.cache\",result=\"hit\"} 2"),
-            "{text}"
-        );
+        assert!(text.contains("# TYPE trove_cluster_files gauge\ntrove_cluster_files 12"), "{text}");
+        assert!(text.contains("trove_job_passes_total{job=\"unit\"} 3"), "{text}");
+        assert!(text.contains("trove_drive_shards{drive=\"/d0\"} 7"), "{text}");
+        assert!(text.contains("trove_cache_requests_total{cache=\"unit.cache\",result=\"hit\"} 2"), "{text}");
         let parsed = crate::scrape::parse(&text);
-        assert!(parsed
-            .value("trove_net_bytes_total", &[("direction", "in")])
-            .is_some_and(|v| v >= 105.0));
+        assert!(parsed.value("trove_net_bytes_total", &[("direction", "in")]).is_some_and(|v| v >= 105.0));
         clear(names::CLUSTER_FILES);
         assert!(!crate::encode_text().contains("trove_cluster_files 12"));
     }

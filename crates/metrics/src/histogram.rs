@@ -12,8 +12,8 @@ use std::time::Instant;
 
 /// Upper bounds of the buckets, in seconds (`le` labels); a last bucket takes the rest (+Inf).
 pub const BUCKETS_S: [f64; 19] = [
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
 ];
 
 /// The same bounds in nanoseconds, which is what observations are compared with.
@@ -67,10 +67,7 @@ impl Histogram {
     pub const fn new() -> Histogram {
         #[allow(clippy::declare_interior_mutable_const)] // only initialises the array
         const ZERO: AtomicU64 = AtomicU64::new(0);
-        Histogram {
-            buckets: [ZERO; BUCKET_COUNT],
-            sum_ns: AtomicU64::new(0),
-        }
+        Histogram { buckets: [ZERO; BUCKET_COUNT], sum_ns: AtomicU64::new(0) }
     }
 
     /// Records one duration in nanoseconds.
@@ -88,29 +85,16 @@ impl Histogram {
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let buckets: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
+        let buckets: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
         let count = buckets.iter().sum();
-        HistogramSnapshot {
-            buckets,
-            sum_s: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
-            count,
-        }
+        HistogramSnapshot { buckets, sum_s: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9, count }
     }
 }
 
 impl HistogramSnapshot {
     /// The buckets as `prometheus-client` encodes them: (upper bound, observations in it).
     pub fn encodable(&self) -> Vec<(f64, u64)> {
-        BUCKETS_S
-            .iter()
-            .copied()
-            .chain(std::iter::once(f64::INFINITY))
-            .zip(self.buckets.iter().copied())
-            .collect()
+        BUCKETS_S.iter().copied().chain(std::iter::once(f64::INFINITY)).zip(self.buckets.iter().copied()).collect()
     }
 }
 
@@ -126,17 +110,12 @@ struct Published {
 
 impl std::fmt::Debug for Published {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Published")
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("Published").field("name", &self.name).finish()
     }
 }
 
 impl prometheus_client::collector::Collector for Published {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let h = self.histogram.snapshot();
         let mut m = encoder.encode_descriptor(
             self.name,
@@ -144,12 +123,7 @@ impl prometheus_client::collector::Collector for Published {
             None,
             prometheus_client::metrics::MetricType::Histogram,
         )?;
-        m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-            h.sum_s,
-            h.count,
-            &h.encodable(),
-            None,
-        )
+        m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(h.sum_s, h.count, &h.encodable(), None)
     }
 }
 
@@ -169,11 +143,7 @@ pub fn quantile(bounds: &[f64], counts: &[u64], q: f64) -> Option<f64> {
             continue;
         }
         if (seen + c) as f64 >= rank {
-            let lower = if i == 0 {
-                0.0
-            } else {
-                bounds.get(i - 1).copied().unwrap_or(0.0)
-            };
+            let lower = if i == 0 { 0.0 } else { bounds.get(i - 1).copied().unwrap_or(0.0) };
             let Some(&upper) = bounds.get(i) else {
                 return Some(lower);
             };

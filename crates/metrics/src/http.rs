@@ -16,10 +16,7 @@ use std::net::SocketAddr;
 #[non_exhaustive]
 pub enum ExportError {
     #[error("cannot listen on {addr} (--metrics-listen): {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
+    Bind { addr: String, source: std::io::Error },
 }
 
 /// Rows of `/top` unless `?n=` asks for another number.
@@ -55,26 +52,16 @@ struct TopQuery {
 }
 
 async fn metrics_text() -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-        )],
-        crate::encode_text(),
-    )
+    ([(header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], crate::encode_text())
 }
 
 async fn top(Query(q): Query<TopQuery>) -> impl IntoResponse {
-    axum::Json(crate::top::report(
-        q.n.unwrap_or(TOP_ROWS_DEFAULT).min(TOP_ROWS_MAX),
-    ))
+    axum::Json(crate::top::report(q.n.unwrap_or(TOP_ROWS_DEFAULT).min(TOP_ROWS_MAX)))
 }
 
 /// The exporter's own routes.
 pub fn routes() -> Router {
-    Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/top", get(top))
+    Router::new().route("/metrics", get(metrics_text)).route("/top", get(top))
 }
 
 /// Binds `listen` ("HOST:PORT"), turns recording on, and serves the exporter's routes and
@@ -82,39 +69,24 @@ pub fn routes() -> Router {
 pub async fn serve(listen: &str, extra: Option<Router>) -> Result<Exporter, ExportError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|source| ExportError::Bind {
-            addr: listen.to_string(),
-            source,
-        })?;
+        .map_err(|source| ExportError::Bind { addr: listen.to_string(), source })?;
     serve_listener(listener, listen, extra)
 }
 
 /// Binds `listen` now, without a runtime: a role binds its exporter's port before it says it
 /// listens (so that a taken port fails its start), and serves it later with [`serve_on`].
 pub fn bind(listen: &str) -> Result<std::net::TcpListener, ExportError> {
-    let bind = |source| ExportError::Bind {
-        addr: listen.to_string(),
-        source,
-    };
+    let bind = |source| ExportError::Bind { addr: listen.to_string(), source };
     let listener = std::net::TcpListener::bind(listen).map_err(bind)?;
     listener.set_nonblocking(true).map_err(bind)?;
     Ok(listener)
 }
 
 /// [`serve`] on a listener bound by [`bind`].
-pub fn serve_on(
-    listener: std::net::TcpListener,
-    extra: Option<Router>,
-) -> Result<Exporter, ExportError> {
-    let name = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let listener =
-        tokio::net::TcpListener::from_std(listener).map_err(|source| ExportError::Bind {
-            addr: name.clone(),
-            source,
-        })?;
+pub fn serve_on(listener: std::net::TcpListener, extra: Option<Router>) -> Result<Exporter, ExportError> {
+    let name = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|source| ExportError::Bind { addr: name.clone(), source })?;
     serve_listener(listener, &name, extra)
 }
 
@@ -123,10 +95,7 @@ fn serve_listener(
     listen: &str,
     extra: Option<Router>,
 ) -> Result<Exporter, ExportError> {
-    let addr = listener.local_addr().map_err(|source| ExportError::Bind {
-        addr: listen.to_string(),
-        source,
-    })?;
+    let addr = listener.local_addr().map_err(|source| ExportError::Bind { addr: listen.to_string(), source })?;
     crate::enable();
     let mut app = routes();
     if let Some(extra) = extra {
@@ -150,25 +119,15 @@ mod tests {
         let exporter = serve("127.0.0.1:0", None).await.expect("serves");
         crate::top::client("http-test", 1, 2);
         let addr = exporter.addr.to_string();
-        let text = crate::scrape::get(&addr, "/metrics")
-            .await
-            .expect("GET /metrics");
-        assert!(
-            text.contains("# TYPE process_cpu_seconds_total counter"),
-            "{text}"
-        );
-        let top = crate::scrape::get(&addr, "/top?n=5")
-            .await
-            .expect("GET /top");
+        let text = crate::scrape::get(&addr, "/metrics").await.expect("GET /metrics");
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+        let top = crate::scrape::get(&addr, "/top?n=5").await.expect("GET /top");
         let report: crate::top::TopReport = serde_json::from_str(&top).expect("JSON");
         assert!(report.clients.len() <= 5);
         let e = serve(&addr, None).await.err().expect("the port is taken");
         let text = e.to_string();
         assert!(text.contains(&addr) && text.contains("in use"), "{text}");
-        let missing = crate::scrape::get(&addr, "/nothing")
-            .await
-            .err()
-            .expect("404");
+        let missing = crate::scrape::get(&addr, "/nothing").await.err().expect("404");
         assert!(missing.to_string().contains("404"), "{missing}");
     }
 }

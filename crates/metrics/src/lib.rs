@@ -107,9 +107,7 @@ pub fn encode_text() -> String {
 
 /// This host's name (as `hostname` prints it), for announcements.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
 /// When this process started, in ms since the Unix epoch (as announced).
@@ -125,23 +123,12 @@ pub fn advertised(bound: std::net::SocketAddr, service: &str) -> String {
     if !bound.ip().is_unspecified() {
         return bound.to_string();
     }
-    let host = service
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .filter(|h| !h.is_empty())
-        .unwrap_or("127.0.0.1");
-    let host = if host == "0.0.0.0" || host == "[::]" {
-        "127.0.0.1"
-    } else {
-        host
-    };
+    let host = service.rsplit_once(':').map(|(h, _)| h).filter(|h| !h.is_empty()).unwrap_or("127.0.0.1");
+    let host = if host == "0.0.0.0" || host == "[::]" { "127.0.0.1" } else { host };
     format!("{host}:{}", bound.port())
 }
 
 /// Seconds since the Unix epoch, wall clock.
 pub(crate) fn now_s() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }

@@ -169,7 +169,9 @@ pub fn help(name: &str) -> &'static str {
         META_LEADER => "Whether this metadata server holds the cluster manager's lease.",
         META_PROCESSES => "Processes that announced their metrics exporters to this metadata server.",
         CLUSTER_NODES => "Storage nodes by state (lease holder only).",
-        CLUSTER_CAPACITY => "The cluster's raw capacity: total, free, and held by deleted data until GC (lease holder only).",
+        CLUSTER_CAPACITY => {
+            "The cluster's raw capacity: total, free, and held by deleted data until GC (lease holder only)."
+        }
         CLUSTER_FILES => "Regular files in the namespace (lease holder only).",
         CLUSTER_CHUNKS => "Chunks by state (lease holder only).",
         CLUSTER_MAP_VERSION => "The newest placement map version (lease holder only).",
@@ -194,28 +196,15 @@ mod tests {
 
     #[test]
     fn every_name_is_documented_and_has_help() {
-        let doc = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/metrics.md"
-        ))
-        .expect("docs/metrics.md");
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md"))
+            .expect("docs/metrics.md");
         let mut seen = std::collections::BTreeSet::new();
         for (name, kind, _) in ALL {
             assert!(seen.insert(*name), "{name} listed twice");
             assert!(!help(name).is_empty(), "{name} has no help text");
-            let published = if *kind == "counter" {
-                format!("{name}_total")
-            } else {
-                name.to_string()
-            };
-            assert!(
-                doc.contains(&format!("`{published}`")),
-                "docs/metrics.md does not list `{published}`"
-            );
-            assert!(
-                name.starts_with("trove_") || name.starts_with("process_"),
-                "{name}"
-            );
+            let published = if *kind == "counter" { format!("{name}_total") } else { name.to_string() };
+            assert!(doc.contains(&format!("`{published}`")), "docs/metrics.md does not list `{published}`");
+            assert!(name.starts_with("trove_") || name.starts_with("process_"), "{name}");
         }
     }
 }

@@ -46,10 +46,7 @@ static TABLES: Mutex<Vec<&'static OpTable>> = Mutex::new(Vec::new());
 pub fn table(protocol: &'static str, names: &'static [&'static str]) -> &'static OpTable {
     let mut tables = TABLES.lock();
     if let Some(t) = tables.iter().find(|t| t.protocol == protocol) {
-        assert_eq!(
-            t.names, names,
-            "protocol {protocol} was given two different operation lists"
-        );
+        assert_eq!(t.names, names, "protocol {protocol} was given two different operation lists");
         return t;
     }
     let t: &'static OpTable = Box::leak(Box::new(OpTable {
@@ -130,27 +127,16 @@ impl OpTable {
 
     /// (count, errors) of operation `op`.
     pub fn counts(&self, op: usize) -> (u64, u64) {
-        self.ops.get(op).map_or((0, 0), |s| {
-            (
-                s.count.load(Ordering::Relaxed),
-                s.errors.load(Ordering::Relaxed),
-            )
-        })
+        self.ops.get(op).map_or((0, 0), |s| (s.count.load(Ordering::Relaxed), s.errors.load(Ordering::Relaxed)))
     }
 
     /// (bytes read, bytes written) by clients so far.
     pub fn bytes(&self) -> (u64, u64) {
-        (
-            self.bytes_read.load(Ordering::Relaxed),
-            self.bytes_written.load(Ordering::Relaxed),
-        )
+        (self.bytes_read.load(Ordering::Relaxed), self.bytes_written.load(Ordering::Relaxed))
     }
 
     fn latency(&self, op: usize) -> HistogramSnapshot {
-        self.ops
-            .get(op)
-            .map(|s| s.latency.snapshot())
-            .unwrap_or_default()
+        self.ops.get(op).map(|s| s.latency.snapshot()).unwrap_or_default()
     }
 }
 
@@ -169,8 +155,7 @@ fn encode_op_counters(
     for t in tables {
         for (i, op) in t.names.iter().enumerate() {
             let labels = [("protocol", t.protocol), ("op", *op)];
-            m.encode_family(&labels)?
-                .encode_counter::<NoLabelSet, _, u64>(&value(t, i), None)?;
+            m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&value(t, i), None)?;
         }
     }
     Ok(())
@@ -183,9 +168,7 @@ impl Collector for OpsCollector {
             return Ok(());
         }
         encode_op_counters(&mut encoder, &tables, names::OPS, |t, i| t.counts(i).0)?;
-        encode_op_counters(&mut encoder, &tables, names::OP_ERRORS, |t, i| {
-            t.counts(i).1
-        })?;
+        encode_op_counters(&mut encoder, &tables, names::OP_ERRORS, |t, i| t.counts(i).1)?;
         {
             let mut m = encoder.encode_descriptor(
                 names::OP_DURATION,
@@ -200,27 +183,16 @@ impl Collector for OpsCollector {
                         continue;
                     }
                     let labels = [("protocol", t.protocol), ("op", *op)];
-                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                        h.sum_s,
-                        h.count,
-                        &h.encodable(),
-                        None,
-                    )?;
+                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(h.sum_s, h.count, &h.encodable(), None)?;
                 }
             }
         }
-        let mut m = encoder.encode_descriptor(
-            names::BYTES,
-            names::help(names::BYTES),
-            None,
-            MetricType::Counter,
-        )?;
+        let mut m = encoder.encode_descriptor(names::BYTES, names::help(names::BYTES), None, MetricType::Counter)?;
         for t in &tables {
             let (read, written) = t.bytes();
             for (direction, v) in [("read", read), ("write", written)] {
                 let labels = [("protocol", t.protocol), ("direction", direction)];
-                m.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+                m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&v, None)?;
             }
         }
         Ok(())
@@ -236,10 +208,7 @@ mod tests {
     #[test]
     fn operations_are_counted_only_while_enabled_and_published() {
         let t = table("unit-test", &NAMES);
-        assert!(
-            std::ptr::eq(t, table("unit-test", &NAMES)),
-            "one table per protocol"
-        );
+        assert!(std::ptr::eq(t, table("unit-test", &NAMES)), "one table per protocol");
         crate::disable();
         let started = t.start();
         assert!(started.is_none());
@@ -256,36 +225,15 @@ mod tests {
         assert_eq!(t.counts(1), (1, 1));
         assert_eq!(t.bytes(), (4096, 100));
         let text = crate::encode_text();
-        assert!(
-            text.contains("trove_ops_total{protocol=\"unit-test\",op=\"Get\"} 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_ops_total{protocol=\"unit-test\",op=\"List\"} 0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_op_errors_total{protocol=\"unit-test\",op=\"Put\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_op_duration_seconds_count{protocol=\"unit-test\",op=\"Get\"} 2"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("trove_op_duration_seconds_count{protocol=\"unit-test\",op=\"List\"}"),
-            "{text}"
-        );
-        assert!(
-            text.contains("trove_bytes_total{protocol=\"unit-test\",direction=\"read\"} 4096"),
-            "{text}"
-        );
+        assert!(text.contains("trove_ops_total{protocol=\"unit-test\",op=\"Get\"} 2"), "{text}");
+        assert!(text.contains("trove_ops_total{protocol=\"unit-test\",op=\"List\"} 0"), "{text}");
+        assert!(text.contains("trove_op_errors_total{protocol=\"unit-test\",op=\"Put\"} 1"), "{text}");
+        assert!(text.contains("trove_op_duration_seconds_count{protocol=\"unit-test\",op=\"Get\"} 2"), "{text}");
+        assert!(!text.contains("trove_op_duration_seconds_count{protocol=\"unit-test\",op=\"List\"}"), "{text}");
+        assert!(text.contains("trove_bytes_total{protocol=\"unit-test\",direction=\"read\"} 4096"), "{text}");
         // The text parses back, and the histogram's buckets add up to its count.
         let parsed = crate::scrape::parse(&text);
-        let buckets = parsed.histogram(
-            names::OP_DURATION,
-            &[("protocol", "unit-test"), ("op", "Get")],
-        );
+        let buckets = parsed.histogram(names::OP_DURATION, &[("protocol", "unit-test"), ("op", "Get")]);
         assert_eq!(buckets.1.iter().sum::<u64>(), 2);
     }
 }

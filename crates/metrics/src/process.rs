@@ -18,21 +18,13 @@ pub(crate) struct ProcessCollector;
 
 /// Fields of `/proc/self/stat` after the command name, 0-based from the state field.
 fn stat_fields(text: &str) -> Vec<&str> {
-    text.rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default()
+    text.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default()
 }
 
 /// `kB` lines of a `/proc` key-value file (`/proc/meminfo`), in bytes.
 fn kb_value(text: &str, key: &str) -> Option<f64> {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
-    let v: f64 = line[key.len() + 1..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let line = text.lines().find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
+    let v: f64 = line[key.len() + 1..].split_whitespace().next()?.parse().ok()?;
     Some(v * 1024.0)
 }
 
@@ -44,12 +36,7 @@ pub fn samples() -> Vec<Sample> {
     if let Some(id) = crate::identity() {
         out.push(Sample::new(
             names::PROCESS_INFO,
-            &[
-                ("role", &id.role),
-                ("id", &id.id),
-                ("cluster", &id.cluster),
-                ("version", env!("CARGO_PKG_VERSION")),
-            ],
+            &[("role", &id.role), ("id", &id.id), ("cluster", &id.cluster), ("version", env!("CARGO_PKG_VERSION"))],
             1.0,
         ));
     }
@@ -70,12 +57,9 @@ pub fn samples() -> Vec<Sample> {
         if let Some(r) = num(24) {
             out.push(Sample::new(names::PROCESS_RSS, &[], r * page));
         }
-        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("btime ")
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-            })
-        });
+        let boot = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<f64>().ok())));
         if let (Some(start), Some(boot)) = (num(22), boot) {
             out.push(Sample::new(names::PROCESS_START, &[], boot + start / ticks));
         }
@@ -85,19 +69,9 @@ pub fn samples() -> Vec<Sample> {
     }
     if let Ok(text) = std::fs::read_to_string("/proc/self/io") {
         for (key, direction) in [("read_bytes", "read"), ("write_bytes", "write")] {
-            let v = text.lines().find_map(|l| {
-                l.strip_prefix(key)?
-                    .strip_prefix(':')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            });
+            let v = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse::<f64>().ok());
             if let Some(v) = v {
-                out.push(Sample::new(
-                    names::PROCESS_DISK_BYTES,
-                    &[("direction", direction)],
-                    v,
-                ));
+                out.push(Sample::new(names::PROCESS_DISK_BYTES, &[("direction", direction)], v));
             }
         }
     }
@@ -108,9 +82,7 @@ pub fn samples() -> Vec<Sample> {
 fn host_samples(out: &mut Vec<Sample>, ticks: f64) {
     if let Ok(text) = std::fs::read_to_string("/proc/stat") {
         if let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) {
-            let modes = [
-                "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
-            ];
+            let modes = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"];
             for (mode, v) in modes.iter().zip(line.split_whitespace().skip(1)) {
                 if let Ok(v) = v.parse::<f64>() {
                     out.push(Sample::new(names::HOST_CPU, &[("mode", mode)], v / ticks));
@@ -130,11 +102,10 @@ fn host_samples(out: &mut Vec<Sample>, ticks: f64) {
             }
         }
     }
-    if let Some(load) = std::fs::read_to_string("/proc/loadavg").ok().and_then(|t| {
-        t.split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-    }) {
+    if let Some(load) = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+    {
         out.push(Sample::new(names::HOST_LOAD1, &[], load));
     }
     if let Ok(text) = std::fs::read_to_string("/proc/net/dev") {
@@ -142,22 +113,11 @@ fn host_samples(out: &mut Vec<Sample>, ticks: f64) {
             let Some((dev, rest)) = line.split_once(':') else {
                 continue;
             };
-            let f: Vec<f64> = rest
-                .split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect();
+            let f: Vec<f64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
             if f.len() >= 9 {
                 let dev = dev.trim();
-                out.push(Sample::new(
-                    names::HOST_NET_BYTES,
-                    &[("device", dev), ("direction", "in")],
-                    f[0],
-                ));
-                out.push(Sample::new(
-                    names::HOST_NET_BYTES,
-                    &[("device", dev), ("direction", "out")],
-                    f[8],
-                ));
+                out.push(Sample::new(names::HOST_NET_BYTES, &[("device", dev), ("direction", "in")], f[0]));
+                out.push(Sample::new(names::HOST_NET_BYTES, &[("device", dev), ("direction", "out")], f[8]));
             }
         }
     }
@@ -169,26 +129,14 @@ fn host_samples(out: &mut Vec<Sample>, ticks: f64) {
             }
             let dev = f[2];
             // Whole devices only (a partition's bytes are its disk's too); no RAM or loop disks.
-            let partition = std::path::Path::new("/sys/class/block")
-                .join(dev)
-                .join("partition")
-                .exists();
+            let partition = std::path::Path::new("/sys/class/block").join(dev).join("partition").exists();
             if partition || dev.starts_with("loop") || dev.starts_with("ram") {
                 continue;
             }
             // Sectors read (field 6) and written (field 10) are 512-byte units whatever the disk.
-            let sectors =
-                |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) * 512.0;
-            out.push(Sample::new(
-                names::HOST_DISK_BYTES,
-                &[("device", dev), ("direction", "read")],
-                sectors(5),
-            ));
-            out.push(Sample::new(
-                names::HOST_DISK_BYTES,
-                &[("device", dev), ("direction", "write")],
-                sectors(9),
-            ));
+            let sectors = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) * 512.0;
+            out.push(Sample::new(names::HOST_DISK_BYTES, &[("device", dev), ("direction", "read")], sectors(5)));
+            out.push(Sample::new(names::HOST_DISK_BYTES, &[("device", dev), ("direction", "write")], sectors(9)));
         }
     }
 }
@@ -201,15 +149,10 @@ impl Collector for ProcessCollector {
             if series.is_empty() {
                 continue;
             }
-            let metric_type = if *kind == "counter" {
-                MetricType::Counter
-            } else {
-                MetricType::Gauge
-            };
+            let metric_type = if *kind == "counter" { MetricType::Counter } else { MetricType::Gauge };
             let mut m = encoder.encode_descriptor(name, names::help(name), None, metric_type)?;
             for s in series {
-                let labels: Vec<(&str, &str)> =
-                    s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 let mut f = m.encode_family(&labels)?;
                 if metric_type == MetricType::Counter {
                     f.encode_counter::<NoLabelSet, _, u64>(&s.value, None)?;
@@ -235,20 +178,10 @@ mod tests {
         assert!(find(names::PROCESS_RSS).expect("RSS") > 1e5);
         assert!(find(names::PROCESS_THREADS).expect("threads") >= 1.0);
         let start = find(names::PROCESS_START).expect("start time");
-        assert!(
-            (start - crate::now_s()).abs() < 3600.0 * 24.0,
-            "started {start}"
-        );
+        assert!((start - crate::now_s()).abs() < 3600.0 * 24.0, "started {start}");
         assert!(find(names::HOST_CPUS).expect("cpus") >= 1.0);
-        assert!(s
-            .iter()
-            .any(|x| x.name == names::HOST_NET_BYTES && x.labels.iter().any(|(_, v)| v == "lo")));
-        assert!(s
-            .iter()
-            .any(|x| x.name == names::HOST_CPU && x.labels == vec![("mode", "idle".to_string())]));
-        assert!(
-            kb_value("MemTotal:       24567 kB\nMemFree: 1 kB\n", "MemTotal")
-                == Some(24567.0 * 1024.0)
-        );
+        assert!(s.iter().any(|x| x.name == names::HOST_NET_BYTES && x.labels.iter().any(|(_, v)| v == "lo")));
+        assert!(s.iter().any(|x| x.name == names::HOST_CPU && x.labels == vec![("mode", "idle".to_string())]));
+        assert!(kb_value("MemTotal:       24567 kB\nMemFree: 1 kB\n", "MemTotal") == Some(24567.0 * 1024.0));
     }
 }

@@ -25,11 +25,7 @@ pub enum ScrapeError {
     #[error("cannot reach the exporter at {addr}: {reason}")]
     Connect { addr: String, reason: String },
     #[error("the exporter at {addr} answered {status} to {path}")]
-    Status {
-        addr: String,
-        path: String,
-        status: u16,
-    },
+    Status { addr: String, path: String, status: u16 },
     #[error("the exporter at {addr} did not answer within {} s", FETCH_TIMEOUT.as_secs())]
     Timeout { addr: String },
     #[error("the exporter at {addr} sent an unreadable answer: {reason}")]
@@ -40,24 +36,16 @@ pub enum ScrapeError {
 pub async fn get(addr: &str, path: &str) -> Result<String, ScrapeError> {
     match tokio::time::timeout(FETCH_TIMEOUT, get_inner(addr, path)).await {
         Ok(r) => r,
-        Err(_) => Err(ScrapeError::Timeout {
-            addr: addr.to_string(),
-        }),
+        Err(_) => Err(ScrapeError::Timeout { addr: addr.to_string() }),
     }
 }
 
 async fn get_inner(addr: &str, path: &str) -> Result<String, ScrapeError> {
-    let connect = |reason: String| ScrapeError::Connect {
-        addr: addr.to_string(),
-        reason,
-    };
-    let stream = tokio::net::TcpStream::connect(addr)
+    let connect = |reason: String| ScrapeError::Connect { addr: addr.to_string(), reason };
+    let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| connect(e.to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
         .map_err(|e| connect(e.to_string()))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| connect(e.to_string()))?;
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -65,32 +53,19 @@ async fn get_inner(addr: &str, path: &str) -> Result<String, ScrapeError> {
         .header(hyper::header::HOST, addr)
         .body(Empty::<Bytes>::new())
         .map_err(|e| connect(e.to_string()))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| connect(e.to_string()))?;
+    let response = sender.send_request(request).await.map_err(|e| connect(e.to_string()))?;
     let status = response.status().as_u16();
     if status != 200 {
         driver.abort();
-        return Err(ScrapeError::Status {
-            addr: addr.to_string(),
-            path: path.to_string(),
-            status,
-        });
+        return Err(ScrapeError::Status { addr: addr.to_string(), path: path.to_string(), status });
     }
     let body = http_body_util::Limited::new(response.into_body(), BODY_BYTES_MAX)
         .collect()
         .await
-        .map_err(|e| ScrapeError::Body {
-            addr: addr.to_string(),
-            reason: e.to_string(),
-        })?
+        .map_err(|e| ScrapeError::Body { addr: addr.to_string(), reason: e.to_string() })?
         .to_bytes();
     driver.abort();
-    String::from_utf8(body.to_vec()).map_err(|e| ScrapeError::Body {
-        addr: addr.to_string(),
-        reason: e.to_string(),
-    })
+    String::from_utf8(body.to_vec()).map_err(|e| ScrapeError::Body { addr: addr.to_string(), reason: e.to_string() })
 }
 
 /// One sample read back: its full name (with `_total`, `_bucket`, ... as published), labels
@@ -110,9 +85,7 @@ pub struct Metrics {
 
 /// Reads the text format. Lines that do not parse are skipped.
 pub fn parse(text: &str) -> Metrics {
-    Metrics {
-        samples: text.lines().filter_map(parse_line).collect(),
-    }
+    Metrics { samples: text.lines().filter_map(parse_line).collect() }
 }
 
 fn parse_line(line: &str) -> Option<Parsed> {
@@ -159,24 +132,16 @@ fn parse_line(line: &str) -> Option<Parsed> {
         "NaN" => f64::NAN,
         v => v.parse().ok()?,
     };
-    Some(Parsed {
-        name,
-        labels,
-        value,
-    })
+    Some(Parsed { name, labels, value })
 }
 
 impl Parsed {
     fn has(&self, want: &[(&str, &str)]) -> bool {
-        want.iter()
-            .all(|(k, v)| self.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+        want.iter().all(|(k, v)| self.labels.iter().any(|(lk, lv)| lk == k && lv == v))
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 }
 
@@ -187,9 +152,7 @@ impl Metrics {
         name: &'a str,
         want: &'a [(&'a str, &'a str)],
     ) -> impl Iterator<Item = &'a Parsed> + 'a {
-        self.samples
-            .iter()
-            .filter(move |s| s.name == name && s.has(want))
+        self.samples.iter().filter(move |s| s.name == name && s.has(want))
     }
 
     /// The first such sample's value.
@@ -209,17 +172,10 @@ impl Metrics {
         let mut cumulative: BTreeMap<u64, f64> = BTreeMap::new();
         for s in self.series(&bucket, want) {
             let Some(le) = s.label("le") else { continue };
-            let bound = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().unwrap_or(f64::INFINITY)
-            };
+            let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::INFINITY) };
             *cumulative.entry(bound.to_bits()).or_default() += s.value;
         }
-        let mut pairs: Vec<(f64, f64)> = cumulative
-            .into_iter()
-            .map(|(b, c)| (f64::from_bits(b), c))
-            .collect();
+        let mut pairs: Vec<(f64, f64)> = cumulative.into_iter().map(|(b, c)| (f64::from_bits(b), c)).collect();
         pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut counts = Vec::with_capacity(pairs.len());
         let mut prev = 0.0;
@@ -232,11 +188,8 @@ impl Metrics {
 
     /// The protocols this process serves operations of (from `trove_ops_total`).
     pub fn protocols(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .series("trove_ops_total", &[])
-            .filter_map(|s| s.label("protocol"))
-            .map(String::from)
-            .collect();
+        let mut out: Vec<String> =
+            self.series("trove_ops_total", &[]).filter_map(|s| s.label("protocol")).map(String::from).collect();
         out.sort();
         out.dedup();
         out
@@ -302,22 +255,9 @@ pub fn rates(before: &Metrics, after: &Metrics, seconds: f64) -> Rates {
         ..Rates::default()
     };
     for p in after.protocols() {
-        r.ops
-            .insert(p.clone(), delta("trove_ops_total", &[("protocol", &p)]));
-        r.read_bytes.insert(
-            p.clone(),
-            delta(
-                "trove_bytes_total",
-                &[("protocol", &p), ("direction", "read")],
-            ),
-        );
-        r.write_bytes.insert(
-            p.clone(),
-            delta(
-                "trove_bytes_total",
-                &[("protocol", &p), ("direction", "write")],
-            ),
-        );
+        r.ops.insert(p.clone(), delta("trove_ops_total", &[("protocol", &p)]));
+        r.read_bytes.insert(p.clone(), delta("trove_bytes_total", &[("protocol", &p), ("direction", "read")]));
+        r.write_bytes.insert(p.clone(), delta("trove_bytes_total", &[("protocol", &p), ("direction", "write")]));
     }
     let mut bounds = Vec::new();
     let mut counts: Vec<u64> = Vec::new();
@@ -333,11 +273,7 @@ pub fn rates(before: &Metrics, after: &Metrics, seconds: f64) -> Rates {
         }
         let restarted = c_before.iter().sum::<u64>() > c_after.iter().sum::<u64>();
         for (i, c) in c_after.iter().enumerate() {
-            let was = if restarted || c_before.len() != c_after.len() {
-                0
-            } else {
-                c_before[i]
-            };
+            let was = if restarted || c_before.len() != c_after.len() { 0 } else { c_before[i] };
             if let Some(slot) = counts.get_mut(i) {
                 *slot += c.saturating_sub(was);
             }
@@ -352,12 +288,7 @@ impl Rates {
     /// Operations per second, all protocols but the embedded client library's (unless it is
     /// the only one).
     pub fn ops_total(&self) -> f64 {
-        let served: f64 = self
-            .ops
-            .iter()
-            .filter(|(p, _)| *p != "client")
-            .map(|(_, v)| v)
-            .sum();
+        let served: f64 = self.ops.iter().filter(|(p, _)| *p != "client").map(|(_, v)| v).sum();
         if self.ops.keys().any(|p| p != "client") {
             served
         } else {
@@ -377,9 +308,7 @@ mod tests {
         assert_eq!(m.samples.len(), 3, "{m:?}");
         assert_eq!(m.value("x_total", &[("b", "q\"uote\\")]), Some(3.0));
         assert_eq!(m.value("plain", &[]), Some(2500.0));
-        assert!(m
-            .value("y", &[("le", "+Inf")])
-            .is_some_and(f64::is_infinite));
+        assert!(m.value("y", &[("le", "+Inf")]).is_some_and(f64::is_infinite));
     }
 
     #[test]

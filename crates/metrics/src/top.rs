@@ -32,9 +32,7 @@ pub struct Activity {
 
 impl Activity {
     fn weight(&self) -> u64 {
-        self.bytes_read
-            .saturating_add(self.bytes_written)
-            .saturating_add(self.ops.saturating_mul(4096))
+        self.bytes_read.saturating_add(self.bytes_written).saturating_add(self.ops.saturating_mul(4096))
     }
 }
 
@@ -60,9 +58,7 @@ struct Table<K> {
 
 impl<K: Hash + Eq + Clone> Table<K> {
     fn new() -> Table<K> {
-        Table {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-        }
+        Table { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
     }
 
     fn record(&self, key: &K, ops: u64, read: u64, written: u64) {
@@ -74,11 +70,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
         };
         if !map.contains_key(key) && map.len() >= ENTRIES_MAX / SHARDS {
             // Replace the least busy key of the shard.
-            if let Some(victim) = map
-                .iter()
-                .min_by_key(|(_, a)| a.weight())
-                .map(|(k, _)| k.clone())
-            {
+            if let Some(victim) = map.iter().min_by_key(|(_, a)| a.weight()).map(|(k, _)| k.clone()) {
                 map.remove(&victim);
             }
         }
@@ -114,11 +106,7 @@ struct Tops {
 
 fn tops() -> &'static Tops {
     static TOPS: std::sync::OnceLock<Tops> = std::sync::OnceLock::new();
-    TOPS.get_or_init(|| Tops {
-        files: Table::new(),
-        clients: Table::new(),
-        names: Mutex::new(HashMap::new()),
-    })
+    TOPS.get_or_init(|| Tops { files: Table::new(), clients: Table::new(), names: Mutex::new(HashMap::new()) })
 }
 
 /// Counts an operation on file `ino` that read or wrote bytes.
@@ -133,9 +121,7 @@ pub fn file(ino: u64, read: u64, written: u64) {
 #[inline]
 pub fn file_path(path: &str, read: u64, written: u64) {
     if crate::enabled() {
-        tops()
-            .files
-            .record(&FileKey::Path(Arc::from(path)), 1, read, written);
+        tops().files.record(&FileKey::Path(Arc::from(path)), 1, read, written);
     }
 }
 
@@ -183,25 +169,15 @@ pub fn report(n: usize) -> TopReport {
             TopEntry { key, activity }
         })
         .collect();
-    let clients = t
-        .clients
-        .busiest(n)
-        .into_iter()
-        .map(|(k, activity)| TopEntry {
-            key: k.to_string(),
-            activity,
-        })
-        .collect();
+    let clients =
+        t.clients.busiest(n).into_iter().map(|(k, activity)| TopEntry { key: k.to_string(), activity }).collect();
     TopReport { files, clients }
 }
 
 /// What each key did between two reports (`before` may be from another process lifetime: keys
 /// whose figures went down count from zero), busiest first.
 pub fn between(before: &[TopEntry], after: &[TopEntry]) -> Vec<TopEntry> {
-    let old: HashMap<&str, &Activity> = before
-        .iter()
-        .map(|e| (e.key.as_str(), &e.activity))
-        .collect();
+    let old: HashMap<&str, &Activity> = before.iter().map(|e| (e.key.as_str(), &e.activity)).collect();
     let mut out: Vec<TopEntry> = after
         .iter()
         .map(|e| {
@@ -214,10 +190,7 @@ pub fn between(before: &[TopEntry], after: &[TopEntry]) -> Vec<TopEntry> {
                 },
                 _ => a.clone(),
             };
-            TopEntry {
-                key: e.key.clone(),
-                activity: d,
-            }
+            TopEntry { key: e.key.clone(), activity: d }
         })
         .filter(|e| e.activity.ops > 0)
         .collect();
@@ -253,29 +226,10 @@ mod tests {
         file(777_002, 0, 5000);
         let after = report(1000);
         let d = between(&before.files, &after.files);
-        let first = d
-            .iter()
-            .find(|e| e.key.contains("777_002") || e.key == "ino 777002")
-            .expect("777002 moved");
-        assert_eq!(
-            first.activity,
-            Activity {
-                ops: 2,
-                bytes_read: 0,
-                bytes_written: 10_000
-            }
-        );
-        assert!(
-            !d.iter().any(|e| e.key.contains("a.bin")),
-            "a.bin did nothing in between"
-        );
-        assert!(after
-            .files
-            .iter()
-            .any(|e| e.key == "/data/a.bin (ino 777001)"));
-        assert!(after
-            .clients
-            .iter()
-            .any(|e| e.key == "top-test-key" && e.activity.bytes_read >= 100));
+        let first = d.iter().find(|e| e.key.contains("777_002") || e.key == "ino 777002").expect("777002 moved");
+        assert_eq!(first.activity, Activity { ops: 2, bytes_read: 0, bytes_written: 10_000 });
+        assert!(!d.iter().any(|e| e.key.contains("a.bin")), "a.bin did nothing in between");
+        assert!(after.files.iter().any(|e| e.key == "/data/a.bin (ino 777001)"));
+        assert!(after.clients.iter().any(|e| e.key == "top-test-key" && e.activity.bytes_read >= 100));
     }
 }

@@ -343,7 +343,12 @@ fn main() {
     let threads = args.next().and_then(|t| t.to_str()?.parse().ok()).unwrap_or(2);
     let mut root = new_attr(ROOT, FileType::Directory, 0o777, 0, 0);
     root.perm = 0o1777;
-    let fs = MemFs { tree: Mutex::new(Tree { nodes: HashMap::from([(ROOT, Node { attr: root, entries: BTreeMap::new() })]), next_ino: ROOT + 1 }) };
+    let fs = MemFs {
+        tree: Mutex::new(Tree {
+            nodes: HashMap::from([(ROOT, Node { attr: root, entries: BTreeMap::new() })]),
+            next_ino: ROOT + 1,
+        }),
+    };
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("memfs".into()),

@@ -245,8 +245,12 @@ impl TroveFs {
 
     /// [`Self::spawn`] for an operation that can move a file's attributes: the listings kept
     /// for LOOKUPs are dropped when it starts and again when it is done (see `statahead.rs`).
-    fn spawn_change<R, T, F>(&self, reply: R, work: impl FnOnce(Arc<Shared>) -> F, done: impl FnOnce(R, T) + Send + 'static)
-    where
+    fn spawn_change<R, T, F>(
+        &self,
+        reply: R,
+        work: impl FnOnce(Arc<Shared>) -> F,
+        done: impl FnOnce(R, T) + Send + 'static,
+    ) where
         R: Fail + Send + 'static,
         T: Send + 'static,
         F: Future<Output = Result<T, Errno>> + Send + 'static,
@@ -693,7 +697,8 @@ impl Shared {
         }
         let mut pause = LOCK_RETRY_FIRST;
         loop {
-            let conflict = self.client.lock(ino, self.mount_id, owner, range, self.lock_lease_ms()).await.map_err(fail)?;
+            let conflict =
+                self.client.lock(ino, self.mount_id, owner, range, self.lock_lease_ms()).await.map_err(fail)?;
             if conflict.is_none() {
                 if range.kind != LockKind::Unlock {
                     lock(&self.held_locks).insert((ino, owner));
@@ -789,8 +794,14 @@ impl Filesystem for TroveFs {
             InitFlags::FUSE_BIG_WRITES,
         ]
         .into_iter()
-        .chain(self.shared.options.cluster_locks.then_some([InitFlags::FUSE_POSIX_LOCKS, InitFlags::FUSE_FLOCK_LOCKS]).into_iter().flatten())
-        {
+        .chain(
+            self.shared
+                .options
+                .cluster_locks
+                .then_some([InitFlags::FUSE_POSIX_LOCKS, InitFlags::FUSE_FLOCK_LOCKS])
+                .into_iter()
+                .flatten(),
+        ) {
             if config.add_capabilities(cap).is_err() {
                 tracing::debug!("kernel lacks FUSE capability {cap:?}");
             }
@@ -1045,7 +1056,9 @@ impl Filesystem for TroveFs {
         let _op = metered::begin(const { metered::slot("open") });
         // A snapshot view (an inode number with bit 63 set, browsed under `.snapshots`) is
         // read-only: refused at open for writing, as a buffered write would only fail at close.
-        if ino.0 & SNAPSHOT_VIEW_BIT != 0 && flags.0 & (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND) != libc::O_RDONLY {
+        if ino.0 & SNAPSHOT_VIEW_BIT != 0
+            && flags.0 & (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND) != libc::O_RDONLY
+        {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
         self.spawn(
@@ -1527,7 +1540,11 @@ impl Filesystem for TroveFs {
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         let _op = metered::begin(const { metered::slot("fallocate") });
-        self.spawn_change(reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
+        self.spawn_change(
+            reply,
+            move |s| async move { s.fallocate(ino.0, offset, length, mode).await },
+            |r, ()| r.ok(),
+        );
     }
 }
 

@@ -116,7 +116,9 @@ pub fn check_mount_point(path: &Path) -> Result<PathBuf, MountError> {
     let mut entries = std::fs::read_dir(&canonical).map_err(|e| bad(format!("cannot be listed: {e}")))?;
     if let Some(entry) = entries.next() {
         let name = entry.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
-        return Err(bad(format!("is not empty (it holds {name:?} among others); mounting would hide its files, so use an empty directory")));
+        return Err(bad(format!(
+            "is not empty (it holds {name:?} among others); mounting would hide its files, so use an empty directory"
+        )));
     }
     Ok(canonical)
 }

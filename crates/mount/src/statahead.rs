@@ -295,7 +295,10 @@ mod tests {
         let t = ticket(&mut s, 7, t0);
         // Only one fetch at a time.
         assert_eq!(s.found(7, t0), None);
-        s.fetched(t, vec![entry("a", 10), entry("b", 11), DirEntry { name: "d".into(), attr: attr(12, FileKind::Dir, 2) }]);
+        s.fetched(
+            t,
+            vec![entry("a", 10), entry("b", 11), DirEntry { name: "d".into(), attr: attr(12, FileKind::Dir, 2) }],
+        );
         let later = t0 + Duration::from_millis(400);
         let (a, left) = s.lookup(7, "a", later).expect("listed");
         assert_eq!(a.ino, 10);
@@ -394,7 +397,8 @@ mod tests {
         let mut s = Statahead::new(TTL);
         let t0 = Instant::now();
         let t = ticket(&mut s, 7, t0);
-        let many: Vec<DirEntry> = (0..HITS_PER_ENTRIES_MIN as u64 * 10).map(|i| entry(&format!("f{i}"), 100 + i)).collect();
+        let many: Vec<DirEntry> =
+            (0..HITS_PER_ENTRIES_MIN as u64 * 10).map(|i| entry(&format!("f{i}"), 100 + i)).collect();
         s.fetched(t, many.clone());
         for i in 0..9 {
             assert!(hit(&mut s, 7, &format!("f{i}"), t0));

@@ -5,9 +5,7 @@
 
 use async_trait::async_trait;
 use metrics::ops::OpTable;
-use nfsserve::nfs::{
-    cookieverf3, fattr3, fileid3, filename3, fsinfo3, nfs_fh3, nfspath3, nfsstat3, sattr3,
-};
+use nfsserve::nfs::{cookieverf3, fattr3, fileid3, filename3, fsinfo3, nfs_fh3, nfspath3, nfsstat3, sattr3};
 use nfsserve::vfs::{NFSFileSystem, ReadDirResult, ReadDirSimpleResult, VFSCapabilities};
 use std::sync::OnceLock;
 
@@ -40,10 +38,7 @@ pub fn table() -> &'static OpTable {
 /// A file system that records every call it answers.
 pub struct Metered<T>(pub T);
 
-async fn timed<R>(
-    op: usize,
-    f: impl std::future::Future<Output = Result<R, nfsstat3>>,
-) -> Result<R, nfsstat3> {
+async fn timed<R>(op: usize, f: impl std::future::Future<Output = Result<R, nfsstat3>>) -> Result<R, nfsstat3> {
     let t = table();
     let started = t.start();
     let r = f.await;
@@ -79,12 +74,7 @@ impl<T: NFSFileSystem + Send + Sync> NFSFileSystem for Metered<T> {
         timed(2, self.0.setattr(id, setattr)).await
     }
 
-    async fn read(
-        &self,
-        id: fileid3,
-        offset: u64,
-        count: u32,
-    ) -> Result<(Vec<u8>, bool), nfsstat3> {
+    async fn read(&self, id: fileid3, offset: u64, count: u32) -> Result<(Vec<u8>, bool), nfsstat3> {
         let r = timed(3, self.0.read(id, offset, count)).await;
         if let Ok((data, _)) = &r {
             table().read_bytes(data.len() as u64);
@@ -102,28 +92,15 @@ impl<T: NFSFileSystem + Send + Sync> NFSFileSystem for Metered<T> {
         r
     }
 
-    async fn create(
-        &self,
-        dirid: fileid3,
-        filename: &filename3,
-        attr: sattr3,
-    ) -> Result<(fileid3, fattr3), nfsstat3> {
+    async fn create(&self, dirid: fileid3, filename: &filename3, attr: sattr3) -> Result<(fileid3, fattr3), nfsstat3> {
         timed(5, self.0.create(dirid, filename, attr)).await
     }
 
-    async fn create_exclusive(
-        &self,
-        dirid: fileid3,
-        filename: &filename3,
-    ) -> Result<fileid3, nfsstat3> {
+    async fn create_exclusive(&self, dirid: fileid3, filename: &filename3) -> Result<fileid3, nfsstat3> {
         timed(6, self.0.create_exclusive(dirid, filename)).await
     }
 
-    async fn mkdir(
-        &self,
-        dirid: fileid3,
-        dirname: &filename3,
-    ) -> Result<(fileid3, fattr3), nfsstat3> {
+    async fn mkdir(&self, dirid: fileid3, dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {
         timed(7, self.0.mkdir(dirid, dirname)).await
     }
 
@@ -138,12 +115,7 @@ impl<T: NFSFileSystem + Send + Sync> NFSFileSystem for Metered<T> {
         to_dirid: fileid3,
         to_filename: &filename3,
     ) -> Result<(), nfsstat3> {
-        timed(
-            9,
-            self.0
-                .rename(from_dirid, from_filename, to_dirid, to_filename),
-        )
-        .await
+        timed(9, self.0.rename(from_dirid, from_filename, to_dirid, to_filename)).await
     }
 
     async fn readdir(
@@ -155,11 +127,7 @@ impl<T: NFSFileSystem + Send + Sync> NFSFileSystem for Metered<T> {
         timed(10, self.0.readdir(dirid, start_after, max_entries)).await
     }
 
-    async fn readdir_simple(
-        &self,
-        dirid: fileid3,
-        count: usize,
-    ) -> Result<ReadDirSimpleResult, nfsstat3> {
+    async fn readdir_simple(&self, dirid: fileid3, count: usize) -> Result<ReadDirSimpleResult, nfsstat3> {
         timed(11, self.0.readdir_simple(dirid, count)).await
     }
 

@@ -40,8 +40,8 @@ pub(crate) struct WritableBuffer<T: Element> {
 
 impl<T: Element> WritableBuffer<T> {
     pub(crate) fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Self> {
-        let buf =
-            PyBuffer::<T>::get(obj).map_err(|e| value_error(format!("{what}: not a buffer of the right element type: {e}")))?;
+        let buf = PyBuffer::<T>::get(obj)
+            .map_err(|e| value_error(format!("{what}: not a buffer of the right element type: {e}")))?;
         if buf.readonly() {
             return Err(value_error(format!("{what}: the buffer is read-only")));
         }
@@ -320,7 +320,10 @@ impl Client {
                 Ok(got) if got == n => {}
                 Ok(got) => {
                     failure = Some(os_error(
-                        client::WireError::new(client::ErrorCode::Io, format!("read {got} of {n} bytes: the file shrank")),
+                        client::WireError::new(
+                            client::ErrorCode::Io,
+                            format!("read {got} of {n} bytes: the file shrank"),
+                        ),
                         path,
                     ))
                 }
@@ -422,7 +425,10 @@ impl Client {
                     // The target's directory must exist and the target must not be one.
                     if let Ok(a) = c.resolve(&p).await {
                         if a.kind == client::FileKind::Dir {
-                            return Err(client::WireError::new(client::ErrorCode::IsDir, format!("{p:?} is a directory")));
+                            return Err(client::WireError::new(
+                                client::ErrorCode::IsDir,
+                                format!("{p:?} is a directory"),
+                            ));
                         }
                     }
                     c.create_path(&t, 0o644).await

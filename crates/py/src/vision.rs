@@ -141,7 +141,8 @@ fn vision_transform_batch_into<'py>(
                             .into_iter()
                             .map(|(i, slot)| {
                                 let ti = Transform { seed: seeds[i], ..t };
-                                vision::decode_transform_into(inputs[i], &ti, slot).map_err(|e| format!("image {i}: {e}"))
+                                vision::decode_transform_into(inputs[i], &ti, slot)
+                                    .map_err(|e| format!("image {i}: {e}"))
                             })
                             .collect::<Result<Vec<_>, String>>()
                     })
@@ -177,7 +178,13 @@ fn vision_normalize_into(
 
 /// Encodes HWC RGB bytes as JPEG at `quality`.
 #[pyfunction]
-fn vision_encode_jpeg<'py>(py: Python<'py>, rgb: &[u8], width: u32, height: u32, quality: u8) -> PyResult<Bound<'py, PyBytes>> {
+fn vision_encode_jpeg<'py>(
+    py: Python<'py>,
+    rgb: &[u8],
+    width: u32,
+    height: u32,
+    quality: u8,
+) -> PyResult<Bound<'py, PyBytes>> {
     let img = vision::Image { width, height, rgb: rgb.to_vec() };
     let jpeg = py.detach(|| vision::encode_jpeg(&img, quality)).map_err(pipeline_error)?;
     Ok(PyBytes::new(py, &jpeg))

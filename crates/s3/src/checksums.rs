@@ -38,13 +38,7 @@ pub enum Algo {
 }
 
 impl Algo {
-    pub const ALL: [Algo; 5] = [
-        Algo::Crc32,
-        Algo::Crc32c,
-        Algo::Crc64Nvme,
-        Algo::Sha1,
-        Algo::Sha256,
-    ];
+    pub const ALL: [Algo; 5] = [Algo::Crc32, Algo::Crc32c, Algo::Crc64Nvme, Algo::Sha1, Algo::Sha256];
 
     /// The name S3 uses (`x-amz-checksum-algorithm`, XML).
     pub fn name(self) -> &'static str {
@@ -80,9 +74,7 @@ impl Algo {
 
     /// The algorithm named `s` (any case).
     pub fn parse(s: &str) -> Option<Algo> {
-        Algo::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s.trim()))
+        Algo::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s.trim()))
     }
 
     /// Whether full-object checksums of multipart uploads can be had by combining parts.
@@ -176,11 +168,7 @@ pub fn base64_encode(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for group in data.chunks(3) {
-        let b = [
-            group[0],
-            group.get(1).copied().unwrap_or(0),
-            group.get(2).copied().unwrap_or(0),
-        ];
+        let b = [group[0], group.get(1).copied().unwrap_or(0), group.get(2).copied().unwrap_or(0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= group.len() {
@@ -247,65 +235,38 @@ impl Wanted {
         trailer_names: Option<&str>,
         trailing: Option<TrailingHeaders>,
     ) -> Result<Wanted, ChecksumError> {
-        let mut given = Algo::ALL
-            .into_iter()
-            .zip(values)
-            .filter_map(|(a, v)| v.map(|v| (a, v)));
+        let mut given = Algo::ALL.into_iter().zip(values).filter_map(|(a, v)| v.map(|v| (a, v)));
         let first = given.next();
         if given.next().is_some() {
             return Err(ChecksumError::Several);
         }
         if let Some((algo, value)) = first {
             check_value(algo, value)?;
-            return Ok(Wanted {
-                algo,
-                keep: algo,
-                given: Some(value.trim().to_string()),
-                trailer: None,
-            });
+            return Ok(Wanted { algo, keep: algo, given: Some(value.trim().to_string()), trailer: None });
         }
-        let in_trailer = trailer_names
-            .into_iter()
-            .flat_map(|t| t.split(','))
-            .find_map(|name| {
-                let name = name.trim();
-                name.to_ascii_lowercase()
-                    .strip_prefix("x-amz-checksum-")
-                    .map(|a| Algo::parse(a).ok_or_else(|| name.to_string()))
-            });
+        let in_trailer = trailer_names.into_iter().flat_map(|t| t.split(',')).find_map(|name| {
+            let name = name.trim();
+            name.to_ascii_lowercase()
+                .strip_prefix("x-amz-checksum-")
+                .map(|a| Algo::parse(a).ok_or_else(|| name.to_string()))
+        });
         match in_trailer {
-            Some(Ok(algo)) => {
-                return Ok(Wanted {
-                    algo,
-                    keep: algo,
-                    given: None,
-                    trailer: trailing,
-                })
-            }
+            Some(Ok(algo)) => return Ok(Wanted { algo, keep: algo, given: None, trailer: trailing }),
             Some(Err(name)) => return Err(ChecksumError::UnknownAlgorithm(name)),
             None => {}
         }
         let algo = match algorithm {
-            Some(a) => Algo::parse(a.as_str())
-                .ok_or_else(|| ChecksumError::UnknownAlgorithm(a.as_str().to_string()))?,
+            Some(a) => {
+                Algo::parse(a.as_str()).ok_or_else(|| ChecksumError::UnknownAlgorithm(a.as_str().to_string()))?
+            }
             None => Algo::Crc64Nvme,
         };
-        Ok(Wanted {
-            algo,
-            keep: algo,
-            given: None,
-            trailer: None,
-        })
+        Ok(Wanted { algo, keep: algo, given: None, trailer: None })
     }
 
     /// Only computes `algo` (copies: the source's bytes need no check).
     pub fn compute(algo: Algo) -> Wanted {
-        Wanted {
-            algo,
-            keep: algo,
-            given: None,
-            trailer: None,
-        }
+        Wanted { algo, keep: algo, given: None, trailer: None }
     }
 
     /// Keeps `keep` rather than the algorithm checked (a part keeps its upload's).
@@ -335,11 +296,7 @@ impl Wanted {
         let sent = match (&self.given, &self.trailer) {
             (Some(v), _) => Some(v.clone()),
             (None, Some(t)) => t
-                .read(|h| {
-                    h.get(self.algo.header())
-                        .and_then(|v| v.to_str().ok())
-                        .map(|v| v.trim().to_string())
-                })
+                .read(|h| h.get(self.algo.header()).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string()))
                 .flatten(),
             (None, None) => None,
         };
@@ -349,11 +306,7 @@ impl Wanted {
                 return Err(ChecksumError::Mismatch(self.algo));
             }
         }
-        Ok(Sum {
-            algo: self.keep,
-            composite_parts: None,
-            value: kept.clone(),
-        })
+        Ok(Sum { algo: self.keep, composite_parts: None, value: kept.clone() })
     }
 }
 
@@ -371,16 +324,8 @@ pub struct Sum {
 impl Sum {
     /// The xattr value for this checksum of data version `data_version`.
     pub fn to_xattr(&self, data_version: u64) -> String {
-        let kind = if self.composite_parts.is_some() {
-            "COMPOSITE"
-        } else {
-            "FULL_OBJECT"
-        };
-        format!(
-            "{} {kind} {} {data_version}",
-            self.algo.name(),
-            self.wire_value()
-        )
+        let kind = if self.composite_parts.is_some() { "COMPOSITE" } else { "FULL_OBJECT" };
+        format!("{} {kind} {} {data_version}", self.algo.name(), self.wire_value())
     }
 
     /// Parses an xattr value; None if malformed or recorded for another data version.
@@ -400,11 +345,7 @@ impl Sum {
             }
             _ => return None,
         };
-        Some(Sum {
-            algo,
-            composite_parts,
-            value,
-        })
+        Some(Sum { algo, composite_parts, value })
     }
 
     /// The value as S3 answers it.
@@ -426,11 +367,7 @@ impl Sum {
             Algo::Sha1 => c.checksum_sha1 = v,
             Algo::Sha256 => c.checksum_sha256 = v,
         }
-        let kind = if self.composite_parts.is_some() {
-            ChecksumType::COMPOSITE
-        } else {
-            ChecksumType::FULL_OBJECT
-        };
+        let kind = if self.composite_parts.is_some() { ChecksumType::COMPOSITE } else { ChecksumType::FULL_OBJECT };
         (c, ChecksumType::from_static(kind))
     }
 }
@@ -441,9 +378,7 @@ impl Sum {
 pub fn multipart_sum(algo: Algo, full_object: bool, parts: &[(Option<Sum>, u64)]) -> Option<Sum> {
     let mut digests = Vec::with_capacity(parts.len());
     for (sum, size) in parts {
-        let sum = sum
-            .as_ref()
-            .filter(|s| s.algo == algo && s.composite_parts.is_none())?;
+        let sum = sum.as_ref().filter(|s| s.algo == algo && s.composite_parts.is_none())?;
         let d = base64_decode(&sum.value).filter(|d| d.len() == algo.digest_bytes())?;
         digests.push((d, *size));
     }
@@ -461,22 +396,11 @@ pub fn multipart_sum(algo: Algo, full_object: bool, parts: &[(Option<Sum>, u64)]
             let v = acc.unwrap_or(0);
             let bytes = v.to_be_bytes();
             let value = base64_encode(&bytes[8 - algo.digest_bytes()..]);
-            Some(Sum {
-                algo,
-                composite_parts: None,
-                value,
-            })
+            Some(Sum { algo, composite_parts: None, value })
         }
         None => {
-            let joined: Vec<u8> = digests
-                .iter()
-                .flat_map(|(d, _)| d.iter().copied())
-                .collect();
-            Some(Sum {
-                algo,
-                composite_parts: Some(parts.len()),
-                value: base64_encode(&algo.digest(&joined)),
-            })
+            let joined: Vec<u8> = digests.iter().flat_map(|(d, _)| d.iter().copied()).collect();
+            Some(Sum { algo, composite_parts: Some(parts.len()), value: base64_encode(&algo.digest(&joined)) })
         }
     }
 }
@@ -487,9 +411,7 @@ mod tests {
 
     #[test]
     fn a_part_checks_what_was_sent_and_keeps_the_uploads_algorithm() {
-        let sent = computed(Algo::Crc32, b"part")
-            .checksum_crc32
-            .expect("crc32");
+        let sent = computed(Algo::Crc32, b"part").checksum_crc32.expect("crc32");
         let w = Wanted::from_request([Some(&sent), None, None, None, None], None, None, None)
             .expect("valid")
             .keeping(Algo::Crc64Nvme);
@@ -497,10 +419,7 @@ mod tests {
         h.update(b"part");
         let sum = w.verify(&h.finalize()).expect("matches");
         assert_eq!(sum.algo, Algo::Crc64Nvme);
-        assert_eq!(
-            Some(sum.value),
-            computed(Algo::Crc64Nvme, b"part").checksum_crc64nvme
-        );
+        assert_eq!(Some(sum.value), computed(Algo::Crc64Nvme, b"part").checksum_crc64nvme);
     }
 
     fn computed(algo: Algo, data: &[u8]) -> Checksum {
@@ -521,65 +440,37 @@ mod tests {
 
     #[test]
     fn one_header_is_checked_against_the_body() {
-        let good = computed(Algo::Crc32, b"hello")
-            .checksum_crc32
-            .expect("crc32");
-        let w = Wanted::from_request([Some(&good), None, None, None, None], None, None, None)
-            .expect("valid");
+        let good = computed(Algo::Crc32, b"hello").checksum_crc32.expect("crc32");
+        let w = Wanted::from_request([Some(&good), None, None, None, None], None, None, None).expect("valid");
         assert_eq!(w.algo, Algo::Crc32);
         assert!(w.verify(&computed(Algo::Crc32, b"hello")).is_ok());
-        assert_eq!(
-            w.verify(&computed(Algo::Crc32, b"hellp")),
-            Err(ChecksumError::Mismatch(Algo::Crc32))
-        );
+        assert_eq!(w.verify(&computed(Algo::Crc32, b"hellp")), Err(ChecksumError::Mismatch(Algo::Crc32)));
         let bad = "not base64!".to_string();
         assert!(matches!(
             Wanted::from_request([None, None, None, None, Some(&bad)], None, None, None),
             Err(ChecksumError::Invalid(Algo::Sha256))
         ));
         let short = "AAAA".to_string();
-        assert!(
-            Wanted::from_request([None, None, Some(&short), None, None], None, None, None).is_err()
-        );
+        assert!(Wanted::from_request([None, None, Some(&short), None, None], None, None, None).is_err());
         assert!(matches!(
-            Wanted::from_request(
-                [Some(&good), Some(&good), None, None, None],
-                None,
-                None,
-                None
-            ),
+            Wanted::from_request([Some(&good), Some(&good), None, None, None], None, None, None),
             Err(ChecksumError::Several)
         ));
     }
 
     #[test]
     fn the_algorithm_comes_from_the_trailer_or_the_algorithm_header() {
-        let w = Wanted::from_request([None; 5], None, Some("x-amz-checksum-crc32c"), None)
-            .expect("trailer");
+        let w = Wanted::from_request([None; 5], None, Some("x-amz-checksum-crc32c"), None).expect("trailer");
         assert_eq!(w.algo, Algo::Crc32c);
         let sha1 = ChecksumAlgorithm::from_static(ChecksumAlgorithm::SHA1);
-        assert_eq!(
-            Wanted::from_request([None; 5], Some(&sha1), None, None)
-                .expect("algorithm")
-                .algo,
-            Algo::Sha1
-        );
-        assert_eq!(
-            Wanted::from_request([None; 5], None, None, None)
-                .expect("default")
-                .algo,
-            Algo::Crc64Nvme
-        );
+        assert_eq!(Wanted::from_request([None; 5], Some(&sha1), None, None).expect("algorithm").algo, Algo::Sha1);
+        assert_eq!(Wanted::from_request([None; 5], None, None, None).expect("default").algo, Algo::Crc64Nvme);
         assert!(Wanted::from_request([None; 5], None, Some("x-amz-checksum-md4"), None).is_err());
     }
 
     #[test]
     fn stored_sums_are_tied_to_their_version() {
-        let s = Sum {
-            algo: Algo::Sha256,
-            composite_parts: Some(3),
-            value: "abc=".into(),
-        };
+        let s = Sum { algo: Algo::Sha256, composite_parts: Some(3), value: "abc=".into() };
         let raw = s.to_xattr(7);
         assert_eq!(Sum::from_xattr(raw.as_bytes(), 7), Some(s.clone()));
         assert_eq!(Sum::from_xattr(raw.as_bytes(), 8), None);
@@ -592,29 +483,13 @@ mod tests {
         let (a, b) = (vec![1u8; 1000], vec![2u8; 777]);
         let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
         for algo in [Algo::Crc32, Algo::Crc32c, Algo::Crc64Nvme] {
-            let part = |d: &[u8]| {
-                Some(
-                    Wanted::compute(algo)
-                        .verify(&computed(algo, d))
-                        .expect("sum"),
-                )
-            };
-            let combined =
-                multipart_sum(algo, true, &[(part(&a), 1000), (part(&b), 777)]).expect("combined");
-            let want = Wanted::compute(algo)
-                .verify(&computed(algo, &whole))
-                .expect("whole");
+            let part = |d: &[u8]| Some(Wanted::compute(algo).verify(&computed(algo, d)).expect("sum"));
+            let combined = multipart_sum(algo, true, &[(part(&a), 1000), (part(&b), 777)]).expect("combined");
+            let want = Wanted::compute(algo).verify(&computed(algo, &whole)).expect("whole");
             assert_eq!(combined, want, "{algo:?}");
         }
-        let part = |d: &[u8]| {
-            Some(
-                Wanted::compute(Algo::Sha256)
-                    .verify(&computed(Algo::Sha256, d))
-                    .expect("sum"),
-            )
-        };
-        let composite = multipart_sum(Algo::Sha256, true, &[(part(&a), 1000), (part(&b), 777)])
-            .expect("composite");
+        let part = |d: &[u8]| Some(Wanted::compute(Algo::Sha256).verify(&computed(Algo::Sha256, d)).expect("sum"));
+        let composite = multipart_sum(Algo::Sha256, true, &[(part(&a), 1000), (part(&b), 777)]).expect("composite");
         assert_eq!(composite.composite_parts, Some(2));
         assert!(multipart_sum(Algo::Sha256, false, &[(None, 5)]).is_none());
     }

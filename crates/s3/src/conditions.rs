@@ -65,10 +65,9 @@ impl From<ConditionError> for S3Error {
                 S3ErrorCode::ConditionalRequestConflict,
                 "A conflicting operation occurred. If using PutObject you can retry the request.",
             ),
-            ConditionError::OnlyAny => S3Error::with_message(
-                S3ErrorCode::NotImplemented,
-                "If-None-Match on a write supports only '*'",
-            ),
+            ConditionError::OnlyAny => {
+                S3Error::with_message(S3ErrorCode::NotImplemented, "If-None-Match on a write supports only '*'")
+            }
         }
     }
 }
@@ -101,9 +100,7 @@ impl Gateway {
             if marker {
                 return Err(ConditionError::Failed(format!("{key} is a prefix")).into());
             }
-            let raw = objmeta::load_etag(&self.client, attr.ino)
-                .await
-                .or_s3(Target::Object)?;
+            let raw = objmeta::load_etag(&self.client, attr.ino).await.or_s3(Target::Object)?;
             let etag = etag_for(&attr, raw.as_deref());
             if !etag_matches(cond, &etag) {
                 return Err(ConditionError::Failed(format!("the object's ETag is {etag}")).into());
@@ -111,10 +108,7 @@ impl Gateway {
             if create_only {
                 return Err(ConditionError::Failed(format!("{key} exists")).into());
             }
-            return Ok(Publish::IfStill {
-                ino: attr.ino,
-                data_version: attr.data_version,
-            });
+            return Ok(Publish::IfStill { ino: attr.ino, data_version: attr.data_version });
         }
         if create_only {
             // Checked again atomically at the end; this spares receiving a body for nothing.
@@ -139,30 +133,20 @@ impl Gateway {
         how: Publish,
     ) -> Result<(), PublishError> {
         match how {
-            Publish::Replace => self
-                .client
-                .rename(from_parent, from_name, parent, name)
-                .await
-                .map_err(PublishError::Wire),
+            Publish::Replace => {
+                self.client.rename(from_parent, from_name, parent, name).await.map_err(PublishError::Wire)
+            }
             Publish::CreateOnly => {
-                match self
-                    .client
-                    .rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace)
-                    .await
-                {
+                match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace).await {
                     Ok(()) => Ok(()),
-                    Err(e) if e.code == ErrorCode::Exists => Err(PublishError::Condition(
-                        ConditionError::Failed(format!("{name} exists")),
-                    )),
+                    Err(e) if e.code == ErrorCode::Exists => {
+                        Err(PublishError::Condition(ConditionError::Failed(format!("{name} exists"))))
+                    }
                     Err(e) => Err(PublishError::Wire(e)),
                 }
             }
             Publish::IfStill { ino, data_version } => {
-                match self
-                    .client
-                    .rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange)
-                    .await
-                {
+                match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await {
                     Ok(()) => {}
                     // The object went away since it was checked.
                     Err(e) if e.code == ErrorCode::NotFound => {
@@ -182,10 +166,8 @@ impl Gateway {
                     return Ok(());
                 }
                 // Lost a race: give the key back to the writer that won it.
-                if let Err(e) = self
-                    .client
-                    .rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange)
-                    .await
+                if let Err(e) =
+                    self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await
                 {
                     tracing::warn!("cannot undo a conditional write of {name} in {parent} that lost a race: {e}");
                 }
@@ -195,12 +177,7 @@ impl Gateway {
     }
 
     /// DELETE with `If-Match`: removes `key` only while its ETag is accepted by `cond`.
-    pub(crate) async fn delete_if_match(
-        &self,
-        bucket: &str,
-        key: &str,
-        cond: &ETagCondition,
-    ) -> S3Result<()> {
+    pub(crate) async fn delete_if_match(&self, bucket: &str, key: &str, cond: &ETagCondition) -> S3Result<()> {
         let parsed = parse_key(key)?;
         let Some(name) = parsed.name else {
             return Err(ConditionError::Failed(format!("{key} is a prefix")).into());
@@ -209,16 +186,10 @@ impl Gateway {
         let parent = if parsed.dirs.is_empty() {
             bucket_attr.ino
         } else {
-            match self
-                .client
-                .resolve(&format!("/{bucket}/{}", parsed.dirs.join("/")))
-                .await
-            {
+            match self.client.resolve(&format!("/{bucket}/{}", parsed.dirs.join("/"))).await {
                 Ok(a) if a.kind == FileKind::Dir => a.ino,
                 Ok(_) => return Err(no_such_key(key)),
-                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {
-                    return Err(no_such_key(key))
-                }
+                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => return Err(no_such_key(key)),
                 Err(e) => return Err(s3_error(&e, Target::Object)),
             }
         };
@@ -229,11 +200,7 @@ impl Gateway {
             Err(e) => return Err(s3_error(&e, Target::Object)),
         }
         let aside = client::tmp_name();
-        match self
-            .client
-            .rename_mode(parent, name, parent, &aside, RenameMode::NoReplace)
-            .await
-        {
+        match self.client.rename_mode(parent, name, parent, &aside, RenameMode::NoReplace).await {
             Ok(()) => {}
             Err(e) if e.code == ErrorCode::NotFound => return Err(no_such_key(key)),
             Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
@@ -246,18 +213,11 @@ impl Gateway {
         .await;
         match checked {
             Ok(etag) if etag_matches(cond, &etag) => {
-                self.client
-                    .unlink(parent, &aside)
-                    .await
-                    .or_s3(Target::ObjectWrite)?;
+                self.client.unlink(parent, &aside).await.or_s3(Target::ObjectWrite)?;
                 Ok(())
             }
             other => {
-                match self
-                    .client
-                    .rename_mode(parent, &aside, parent, name, RenameMode::NoReplace)
-                    .await
-                {
+                match self.client.rename_mode(parent, &aside, parent, name, RenameMode::NoReplace).await {
                     Ok(()) => {}
                     // A write took the key meanwhile: it replaces this object anyway.
                     Err(e) if e.code == ErrorCode::Exists => {
@@ -268,9 +228,7 @@ impl Gateway {
                     }
                 }
                 match other {
-                    Ok(etag) => {
-                        Err(ConditionError::Failed(format!("the object's ETag is {etag}")).into())
-                    }
+                    Ok(etag) => Err(ConditionError::Failed(format!("the object's ETag is {etag}")).into()),
                     Err(e) => Err(s3_error(&e, Target::Object)),
                 }
             }
@@ -293,14 +251,8 @@ mod tests {
     #[test]
     fn etag_conditions_match_values_or_anything() {
         assert!(etag_matches(&ETagCondition::Any, "abc"));
-        assert!(etag_matches(
-            &ETagCondition::ETag(ETag::Strong("abc".into())),
-            "abc"
-        ));
-        assert!(!etag_matches(
-            &ETagCondition::ETag(ETag::Strong("abd".into())),
-            "abc"
-        ));
+        assert!(etag_matches(&ETagCondition::ETag(ETag::Strong("abc".into())), "abc"));
+        assert!(!etag_matches(&ETagCondition::ETag(ETag::Strong("abd".into())), "abc"));
     }
 
     #[test]

@@ -44,9 +44,10 @@ impl From<CorsError> for S3Error {
                 S3ErrorCode::Custom("BadRequest".into()),
                 "Insufficient information. Origin request header needed.",
             ),
-            CorsError::NotEnabled => {
-                S3Error::with_message(S3ErrorCode::Custom("CORSResponse".into()), "CORS is not enabled for this bucket.")
-            }
+            CorsError::NotEnabled => S3Error::with_message(
+                S3ErrorCode::Custom("CORSResponse".into()),
+                "CORS is not enabled for this bucket.",
+            ),
             CorsError::NotAllowed => S3Error::with_message(
                 S3ErrorCode::Custom("CORSResponse".into()),
                 "This CORS request is not allowed. This is usually because the evalution of Origin, request method / \
@@ -64,29 +65,19 @@ pub async fn load(client: &client::Client, bucket: &str) -> Result<Option<Vec<Ru
     use client::ErrorCode;
     let dir = match client.resolve(&names::bucket_path(bucket)).await {
         Ok(a) if a.kind == client::FileKind::Dir => a,
-        Ok(_) => {
-            return Err(S3Error::with_message(
-                S3ErrorCode::NoSuchBucket,
-                format!("no bucket {bucket:?}"),
-            ))
-        }
+        Ok(_) => return Err(S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket:?}"))),
         Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {
-            return Err(S3Error::with_message(
-                S3ErrorCode::NoSuchBucket,
-                format!("no bucket {bucket:?}"),
-            ))
+            return Err(S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket:?}")))
         }
         Err(e) => return Err(crate::errors::s3_error(&e, crate::errors::Target::Bucket)),
     };
     match client.getxattr(dir.ino, XATTR_CORS).await {
-        Ok(raw) => Ok(Some(decode(&String::from_utf8_lossy(&raw)).ok_or_else(
-            || {
-                S3Error::with_message(
-                    S3ErrorCode::InternalError,
-                    format!("the CORS rules of bucket {bucket:?} are damaged"),
-                )
-            },
-        )?)),
+        Ok(raw) => Ok(Some(decode(&String::from_utf8_lossy(&raw)).ok_or_else(|| {
+            S3Error::with_message(
+                S3ErrorCode::InternalError,
+                format!("the CORS rules of bucket {bucket:?} are damaged"),
+            )
+        })?)),
         Err(e) if e.code == ErrorCode::NoAttr => Ok(None),
         Err(e) => Err(crate::errors::s3_error(&e, crate::errors::Target::Bucket)),
     }
@@ -108,26 +99,16 @@ const METHODS: [&str; 5] = ["GET", "PUT", "POST", "DELETE", "HEAD"];
 /// Checks rules from PutBucketCors.
 pub fn from_request(rules: &[CORSRule]) -> Result<Vec<Rule>, CorsError> {
     if rules.is_empty() || rules.len() > RULES_MAX {
-        return Err(CorsError::Malformed(format!(
-            "a CORS configuration has 1 to {RULES_MAX} rules"
-        )));
+        return Err(CorsError::Malformed(format!("a CORS configuration has 1 to {RULES_MAX} rules")));
     }
     rules
         .iter()
         .map(|r| {
             if r.allowed_origins.is_empty() || r.allowed_methods.is_empty() {
-                return Err(CorsError::Malformed(
-                    "every CORS rule needs an AllowedOrigin and an AllowedMethod".into(),
-                ));
+                return Err(CorsError::Malformed("every CORS rule needs an AllowedOrigin and an AllowedMethod".into()));
             }
-            if let Some(m) = r
-                .allowed_methods
-                .iter()
-                .find(|m| !METHODS.contains(&m.as_str()))
-            {
-                return Err(CorsError::Malformed(format!(
-                    "Found unsupported HTTP method in CORS config: {m}"
-                )));
+            if let Some(m) = r.allowed_methods.iter().find(|m| !METHODS.contains(&m.as_str())) {
+                return Err(CorsError::Malformed(format!("Found unsupported HTTP method in CORS config: {m}")));
             }
             Ok(Rule {
                 id: r.id.clone(),
@@ -157,18 +138,11 @@ pub fn to_response(rules: &[Rule]) -> Vec<CORSRule> {
 }
 
 fn field(values: &[String]) -> String {
-    values
-        .iter()
-        .map(|v| names::hex(v.as_bytes()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    values.iter().map(|v| names::hex(v.as_bytes())).collect::<Vec<_>>().join(" ")
 }
 
 fn unfield(text: &str) -> Option<Vec<String>> {
-    text.split(' ')
-        .filter(|v| !v.is_empty())
-        .map(|v| String::from_utf8(names::unhex(v)?).ok())
-        .collect()
+    text.split(' ').filter(|v| !v.is_empty()).map(|v| String::from_utf8(names::unhex(v)?).ok()).collect()
 }
 
 /// The xattr value of `rules`.
@@ -216,16 +190,11 @@ pub fn decode(text: &str) -> Option<Vec<Rule>> {
 
 /// Whether `value` matches `pattern`, which may hold one `*` (case-insensitive when `fold`).
 fn wildcard(pattern: &str, value: &str, fold: bool) -> bool {
-    let (p, v) = if fold {
-        (pattern.to_ascii_lowercase(), value.to_ascii_lowercase())
-    } else {
-        (pattern.into(), value.into())
-    };
+    let (p, v) =
+        if fold { (pattern.to_ascii_lowercase(), value.to_ascii_lowercase()) } else { (pattern.into(), value.into()) };
     match p.split_once('*') {
         None => p == v,
-        Some((head, tail)) => {
-            v.len() >= head.len() + tail.len() && v.starts_with(head) && v.ends_with(tail)
-        }
+        Some((head, tail)) => v.len() >= head.len() + tail.len() && v.starts_with(head) && v.ends_with(tail),
     }
 }
 
@@ -233,29 +202,18 @@ impl Rule {
     fn allows(&self, origin: &str, method: &str, headers: &[&str]) -> bool {
         self.origins.iter().any(|o| wildcard(o, origin, false))
             && self.methods.iter().any(|m| m == method)
-            && headers
-                .iter()
-                .all(|h| self.headers.iter().any(|a| wildcard(a, h, true)))
+            && headers.iter().all(|h| self.headers.iter().any(|a| wildcard(a, h, true)))
     }
 
     /// The headers answering a request from `origin` this rule allows.
-    fn answer(
-        &self,
-        origin: &str,
-        method: &str,
-        requested_headers: Option<&str>,
-        out: &mut HeaderMap,
-    ) {
+    fn answer(&self, origin: &str, method: &str, requested_headers: Option<&str>, out: &mut HeaderMap) {
         let any = self.origins.iter().any(|o| o == "*");
         let mut put = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {
                 out.insert(name, v);
             }
         };
-        put(
-            "access-control-allow-origin",
-            if any { "*" } else { origin },
-        );
+        put("access-control-allow-origin", if any { "*" } else { origin });
         put("access-control-allow-methods", &self.methods.join(", "));
         let _ = method;
         if let Some(h) = requested_headers.filter(|h| !h.trim().is_empty()) {
@@ -270,10 +228,7 @@ impl Rule {
         if !any {
             put("access-control-allow-credentials", "true");
         }
-        put(
-            "vary",
-            "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
-        );
+        put("vary", "Origin, Access-Control-Request-Headers, Access-Control-Request-Method");
     }
 }
 
@@ -285,16 +240,9 @@ pub fn preflight(rules: Option<&[Rule]>, req: &HeaderMap) -> Result<HeaderMap, C
     };
     let rules = rules.ok_or(CorsError::NotEnabled)?;
     let requested = get("access-control-request-headers");
-    let headers: Vec<&str> = requested
-        .into_iter()
-        .flat_map(|h| h.split(','))
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .collect();
-    let rule = rules
-        .iter()
-        .find(|r| r.allows(origin, method, &headers))
-        .ok_or(CorsError::NotAllowed)?;
+    let headers: Vec<&str> =
+        requested.into_iter().flat_map(|h| h.split(',')).map(str::trim).filter(|h| !h.is_empty()).collect();
+    let rule = rules.iter().find(|r| r.allows(origin, method, &headers)).ok_or(CorsError::NotAllowed)?;
     let mut out = HeaderMap::new();
     rule.answer(origin, method, requested, &mut out);
     Ok(out)
@@ -328,14 +276,7 @@ mod tests {
 
     #[test]
     fn rules_round_trip_through_their_xattr() {
-        let rules = vec![
-            rule(),
-            Rule {
-                origins: vec!["*".into()],
-                methods: vec!["GET".into()],
-                ..Default::default()
-            },
-        ];
+        let rules = vec![rule(), Rule { origins: vec!["*".into()], methods: vec!["GET".into()], ..Default::default() }];
         assert_eq!(decode(&encode(&rules)), Some(rules));
         assert_eq!(decode("garbage"), None);
     }
@@ -344,59 +285,31 @@ mod tests {
     fn preflights_match_origin_method_and_headers() {
         let rules = [rule()];
         let mut req = HeaderMap::new();
-        req.insert(
-            "origin",
-            HeaderValue::from_static("https://app.example.com"),
-        );
-        req.insert(
-            "access-control-request-method",
-            HeaderValue::from_static("PUT"),
-        );
-        req.insert(
-            "access-control-request-headers",
-            HeaderValue::from_static("x-amz-date, content-type"),
-        );
+        req.insert("origin", HeaderValue::from_static("https://app.example.com"));
+        req.insert("access-control-request-method", HeaderValue::from_static("PUT"));
+        req.insert("access-control-request-headers", HeaderValue::from_static("x-amz-date, content-type"));
         let out = preflight(Some(&rules), &req).expect("allowed");
-        assert_eq!(
-            out.get("access-control-allow-origin").map(|v| v.as_bytes()),
-            Some(&b"https://app.example.com"[..])
-        );
-        assert_eq!(
-            out.get("access-control-max-age").map(|v| v.as_bytes()),
-            Some(&b"600"[..])
-        );
-        req.insert(
-            "access-control-request-method",
-            HeaderValue::from_static("DELETE"),
-        );
+        assert_eq!(out.get("access-control-allow-origin").map(|v| v.as_bytes()), Some(&b"https://app.example.com"[..]));
+        assert_eq!(out.get("access-control-max-age").map(|v| v.as_bytes()), Some(&b"600"[..]));
+        req.insert("access-control-request-method", HeaderValue::from_static("DELETE"));
         assert_eq!(preflight(Some(&rules), &req), Err(CorsError::NotAllowed));
-        req.insert(
-            "access-control-request-method",
-            HeaderValue::from_static("GET"),
-        );
+        req.insert("access-control-request-method", HeaderValue::from_static("GET"));
         req.insert("origin", HeaderValue::from_static("https://evil.com"));
         assert_eq!(preflight(Some(&rules), &req), Err(CorsError::NotAllowed));
         assert_eq!(preflight(None, &req), Err(CorsError::NotEnabled));
         req.remove("origin");
         assert_eq!(preflight(Some(&rules), &req), Err(CorsError::Insufficient));
-        assert!(actual(&rules, "https://a.example.com", "GET")
-            .contains_key("access-control-allow-origin"));
+        assert!(actual(&rules, "https://a.example.com", "GET").contains_key("access-control-allow-origin"));
         assert!(actual(&rules, "https://a.example.org", "GET").is_empty());
     }
 
     #[test]
     fn bad_configurations_are_refused() {
-        let ok = CORSRule {
-            allowed_methods: vec!["GET".into()],
-            allowed_origins: vec!["*".into()],
-            ..Default::default()
-        };
+        let ok =
+            CORSRule { allowed_methods: vec!["GET".into()], allowed_origins: vec!["*".into()], ..Default::default() };
         assert!(from_request(&[ok.clone()]).is_ok());
         assert!(from_request(&[]).is_err());
-        let bad = CORSRule {
-            allowed_methods: vec!["PATCH".into()],
-            ..ok
-        };
+        let bad = CORSRule { allowed_methods: vec!["PATCH".into()], ..ok };
         assert!(from_request(&[bad]).is_err());
     }
 }

@@ -285,7 +285,8 @@ mod tests {
 
     #[test]
     fn presigned_urls_valid_over_a_week_are_refused() {
-        let check = |u: &str| check_presigned_expiry(&u.parse().expect("uri")).map_err(|e| e.code().as_str().to_string());
+        let check =
+            |u: &str| check_presigned_expiry(&u.parse().expect("uri")).map_err(|e| e.code().as_str().to_string());
         assert!(check("/b/k?X-Amz-Expires=604800&X-Amz-Signature=00").is_ok());
         assert!(check("/b/k").is_ok());
         assert_eq!(check("/b/k?X-Amz-Expires=604801").err().as_deref(), Some("AuthorizationQueryParametersError"));

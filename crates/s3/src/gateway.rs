@@ -558,15 +558,24 @@ impl Gateway {
     /// object) the number of parts, each only when asked for.
     async fn object_attributes(&self, input: GetObjectAttributesInput) -> S3Result<GetObjectAttributesOutput> {
         let (attr, marker) = self.object(&input.bucket, &input.key).await?;
-        let stored = if marker { Default::default() } else { objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)? };
+        let stored = if marker {
+            Default::default()
+        } else {
+            objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)?
+        };
         let etag = if marker { EMPTY_ETAG.to_string() } else { etag_for(&attr, stored.etag_raw.as_deref()) };
         // One header may list several attributes, comma-separated.
         let asked = |name: &str| {
-            input.object_attributes.iter().flat_map(|a| a.as_str().split(',')).any(|a| a.trim().eq_ignore_ascii_case(name))
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|a| a.as_str().split(','))
+                .any(|a| a.trim().eq_ignore_ascii_case(name))
         };
         let sum = stored.checksum_raw.as_deref().and_then(|raw| Sum::from_xattr(raw, attr.data_version));
         // A multipart ETag ends in `-<parts>`.
-        let parts = etag.rsplit_once('-').and_then(|(_, n)| n.parse::<i32>().ok()).filter(|_| !etag.starts_with("trove-"));
+        let parts =
+            etag.rsplit_once('-').and_then(|(_, n)| n.parse::<i32>().ok()).filter(|_| !etag.starts_with("trove-"));
         Ok(GetObjectAttributesOutput {
             e_tag: asked(ObjectAttributes::ETAG).then(|| ETag::Strong(etag.clone())),
             object_size: asked(ObjectAttributes::OBJECT_SIZE).then_some(if marker { 0 } else { attr.size as i64 }),
@@ -577,10 +586,9 @@ impl Gateway {
                 c.checksum_type = Some(kind);
                 c
             }),
-            object_parts: parts.filter(|_| asked(ObjectAttributes::OBJECT_PARTS)).map(|n| GetObjectAttributesParts {
-                total_parts_count: Some(n),
-                ..Default::default()
-            }),
+            object_parts: parts
+                .filter(|_| asked(ObjectAttributes::OBJECT_PARTS))
+                .map(|n| GetObjectAttributesParts { total_parts_count: Some(n), ..Default::default() }),
             last_modified: Some(s3_time(attr.mtime)),
             ..Default::default()
         })
@@ -715,15 +723,14 @@ impl S3 for Gateway {
         let trailer_names = req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).map(str::to_string);
         let input = req.input;
         let parsed = parse_key(&input.key)?;
-        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(
-            KeptHeaders {
+        let meta =
+            ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(KeptHeaders {
                 cache_control: input.cache_control.as_ref(),
                 content_disposition: input.content_disposition.as_ref(),
                 content_encoding: input.content_encoding.as_ref(),
                 content_language: input.content_language.as_ref(),
                 expires: input.expires.as_ref(),
-            },
-        );
+            });
         let wanted = Wanted::from_request(
             [
                 input.checksum_crc32.as_ref(),
@@ -768,8 +775,9 @@ impl S3 for Gateway {
                 ..Default::default()
             }));
         };
-        let publish =
-            self.write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref()).await?;
+        let publish = self
+            .write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref())
+            .await?;
         let spec = WriteSpec {
             expected_len,
             content_md5: input.content_md5.as_deref(),

@@ -43,10 +43,7 @@ pub fn table() -> &'static OpTable {
 }
 
 fn slot(name: &str) -> usize {
-    NAMES
-        .iter()
-        .position(|n| *n == name)
-        .unwrap_or(NAMES.len() - 1)
+    NAMES.iter().position(|n| *n == name).unwrap_or(NAMES.len() - 1)
 }
 
 /// The S3 operation of a path-style request.
@@ -58,11 +55,7 @@ pub fn operation(method: &Method, path: &str, query: &str, headers: &HeaderMap) 
     };
     let has = |name: &str| query.split('&').any(|p| p.split('=').next() == Some(name));
     if bucket.is_empty() {
-        return if *method == Method::GET {
-            "ListBuckets"
-        } else {
-            "Other"
-        };
+        return if *method == Method::GET { "ListBuckets" } else { "Other" };
     }
     if key.is_empty() {
         return match *method {
@@ -110,10 +103,7 @@ fn access_key(query: &str, headers: &HeaderMap) -> String {
 }
 
 fn length(headers: &HeaderMap, name: &str) -> Option<u64> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
+    headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
 }
 
 /// A request on its way through the front.
@@ -131,13 +121,7 @@ impl Request {
     pub fn new(method: &Method, uri: &http::Uri, headers: &HeaderMap) -> Request {
         let started = table().start();
         if started.is_none() {
-            return Request {
-                op: 0,
-                started,
-                body_bytes: 0,
-                object: String::new(),
-                client: String::new(),
-            };
+            return Request { op: 0, started, body_bytes: 0, object: String::new(), client: String::new() };
         }
         let query = uri.query().unwrap_or("");
         let name = operation(method, uri.path(), query, headers);
@@ -198,57 +182,23 @@ mod tests {
         let cases = [
             (Method::GET, "/", "", &none, "ListBuckets"),
             (Method::PUT, "/b", "", &none, "CreateBucket"),
-            (
-                Method::GET,
-                "/b",
-                "list-type=2&prefix=a",
-                &none,
-                "ListObjectsV2",
-            ),
+            (Method::GET, "/b", "list-type=2&prefix=a", &none, "ListObjectsV2"),
             (Method::GET, "/b/", "", &none, "ListObjects"),
             (Method::POST, "/b", "delete", &none, "DeleteObjects"),
             (Method::GET, "/b/k/x.jpg", "", &none, "GetObject"),
             (Method::HEAD, "/b/k", "", &none, "HeadObject"),
             (Method::PUT, "/b/k", "", &none, "PutObject"),
             (Method::PUT, "/b/k", "", &copy, "CopyObject"),
-            (
-                Method::PUT,
-                "/b/k",
-                "partNumber=1&uploadId=u",
-                &none,
-                "UploadPart",
-            ),
-            (
-                Method::POST,
-                "/b/k",
-                "uploads",
-                &none,
-                "CreateMultipartUpload",
-            ),
-            (
-                Method::POST,
-                "/b/k",
-                "uploadId=u",
-                &none,
-                "CompleteMultipartUpload",
-            ),
-            (
-                Method::DELETE,
-                "/b/k",
-                "uploadId=u",
-                &none,
-                "AbortMultipartUpload",
-            ),
+            (Method::PUT, "/b/k", "partNumber=1&uploadId=u", &none, "UploadPart"),
+            (Method::POST, "/b/k", "uploads", &none, "CreateMultipartUpload"),
+            (Method::POST, "/b/k", "uploadId=u", &none, "CompleteMultipartUpload"),
+            (Method::DELETE, "/b/k", "uploadId=u", &none, "AbortMultipartUpload"),
             (Method::DELETE, "/b/k", "", &none, "DeleteObject"),
             (Method::GET, "/b/k", "uploadId=u", &none, "ListParts"),
             (Method::PATCH, "/b/k", "", &none, "Other"),
         ];
         for (method, path, query, headers, want) in cases {
-            assert_eq!(
-                operation(&method, path, query, headers),
-                want,
-                "{method} {path}?{query}"
-            );
+            assert_eq!(operation(&method, path, query, headers), want, "{method} {path}?{query}");
             assert_eq!(NAMES[slot(want)], want);
         }
         let mut signed = HeaderMap::new();
@@ -259,10 +209,7 @@ mod tests {
                 .expect("header"),
         );
         assert_eq!(access_key("", &signed), "s3 key AKIDEXAMPLE");
-        assert_eq!(
-            access_key("X-Amz-Credential=KEY2%2F20261126%2Fus-east-1", &none),
-            "s3 key KEY2"
-        );
+        assert_eq!(access_key("X-Amz-Credential=KEY2%2F20261126%2Fus-east-1", &none), "s3 key KEY2");
         assert_eq!(access_key("", &none), "anonymous");
     }
 }

@@ -121,9 +121,7 @@ impl Planned {
 }
 
 fn plan_text(plan: &[Planned]) -> String {
-    plan.iter()
-        .map(|p| format!("{} {} {} {}\n", p.number, p.size, p.etag, p.sum.as_deref().unwrap_or("-")))
-        .collect()
+    plan.iter().map(|p| format!("{} {} {} {}\n", p.number, p.size, p.etag, p.sum.as_deref().unwrap_or("-"))).collect()
 }
 
 fn parse_plan(text: &str) -> Option<Vec<Planned>> {
@@ -218,15 +216,14 @@ impl Gateway {
         if parsed.name.is_none() {
             return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory and cannot hold data"));
         }
-        let meta = ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(
-            KeptHeaders {
+        let meta =
+            ObjectMeta::from_request(input.content_type.as_ref(), input.metadata.as_ref())?.with_headers(KeptHeaders {
                 cache_control: input.cache_control.as_ref(),
                 content_disposition: input.content_disposition.as_ref(),
                 content_encoding: input.content_encoding.as_ref(),
                 content_language: input.content_language.as_ref(),
                 expires: input.expires.as_ref(),
-            },
-        );
+            });
         let algo = match &input.checksum_algorithm {
             Some(a) => Some(
                 Algo::parse(a.as_str())
@@ -332,10 +329,8 @@ impl Gateway {
         }
         let dir = self.upload_dir(&input.bucket, &input.key, &input.upload_id).await?;
         let (upload_algo, _) = self.upload_checksum(&dir).await?;
-        let algorithm = input
-            .checksum_algorithm
-            .clone()
-            .unwrap_or_else(|| ChecksumAlgorithm::from(upload_algo.name().to_string()));
+        let algorithm =
+            input.checksum_algorithm.clone().unwrap_or_else(|| ChecksumAlgorithm::from(upload_algo.name().to_string()));
         let wanted = Wanted::from_request(
             [
                 input.checksum_crc32.as_ref(),
@@ -393,12 +388,18 @@ impl Gateway {
         let src_etag = etag_for(&src, raw.as_deref());
         if let Some(cond) = &input.copy_source_if_match {
             if !crate::conditions::etag_matches(cond, &src_etag) {
-                return Err(s3_error!(PreconditionFailed, "x-amz-copy-source-if-match: the source's ETag is {src_etag}"));
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "x-amz-copy-source-if-match: the source's ETag is {src_etag}"
+                ));
             }
         }
         if let Some(cond) = &input.copy_source_if_none_match {
             if crate::conditions::etag_matches(cond, &src_etag) {
-                return Err(s3_error!(PreconditionFailed, "x-amz-copy-source-if-none-match: the source's ETag is {src_etag}"));
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "x-amz-copy-source-if-none-match: the source's ETag is {src_etag}"
+                ));
             }
         }
         let range = match &input.copy_source_range {
@@ -674,8 +675,9 @@ impl Gateway {
         let lock = self.completion_lock(&input.upload_id);
         let _guard = lock.lock().await;
         let dir = self.upload_dir(&input.bucket, &input.key, &input.upload_id).await?;
-        let publish =
-            self.write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref()).await?;
+        let publish = self
+            .write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref())
+            .await?;
         let dir_path = format!("{}/{}", names::uploads_path(&input.bucket), input.upload_id);
         let (etag, sum, copied) = self.complete_in(&input, &parsed.dirs, name, &dir, &dir_path, publish).await?;
         if let Err(e) = self.remove_upload(&input.bucket, &input.upload_id, dir.ino).await {

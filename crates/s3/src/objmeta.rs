@@ -89,7 +89,8 @@ impl ObjectMeta {
             t.format(s3s::dto::TimestampFormat::HttpDate, &mut buf).ok()?;
             String::from_utf8(buf).ok()
         });
-        let values = [h.cache_control.cloned(), h.content_disposition.cloned(), encoding, h.content_language.cloned(), expires];
+        let values =
+            [h.cache_control.cloned(), h.content_disposition.cloned(), encoding, h.content_language.cloned(), expires];
         for (name, value) in KEPT_HEADERS.into_iter().zip(values) {
             if let Some(v) = value.filter(|v| !v.is_empty()) {
                 self.headers.insert(name, v);
@@ -126,7 +127,9 @@ impl ObjectMeta {
     /// Replaces whatever S3 metadata `ino` has with this (for CopyObject with REPLACE).
     pub async fn replace(&self, client: &Client, ino: u64) -> Result<(), WireError> {
         for name in client.listxattr(ino).await? {
-            if name == XATTR_CONTENT_TYPE || name.starts_with(XATTR_META_PREFIX) || name.starts_with(XATTR_HEADER_PREFIX)
+            if name == XATTR_CONTENT_TYPE
+                || name.starts_with(XATTR_META_PREFIX)
+                || name.starts_with(XATTR_HEADER_PREFIX)
             {
                 match client.removexattr(ino, &name).await {
                     Ok(()) => {}
@@ -285,7 +288,8 @@ mod tests {
         assert_eq!(meta.header("cache-control").as_deref(), Some("max-age=60"));
         assert_eq!(meta.header("content-encoding").as_deref(), Some("gzip"));
         let only_chunked = "aws-chunked".to_string();
-        let meta = ObjectMeta::default().with_headers(KeptHeaders { content_encoding: Some(&only_chunked), ..Default::default() });
+        let meta = ObjectMeta::default()
+            .with_headers(KeptHeaders { content_encoding: Some(&only_chunked), ..Default::default() });
         assert_eq!(meta.header("content-encoding"), None);
         assert_eq!(meta.expires(), None);
     }

@@ -97,17 +97,13 @@ pub fn block_count(len: u32) -> u32 {
 
 /// The crc32c of each block of `data`.
 pub fn block_crcs(data: &[u8]) -> Vec<u32> {
-    data.chunks(BLOCK_BYTES as usize)
-        .map(crc32c::crc32c)
-        .collect()
+    data.chunks(BLOCK_BYTES as usize).map(crc32c::crc32c).collect()
 }
 
 /// The crc32c of a block crc table as stored (each entry u32 LE, concatenated). This is also
 /// the value the metadata service records per shard in `ChunkRecord::table_crcs`.
 pub fn table_crc(block_crcs: &[u32]) -> u32 {
-    block_crcs
-        .iter()
-        .fold(0, |crc, b| crc32c::crc32c_append(crc, &b.to_le_bytes()))
+    block_crcs.iter().fold(0, |crc, b| crc32c::crc32c_append(crc, &b.to_le_bytes()))
 }
 
 /// Whether `key` and `ec` describe a shard this format can hold.
@@ -119,21 +115,14 @@ fn scheme_ok(ec: EcScheme, index: u8) -> bool {
 /// limits, and a crc table of the right size. Does not look at data.
 pub fn check_info(info: &ShardInfo) -> Result<(), FormatError> {
     if !scheme_ok(info.ec, info.key.index) {
-        return Err(FormatError::BadScheme {
-            k: info.ec.k,
-            m: info.ec.m,
-            index: info.key.index,
-        });
+        return Err(FormatError::BadScheme { k: info.ec.k, m: info.ec.m, index: info.key.index });
     }
     if info.len > SHARD_BYTES_MAX {
         return Err(FormatError::TooLarge(info.len));
     }
     let blocks = u32::try_from(info.block_crcs.len()).unwrap_or(u32::MAX);
     if blocks != block_count(info.len) {
-        return Err(FormatError::BlockCount {
-            len: info.len,
-            blocks,
-        });
+        return Err(FormatError::BlockCount { len: info.len, blocks });
     }
     Ok(())
 }
@@ -173,10 +162,7 @@ impl ShardHeader {
     /// size reads and allocations with.
     pub fn decode(buf: &[u8]) -> Result<ShardHeader, FormatError> {
         if buf.len() < FIXED_HEADER_BYTES {
-            return Err(FormatError::Truncated {
-                need: FIXED_HEADER_BYTES as u64,
-                have: buf.len() as u64,
-            });
+            return Err(FormatError::Truncated { need: FIXED_HEADER_BYTES as u64, have: buf.len() as u64 });
         }
         let magic = [buf[0], buf[1], buf[2], buf[3]];
         if magic != MAGIC {
@@ -194,22 +180,12 @@ impl ShardHeader {
         if buf[17..20] != [0, 0, 0] {
             return Err(FormatError::Reserved);
         }
-        let ec = EcScheme {
-            k: buf[6],
-            m: buf[7],
-        };
+        let ec = EcScheme { k: buf[6], m: buf[7] };
         let mut chunk = [0u8; 8];
         chunk.copy_from_slice(&buf[8..16]);
-        let key = ShardKey {
-            chunk: u64::from_le_bytes(chunk),
-            index: buf[16],
-        };
+        let key = ShardKey { chunk: u64::from_le_bytes(chunk), index: buf[16] };
         if !scheme_ok(ec, key.index) {
-            return Err(FormatError::BadScheme {
-                k: ec.k,
-                m: ec.m,
-                index: key.index,
-            });
+            return Err(FormatError::BadScheme { k: ec.k, m: ec.m, index: key.index });
         }
         let len = u32_at(buf, 20);
         if len > SHARD_BYTES_MAX {
@@ -219,13 +195,7 @@ impl ShardHeader {
         if blocks != block_count(len) {
             return Err(FormatError::BlockCount { len, blocks });
         }
-        Ok(ShardHeader {
-            key,
-            ec,
-            len,
-            blocks,
-            table_crc: u32_at(buf, 28),
-        })
+        Ok(ShardHeader { key, ec, len, blocks, table_crc: u32_at(buf, 28) })
     }
 
     /// Bytes of the block crc table.
@@ -262,12 +232,7 @@ impl ShardHeader {
 
     /// The [`ShardInfo`] this header and its table describe.
     pub fn info(&self, block_crcs: Vec<u32>) -> ShardInfo {
-        ShardInfo {
-            key: self.key,
-            ec: self.ec,
-            len: self.len,
-            block_crcs,
-        }
+        ShardInfo { key: self.key, ec: self.ec, len: self.len, block_crcs }
     }
 }
 
@@ -284,10 +249,7 @@ pub fn decode_header(buf: &[u8]) -> Result<(ShardHeader, Vec<u32>), FormatError>
 pub fn verify_file(buf: &[u8]) -> Result<ShardInfo, FormatError> {
     let (header, table) = decode_header(buf)?;
     if buf.len() as u64 != header.file_bytes() {
-        return Err(FormatError::Length {
-            expected: header.file_bytes(),
-            have: buf.len() as u64,
-        });
+        return Err(FormatError::Length { expected: header.file_bytes(), have: buf.len() as u64 });
     }
     let data = &buf[header.data_offset() as usize..];
     verify_blocks(data, 0, &table)?;
@@ -299,11 +261,7 @@ pub fn verify_blocks(data: &[u8], first: u32, table: &[u32]) -> Result<(), Forma
     for (i, block) in data.chunks(BLOCK_BYTES as usize).enumerate() {
         let b = first as usize + i;
         let start = b as u64 * u64::from(BLOCK_BYTES);
-        let bad = FormatError::BlockChecksum {
-            block: b as u32,
-            start,
-            end: start + block.len() as u64,
-        };
+        let bad = FormatError::BlockChecksum { block: b as u32, start, end: start + block.len() as u64 };
         match table.get(b) {
             Some(&crc) if crc == crc32c::crc32c(block) => {}
             _ => return Err(bad),
@@ -330,16 +288,8 @@ pub fn verify_blocks_cut(
     for (i, block) in data.chunks(bs).enumerate() {
         let b = first as usize + i;
         let base = i * bs;
-        let s = if i == 0 {
-            cut_start.saturating_sub(base).min(block.len())
-        } else {
-            0
-        };
-        let e = if i + 1 == blocks {
-            cut_end.saturating_sub(base).clamp(s, block.len())
-        } else {
-            block.len()
-        };
+        let s = if i == 0 { cut_start.saturating_sub(base).min(block.len()) } else { 0 };
+        let e = if i + 1 == blocks { cut_end.saturating_sub(base).clamp(s, block.len()) } else { block.len() };
         let before = crc32c::crc32c(&block[..s]);
         let with_body = crc32c::crc32c_append(before, &block[s..e]);
         let after = crc32c::crc32c(&block[e..]);
@@ -353,13 +303,7 @@ pub fn verify_blocks_cut(
         let whole = wire::crc::crc32c_combine(with_body, after, block.len() - e);
         match table.get(b) {
             Some(&crc) if crc == whole => {}
-            _ => {
-                return Err(FormatError::BlockChecksum {
-                    block: b as u32,
-                    start,
-                    end: start + block.len() as u64,
-                })
-            }
+            _ => return Err(FormatError::BlockChecksum { block: b as u32, start, end: start + block.len() as u64 }),
         }
     }
     Ok((head, tail))
@@ -375,10 +319,7 @@ mod tests {
         let mut data = vec![0u8; len];
         rng.fill_bytes(&mut data);
         let info = ShardInfo {
-            key: ShardKey {
-                chunk: rng.gen(),
-                index: 3,
-            },
+            key: ShardKey { chunk: rng.gen(), index: 3 },
             ec: EcScheme::DEFAULT,
             len: len as u32,
             block_crcs: block_crcs(&data),
@@ -393,10 +334,7 @@ mod tests {
         for len in [0usize, 1, 2, 3, 65535, 65536, 65537, 3 * 65536 + 7] {
             let (info, file) = shard(len, len as u64);
             assert_eq!(check_info(&info), Ok(()));
-            assert_eq!(
-                file.len(),
-                FIXED_HEADER_BYTES + 4 * info.block_crcs.len() + len
-            );
+            assert_eq!(file.len(), FIXED_HEADER_BYTES + 4 * info.block_crcs.len() + len);
             assert_eq!(verify_file(&file), Ok(info.clone()), "len {len}");
             let (h, table) = decode_header(&file).expect("valid header");
             assert_eq!(h.table_crc, table_crc(&table));
@@ -417,10 +355,7 @@ mod tests {
         assert_eq!(&file[24..28], &2u32.to_le_bytes());
         assert_eq!(&file[28..32], &crc32c::crc32c(&file[36..44]).to_le_bytes());
         assert_eq!(&file[32..36], &crc32c::crc32c(&file[..32]).to_le_bytes());
-        assert_eq!(
-            &file[36..40],
-            &crc32c::crc32c(&file[44..44 + 65536]).to_le_bytes()
-        );
+        assert_eq!(&file[36..40], &crc32c::crc32c(&file[44..44 + 65536]).to_le_bytes());
     }
 
     #[test]
@@ -495,9 +430,8 @@ mod tests {
             let start = first * bs;
             let stop = (end.div_ceil(bs) * bs).min(data.len());
             let blocks = &data[start..stop];
-            let (head, tail) =
-                verify_blocks_cut(blocks, first as u32, &table, offset - start, end - start)
-                    .expect("valid blocks verify");
+            let (head, tail) = verify_blocks_cut(blocks, first as u32, &table, offset - start, end - start)
+                .expect("valid blocks verify");
             assert_eq!(head, crc32c::crc32c(&data[start..offset]));
             let last_end = ((end - 1) / bs * bs + bs).min(data.len());
             assert_eq!(tail, crc32c::crc32c(&data[end..last_end]));
@@ -505,9 +439,7 @@ mod tests {
             let mut bad = blocks.to_vec();
             let at = rng.gen_range(0..bad.len());
             bad[at] ^= 1;
-            assert!(
-                verify_blocks_cut(&bad, first as u32, &table, offset - start, end - start).is_err()
-            );
+            assert!(verify_blocks_cut(&bad, first as u32, &table, offset - start, end - start).is_err());
         }
     }
 }

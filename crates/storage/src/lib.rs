@@ -91,26 +91,19 @@ pub struct StorageConfig {
 impl StorageConfig {
     /// The metadata servers' addresses: `meta` is one address or several, comma-separated.
     pub fn meta_addrs(&self) -> Vec<String> {
-        self.meta
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(String::from)
-            .collect()
+        self.meta.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
     }
 
     /// Parses a TOML configuration and checks it.
     pub fn from_toml(text: &str) -> anyhow::Result<StorageConfig> {
-        let config: StorageConfig =
-            toml::from_str(text).context("invalid storage configuration")?;
+        let config: StorageConfig = toml::from_str(text).context("invalid storage configuration")?;
         config.validate()?;
         Ok(config)
     }
 
     /// Reads and parses a TOML configuration file.
     pub fn load(path: &Path) -> anyhow::Result<StorageConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
     }
 
@@ -149,10 +142,7 @@ impl StorageConfig {
 
     /// The store configuration part.
     pub fn store_config(&self) -> StoreConfig {
-        StoreConfig {
-            drives: self.drives.clone(),
-            reserve_bytes: self.reserve_bytes,
-        }
+        StoreConfig { drives: self.drives.clone(), reserve_bytes: self.reserve_bytes }
     }
 }
 
@@ -166,10 +156,7 @@ pub fn load_or_create_node_uuid(drive: &Path) -> anyhow::Result<u128> {
             let text = text.trim();
             match u128::from_str_radix(text, 16) {
                 Ok(uuid) if uuid != 0 && text.len() == 32 => Ok(uuid),
-                _ => bail!(
-                    "{} does not hold a node uuid (32 hex digits): {text:?}",
-                    path.display()
-                ),
+                _ => bail!("{} does not hold a node uuid (32 hex digits): {text:?}", path.display()),
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -188,10 +175,7 @@ pub fn load_or_create_node_uuid(drive: &Path) -> anyhow::Result<u128> {
                 std::fs::File::open(drive)?.sync_all()
             };
             write().with_context(|| format!("cannot create {}", path.display()))?;
-            tracing::info!(
-                "new node identity {uuid:032x} written to {}",
-                path.display()
-            );
+            tracing::info!("new node identity {uuid:032x} written to {}", path.display());
             Ok(uuid)
         }
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -205,10 +189,7 @@ pub async fn run(config: StorageConfig) -> anyhow::Result<()> {
 }
 
 /// [`run`], stopping (and releasing the drives) when `shutdown` completes.
-pub async fn run_until(
-    config: StorageConfig,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
+pub async fn run_until(config: StorageConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     config.validate()?;
     let (service, uuid) = match &config.object {
         Some(object) => {
@@ -232,10 +213,7 @@ pub async fn run_until(
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let bound = listener.local_addr().context("listener has no address")?;
-    let advertise = config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| bound.to_string());
+    let advertise = config.advertise.clone().unwrap_or_else(|| bound.to_string());
     if config.advertise.is_none() && bound.ip().is_unspecified() {
         tracing::warn!("listening on {bound} without `advertise`: clients will be told to connect to {advertise}");
     }
@@ -263,11 +241,7 @@ pub async fn run_until(
         }
         None => None,
     };
-    let server = AbortOnDrop(tokio::spawn(serve_on(
-        listener,
-        service.clone(),
-        config.cluster.clone(),
-    )));
+    let server = AbortOnDrop(tokio::spawn(serve_on(listener, service.clone(), config.cluster.clone())));
     // One membership loop per metadata server: each one hears this node's heartbeats, so
     // whichever leads the cluster manager knows its liveness (registration is by uuid, so all
     // of them agree on its id).
@@ -331,11 +305,7 @@ impl LocalNode {
         let addr = listener.local_addr()?.to_string();
         let service = Arc::new(StorageService::new(Arc::new(store)));
         let server = tokio::spawn(serve_on(listener, service.clone(), cluster.to_string()));
-        Ok(LocalNode {
-            addr,
-            service,
-            _server: AbortOnDrop(server),
-        })
+        Ok(LocalNode { addr, service, _server: AbortOnDrop(server) })
     }
 
     /// Stops serving and releases the drives (after running operations finish).

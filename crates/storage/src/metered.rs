@@ -59,11 +59,7 @@ impl Handler for MeteredStorage {
         Some(answer)
     }
 
-    async fn handle(
-        &self,
-        req: StorageOp,
-        data: Bytes,
-    ) -> (Result<StorageReply, WireError>, Bytes) {
+    async fn handle(&self, req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
         let started = table().start();
         let op = req.index();
         let data_in = data.len();
@@ -81,21 +77,9 @@ pub fn publish_drives(service: &Arc<StorageService>) {
             return;
         };
         for d in service.drives_now() {
-            out.push(Sample::new(
-                names::DRIVE_BYTES,
-                &[("drive", &d.path), ("kind", "total")],
-                d.bytes_total as f64,
-            ));
-            out.push(Sample::new(
-                names::DRIVE_BYTES,
-                &[("drive", &d.path), ("kind", "free")],
-                d.bytes_free as f64,
-            ));
-            out.push(Sample::new(
-                names::DRIVE_SHARDS,
-                &[("drive", &d.path)],
-                d.shards as f64,
-            ));
+            out.push(Sample::new(names::DRIVE_BYTES, &[("drive", &d.path), ("kind", "total")], d.bytes_total as f64));
+            out.push(Sample::new(names::DRIVE_BYTES, &[("drive", &d.path), ("kind", "free")], d.bytes_free as f64));
+            out.push(Sample::new(names::DRIVE_SHARDS, &[("drive", &d.path)], d.shards as f64));
             out.push(Sample::new(
                 names::DRIVE_ERROR,
                 &[("drive", &d.path)],
@@ -114,16 +98,9 @@ pub async fn announce(
     addr: String,
     exporter: String,
 ) {
-    let peers: Vec<wire::Peer> = metas
-        .iter()
-        .map(|m| wire::Peer::new(m.clone(), Service::Meta))
-        .collect();
+    let peers: Vec<wire::Peer> = metas.iter().map(|m| wire::Peer::new(m.clone(), Service::Meta)).collect();
     // Known by its address until the metadata service gives it an id.
-    metrics::set_identity(metrics::Identity {
-        role: "storage".into(),
-        id: addr.clone(),
-        cluster: cluster.clone(),
-    });
+    metrics::set_identity(metrics::Identity { role: "storage".into(), id: addr.clone(), cluster: cluster.clone() });
     loop {
         let node = service.node_id();
         if node != 0 {
@@ -143,27 +120,15 @@ pub async fn announce(
                 version: env!("CARGO_PKG_VERSION").into(),
                 seen_ms_ago: 0,
             };
-            let call = MetaCall {
-                request_id: 0,
-                op: MetaOp::Announce { process },
-            };
+            let call = MetaCall { request_id: 0, op: MetaOp::Announce { process } };
             for peer in &peers {
-                if let Err(e) = peer
-                    .call::<MetaCall, wire::MetaReply>(&call, Bytes::new(), Duration::from_secs(5))
-                    .await
+                if let Err(e) =
+                    peer.call::<MetaCall, wire::MetaReply>(&call, Bytes::new(), Duration::from_secs(5)).await
                 {
-                    tracing::debug!(
-                        "announcing the metrics exporter to {} failed: {e}",
-                        peer.addr()
-                    );
+                    tracing::debug!("announcing the metrics exporter to {} failed: {e}", peer.addr());
                 }
             }
         }
-        tokio::time::sleep(if node == 0 {
-            Duration::from_millis(500)
-        } else {
-            ANNOUNCE_INTERVAL
-        })
-        .await;
+        tokio::time::sleep(if node == 0 { Duration::from_millis(500) } else { ANNOUNCE_INTERVAL }).await;
     }
 }

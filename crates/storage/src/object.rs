@@ -40,9 +40,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjPath;
-use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
-};
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -152,17 +150,9 @@ pub enum ObjectOpenError {
     #[error("bucket {bucket:?} does not exist at {endpoint} (create it, or fix `bucket`)")]
     NoSuchBucket { endpoint: String, bucket: String },
     #[error("the object store at {endpoint} refused the credentials of [object] for bucket {bucket:?} ({reason})")]
-    Credentials {
-        endpoint: String,
-        bucket: String,
-        reason: String,
-    },
+    Credentials { endpoint: String, bucket: String, reason: String },
     #[error("the object store at {endpoint} failed {what}: {reason}")]
-    Store {
-        endpoint: String,
-        what: String,
-        reason: String,
-    },
+    Store { endpoint: String, what: String, reason: String },
 }
 
 impl ObjectConfig {
@@ -172,7 +162,10 @@ impl ObjectConfig {
         let lower = self.endpoint.to_ascii_lowercase();
         if lower.starts_with("http://") {
             if !self.allow_http {
-                return bad(format!("endpoint {:?} is plain http; use https, or set allow_http = true to send requests unencrypted", self.endpoint));
+                return bad(format!(
+                    "endpoint {:?} is plain http; use https, or set allow_http = true to send requests unencrypted",
+                    self.endpoint
+                ));
             }
         } else if !lower.starts_with("https://") {
             return bad(format!(
@@ -182,12 +175,12 @@ impl ObjectConfig {
         }
         if self.bucket.is_empty()
             || self.bucket.len() > 63
-            || !self
-                .bucket
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            || !self.bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         {
-            return bad(format!("bucket {:?} is not a valid bucket name (3 to 63 lower-case letters, digits, '-' and '.')", self.bucket));
+            return bad(format!(
+                "bucket {:?} is not a valid bucket name (3 to 63 lower-case letters, digits, '-' and '.')",
+                self.bucket
+            ));
         }
         if (!self.prefix.is_empty() && ObjPath::parse(self.prefix.trim_end_matches('/')).is_err())
             || self.prefix.starts_with('/')
@@ -250,8 +243,8 @@ impl ObjectConfig {
         };
         let bad = |why: String| ObjectOpenError::Config(format!("ca_file {}: {why}", file.display()));
         let pem = std::fs::read(file).map_err(|e| bad(format!("cannot read it: {e}")))?;
-        let certs = object_store::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| bad(format!("not PEM certificates: {e}")))?;
+        let certs =
+            object_store::Certificate::from_pem_bundle(&pem).map_err(|e| bad(format!("not PEM certificates: {e}")))?;
         if certs.is_empty() {
             return Err(bad("holds no PEM certificate".into()));
         }
@@ -298,19 +291,10 @@ impl ObjectConfig {
         if text.contains("NoSuchBucket") {
             return ObjectOpenError::NoSuchBucket { endpoint, bucket };
         }
-        for code in [
-            "InvalidAccessKeyId",
-            "SignatureDoesNotMatch",
-            "AccessDenied",
-            "403 Forbidden",
-            "401 Unauthorized",
-        ] {
+        for code in ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "401 Unauthorized"]
+        {
             if text.contains(code) {
-                return ObjectOpenError::Credentials {
-                    endpoint,
-                    bucket,
-                    reason: code.to_string(),
-                };
+                return ObjectOpenError::Credentials { endpoint, bucket, reason: code.to_string() };
             }
         }
         if matches!(e, object_store::Error::Generic { .. })
@@ -320,16 +304,9 @@ impl ObjectConfig {
                 || text.contains("timed out")
                 || text.contains("operation timed out"))
         {
-            return ObjectOpenError::Unreachable {
-                endpoint,
-                reason: self.reason(&text),
-            };
+            return ObjectOpenError::Unreachable { endpoint, reason: self.reason(&text) };
         }
-        ObjectOpenError::Store {
-            endpoint,
-            what: what.to_string(),
-            reason: self.reason(&text),
-        }
+        ObjectOpenError::Store { endpoint, what: what.to_string(), reason: self.reason(&text) }
     }
 
     /// An error text as it may be shown: one line, bounded, and without the access key id (some
@@ -340,11 +317,11 @@ impl ObjectConfig {
 
     fn read_secret(&self) -> Result<String, ObjectOpenError> {
         let secret = match (&self.secret_access_key_file, &self.secret_access_key_env) {
-            (Some(file), _) => std::fs::read_to_string(file).map_err(|e| {
-                ObjectOpenError::Secret(format!("cannot read {}: {e}", file.display()))
-            })?,
-            (None, Some(var)) => std::env::var(var)
-                .map_err(|e| ObjectOpenError::Secret(format!("environment variable {var}: {e}")))?,
+            (Some(file), _) => std::fs::read_to_string(file)
+                .map_err(|e| ObjectOpenError::Secret(format!("cannot read {}: {e}", file.display())))?,
+            (None, Some(var)) => {
+                std::env::var(var).map_err(|e| ObjectOpenError::Secret(format!("environment variable {var}: {e}")))?
+            }
             (None, None) => return Err(ObjectOpenError::Secret("none configured".into())),
         };
         let secret = secret.trim().to_string();
@@ -412,19 +389,11 @@ impl ObjectShards {
                     index.insert(key, meta.size);
                     bytes += meta.size;
                 }
-                None => tracing::warn!(
-                    "{}: object {} is not a shard; ignored",
-                    config.location(),
-                    meta.location
-                ),
+                None => tracing::warn!("{}: object {} is not a shard; ignored", config.location(), meta.location),
             }
         }
         let uuid = shards.load_or_create_uuid().await?;
-        tracing::info!(
-            "object store open: {} shards ({bytes} bytes) in {}",
-            index.len(),
-            config.location()
-        );
+        tracing::info!("object store open: {} shards ({bytes} bytes) in {}", index.len(), config.location());
         shards.stored_bytes.store(bytes, Ordering::Relaxed);
         *shards.index.write() = index;
         Ok((shards, uuid))
@@ -444,10 +413,7 @@ impl ObjectShards {
         let path = self.config.path(NODE_UUID_OBJECT);
         match self.s3.get(&path).await {
             Ok(got) => {
-                let body = got
-                    .bytes()
-                    .await
-                    .map_err(|e| self.open_error("reading node.uuid", &e))?;
+                let body = got.bytes().await.map_err(|e| self.open_error("reading node.uuid", &e))?;
                 let text = String::from_utf8_lossy(&body);
                 let text = text.trim();
                 match u128::from_str_radix(text, 16) {
@@ -470,10 +436,7 @@ impl ObjectShards {
                     .put(&path, PutPayload::from(format!("{uuid:032x}\n")))
                     .await
                     .map_err(|e| self.open_error("writing node.uuid", &e))?;
-                tracing::info!(
-                    "new node identity {uuid:032x} written to {}{NODE_UUID_OBJECT}",
-                    self.config.location()
-                );
+                tracing::info!("new node identity {uuid:032x} written to {}{NODE_UUID_OBJECT}", self.config.location());
                 Ok(uuid)
             }
             Err(e) => Err(self.open_error("reading node.uuid", &e)),
@@ -526,12 +489,7 @@ impl ObjectShards {
         let key = info.key;
         format::check_info(info).map_err(|e| werr!(Invalid, "put {key}: {e}"))?;
         if data.len() != info.len as usize {
-            return Err(werr!(
-                Invalid,
-                "put {key}: {} data bytes sent, the header says {}",
-                data.len(),
-                info.len
-            ));
+            return Err(werr!(Invalid, "put {key}: {} data bytes sent, the header says {}", data.len(), info.len));
         }
         format::verify_blocks(&data, 0, &info.block_crcs)
             .map_err(|e| werr!(Corrupt, "put {key}: received data is damaged: {e}"))?;
@@ -541,10 +499,7 @@ impl ObjectShards {
         if let Some(size) = existing {
             match self.s3.get(&self.shard_path(key)).await {
                 Ok(got) => {
-                    let body = got
-                        .bytes()
-                        .await
-                        .map_err(|e| self.request_error("put", key, &e))?;
+                    let body = got.bytes().await.map_err(|e| self.request_error("put", key, &e))?;
                     match format::verify_file(&body) {
                         Ok(stored) if stored.key != key => tracing::warn!(
                             "{key}: replacing damaged object: it holds {}",
@@ -611,10 +566,7 @@ impl ObjectShards {
     }
 
     async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, WireError> {
-        self.requests
-            .acquire()
-            .await
-            .map_err(|_| werr!(Unavailable, "the storage service is shutting down"))
+        self.requests.acquire().await.map_err(|_| werr!(Unavailable, "the storage service is shutting down"))
     }
 
     /// Stops taking requests (those running finish).
@@ -624,34 +576,19 @@ impl ObjectShards {
 
     /// Reads the whole blocks covering `len` bytes at `offset` of `key` (not yet verified).
     async fn read_blocks(&self, key: ShardKey, offset: u32, len: u32) -> Result<Blocks, WireError> {
-        let size = self
-            .index
-            .read()
-            .get(&key)
-            .copied()
-            .ok_or_else(|| werr!(NotFound, "{key} is not stored on this node"))?;
+        let size =
+            self.index.read().get(&key).copied().ok_or_else(|| werr!(NotFound, "{key} is not stored on this node"))?;
         // The object's size gives the header's: size = 36 + 4n + data, n = ceil(data / block).
         let block = u64::from(format::BLOCK_BYTES);
-        let table_bytes = 4 * size
-            .saturating_sub(FIXED_HEADER_BYTES as u64)
-            .div_ceil(block + 4);
+        let table_bytes = 4 * size.saturating_sub(FIXED_HEADER_BYTES as u64).div_ceil(block + 4);
         let data_offset = FIXED_HEADER_BYTES as u64 + table_bytes;
         let data_len = size.saturating_sub(data_offset);
         if u64::from(offset) > data_len {
-            return Err(werr!(
-                Invalid,
-                "{key}: offset {offset} is past the end of the shard ({data_len} bytes)"
-            ));
+            return Err(werr!(Invalid, "{key}: offset {offset} is past the end of the shard ({data_len} bytes)"));
         }
         let first = offset / format::BLOCK_BYTES;
         let start = u64::from(first) * block;
-        let end = if len == 0 {
-            data_len
-        } else {
-            u64::from(offset)
-                .saturating_add(u64::from(len))
-                .min(data_len)
-        };
+        let end = if len == 0 { data_len } else { u64::from(offset).saturating_add(u64::from(len)).min(data_len) };
         let stop = (end.div_ceil(block) * block).min(data_len).max(start);
         let path = self.shard_path(key);
         let cached = self.headers.lock().get(&key).cloned();
@@ -664,49 +601,27 @@ impl ObjectShards {
         };
         let (head, data) = match &cached {
             Some(_) if stop > start => {
-                let data = self
-                    .s3
-                    .get_range(&path, data_offset + start..data_offset + stop)
-                    .await
-                    .map_err(fail)?;
+                let data = self.s3.get_range(&path, data_offset + start..data_offset + stop).await.map_err(fail)?;
                 (None, data)
             }
             Some(_) => (None, Bytes::new()),
             None if start <= ONE_REQUEST_GAP_BYTES => {
-                let all = self
-                    .s3
-                    .get_range(&path, 0..data_offset + stop)
-                    .await
-                    .map_err(fail)?;
+                let all = self.s3.get_range(&path, 0..data_offset + stop).await.map_err(fail)?;
                 if (all.len() as u64) < data_offset + stop {
-                    return Err(self.corrupt(
-                        key,
-                        &FormatError::Truncated {
-                            need: data_offset + stop,
-                            have: all.len() as u64,
-                        },
-                    ));
+                    return Err(
+                        self.corrupt(key, &FormatError::Truncated { need: data_offset + stop, have: all.len() as u64 })
+                    );
                 }
-                (
-                    Some(all.slice(..data_offset as usize)),
-                    all.slice((data_offset + start) as usize..),
-                )
+                (Some(all.slice(..data_offset as usize)), all.slice((data_offset + start) as usize..))
             }
             None if stop == start => {
-                let head = self
-                    .s3
-                    .get_range(&path, 0..data_offset)
-                    .await
-                    .map_err(fail)?;
+                let head = self.s3.get_range(&path, 0..data_offset).await.map_err(fail)?;
                 (Some(head), Bytes::new())
             }
             None => {
                 let mut parts = self
                     .s3
-                    .get_ranges(
-                        &path,
-                        &[0..data_offset, data_offset + start..data_offset + stop],
-                    )
+                    .get_ranges(&path, &[0..data_offset, data_offset + start..data_offset + stop])
                     .await
                     .map_err(fail)?;
                 let data = parts.pop().unwrap_or_default();
@@ -721,20 +636,10 @@ impl ObjectShards {
             (Some(head), _) => {
                 let header = ShardHeader::decode(&head).map_err(|e| self.corrupt(key, &e))?;
                 if header.key != key {
-                    return Err(werr!(
-                        Corrupt,
-                        "{key}: object {path} is corrupt: it holds {}",
-                        header.key
-                    ));
+                    return Err(werr!(Corrupt, "{key}: object {path} is corrupt: it holds {}", header.key));
                 }
                 if header.file_bytes() != size {
-                    return Err(self.corrupt(
-                        key,
-                        &FormatError::Length {
-                            expected: header.file_bytes(),
-                            have: size,
-                        },
-                    ));
+                    return Err(self.corrupt(key, &FormatError::Length { expected: header.file_bytes(), have: size }));
                 }
                 let table = header
                     .decode_table(head.get(FIXED_HEADER_BYTES..).unwrap_or(&[]))
@@ -748,49 +653,26 @@ impl ObjectShards {
             }
         };
         if data.len() as u64 != stop - start {
-            return Err(self.corrupt(
-                key,
-                &FormatError::Truncated {
-                    need: stop - start,
-                    have: data.len() as u64,
-                },
-            ));
+            return Err(self.corrupt(key, &FormatError::Truncated { need: stop - start, have: data.len() as u64 }));
         }
-        Ok(Blocks {
-            header,
-            table,
-            first,
-            start: start as u32,
-            end: end as u32,
-            data,
-        })
+        Ok(Blocks { header, table, first, start: start as u32, end: end as u32, data })
     }
 
     /// The error for a shard object that fails its checks, logged here where it is found; its
     /// header is not kept (a repair replaces the object).
     fn corrupt(&self, key: ShardKey, e: &FormatError) -> WireError {
         self.headers.lock().remove(&key);
-        let err = werr!(
-            Corrupt,
-            "{key}: object {} in {} is corrupt: {e}",
-            self.shard_path(key),
-            self.config.location()
-        );
+        let err =
+            werr!(Corrupt, "{key}: object {} in {} is corrupt: {e}", self.shard_path(key), self.config.location());
         tracing::warn!("{err}");
         err
     }
 
     /// As [`crate::ShardStore::get`]: the shard's info, the (block-aligned) offset of the first
     /// byte returned, and the verified blocks.
-    pub async fn get(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-    ) -> Result<(ShardInfo, u32, Bytes), WireError> {
+    pub async fn get(&self, key: ShardKey, offset: u32, len: u32) -> Result<(ShardInfo, u32, Bytes), WireError> {
         let blocks = self.read_blocks(key, offset, len).await?;
-        format::verify_blocks(&blocks.data, blocks.first, &blocks.table)
-            .map_err(|e| self.corrupt(key, &e))?;
+        format::verify_blocks(&blocks.data, blocks.first, &blocks.table).map_err(|e| self.corrupt(key, &e))?;
         Ok((blocks.header.info(blocks.table), blocks.start, blocks.data))
     }
 
@@ -803,18 +685,9 @@ impl ObjectShards {
         len: u32,
     ) -> Result<(ShardInfo, u32, u32, Bytes), WireError> {
         let blocks = self.read_blocks(key, offset, len).await?;
-        let (cut_start, cut_end) = (
-            (offset - blocks.start) as usize,
-            (blocks.end - blocks.start) as usize,
-        );
-        let (head, tail) = format::verify_blocks_cut(
-            &blocks.data,
-            blocks.first,
-            &blocks.table,
-            cut_start,
-            cut_end,
-        )
-        .map_err(|e| self.corrupt(key, &e))?;
+        let (cut_start, cut_end) = ((offset - blocks.start) as usize, (blocks.end - blocks.start) as usize);
+        let (head, tail) = format::verify_blocks_cut(&blocks.data, blocks.first, &blocks.table, cut_start, cut_end)
+            .map_err(|e| self.corrupt(key, &e))?;
         let data = blocks.data.slice(cut_start..cut_end);
         Ok((blocks.header.info(blocks.table), head, tail, data))
     }
@@ -844,12 +717,7 @@ impl ObjectShards {
     pub fn list(&self, after: Option<ShardKey>, limit: u32) -> Vec<ShardKey> {
         let limit = limit.min(crate::store::LIST_KEYS_MAX) as usize;
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.index
-            .read()
-            .range((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, _)| *k)
-            .collect()
+        self.index.read().range((lower, Bound::Unbounded)).take(limit).map(|(k, _)| *k).collect()
     }
 
     /// The store as one drive: its location, the quota as capacity, the shards held. Makes no
@@ -878,10 +746,7 @@ fn parse_object_name(name: &str) -> Option<ShardKey> {
     if chunk.len() != 16 || !chunk.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let key = ShardKey {
-        chunk: u64::from_str_radix(chunk, 16).ok()?,
-        index: index.parse().ok()?,
-    };
+    let key = ShardKey { chunk: u64::from_str_radix(chunk, 16).ok()?, index: index.parse().ok()? };
     (object_name(key) == name).then_some(key)
 }
 
@@ -947,25 +812,13 @@ mod tests {
     fn object_names_roundtrip() {
         for key in [
             ShardKey { chunk: 0, index: 0 },
-            ShardKey {
-                chunk: u64::MAX,
-                index: 31,
-            },
-            ShardKey {
-                chunk: 0x1234,
-                index: 10,
-            },
+            ShardKey { chunk: u64::MAX, index: 31 },
+            ShardKey { chunk: 0x1234, index: 10 },
         ] {
             assert_eq!(parse_object_name(&object_name(key)), Some(key));
         }
-        for bad in [
-            "x",
-            "0000000000000001",
-            "0000000000000001.01",
-            "000000000000001.1",
-            "0000000000000001.x",
-            ".tmp.a",
-        ] {
+        for bad in ["x", "0000000000000001", "0000000000000001.01", "000000000000001.1", "0000000000000001.x", ".tmp.a"]
+        {
             assert_eq!(parse_object_name(bad), None, "{bad}");
         }
     }
@@ -977,55 +830,17 @@ mod tests {
         assert_eq!(good.path("shards/x").as_ref(), "n1/shards/x");
         assert_eq!(good.location(), "s3://cold/n1/ at http://127.0.0.1:3900");
         assert!(!format!("{good:?}").contains("GKsecretish"));
-        let no_http = ObjectConfig {
-            allow_http: false,
-            ..config()
-        };
-        assert!(no_http
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("allow_http"));
-        let both = ObjectConfig {
-            secret_access_key_env: Some("X".into()),
-            ..config()
-        };
-        assert!(both
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("not both"));
-        let none = ObjectConfig {
-            secret_access_key_file: None,
-            ..config()
-        };
-        assert!(none
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("no secret"));
-        let bucket = ObjectConfig {
-            bucket: "Bad_Bucket".into(),
-            ..config()
-        };
-        assert!(bucket
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("bucket"));
-        let prefix = ObjectConfig {
-            prefix: "a//b".into(),
-            ..config()
-        };
-        assert!(prefix
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("prefix"));
-        let root = ObjectConfig {
-            prefix: String::new(),
-            ..config()
-        };
+        let no_http = ObjectConfig { allow_http: false, ..config() };
+        assert!(no_http.validate().unwrap_err().to_string().contains("allow_http"));
+        let both = ObjectConfig { secret_access_key_env: Some("X".into()), ..config() };
+        assert!(both.validate().unwrap_err().to_string().contains("not both"));
+        let none = ObjectConfig { secret_access_key_file: None, ..config() };
+        assert!(none.validate().unwrap_err().to_string().contains("no secret"));
+        let bucket = ObjectConfig { bucket: "Bad_Bucket".into(), ..config() };
+        assert!(bucket.validate().unwrap_err().to_string().contains("bucket"));
+        let prefix = ObjectConfig { prefix: "a//b".into(), ..config() };
+        assert!(prefix.validate().unwrap_err().to_string().contains("prefix"));
+        let root = ObjectConfig { prefix: String::new(), ..config() };
         assert_eq!(root.path("node.uuid").as_ref(), "node.uuid");
     }
 }

@@ -25,8 +25,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use wire::stages::{self, Stage};
 use wire::{
-    werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
-    Service, ShardKey, StorageOp, StorageReply, WireError,
+    werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError, Service, ShardKey,
+    StorageOp, StorageReply, WireError,
 };
 
 /// Blocking store operations allowed at once per drive; more wait for a permit. Enough to keep
@@ -65,9 +65,8 @@ const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl StorageService {
     pub fn new(store: Arc<ShardStore>) -> StorageService {
-        let drives = (0..store.drive_paths().len().max(1))
-            .map(|_| Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX))
-            .collect();
+        let drives =
+            (0..store.drive_paths().len().max(1)).map(|_| Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX)).collect();
         StorageService {
             store: RwLock::new(Some(store)),
             object: RwLock::new(None),
@@ -134,27 +133,16 @@ impl StorageService {
                 let r = object.get_range(key, offset, len).await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
-                    Ok((info, head_crc, tail_crc, bytes)) => (
-                        Ok(StorageReply::Range {
-                            info,
-                            head_crc,
-                            tail_crc,
-                        }),
-                        bytes,
-                    ),
+                    Ok((info, head_crc, tail_crc, bytes)) => {
+                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
+                    }
                     Err(e) => (Err(e), none),
                 }
             }
-            StorageOp::DeleteShards { keys } => (
-                object
-                    .delete(&keys)
-                    .await
-                    .map(|count| StorageReply::Deleted { count }),
-                none,
-            ),
-            StorageOp::ListShards { after, limit } => {
-                (Ok(StorageReply::Keys(object.list(after, limit))), none)
+            StorageOp::DeleteShards { keys } => {
+                (object.delete(&keys).await.map(|count| StorageReply::Deleted { count }), none)
             }
+            StorageOp::ListShards { after, limit } => (Ok(StorageReply::Keys(object.list(after, limit))), none),
             StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), none),
             StorageOp::Scrub { after, limit } => {
                 // Each object read whole from the store and verified here, on the node that
@@ -166,13 +154,7 @@ impl StorageService {
                 }
                 (Ok(tally.reply(&keys, limit)), none)
             }
-            StorageOp::Stat => (
-                Ok(StorageReply::Stat {
-                    node: self.node_id(),
-                    drives: object.stat(),
-                }),
-                none,
-            ),
+            StorageOp::Stat => (Ok(StorageReply::Stat { node: self.node_id(), drives: object.stat() }), none),
         }
     }
 
@@ -184,10 +166,7 @@ impl StorageService {
 
     /// The metadata services to ask for the pending figure (see [`Self::explain_no_space`]).
     pub fn set_meta_addrs(&self, addrs: &[String]) {
-        *self.metas.lock() = addrs
-            .iter()
-            .map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta)))
-            .collect();
+        *self.metas.lock() = addrs.iter().map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta))).collect();
     }
 
     /// The pending figure as of now: asked for, unless an ask that started after this call
@@ -202,16 +181,10 @@ impl StorageService {
         }
         let started = std::time::Instant::now();
         let metas = self.metas.lock().clone();
-        let call = MetaCall {
-            request_id: 0,
-            op: MetaOp::Status { scan_chunks: false },
-        };
+        let call = MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } };
         for peer in metas {
-            let asked =
-                peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
-            if let Ok(Ok((MetaReply::Status(s), _))) =
-                tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await
-            {
+            let asked = peer.call::<MetaCall, MetaReply>(&call, Bytes::new(), PENDING_DELETE_ASK_TIMEOUT);
+            if let Ok(Ok((MetaReply::Status(s), _))) = tokio::time::timeout(PENDING_DELETE_ASK_TIMEOUT, asked).await {
                 let (bytes, within_ms) = (s.bytes_pending_delete, s.pending_delete_within_ms);
                 *self.pending_delete.lock() = (bytes, within_ms, Some(started));
                 return (bytes, within_ms);
@@ -247,8 +220,7 @@ impl StorageService {
     }
 
     fn live_store(&self) -> Result<Arc<ShardStore>, WireError> {
-        self.store()
-            .ok_or_else(|| werr!(Unavailable, "the storage service is shutting down"))
+        self.store().ok_or_else(|| werr!(Unavailable, "the storage service is shutting down"))
     }
 
     /// Stops answering: waits for running operations to finish, then releases the store (and
@@ -283,10 +255,7 @@ impl StorageService {
         F: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
     {
         let queue = &self.drives[drive.min(self.drives.len() - 1)];
-        let _permit = queue
-            .acquire()
-            .await
-            .map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
+        let _permit = queue.acquire().await.map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
         let store = self.live_store()?;
         match tokio::task::spawn_blocking(move || f(&store)).await {
             Ok(r) => r,
@@ -296,12 +265,7 @@ impl StorageService {
 
     /// A read of `key` on the drive's queue of the blocking pool (the transport has already
     /// tried to answer it at once, `handle_now`).
-    async fn read<T, B>(
-        &self,
-        key: ShardKey,
-        blocking: B,
-        handling: Instant,
-    ) -> Result<T, WireError>
+    async fn read<T, B>(&self, key: ShardKey, blocking: B, handling: Instant) -> Result<T, WireError>
     where
         T: Send + 'static,
         B: FnOnce(&ShardStore) -> Result<T, WireError> + Send + 'static,
@@ -319,9 +283,7 @@ impl StorageService {
         if let Some(object) = self.object() {
             return object.stat();
         }
-        self.run_blocking(0, |s| Ok(s.stat()))
-            .await
-            .unwrap_or_default()
+        self.run_blocking(0, |s| Ok(s.stat())).await.unwrap_or_default()
     }
 }
 
@@ -338,30 +300,17 @@ impl Handler for StorageService {
                 Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
                 Err(e) => (Err(e), Bytes::new()),
             },
-            StorageOp::ReadRange { key, offset, len } => {
-                match store.get_range_now(key, offset, len)? {
-                    Ok((info, head_crc, tail_crc, bytes)) => (
-                        Ok(StorageReply::Range {
-                            info,
-                            head_crc,
-                            tail_crc,
-                        }),
-                        bytes,
-                    ),
-                    Err(e) => (Err(e), Bytes::new()),
-                }
-            }
+            StorageOp::ReadRange { key, offset, len } => match store.get_range_now(key, offset, len)? {
+                Ok((info, head_crc, tail_crc, bytes)) => (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes),
+                Err(e) => (Err(e), Bytes::new()),
+            },
             _ => return None,
         };
         stages::record(Stage::StorageHandle, handling);
         Some(answer)
     }
 
-    async fn handle(
-        &self,
-        req: StorageOp,
-        data: Bytes,
-    ) -> (Result<StorageReply, WireError>, Bytes) {
+    async fn handle(&self, req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
         if let Some(object) = self.object() {
             return self.handle_object(&object, req, data).await;
         }
@@ -379,9 +328,7 @@ impl Handler for StorageService {
             }
             StorageOp::GetShard { key, offset, len } => {
                 let handling = Instant::now();
-                let r = self
-                    .read(key, move |s| s.get(key, offset, len), handling)
-                    .await;
+                let r = self.read(key, move |s| s.get(key, offset, len), handling).await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
                     Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
@@ -398,27 +345,16 @@ impl Handler for StorageService {
             }
             StorageOp::ListShards { after, limit } => {
                 // An in-memory index walk: cheap enough to answer inline.
-                (
-                    self.live_store()
-                        .map(|s| StorageReply::Keys(s.list(after, limit))),
-                    Bytes::new(),
-                )
+                (self.live_store().map(|s| StorageReply::Keys(s.list(after, limit))), Bytes::new())
             }
             StorageOp::ReadRange { key, offset, len } => {
                 let handling = Instant::now();
-                let r = self
-                    .read(key, move |s| s.get_range(key, offset, len), handling)
-                    .await;
+                let r = self.read(key, move |s| s.get_range(key, offset, len), handling).await;
                 stages::record(Stage::StorageHandle, handling);
                 match r {
-                    Ok((info, head_crc, tail_crc, bytes)) => (
-                        Ok(StorageReply::Range {
-                            info,
-                            head_crc,
-                            tail_crc,
-                        }),
-                        bytes,
-                    ),
+                    Ok((info, head_crc, tail_crc, bytes)) => {
+                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
+                    }
                     Err(e) => (Err(e), Bytes::new()),
                 }
             }
@@ -430,13 +366,7 @@ impl Handler for StorageService {
             }
             StorageOp::Stat => {
                 let drives = self.drive_info().await;
-                (
-                    Ok(StorageReply::Stat {
-                        node: self.node_id(),
-                        drives,
-                    }),
-                    Bytes::new(),
-                )
+                (Ok(StorageReply::Stat { node: self.node_id(), drives }), Bytes::new())
             }
         }
     }
@@ -488,11 +418,7 @@ struct MetaLink {
 
 impl MetaLink {
     fn new(addr: String, cluster: String) -> MetaLink {
-        MetaLink {
-            addr,
-            cluster,
-            conn: None,
-        }
+        MetaLink { addr, cluster, conn: None }
     }
 
     async fn call(&mut self, call: &MetaCall) -> Result<MetaReply, RpcError> {
@@ -513,18 +439,12 @@ impl MetaLink {
                 ),
             });
         }
-        conn.call::<MetaCall, MetaReply>(call, Bytes::new(), META_CALL_TIMEOUT)
-            .await
-            .map(|(r, _)| r)
+        conn.call::<MetaCall, MetaReply>(call, Bytes::new(), META_CALL_TIMEOUT).await.map(|(r, _)| r)
     }
 }
 
 /// Registers with the metadata service, retrying with backoff until it answers with a node id.
-async fn register(
-    link: &mut MetaLink,
-    service: &StorageService,
-    m: &Membership,
-) -> Result<NodeId, WireError> {
+async fn register(link: &mut MetaLink, service: &StorageService, m: &Membership) -> Result<NodeId, WireError> {
     let (uuid, addr, pool) = (m.uuid, m.addr.as_str(), m.pool.as_str());
     // One id for every retry of this registration: if an earlier attempt was applied but its
     // answer lost, the service returns that answer instead of applying it again.
@@ -547,10 +467,7 @@ async fn register(
         };
         let error = match link.call(&call).await {
             Ok(MetaReply::Node { id, map_version }) => {
-                tracing::info!(
-                    "registered with {} as node {id} (placement map version {map_version})",
-                    link.addr
-                );
+                tracing::info!("registered with {} as node {id} (placement map version {map_version})", link.addr);
                 return Ok(id);
             }
             Ok(other) => format!("unexpected answer {other:?}"),
@@ -563,13 +480,9 @@ async fn register(
         // normal and should not flood the log.
         if attempts <= 3 || last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
             last_warn = Some(std::time::Instant::now());
-            tracing::warn!(
-                "cannot register with the metadata service at {} (attempt {attempts}): {error}",
-                link.addr
-            );
+            tracing::warn!("cannot register with the metadata service at {} (attempt {attempts}): {error}", link.addr);
         }
-        let jitter =
-            Duration::from_millis(rand::random::<u64>() % (backoff.as_millis() as u64 / 2 + 1));
+        let jitter = Duration::from_millis(rand::random::<u64>() % (backoff.as_millis() as u64 / 2 + 1));
         tokio::time::sleep(backoff + jitter).await;
         backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
     }
@@ -606,16 +519,9 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) -> W
             ticker.tick().await;
             let drives = service.drive_info().await;
             // Heartbeats are idempotent and frequent, so they are not tracked (request id 0).
-            let call = MetaCall {
-                request_id: 0,
-                op: MetaOp::Heartbeat { node, drives },
-            };
+            let call = MetaCall { request_id: 0, op: MetaOp::Heartbeat { node, drives } };
             match link.call(&call).await {
-                Ok(MetaReply::Heartbeat {
-                    bytes_pending_delete,
-                    pending_delete_within_ms,
-                    ..
-                }) => {
+                Ok(MetaReply::Heartbeat { bytes_pending_delete, pending_delete_within_ms, .. }) => {
                     service.set_pending_delete(bytes_pending_delete, pending_delete_within_ms);
                     if let Some(t) = failing_since.take() {
                         tracing::info!(
@@ -650,18 +556,11 @@ mod tests {
     #[tokio::test]
     async fn a_full_drive_tells_the_writer_what_deletions_will_free() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = crate::StoreConfig {
-            drives: vec![dir.path().join("d")],
-            reserve_bytes: 0,
-        };
-        let service =
-            StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
+        let config = crate::StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0 };
+        let service = StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
         let full = || werr!(NoSpace, "put chunk 1 shard 0: drive /d is full");
         // Nothing pending (and no metadata service to ask): the error is left as it is.
-        assert_eq!(
-            service.explain_no_space(full()).await.message,
-            full().message
-        );
+        assert_eq!(service.explain_no_space(full()).await.message, full().message);
         service.set_pending_delete(3 << 29, 31_000);
         let e = service.explain_no_space(full()).await;
         assert_eq!(e.code, ErrorCode::NoSpace);
@@ -673,13 +572,7 @@ mod tests {
             e.message
         );
         // Other errors are not touched.
-        assert_eq!(
-            service
-                .explain_no_space(werr!(Io, "disk on fire"))
-                .await
-                .message,
-            "disk on fire"
-        );
+        assert_eq!(service.explain_no_space(werr!(Io, "disk on fire")).await.message, "disk on fire");
         assert_eq!(human_bytes(1000), "1000 bytes");
         assert_eq!(human_bytes(1536), "1.5 KiB");
     }

@@ -156,17 +156,11 @@ fn parse_file_name(name: &str) -> Option<ShardKey> {
     if index.is_empty() || index.len() > 3 || !index.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(ShardKey {
-        chunk: u64::from_str_radix(chunk, 16).ok()?,
-        index: index.parse().ok()?,
-    })
+    Some(ShardKey { chunk: u64::from_str_radix(chunk, 16).ok()?, index: index.parse().ok()? })
 }
 
 fn is_no_space(e: &io::Error) -> bool {
-    matches!(
-        Errno::from_io_error(e),
-        Some(Errno::NOSPC) | Some(Errno::DQUOT)
-    )
+    matches!(Errno::from_io_error(e), Some(Errno::NOSPC) | Some(Errno::DQUOT))
 }
 
 /// Errors that mean the drive itself is failing (as opposed to a missing file or a full disk).
@@ -180,11 +174,7 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn corrupt(key: ShardKey, path: &Path, e: &FormatError) -> WireError {
-    werr!(
-        Corrupt,
-        "{key}: shard file {} is corrupt: {e}",
-        path.display()
-    )
+    werr!(Corrupt, "{key}: shard file {} is corrupt: {e}", path.display())
 }
 
 /// Outcome of looking at a shard that already exists when a put for its key arrives.
@@ -209,16 +199,12 @@ enum WriteFail {
 pub fn host_id() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        [
-            "/etc/machine-id",
-            "/var/lib/dbus/machine-id",
-            "/proc/sys/kernel/hostname",
-        ]
-        .iter()
-        .filter_map(|p| fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
-        .find(|s| !s.is_empty())
-        .unwrap_or_default()
+        ["/etc/machine-id", "/var/lib/dbus/machine-id", "/proc/sys/kernel/hostname"]
+            .iter()
+            .filter_map(|p| fs::read_to_string(p).ok())
+            .map(|s| s.trim().to_string())
+            .find(|s| !s.is_empty())
+            .unwrap_or_default()
     })
 }
 
@@ -252,10 +238,7 @@ impl Drive {
     /// The identity of the file system the drive is on (`wire::device_id`), 0 if it cannot be
     /// told: drives of several nodes on one disk report the same, so capacity counts it once.
     fn device(&self) -> u64 {
-        match (
-            rustix::fs::stat(&self.root),
-            rustix::fs::statvfs(&self.root),
-        ) {
+        match (rustix::fs::stat(&self.root), rustix::fs::statvfs(&self.root)) {
             (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
             _ => 0,
         }
@@ -264,18 +247,12 @@ impl Drive {
     /// Free bytes as an unprivileged writer sees them, and the file system's size.
     fn space(&self) -> io::Result<(u64, u64)> {
         let st = rustix::fs::statvfs(&self.root)?;
-        Ok((
-            st.f_bavail.saturating_mul(st.f_frsize),
-            st.f_blocks.saturating_mul(st.f_frsize),
-        ))
+        Ok((st.f_bavail.saturating_mul(st.f_frsize), st.f_blocks.saturating_mul(st.f_frsize)))
     }
 
     /// Creates, locks, probes and scans one drive. Returns the drive and the shards found on it.
     fn open(root: &Path) -> Result<(Drive, Vec<ShardKey>), OpenError> {
-        let fail = |what: &str, e: io::Error| OpenError {
-            drive: root.to_path_buf(),
-            reason: format!("{what}: {e}"),
-        };
+        let fail = |what: &str, e: io::Error| OpenError { drive: root.to_path_buf(), reason: format!("{what}: {e}") };
         fs::create_dir_all(root).map_err(|e| fail("cannot create the drive directory", e))?;
         let lock = OpenOptions::new()
             .read(true)
@@ -284,18 +261,16 @@ impl Drive {
             .truncate(false)
             .open(root.join("lock"))
             .map_err(|e| fail("cannot create the lock file", e))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
-            |e| {
-                if e == Errno::WOULDBLOCK {
-                    OpenError {
-                        drive: root.to_path_buf(),
-                        reason: "in use by another storage process (lock file is held)".into(),
-                    }
-                } else {
-                    fail("cannot lock", e.into())
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|e| {
+            if e == Errno::WOULDBLOCK {
+                OpenError {
+                    drive: root.to_path_buf(),
+                    reason: "in use by another storage process (lock file is held)".into(),
                 }
-            },
-        )?;
+            } else {
+                fail("cannot lock", e.into())
+            }
+        })?;
         // Prove the drive takes writes now rather than failing the first client put.
         let probe = root.join(".probe");
         (|| -> io::Result<()> {
@@ -315,8 +290,7 @@ impl Drive {
         for h in 0..HASH_DIRS {
             let dir = shards_dir.join(format!("{h:02x}"));
             if !dir.is_dir() {
-                fs::create_dir(&dir)
-                    .map_err(|e| fail(&format!("cannot create {}", dir.display()), e))?;
+                fs::create_dir(&dir).map_err(|e| fail(&format!("cannot create {}", dir.display()), e))?;
                 created = true;
             }
         }
@@ -329,31 +303,22 @@ impl Drive {
         for h in 0..HASH_DIRS {
             let dir = shards_dir.join(format!("{h:02x}"));
             let mut removed_here = false;
-            let entries = fs::read_dir(&dir)
-                .map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
+            let entries = fs::read_dir(&dir).map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
             for entry in entries {
-                let entry =
-                    entry.map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
+                let entry = entry.map_err(|e| fail(&format!("cannot list {}", dir.display()), e))?;
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else {
-                    tracing::warn!(
-                        "ignoring unexpected file {} (not a shard)",
-                        entry.path().display()
-                    );
+                    tracing::warn!("ignoring unexpected file {} (not a shard)", entry.path().display());
                     continue;
                 };
                 if name.starts_with(TMP_PREFIX) {
-                    fs::remove_file(entry.path())
-                        .map_err(|e| fail(&format!("cannot remove temp file {name}"), e))?;
+                    fs::remove_file(entry.path()).map_err(|e| fail(&format!("cannot remove temp file {name}"), e))?;
                     removed_here = true;
                     removed += 1;
                 } else if let Some(key) = parse_file_name(name) {
                     keys.push(key);
                 } else {
-                    tracing::warn!(
-                        "ignoring unexpected file {} (not a shard)",
-                        entry.path().display()
-                    );
+                    tracing::warn!("ignoring unexpected file {} (not a shard)", entry.path().display());
                 }
             }
             if removed_here {
@@ -361,10 +326,7 @@ impl Drive {
             }
         }
         if removed > 0 {
-            tracing::info!(
-                "drive {}: removed {removed} temp files left by interrupted writes",
-                root.display()
-            );
+            tracing::info!("drive {}: removed {removed} temp files left by interrupted writes", root.display());
         }
         let drive = Drive {
             root: root.to_path_buf(),
@@ -382,16 +344,10 @@ impl ShardStore {
     /// temp files of interrupted puts and indexes the shards on it. Blocking.
     pub fn open(config: &StoreConfig) -> Result<ShardStore, OpenError> {
         let Some(first) = config.drives.first() else {
-            return Err(OpenError {
-                drive: PathBuf::new(),
-                reason: "no drives configured".into(),
-            });
+            return Err(OpenError { drive: PathBuf::new(), reason: "no drives configured".into() });
         };
         if config.drives.len() > usize::from(u16::MAX) {
-            return Err(OpenError {
-                drive: first.clone(),
-                reason: "too many drives".into(),
-            });
+            return Err(OpenError { drive: first.clone(), reason: "too many drives".into() });
         }
         let mut drives: Vec<Drive> = Vec::with_capacity(config.drives.len());
         let mut index = BTreeMap::new();
@@ -414,11 +370,7 @@ impl ShardStore {
             }
             drives.push(drive);
         }
-        tracing::info!(
-            "shard store open: {} shards on {} drives",
-            index.len(),
-            drives.len()
-        );
+        tracing::info!("shard store open: {} shards on {} drives", index.len(), drives.len());
         Ok(ShardStore {
             drives,
             reserve_bytes: config.reserve_bytes,
@@ -451,18 +403,12 @@ impl ShardStore {
     /// Drives to try for a new shard: the hashed choice among healthy drives first, then the
     /// other healthy drives (used when the first is full).
     fn placement(&self, key: ShardKey) -> Vec<usize> {
-        let healthy: Vec<usize> = (0..self.drives.len())
-            .filter(|&d| self.drives[d].is_healthy())
-            .collect();
+        let healthy: Vec<usize> = (0..self.drives.len()).filter(|&d| self.drives[d].is_healthy()).collect();
         if healthy.is_empty() {
             return healthy;
         }
         let start = (key_hash(key) % healthy.len() as u64) as usize;
-        healthy[start..]
-            .iter()
-            .chain(&healthy[..start])
-            .copied()
-            .collect()
+        healthy[start..].iter().chain(&healthy[..start]).copied().collect()
     }
 
     /// Stores a shard durably. `data` must match `info` (length and every block crc); a shard
@@ -472,12 +418,7 @@ impl ShardStore {
         let key = info.key;
         format::check_info(info).map_err(|e| werr!(Invalid, "put {key}: {e}"))?;
         if data.len() != info.len as usize {
-            return Err(werr!(
-                Invalid,
-                "put {key}: {} data bytes sent, the header says {}",
-                data.len(),
-                info.len
-            ));
+            return Err(werr!(Invalid, "put {key}: {} data bytes sent, the header says {}", data.len(), info.len));
         }
         // The network and the client's memory are not trusted: a damaged shard stored now
         // would only be found when it is needed to reconstruct.
@@ -491,7 +432,10 @@ impl ShardStore {
             Some(d) => match self.check_existing(usize::from(d), info)? {
                 Existing::Same => return Ok(()),
                 Existing::Different(why) => {
-                    return Err(werr!(Exists, "{key} already exists with different content ({why}); shards are never overwritten"));
+                    return Err(werr!(
+                        Exists,
+                        "{key} already exists with different content ({why}); shards are never overwritten"
+                    ));
                 }
                 Existing::Damaged(why) => {
                     // Replace it where it is, so the rename swaps the bad file out atomically.
@@ -508,11 +452,7 @@ impl ShardStore {
             None => self.placement(key),
         };
         if candidates.is_empty() {
-            return Err(werr!(
-                Io,
-                "put {key}: no healthy drive ({})",
-                self.drive_errors()
-            ));
+            return Err(werr!(Io, "put {key}: no healthy drive ({})", self.drive_errors()));
         }
 
         let header = format::encode_header(info);
@@ -552,11 +492,7 @@ impl ShardStore {
                     let dir = drive.dir_of(key);
                     return fsync_dir(&dir).map_err(|e| {
                         drive.note_error(&e, "fsync");
-                        werr!(
-                            Io,
-                            "put {key}: cannot sync directory {}: {e}",
-                            dir.display()
-                        )
+                        werr!(Io, "put {key}: cannot sync directory {}: {e}", dir.display())
                     });
                 }
                 Err(WriteFail::NoSpace(msg)) => no_space.push(msg),
@@ -564,11 +500,7 @@ impl ShardStore {
             }
         }
         if io_errors.is_empty() {
-            Err(werr!(
-                NoSpace,
-                "put {key} ({file_bytes} bytes): {}",
-                no_space.join("; ")
-            ))
+            Err(werr!(NoSpace, "put {key} ({file_bytes} bytes): {}", no_space.join("; ")))
         } else {
             io_errors.extend(no_space);
             Err(werr!(Io, "put {key}: {}", io_errors.join("; ")))
@@ -577,20 +509,10 @@ impl ShardStore {
 
     /// Writes `header` + `data` to a temp file next to the final path, syncs it and renames it
     /// into place. On failure the temp file is removed and nothing else is touched.
-    fn write_file(
-        &self,
-        drive: &Drive,
-        key: ShardKey,
-        header: &[u8],
-        data: &[u8],
-    ) -> Result<(), WriteFail> {
+    fn write_file(&self, drive: &Drive, key: ShardKey, header: &[u8], data: &[u8]) -> Result<(), WriteFail> {
         let dir = drive.dir_of(key);
         let path = dir.join(file_name(key));
-        let tmp = dir.join(format!(
-            "{TMP_PREFIX}{}.{:016x}",
-            file_name(key),
-            rand::random::<u64>()
-        ));
+        let tmp = dir.join(format!("{TMP_PREFIX}{}.{:016x}", file_name(key), rand::random::<u64>()));
         let result = (|| -> io::Result<()> {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(header)?;
@@ -614,10 +536,7 @@ impl ShardStore {
             )));
         }
         drive.note_error(&e, "write");
-        Err(WriteFail::Io(format!(
-            "cannot write {}: {e}",
-            path.display()
-        )))
+        Err(WriteFail::Io(format!("cannot write {}: {e}", path.display())))
     }
 
     /// Compares the stored shard of `info.key` on drive `d` with `info`.
@@ -628,9 +547,7 @@ impl ShardStore {
             Ok(x) => x,
             Err(Opened::NotFound) => return Ok(Existing::Missing),
             Err(Opened::Corrupt(e)) => return Ok(Existing::Damaged(e.to_string())),
-            Err(Opened::Misplaced(other)) => {
-                return Ok(Existing::Damaged(format!("the file holds {other}")))
-            }
+            Err(Opened::Misplaced(other)) => return Ok(Existing::Damaged(format!("the file holds {other}"))),
             Err(Opened::Io(e)) => return Err(e),
         };
         if header.ec != info.ec || header.len != info.len || table != info.block_crcs {
@@ -651,9 +568,7 @@ impl ShardStore {
                 Ok(()) => Ok(Existing::Same),
                 Err(e) => Ok(Existing::Damaged(e.to_string())),
             },
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                Ok(Existing::Damaged("truncated".into()))
-            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(Existing::Damaged("truncated".into())),
             Err(e) => {
                 drive.note_error(&e, "read");
                 Err(werr!(Io, "cannot read {}: {e}", path.display()))
@@ -662,12 +577,7 @@ impl ShardStore {
     }
 
     /// Opens a shard file and validates its header and block table.
-    fn open_shard(
-        &self,
-        drive: &Drive,
-        key: ShardKey,
-        path: &Path,
-    ) -> Result<(File, ShardHeader, Vec<u32>), Opened> {
+    fn open_shard(&self, drive: &Drive, key: ShardKey, path: &Path) -> Result<(File, ShardHeader, Vec<u32>), Opened> {
         let io_err = |e: io::Error| {
             drive.note_error(&e, "read");
             Opened::Io(werr!(Io, "{key}: cannot read {}: {e}", path.display()))
@@ -685,29 +595,19 @@ impl ShardStore {
             return Err(Opened::Misplaced(header.key));
         }
         if file_len != header.file_bytes() {
-            return Err(Opened::Corrupt(FormatError::Length {
-                expected: header.file_bytes(),
-                have: file_len,
-            }));
+            return Err(Opened::Corrupt(FormatError::Length { expected: header.file_bytes(), have: file_len }));
         }
         // Bounded by the validated header: at most 4 KiB for the largest shard.
         let mut table_buf = vec![0u8; header.table_bytes()];
         let got = read_up_to(&file, &mut table_buf, FIXED_HEADER_BYTES as u64).map_err(io_err)?;
-        let table = header
-            .decode_table(&table_buf[..got])
-            .map_err(Opened::Corrupt)?;
+        let table = header.decode_table(&table_buf[..got]).map_err(Opened::Corrupt)?;
         Ok((file, header, table))
     }
 
     /// Reads the blocks of `key` covering `len` bytes at `offset` (`len` 0 or past the end: to
     /// the end of the shard), verifying each. Returns the shard's info with its full block crc
     /// table, the offset of the first returned byte (block-aligned) and the bytes. Blocking.
-    pub fn get(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-    ) -> Result<(ShardInfo, u32, Bytes), WireError> {
+    pub fn get(&self, key: ShardKey, offset: u32, len: u32) -> Result<(ShardInfo, u32, Bytes), WireError> {
         match self.get_with(key, offset, len, Wait::Block) {
             Ok(r) => Ok(r),
             Err(ReadFail::Error(e)) => Err(e),
@@ -718,12 +618,7 @@ impl ShardStore {
     /// [`ShardStore::get`] if it can be answered without waiting for the drive (the file is
     /// open and its bytes are in the page cache): `None` means the caller should run `get` on
     /// a thread that may block. Never blocks.
-    pub fn get_now(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-    ) -> Option<Result<(ShardInfo, u32, Bytes), WireError>> {
+    pub fn get_now(&self, key: ShardKey, offset: u32, len: u32) -> Option<Result<(ShardInfo, u32, Bytes), WireError>> {
         match self.get_with(key, offset, len, Wait::NoWait) {
             Ok(r) => Some(Ok(r)),
             Err(ReadFail::Error(e)) => Some(Err(e)),
@@ -731,13 +626,7 @@ impl ShardStore {
         }
     }
 
-    fn get_with(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-        wait: Wait,
-    ) -> Result<(ShardInfo, u32, Bytes), ReadFail> {
+    fn get_with(&self, key: ShardKey, offset: u32, len: u32, wait: Wait) -> Result<(ShardInfo, u32, Bytes), ReadFail> {
         let blocks = self.read_blocks(key, offset, len, wait)?;
         let verifying = Instant::now();
         if let Err(e) = format::verify_blocks(&blocks.data, blocks.first, &blocks.table) {
@@ -751,12 +640,7 @@ impl ShardStore {
     /// end of the shard). The whole blocks holding them are read and verified; only the bytes
     /// asked for are returned, with the crc32c of the first block's bytes before them and of
     /// the last block's bytes after them (see `StorageReply::Range`). Blocking.
-    pub fn get_range(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-    ) -> Result<(ShardInfo, u32, u32, Bytes), WireError> {
+    pub fn get_range(&self, key: ShardKey, offset: u32, len: u32) -> Result<(ShardInfo, u32, u32, Bytes), WireError> {
         match self.get_range_with(key, offset, len, Wait::Block) {
             Ok(r) => Ok(r),
             Err(ReadFail::Error(e)) => Err(e),
@@ -788,18 +672,9 @@ impl ShardStore {
     ) -> Result<(ShardInfo, u32, u32, Bytes), ReadFail> {
         let blocks = self.read_blocks(key, offset, len, wait)?;
         let verifying = Instant::now();
-        let (cut_start, cut_end) = (
-            (offset - blocks.start) as usize,
-            (blocks.end - blocks.start) as usize,
-        );
-        let (head, tail) = format::verify_blocks_cut(
-            &blocks.data,
-            blocks.first,
-            &blocks.table,
-            cut_start,
-            cut_end,
-        )
-        .map_err(|e| ReadFail::Error(self.corrupt_blocks(&blocks, &e)))?;
+        let (cut_start, cut_end) = ((offset - blocks.start) as usize, (blocks.end - blocks.start) as usize);
+        let (head, tail) = format::verify_blocks_cut(&blocks.data, blocks.first, &blocks.table, cut_start, cut_end)
+            .map_err(|e| ReadFail::Error(self.corrupt_blocks(&blocks, &e)))?;
         stages::record(Stage::StorageVerify, verifying);
         let data = blocks.data.slice(cut_start..cut_end);
         Ok((blocks.header.info(blocks.table), head, tail, data))
@@ -812,20 +687,14 @@ impl ShardStore {
 
     /// The drive a put of `key` goes to first (its current one, or the hashed choice).
     pub fn drive_for_put(&self, key: ShardKey) -> usize {
-        self.drive_of(key)
-            .or_else(|| self.placement(key).first().copied())
-            .unwrap_or(0)
+        self.drive_of(key).or_else(|| self.placement(key).first().copied()).unwrap_or(0)
     }
 
     /// The error for blocks that failed verification, logged here, where it is found; the
     /// file is not kept open (a repair replaces it).
     fn corrupt_blocks(&self, blocks: &Blocks, e: &FormatError) -> WireError {
         self.open_files.forget(blocks.key);
-        let err = corrupt(
-            blocks.key,
-            &self.drives[blocks.drive].path_of(blocks.key),
-            e,
-        );
+        let err = corrupt(blocks.key, &self.drives[blocks.drive].path_of(blocks.key), e);
         tracing::warn!("{err}");
         err
     }
@@ -853,18 +722,11 @@ impl ShardStore {
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(ReadFail::Error(werr!(
-                    NotFound,
-                    "{key} is not stored on this node"
-                )))
+                return Err(ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))
             }
             Err(e) => {
                 drive.note_error(&e, "read");
-                return Err(ReadFail::Error(werr!(
-                    Io,
-                    "{key}: cannot read {}: {e}",
-                    path.display()
-                )));
+                return Err(ReadFail::Error(werr!(Io, "{key}: cannot read {}: {e}", path.display())));
             }
         };
         let io_err = |e: io::Error| {
@@ -879,13 +741,10 @@ impl ShardStore {
         let file_len = file.metadata().map_err(io_err)?.len();
         // The header and table, whose size the file's length gives (checked against the header
         // below), and the first blocks' data if the caller wants them.
-        let table_guess = 4 * file_len
-            .saturating_sub(FIXED_HEADER_BYTES as u64)
-            .div_ceil(u64::from(format::BLOCK_BYTES) + 4);
+        let table_guess =
+            4 * file_len.saturating_sub(FIXED_HEADER_BYTES as u64).div_ceil(u64::from(format::BLOCK_BYTES) + 4);
         let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(HEAD_BYTES_MAX);
-        let head_len = head_guess
-            .saturating_add(first_blocks_end.unwrap_or(0))
-            .min(file_len);
+        let head_len = head_guess.saturating_add(first_blocks_end.unwrap_or(0)).min(file_len);
         let head = read_exact(&file, 0, head_len as usize, file_len, Wait::Block)?;
         let header = ShardHeader::decode(&head).map_err(corrupt_file)?;
         if header.key != key {
@@ -897,30 +756,15 @@ impl ShardStore {
             )));
         }
         if file_len != header.file_bytes() {
-            return Err(corrupt_file(FormatError::Length {
-                expected: header.file_bytes(),
-                have: file_len,
-            }));
+            return Err(corrupt_file(FormatError::Length { expected: header.file_bytes(), have: file_len }));
         }
         let table_end = FIXED_HEADER_BYTES + header.table_bytes();
         let table = header
-            .decode_table(
-                head.get(FIXED_HEADER_BYTES..table_end.min(head.len()))
-                    .unwrap_or(&[]),
-            )
+            .decode_table(head.get(FIXED_HEADER_BYTES..table_end.min(head.len())).unwrap_or(&[]))
             .map_err(corrupt_file)?;
         let data_offset = header.data_offset() as usize;
-        let first_blocks = (first_blocks_end.is_some() && head.len() > data_offset)
-            .then(|| head.slice(data_offset..));
-        let open = self.open_files.insert(
-            key,
-            OpenShard {
-                file,
-                header,
-                table,
-                cold_reads: AtomicU32::new(0),
-            },
-        );
+        let first_blocks = (first_blocks_end.is_some() && head.len() > data_offset).then(|| head.slice(data_offset..));
+        let open = self.open_files.insert(key, OpenShard { file, header, table, cold_reads: AtomicU32::new(0) });
         Ok((open, first_blocks))
     }
 
@@ -942,31 +786,17 @@ impl ShardStore {
     /// likely read again (an epoch over a dataset, random samples of shared files), and one
     /// large read costs the drive far less than many small ones. Shards read once stay as
     /// they were, so a scan that never returns does not fill the cache.
-    fn read_blocks(
-        &self,
-        key: ShardKey,
-        offset: u32,
-        len: u32,
-        wait: Wait,
-    ) -> Result<Blocks, ReadFail> {
+    fn read_blocks(&self, key: ShardKey, offset: u32, len: u32, wait: Wait) -> Result<Blocks, ReadFail> {
         let opening = Instant::now();
-        let d = self
-            .drive_of(key)
-            .ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
+        let d =
+            self.drive_of(key).ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
         let block = format::BLOCK_BYTES;
         let first = offset / block;
         let start = first * block;
-        let want_end = if len == 0 {
-            u64::MAX
-        } else {
-            u64::from(offset.saturating_add(len))
-        };
+        let want_end = if len == 0 { u64::MAX } else { u64::from(offset.saturating_add(len)) };
         // A range in the first blocks comes with the header when the file is opened now.
-        let first_blocks_end = (first == 0).then(|| {
-            want_end
-                .div_ceil(u64::from(block))
-                .saturating_mul(u64::from(block))
-        });
+        let first_blocks_end =
+            (first == 0).then(|| want_end.div_ceil(u64::from(block)).saturating_mul(u64::from(block)));
         let (open, first_blocks) = self.open_for_read(key, d, wait, first_blocks_end)?;
         let header = open.header;
         if offset > header.len {
@@ -976,11 +806,7 @@ impl ShardStore {
                 header.len
             )));
         }
-        let end = if len == 0 {
-            header.len
-        } else {
-            offset.saturating_add(len).min(header.len)
-        };
+        let end = if len == 0 { header.len } else { offset.saturating_add(len).min(header.len) };
         let stop = (end.div_ceil(block) * block).min(header.len).max(start);
         stages::record(Stage::StorageOpen, opening);
         let reading = Instant::now();
@@ -988,14 +814,7 @@ impl ShardStore {
             Some(head) if head.len() >= stop as usize => head.slice(start as usize..stop as usize),
             _ => {
                 let from = header.data_offset() + u64::from(start);
-                read_exact(
-                    &open.file,
-                    from,
-                    (stop - start) as usize,
-                    header.file_bytes(),
-                    wait,
-                )
-                .map_err(|e| {
+                read_exact(&open.file, from, (stop - start) as usize, header.file_bytes(), wait).map_err(|e| {
                     if let ReadFail::Error(_) = e {
                         // Not kept open after a failure: the next read looks at the file afresh.
                         self.open_files.forget(key);
@@ -1005,10 +824,7 @@ impl ShardStore {
             }
         };
         // Reads that may wait are the ones the page cache could not answer (see `Wait`).
-        if wait == Wait::Block
-            && open.cold_reads.fetch_add(1, Ordering::Relaxed) == 1
-            && (stop - start) < header.len
-        {
+        if wait == Wait::Block && open.cold_reads.fetch_add(1, Ordering::Relaxed) == 1 && (stop - start) < header.len {
             // The second read from the drive: bring the rest of the shard in while the reader
             // checks this part. Advice only; a failure changes nothing.
             let _ = rustix::fs::fadvise(
@@ -1019,16 +835,7 @@ impl ShardStore {
             );
         }
         stages::record(Stage::StorageDisk, reading);
-        Ok(Blocks {
-            key,
-            drive: d,
-            header,
-            table: open.table.clone(),
-            first,
-            start,
-            end,
-            data,
-        })
+        Ok(Blocks { key, drive: d, header, table: open.table.clone(), first, start, end, data })
     }
 
     fn forget(&self, key: ShardKey, d: usize) {
@@ -1057,11 +864,7 @@ impl ShardStore {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => {
                     drive.note_error(&e, "unlink");
-                    result = Err(werr!(
-                        Io,
-                        "delete {key}: cannot remove {}: {e}",
-                        path.display()
-                    ));
+                    result = Err(werr!(Io, "delete {key}: cannot remove {}: {e}", path.display()));
                     break;
                 }
             }
@@ -1099,12 +902,7 @@ impl ShardStore {
     pub fn list(&self, after: Option<ShardKey>, limit: u32) -> Vec<ShardKey> {
         let limit = limit.min(LIST_KEYS_MAX) as usize;
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.index
-            .read()
-            .range((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, _)| *k)
-            .collect()
+        self.index.read().range((lower, Bound::Unbounded)).take(limit).map(|(k, _)| *k).collect()
     }
 
     /// Capacity, shard count and health of every drive. Blocking (statvfs).
@@ -1135,11 +933,7 @@ impl ShardStore {
     }
 
     fn drive_errors(&self) -> String {
-        self.drives
-            .iter()
-            .map(|d| format!("{}: {}", d.root.display(), d.error.lock()))
-            .collect::<Vec<_>>()
-            .join("; ")
+        self.drives.iter().map(|d| format!("{}: {}", d.root.display(), d.error.lock())).collect::<Vec<_>>().join("; ")
     }
 }
 
@@ -1174,19 +968,13 @@ enum ReadFail {
 }
 
 /// Largest header plus block table a shard file can have (a 64 MiB shard has 1024 blocks).
-const HEAD_BYTES_MAX: u64 = FIXED_HEADER_BYTES as u64
-    + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64);
+const HEAD_BYTES_MAX: u64 =
+    FIXED_HEADER_BYTES as u64 + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64);
 
 /// Reads `len` bytes at `pos` of a file `file_len` bytes long. Short only where the file ends
 /// (the caller's checks then find it too short). With [`Wait::NoWait`] it reads only what the
 /// page cache holds (`RWF_NOWAIT`) and fails with `WouldBlock` otherwise.
-fn read_exact(
-    file: &File,
-    pos: u64,
-    len: usize,
-    file_len: u64,
-    wait: Wait,
-) -> Result<Bytes, ReadFail> {
+fn read_exact(file: &File, pos: u64, len: usize, file_len: u64, wait: Wait) -> Result<Bytes, ReadFail> {
     let expect = (file_len.saturating_sub(pos)).min(len as u64) as usize;
     let err = |e: io::Error| ReadFail::Error(werr!(Io, "read at {pos}: {e}"));
     match wait {
@@ -1255,14 +1043,9 @@ const OPEN_FILES_SHARE_OF_LIMIT: u64 = 4;
 
 impl OpenFiles {
     fn new() -> OpenFiles {
-        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-            .current
-            .unwrap_or(u64::MAX);
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
         let max = (limit / OPEN_FILES_SHARE_OF_LIMIT).min(OPEN_FILES_MAX as u64) as usize;
-        OpenFiles {
-            files: Mutex::new(HashMap::new()),
-            max,
-        }
+        OpenFiles { files: Mutex::new(HashMap::new()), max }
     }
 
     fn get(&self, key: ShardKey) -> Option<Arc<OpenShard>> {
@@ -1321,10 +1104,7 @@ fn read_range(file: &File, header: &ShardHeader, start: u32, len: u32) -> io::Re
     let mut data = Vec::with_capacity(len as usize);
     f.take(u64::from(len)).read_to_end(&mut data)?;
     if data.len() != len as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "shard file is shorter than its header says",
-        ));
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "shard file is shorter than its header says"));
     }
     Ok(data)
 }
@@ -1338,17 +1118,11 @@ mod tests {
     #[test]
     fn drives_on_one_file_system_report_one_device() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = StoreConfig {
-            drives: vec![dir.path().join("a"), dir.path().join("b")],
-            reserve_bytes: 0,
-        };
+        let config = StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0 };
         let store = ShardStore::open(&config).expect("store opens");
         let drives = store.stat();
         assert_eq!(drives.len(), 2);
-        assert!(
-            drives[0].device != 0 && drives[0].device == drives[1].device,
-            "{drives:?}"
-        );
+        assert!(drives[0].device != 0 && drives[0].device == drives[1].device, "{drives:?}");
         let other = |p: &str| match (rustix::fs::stat(p), rustix::fs::statvfs(p)) {
             (Ok(st), Ok(vfs)) => wire::device_id(host_id(), st.st_dev, vfs.f_fsid),
             _ => 0,
@@ -1361,14 +1135,8 @@ mod tests {
     fn file_names_roundtrip() {
         for key in [
             ShardKey { chunk: 0, index: 0 },
-            ShardKey {
-                chunk: u64::MAX,
-                index: 255,
-            },
-            ShardKey {
-                chunk: 0xabc,
-                index: 17,
-            },
+            ShardKey { chunk: u64::MAX, index: 255 },
+            ShardKey { chunk: 0xabc, index: 17 },
         ] {
             assert_eq!(parse_file_name(&file_name(key)), Some(key));
         }

@@ -29,13 +29,7 @@ fn numbered(i: u64) -> (wire::ShardInfo, bytes::Bytes) {
         2 => B,
         _ => (i as usize * 104_729) % (5 * B),
     };
-    shard(
-        ShardKey {
-            chunk: i,
-            index: (i % 6) as u8,
-        },
-        len,
-    )
+    shard(ShardKey { chunk: i, index: (i % 6) as u8 }, len)
 }
 
 /// The child: runs only when re-executed by the parent test.
@@ -44,22 +38,14 @@ fn crash_child_process() {
     let Ok(dir) = std::env::var(DIR_ENV) else {
         return;
     };
-    let start: u64 = std::env::var(START_ENV)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![dir.into()],
-        reserve_bytes: 0,
-    })
-    .expect("child opens the store");
+    let start: u64 = std::env::var(START_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let store =
+        ShardStore::open(&StoreConfig { drives: vec![dir.into()], reserve_bytes: 0 }).expect("child opens the store");
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let (info, data) = numbered(i);
         store.put(&info, &data).expect("child put");
-        writeln!(out, "ack {i}")
-            .and_then(|()| out.flush())
-            .expect("stdout");
+        writeln!(out, "ack {i}").and_then(|()| out.flush()).expect("stdout");
     }
 }
 
@@ -76,12 +62,7 @@ fn acknowledged_shards_survive_sigkill_mid_stream() {
     let deadline = Instant::now() + Duration::from_secs(8);
     for round in 0..4 {
         let mut child = Command::new(&exe)
-            .args([
-                "crash_child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["crash_child_process", "--exact", "--nocapture", "--test-threads=1"])
             .env(DIR_ENV, dir.path())
             .env(START_ENV, next.to_string())
             .stdout(Stdio::piped())
@@ -103,36 +84,22 @@ fn acknowledged_shards_survive_sigkill_mid_stream() {
         std::thread::sleep(Duration::from_micros(rng.gen_range(0..3000)));
         child.kill().unwrap(); // SIGKILL
         let status = child.wait().unwrap();
-        assert!(
-            !status.success(),
-            "child exited on its own in round {round}: {status}"
-        );
+        assert!(!status.success(), "child exited on its own in round {round}: {status}");
         // Acks printed before the kill are acknowledged too.
         for line in lines {
             if let Some(n) = line.unwrap().strip_prefix("ack ") {
                 acked.push(n.parse().unwrap());
             }
         }
-        assert!(
-            !acked.is_empty(),
-            "child acknowledged nothing in round {round}"
-        );
+        assert!(!acked.is_empty(), "child acknowledged nothing in round {round}");
 
         temps_seen += temp_files(dir.path()).len();
-        let store = ShardStore::open(&StoreConfig {
-            drives: vec![dir.path().into()],
-            reserve_bytes: 0,
-        })
-        .unwrap();
-        assert!(
-            temp_files(dir.path()).is_empty(),
-            "temp files survived the reopen"
-        );
+        let store = ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0 }).unwrap();
+        assert!(temp_files(dir.path()).is_empty(), "temp files survived the reopen");
         for &i in &acked {
             let (info, data) = numbered(i);
-            let (got, offset, bytes) = store
-                .get(info.key, 0, 0)
-                .unwrap_or_else(|e| panic!("acked shard {i} lost: {e}"));
+            let (got, offset, bytes) =
+                store.get(info.key, 0, 0).unwrap_or_else(|e| panic!("acked shard {i} lost: {e}"));
             assert_eq!((got, offset), (info, 0));
             assert!(bytes == data, "acked shard {i} reads back different bytes");
         }
@@ -146,9 +113,7 @@ fn acknowledged_shards_survive_sigkill_mid_stream() {
             }
             let (info, data) = numbered(i);
             assert_eq!(key, info.key);
-            let (_, _, bytes) = store
-                .get(key, 0, 0)
-                .unwrap_or_else(|e| panic!("stored shard {i} unreadable: {e}"));
+            let (_, _, bytes) = store.get(key, 0, 0).unwrap_or_else(|e| panic!("stored shard {i} unreadable: {e}"));
             assert!(bytes == data, "shard {i} served with wrong bytes");
         }
         next = max + 1;

@@ -71,33 +71,17 @@ fn full_disk_answers_no_space_and_keeps_earlier_shards() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(mnt) = Tmpfs::mount(&dir.path().join("mnt"), "4m") else {
-        eprintln!(
-            "full-disk test SKIPPED: cannot mount a tmpfs (not root?); the reserve tests still run"
-        );
+        eprintln!("full-disk test SKIPPED: cannot mount a tmpfs (not root?); the reserve tests still run");
         return;
     };
     eprintln!("full-disk test RAN on a 4 MiB tmpfs");
     let drive = mnt.0.join("drive");
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![drive.clone()],
-        reserve_bytes: 0,
-    })
-    .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0 }).unwrap();
     let (stored, err) = fill(&store, 3 * B + 100);
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
-    assert!(
-        err.message.contains(&drive.display().to_string()),
-        "error does not name the drive: {err}"
-    );
-    assert!(
-        err.message.contains("bytes"),
-        "error does not give sizes: {err}"
-    );
-    assert!(
-        stored.len() >= 10,
-        "only {} shards fit in 4 MiB",
-        stored.len()
-    );
+    assert!(err.message.contains(&drive.display().to_string()), "error does not name the drive: {err}");
+    assert!(err.message.contains("bytes"), "error does not give sizes: {err}");
+    assert!(stored.len() >= 10, "only {} shards fit in 4 MiB", stored.len());
     assert!(temp_files(&drive).is_empty(), "temp file left after ENOSPC");
     check_intact(&store, &stored);
     assert_eq!(store.stat()[0].shards, stored.len() as u64);
@@ -109,11 +93,7 @@ fn full_disk_answers_no_space_and_keeps_earlier_shards() {
     check_intact(&store, &stored[2..]);
     drop(store);
     // And everything is still there after a reopen.
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![drive],
-        reserve_bytes: 0,
-    })
-    .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive], reserve_bytes: 0 }).unwrap();
     check_intact(&store, &stored[2..]);
 }
 
@@ -128,20 +108,13 @@ fn reserve_is_kept_free_on_a_small_file_system() {
     eprintln!("precise reserve test RAN on a 4 MiB tmpfs");
     let drive = mnt.0.join("drive");
     let reserve_bytes = 2 << 20;
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![drive.clone()],
-        reserve_bytes,
-    })
-    .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes }).unwrap();
     let (stored, err) = fill(&store, B);
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
     assert!(err.message.contains("reserve"), "{err}");
     let free = store.stat()[0].bytes_free;
     assert!(free >= reserve_bytes, "reserve not kept: {free} bytes free");
-    assert!(
-        free < reserve_bytes + 2 * B as u64 + 4096,
-        "refused too early: {free} bytes free"
-    );
+    assert!(free < reserve_bytes + 2 * B as u64 + 4096, "refused too early: {free} bytes free");
     assert!(temp_files(&drive).is_empty());
     check_intact(&store, &stored);
 }
@@ -152,11 +125,7 @@ fn reserve_refuses_puts_and_keeps_earlier_shards() {
     // Runs anywhere: a reserve larger than any disk refuses every put before writing.
     let dir = tempfile::tempdir().unwrap();
     let drive = dir.path().join("drive");
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![drive.clone()],
-        reserve_bytes: 0,
-    })
-    .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0 }).unwrap();
     let mut stored = Vec::new();
     for chunk in 0..5u64 {
         let (info, data) = shard(key(chunk, 1), 1000 * chunk as usize);
@@ -164,23 +133,14 @@ fn reserve_refuses_puts_and_keeps_earlier_shards() {
         stored.push((info, data));
     }
     drop(store);
-    let store = ShardStore::open(&StoreConfig {
-        drives: vec![drive.clone()],
-        reserve_bytes: u64::MAX / 2,
-    })
-    .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: u64::MAX / 2 }).unwrap();
     let (info, data) = shard(key(77, 0), 5000);
     let err = store.put(&info, &data).expect_err("put refused");
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
-    assert!(
-        err.message.contains(&drive.display().to_string()) && err.message.contains("reserve"),
-        "{err}"
-    );
+    assert!(err.message.contains(&drive.display().to_string()) && err.message.contains("reserve"), "{err}");
     assert!(temp_files(&drive).is_empty());
     assert_eq!(code(store.get(info.key, 0, 0)), ErrorCode::NotFound);
     check_intact(&store, &stored);
     // An identical re-put of a stored shard is still answered: nothing new is written.
-    store
-        .put(&stored[3].0, &stored[3].1)
-        .expect("re-put needs no space");
+    store.put(&stored[3].0, &stored[3].1).expect("re-put needs no space");
 }

@@ -443,9 +443,12 @@ async fn run_io(a: IoArgs, cluster: Option<String>) -> Result<()> {
                 };
                 world.barrier().await?;
                 let r = io::run(target.clone(), &cfg, show).await?;
-                let merged = world.gather_results(&format!("io-{}-{}", target.kind(), pattern.name()), &serde_json::to_value(&r)?).await?;
+                let merged = world
+                    .gather_results(&format!("io-{}-{}", target.kind(), pattern.name()), &serde_json::to_value(&r)?)
+                    .await?;
                 if let Some(all) = merged {
-                    let parts: Vec<io::IoResult> = all.into_iter().map(serde_json::from_value).collect::<Result<_, _>>()?;
+                    let parts: Vec<io::IoResult> =
+                        all.into_iter().map(serde_json::from_value).collect::<Result<_, _>>()?;
                     results.extend(merge_io(parts));
                 }
             }
@@ -548,7 +551,12 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
         let text: String = reports.iter().map(report::checkpoint_text).collect();
         let mut rep = new_report("trove bench train --checkpoint", &command_line());
         rep.sections.push(format!("## Results\n\n```\n{text}```\n"));
-        return emit(&a.common, &serde_json::json!({ "host": HOST_AT_START.get(), "checkpoint": reports }), &text, Some(rep));
+        return emit(
+            &a.common,
+            &serde_json::json!({ "host": HOST_AT_START.get(), "checkpoint": reports }),
+            &text,
+            Some(rep),
+        );
     }
     let spec = train::workload(&a.workload, &a.accelerator)?;
     let max = if a.sweep { a.max_accelerators } else { a.accelerators };
@@ -581,16 +589,36 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
     let all = targets(&cluster, &a.common, false).await?;
     for target in plan_datasets(all, &cfg, &world).await? {
         if show {
-            eprintln!("{} × {} {} on {} ...", if a.sweep { "sweep of".to_string() } else { a.accelerators.to_string() }, a.accelerator, a.workload, target.describe());
+            eprintln!(
+                "{} × {} {} on {} ...",
+                if a.sweep { "sweep of".to_string() } else { a.accelerators.to_string() },
+                a.accelerator,
+                a.workload,
+                target.describe()
+            );
         }
         if a.generate_only {
             let (ds, generated) = train::ensure_dataset(target.clone(), &cfg, &world, show).await?;
             if world.rank == 0 {
-                println!("{}: {} files, {:.2} GB{}", target.describe(), ds.files, ds.total_bytes as f64 / 1e9, if generated { " generated" } else { " already there" });
+                println!(
+                    "{}: {} files, {:.2} GB{}",
+                    target.describe(),
+                    ds.files,
+                    ds.total_bytes as f64 / 1e9,
+                    if generated { " generated" } else { " already there" }
+                );
             }
             continue;
         }
-        let r = train::train(target.clone(), &cfg, a.accelerators, a.sweep.then_some(a.max_accelerators), world.clone(), show).await?;
+        let r = train::train(
+            target.clone(),
+            &cfg,
+            a.accelerators,
+            a.sweep.then_some(a.max_accelerators),
+            world.clone(),
+            show,
+        )
+        .await?;
         world.gather_results(&format!("train-{}", reports.len()), &serde_json::to_value(&r)?).await?;
         reports.push(r);
     }
@@ -621,7 +649,11 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
 /// measured, reads the dataset generated there), and only if every target and every file
 /// system has room for what the run writes (see `bench::space`). Returns the targets to run,
 /// those sharing another's dataset rooted where it is.
-async fn plan_datasets(targets: Vec<Arc<dyn Target>>, cfg: &train::TrainConfig, world: &World) -> Result<Vec<Arc<dyn Target>>> {
+async fn plan_datasets(
+    targets: Vec<Arc<dyn Target>>,
+    cfg: &train::TrainConfig,
+    world: &World,
+) -> Result<Vec<Arc<dyn Target>>> {
     let ds = train::plan_dataset(cfg)?;
     let mut out = Vec::with_capacity(targets.len());
     let mut needs = Vec::new();
@@ -652,7 +684,11 @@ async fn plan_datasets(targets: Vec<Arc<dyn Target>>, cfg: &train::TrainConfig, 
     space::check(&what, &needs)?;
     if world.rank == 0 {
         for n in needs.iter().filter(|n| n.bytes > 0) {
-            eprintln!("trove bench: {what} is written to {} ({} free there)", n.target, space::gb(n.storage.bytes_free));
+            eprintln!(
+                "trove bench: {what} is written to {} ({} free there)",
+                n.target,
+                space::gb(n.storage.bytes_free)
+            );
         }
     }
     Ok(out)
@@ -693,7 +729,8 @@ async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {
         };
         let r = scan::run(target.clone(), &cfg, show).await?;
         if let Some(all) = world.gather_results(&format!("scan-{}", reports.len()), &serde_json::to_value(&r)?).await? {
-            let mut parts: Vec<scan::ScanReport> = all.into_iter().map(serde_json::from_value).collect::<Result<_, _>>()?;
+            let mut parts: Vec<scan::ScanReport> =
+                all.into_iter().map(serde_json::from_value).collect::<Result<_, _>>()?;
             let mut m = parts.remove(0);
             // Ranks scale together only loosely (no barrier per level); sum what each level drew.
             for p in parts {
@@ -723,8 +760,10 @@ async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {
 
 async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
     if a.list {
-        let rows: Vec<Vec<String>> =
-            size::demand_table().iter().map(|d| vec![d.name.clone(), format!("{:.1}", d.bytes_per_s_per_gpu / 1e6), d.source.clone()]).collect();
+        let rows: Vec<Vec<String>> = size::demand_table()
+            .iter()
+            .map(|d| vec![d.name.clone(), format!("{:.1}", d.bytes_per_s_per_gpu / 1e6), d.source.clone()])
+            .collect();
         print!("{}", report::table(&["workload", "MB/s per GPU", "source"], &rows));
         return Ok(());
     }
@@ -733,7 +772,11 @@ async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
     let (node_bps, source, measured) = match (a.node_mbps, a.measure) {
         (Some(m), _) => (m * 1e6, "given".to_string(), None),
         (None, true) => {
-            let target = targets(&cluster, &a.common, true).await?.into_iter().next().ok_or_else(|| anyhow!("no target to measure"))?;
+            let target = targets(&cluster, &a.common, true)
+                .await?
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow!("no target to measure"))?;
             let nodes = target.node_count().await?;
             let cfg = io::IoConfig {
                 pattern: io::Pattern::SeqRead,
@@ -753,7 +796,11 @@ async fn run_size(a: SizeArgs, cluster: Option<String>) -> Result<()> {
             };
             let r = io::run(target.clone(), &cfg, !a.common.quiet).await?;
             target.remove_all("size-probe").await?;
-            (r.bytes_per_s / nodes as f64, format!("measured: {:.0} MB/s over {nodes} nodes", r.bytes_per_s / 1e6), Some(r))
+            (
+                r.bytes_per_s / nodes as f64,
+                format!("measured: {:.0} MB/s over {nodes} nodes", r.bytes_per_s / 1e6),
+                Some(r),
+            )
         }
         (None, false) => bail!("give --node-mbps, or --measure with --cluster or --dir"),
     };

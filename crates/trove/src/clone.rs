@@ -39,12 +39,18 @@ pub async fn run(args: CloneArgs, client: &Client) -> Result<()> {
     let mut made = Made::default();
     match src.kind {
         FileKind::File => {
-            client.clone_file(src.ino, parent, name).await.map_err(|e| anyhow!("cannot clone {} to {}: {e}", args.src, args.dst))?;
+            client
+                .clone_file(src.ino, parent, name)
+                .await
+                .map_err(|e| anyhow!("cannot clone {} to {}: {e}", args.src, args.dst))?;
             made.files = 1;
             made.bytes = src.size;
         }
         FileKind::Dir => {
-            let top = client.mkdir(parent, name, src.mode & 0o7777).await.map_err(|e| anyhow!("cannot make {}: {e}", args.dst))?;
+            let top = client
+                .mkdir(parent, name, src.mode & 0o7777)
+                .await
+                .map_err(|e| anyhow!("cannot make {}: {e}", args.dst))?;
             made.dirs = 1;
             clone_tree(client, &src, &args.src, top.ino, &args.dst, &mut made).await?;
         }
@@ -69,8 +75,16 @@ pub async fn run(args: CloneArgs, client: &Client) -> Result<()> {
 }
 
 /// Clones the entries of directory `from` (at `from_path`) into directory `to`, depth first.
-async fn clone_tree(client: &Client, from: &Attr, from_path: &str, to: Ino, to_path: &str, made: &mut Made) -> Result<()> {
-    let mut todo = vec![(from.ino, from_path.trim_end_matches('/').to_string(), to, to_path.trim_end_matches('/').to_string())];
+async fn clone_tree(
+    client: &Client,
+    from: &Attr,
+    from_path: &str,
+    to: Ino,
+    to_path: &str,
+    made: &mut Made,
+) -> Result<()> {
+    let mut todo =
+        vec![(from.ino, from_path.trim_end_matches('/').to_string(), to, to_path.trim_end_matches('/').to_string())];
     while let Some((src_dir, src_path, dst_dir, dst_path)) = todo.pop() {
         for entry in client.readdir(src_dir).await.map_err(|e| anyhow!("cannot list {src_path}: {e}"))? {
             let (src, dst) = (format!("{src_path}/{}", entry.name), format!("{dst_path}/{}", entry.name));

@@ -142,7 +142,8 @@ pub struct StartArgs {
 
 /// Parses `--pool NAME=COUNT`.
 fn parse_pool_arg(text: &str) -> Result<(String, usize), String> {
-    let (name, count) = text.split_once('=').ok_or_else(|| format!("--pool {text:?} is not of the form NAME=COUNT (e.g. flash=6)"))?;
+    let (name, count) =
+        text.split_once('=').ok_or_else(|| format!("--pool {text:?} is not of the form NAME=COUNT (e.g. flash=6)"))?;
     wire::check_pool_name(name)?;
     let count = count.parse::<usize>().map_err(|_| format!("--pool {text:?}: {count:?} is not a number of nodes"))?;
     if count == 0 {
@@ -243,15 +244,17 @@ pub struct State {
 impl State {
     pub fn load(dir: &Path) -> Result<State> {
         let path = dir.join(STATE_FILE);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("{} is not a Trove cluster directory (cannot read {})", dir.display(), path.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!("{} is not a Trove cluster directory (cannot read {})", dir.display(), path.display())
+        })?;
         toml::from_str(&text).with_context(|| format!("{} is damaged", path.display()))
     }
 
     pub fn save(&self, dir: &Path) -> Result<()> {
         let path = dir.join(STATE_FILE);
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-        std::fs::write(&tmp, toml::to_string_pretty(self)?).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::write(&tmp, toml::to_string_pretty(self)?)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
@@ -325,7 +328,12 @@ struct Spawned {
 /// `metrics`), `configure` writing its config for the addresses and returning the config's
 /// path. A port taken by another process between choosing and binding is replaced by a new
 /// one; any other exit at start is an error quoting the log.
-async fn spawn_bound(role: &str, log: &Path, metrics: bool, mut configure: impl FnMut(&str, Option<&str>) -> Result<PathBuf>) -> Result<Spawned> {
+async fn spawn_bound(
+    role: &str,
+    log: &Path,
+    metrics: bool,
+    mut configure: impl FnMut(&str, Option<&str>) -> Result<PathBuf>,
+) -> Result<Spawned> {
     let mut last = String::new();
     for _ in 0..BIND_ATTEMPTS {
         let ports = free_ports(2)?;
@@ -409,7 +417,11 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the trove executable")?;
-    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("cannot open {}", log.display()))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open {}", log.display()))?;
     let err = out.try_clone()?;
     let child = Command::new(exe)
         .arg(role)
@@ -425,7 +437,15 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
     Ok(child)
 }
 
-fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec: EcScheme, chunk_bytes: u32, args: &StartArgs) -> String {
+fn meta_config(
+    dir: &Path,
+    addr: &str,
+    metrics: Option<&str>,
+    cluster: &str,
+    ec: EcScheme,
+    chunk_bytes: u32,
+    args: &StartArgs,
+) -> String {
     let engine_line = match (args.engine, &args.postgres_url) {
         (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
         _ => format!("redb = {:?}", dir.join("meta").join("meta.redb").display().to_string()),
@@ -456,7 +476,17 @@ fn meta_config(dir: &Path, addr: &str, metrics: Option<&str>, cluster: &str, ec:
 /// A storage node's configuration: a drive in its directory, or with `object` (an `[object]`
 /// table) its shards in a bucket.
 #[allow(clippy::too_many_arguments)]
-fn storage_config(dir: &Path, index: usize, addr: &str, metrics: Option<&str>, meta: &str, cluster: &str, reserve_bytes: u64, pool: &str, object: Option<&str>) -> String {
+fn storage_config(
+    dir: &Path,
+    index: usize,
+    addr: &str,
+    metrics: Option<&str>,
+    meta: &str,
+    cluster: &str,
+    reserve_bytes: u64,
+    pool: &str,
+    object: Option<&str>,
+) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
     let (drives, object) = match object {
@@ -505,7 +535,12 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         let first = node_pools.first().cloned().unwrap_or_default();
         if in_first(&first) < args.ec.width() {
             let which = if first.is_empty() { "--nodes is".to_string() } else { format!("pool {first} has") };
-            bail!("erasure scheme {} needs at least {} storage nodes; {which} {}", args.ec, args.ec.width(), in_first(&first));
+            bail!(
+                "erasure scheme {} needs at least {} storage nodes; {which} {}",
+                args.ec,
+                args.ec.width(),
+                in_first(&first)
+            );
         }
         let cluster = format!("trove-{:08x}", rand_u32());
         for sub in ["meta", "logs"] {
@@ -528,7 +563,10 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
             let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool, None))?;
+                std::fs::write(
+                    &cfg,
+                    storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool, None),
+                )?;
                 Ok(cfg.clone())
             })
             .await?;
@@ -561,9 +599,13 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
 
 /// Puts the root directory in `pool`, keeping its scheme (the cluster's default scheme).
 async fn put_root_in_pool(meta: &str, pool: &str) -> Result<()> {
-    let client = client::Client::connect(meta).await.map_err(|e| anyhow!("cannot reach the metadata service at {meta}: {e}"))?;
+    let client =
+        client::Client::connect(meta).await.map_err(|e| anyhow!("cannot reach the metadata service at {meta}: {e}"))?;
     let root = client.getattr(wire::ROOT_INO).await.map_err(|e| anyhow!("cannot read the root directory: {e}"))?;
-    client.set_pool(wire::ROOT_INO, pool).await.map_err(|e| anyhow!("cannot put the root directory in pool {pool}: {e}"))?;
+    client
+        .set_pool(wire::ROOT_INO, pool)
+        .await
+        .map_err(|e| anyhow!("cannot put the root directory in pool {pool}: {e}"))?;
     client
         .set_layout(wire::ROOT_INO, root.ec, root.chunk_bytes, wire::LayoutCheck::Chosen)
         .await
@@ -578,7 +620,12 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
         if !state.meta.running() {
             bail!("the metadata process exited; see {}", state.meta.log.display());
         }
-        if let Ok(client) = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await {
+        if let Ok(client) = client::Client::connect_with(
+            &state.meta.addr,
+            client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() },
+        )
+        .await
+        {
             match client.status(false).await {
                 Ok(s) => {
                     let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
@@ -600,7 +647,12 @@ pub async fn wait_up(state: &State, want: usize, quiet: bool) -> Result<()> {
     // Name the nodes that are not running, with the last thing each logged.
     for (i, n) in state.nodes.iter().enumerate() {
         if !n.running() {
-            last.push_str(&format!("; storage node {} (pid {}) is not running: {}", i + 1, n.pid, last_line_of(&log_since(&n.log, 0))));
+            last.push_str(&format!(
+                "; storage node {} (pid {}) is not running: {}",
+                i + 1,
+                n.pid,
+                last_line_of(&log_since(&n.log, 0))
+            ));
         }
     }
     bail!("cluster did not come up within {} s: {last}", START_TIMEOUT.as_secs())
@@ -678,7 +730,11 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
                 println!("  new files go to pool {first} (the root directory's pool; see `trove pool list`)");
             }
             println!();
-            println!("Use it with:  trove --cluster {} status   (or export TROVE_CLUSTER={})", started.dir.display(), started.dir.display());
+            println!(
+                "Use it with:  trove --cluster {} status   (or export TROVE_CLUSTER={})",
+                started.dir.display(),
+                started.dir.display()
+            );
             println!("Stop it with: trove cluster stop --dir {}", started.dir.display());
             // The children keep running detached; dropping `Child` does not kill them.
             Ok(())
@@ -730,13 +786,16 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
                     if pool.is_empty() {
                         bail!("--object needs --pool: a node of an object pool names its pool");
                     }
-                    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+                    let text =
+                        std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
                     // Checked here so that a mistake is told before a process is started.
-                    let table: toml::Table = toml::from_str(&text).with_context(|| format!("{} is not TOML", file.display()))?;
+                    let table: toml::Table =
+                        toml::from_str(&text).with_context(|| format!("{} is not TOML", file.display()))?;
                     let Some(inner) = table.get("object") else {
                         bail!("{} has no [object] table", file.display());
                     };
-                    let config: storage::ObjectConfig = inner.clone().try_into().with_context(|| format!("[object] in {}", file.display()))?;
+                    let config: storage::ObjectConfig =
+                        inner.clone().try_into().with_context(|| format!("[object] in {}", file.display()))?;
                     config.validate()?;
                     Some(text)
                 }
@@ -756,7 +815,20 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             // A node added to a cluster whose roles export metrics exports them too.
             let export = state.meta.metrics.is_some();
             let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
-                std::fs::write(&cfg, storage_config(&dir, i, addr, metrics, &state.meta.addr, &state.cluster, state.reserve_bytes, &pool, object.as_deref()))?;
+                std::fs::write(
+                    &cfg,
+                    storage_config(
+                        &dir,
+                        i,
+                        addr,
+                        metrics,
+                        &state.meta.addr,
+                        &state.cluster,
+                        state.reserve_bytes,
+                        &pool,
+                        object.as_deref(),
+                    ),
+                )?;
                 Ok(cfg.clone())
             })
             .await?;
@@ -791,7 +863,11 @@ async fn wait_added(state: &State, node: usize) -> Result<()> {
         if !proc.running() {
             bail!("it exited: {}", last_line_of(&log_since(&proc.log, 0)));
         }
-        let answered = client::Client::connect_with(&state.meta.addr, client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() }).await;
+        let answered = client::Client::connect_with(
+            &state.meta.addr,
+            client::ClientOptions { meta_deadline: Duration::from_secs(1), ..Default::default() },
+        )
+        .await;
         if let Ok(client) = answered {
             if let Ok(s) = client.status(false).await {
                 let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
@@ -879,7 +955,8 @@ mod tests {
         let listening = bound_of("echo 'INFO trove::ready: storage node 1 listening on 127.0.0.1:2'; sleep 30").await;
         assert!(matches!(listening, Ok(Bound::Listening)));
 
-        let taken = bound_of("echo 'trove: cannot listen on 127.0.0.1:2: Address already in use (os error 98)'; exit 1").await;
+        let taken =
+            bound_of("echo 'trove: cannot listen on 127.0.0.1:2: Address already in use (os error 98)'; exit 1").await;
         match taken {
             Ok(Bound::PortTaken(line)) => assert!(line.contains("127.0.0.1:2"), "{line}"),
             _ => panic!("a taken port is not told apart"),

@@ -88,13 +88,19 @@ pub fn progress(bytes: u64, what: &str) -> ProgressBar {
 pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
     let meta = std::fs::metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
     if meta.is_dir() {
-        bail!("{} is a directory; trove put copies one file (mount the cluster with `trove mount` to copy trees)", local.display());
+        bail!(
+            "{} is a directory; trove put copies one file (mount the cluster with `trove mount` to copy trees)",
+            local.display()
+        );
     }
     let mut file = std::fs::File::open(local).with_context(|| format!("cannot open {}", local.display()))?;
     let len = meta.len();
     let remote = match client.resolve(remote).await {
         Ok(a) if a.kind == FileKind::Dir => {
-            let name = local.file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{} has no file name", local.display()))?;
+            let name = local
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| anyhow!("{} has no file name", local.display()))?;
             format!("{}/{name}", remote.trim_end_matches('/'))
         }
         _ => remote.to_string(),
@@ -102,7 +108,10 @@ pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
     let (parent, name) = client.parent_of(&remote).await.map_err(|e| anyhow!("cannot create {remote}: {e}"))?;
     let name = name.to_string();
     if client::is_tmp_name(&name) {
-        bail!("cannot create {remote}: names beginning with {:?} are reserved for writes in progress", client::TMP_PREFIX);
+        bail!(
+            "cannot create {remote}: names beginning with {:?} are reserved for writes in progress",
+            client::TMP_PREFIX
+        );
     }
     if let Ok(existing) = client.lookup(parent, &name).await {
         if existing.kind == FileKind::Dir {
@@ -127,7 +136,10 @@ pub async fn put(client: &Client, local: &Path, remote: &str) -> Result<()> {
         }
         handle.close().await.map_err(|e| anyhow!("writing {remote}: {e}"))?;
         bar.finish_and_clear();
-        client.rename(parent, &tmp, parent, &name).await.map_err(|e| anyhow!("cannot move the new {remote} into place: {e}"))
+        client
+            .rename(parent, &tmp, parent, &name)
+            .await
+            .map_err(|e| anyhow!("cannot move the new {remote} into place: {e}"))
     };
     // Interrupted (Ctrl-C, SIGTERM) or failed: the temporary file goes, the old file stays.
     let outcome = tokio::select! {
@@ -186,12 +198,9 @@ pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
         local.with_file_name(tmp)
     };
     let copy = async {
-        let mut out = if direct {
-            std::fs::OpenOptions::new().write(true).open(&target)
-        } else {
-            std::fs::File::create(&target)
-        }
-        .with_context(|| format!("cannot create {}", local.display()))?;
+        let mut out =
+            if direct { std::fs::OpenOptions::new().write(true).open(&target) } else { std::fs::File::create(&target) }
+                .with_context(|| format!("cannot create {}", local.display()))?;
         let bar = progress(size, "get");
         let mut offset = 0u64;
         while offset < size {
@@ -205,7 +214,8 @@ pub async fn get(client: &Client, remote: &str, local: &Path) -> Result<()> {
         }
         if !direct {
             out.sync_all().with_context(|| format!("cannot sync {}", local.display()))?;
-            std::fs::rename(&target, local).with_context(|| format!("cannot move the copy into place as {}", local.display()))?;
+            std::fs::rename(&target, local)
+                .with_context(|| format!("cannot move the copy into place as {}", local.display()))?;
         }
         bar.finish_and_clear();
         Ok(())
@@ -301,9 +311,19 @@ pub async fn ls(client: &Client, remote: &str, long: bool) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for e in entries {
-        let name = if e.attr.kind == FileKind::Dir { format!("{}/", shown(&e.name)) } else { shown(&e.name).into_owned() };
+        let name =
+            if e.attr.kind == FileKind::Dir { format!("{}/", shown(&e.name)) } else { shown(&e.name).into_owned() };
         if long {
-            writeln!(out, "{} {:>3} {:>5} {:>5} {:>14} {} {name}", mode_string(e.attr.kind, e.attr.mode), e.attr.nlink, e.attr.uid, e.attr.gid, e.attr.size, date(e.attr.mtime, false))?;
+            writeln!(
+                out,
+                "{} {:>3} {:>5} {:>5} {:>14} {} {name}",
+                mode_string(e.attr.kind, e.attr.mode),
+                e.attr.nlink,
+                e.attr.uid,
+                e.attr.gid,
+                e.attr.size,
+                date(e.attr.mtime, false)
+            )?;
         } else {
             writeln!(out, "{name}")?;
         }
@@ -333,7 +353,13 @@ pub async fn stat(client: &Client, remote: &str) -> Result<()> {
 /// default scheme unless `--ec` is given. When the pool or scheme is refused (no such pool, a
 /// scheme wider than the pool's nodes, or without parity unasked), the directories this
 /// command created are removed again: a refused mkdir leaves nothing behind.
-pub async fn mkdir(client: &Client, remote: &str, ec: Option<wire::EcScheme>, no_redundancy: bool, pool: Option<&str>) -> Result<()> {
+pub async fn mkdir(
+    client: &Client,
+    remote: &str,
+    ec: Option<wire::EcScheme>,
+    no_redundancy: bool,
+    pool: Option<&str>,
+) -> Result<()> {
     if ec.is_none() && no_redundancy {
         bail!("--no-redundancy goes with --ec K+0");
     }
@@ -379,8 +405,12 @@ pub async fn mv(client: &Client, from: &str, to: &str) -> Result<()> {
         Ok(a) if a.kind == FileKind::Dir => format!("{}/{src_name}", to.trim_end_matches('/')),
         _ => to.to_string(),
     };
-    let (dst_parent, dst_name) = client.parent_of(&target).await.map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))?;
-    client.rename(src_parent, src_name, dst_parent, dst_name).await.map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))
+    let (dst_parent, dst_name) =
+        client.parent_of(&target).await.map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))?;
+    client
+        .rename(src_parent, src_name, dst_parent, dst_name)
+        .await
+        .map_err(|e| anyhow!("mv {} {}: {e}", shown(from), shown(&target)))
 }
 
 pub async fn rm(client: &Client, remote: &str, recursive: bool) -> Result<()> {
@@ -450,7 +480,9 @@ fn capacity(s: &wire::ClusterStatus) -> Capacity {
 pub async fn status(client: &Client, json: bool) -> Result<()> {
     let s = client.status(true).await.map_err(|e| anyhow!("cannot get cluster status: {e}"))?;
     let capacity = capacity(&s);
-    let pool_name = |id: wire::PoolId| s.pools.iter().find(|p| p.pool.id == id).map_or_else(|| id.to_string(), |p| p.pool.name.clone());
+    let pool_name = |id: wire::PoolId| {
+        s.pools.iter().find(|p| p.pool.id == id).map_or_else(|| id.to_string(), |p| p.pool.name.clone())
+    };
     if json {
         let nodes: Vec<serde_json::Value> = s
             .nodes
@@ -484,11 +516,29 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     }
     let up = s.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
     println!("metadata engine: {}", s.engine);
-    println!("placement map: version {}   default erasure: {}   chunk size: {}", s.map_version, s.default_ec, human_bytes(u64::from(s.chunk_bytes)));
+    println!(
+        "placement map: version {}   default erasure: {}   chunk size: {}",
+        s.map_version,
+        s.default_ec,
+        human_bytes(u64::from(s.chunk_bytes))
+    );
     println!("cluster manager lease: {}", s.leader.as_deref().unwrap_or("(no leader)"));
-    println!("nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}   to move: {}", s.nodes.len(), up, s.files, s.chunks, s.chunks_degraded, s.chunks_unavailable, s.chunks_misplaced);
+    println!(
+        "nodes: {} ({} up)   files: {}   chunks: {}   degraded: {}   unavailable: {}   to move: {}",
+        s.nodes.len(),
+        up,
+        s.files,
+        s.chunks,
+        s.chunks_degraded,
+        s.chunks_unavailable,
+        s.chunks_misplaced
+    );
     // Nodes sharing a disk report it each; the disk is counted once.
-    let shared = if capacity.devices < capacity.drives { format!(" ({} drives on {} file systems)", capacity.drives, capacity.devices) } else { String::new() };
+    let shared = if capacity.devices < capacity.drives {
+        format!(" ({} drives on {} file systems)", capacity.drives, capacity.devices)
+    } else {
+        String::new()
+    };
     println!("capacity: {} raw, {} free{shared}", human_bytes(capacity.total), human_bytes(capacity.free));
     if s.bytes_pending_delete > 0 {
         println!(
@@ -516,7 +566,10 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
     }
     // Pools: one line each (a cluster of the default pool only shows it too, with its chunks).
     println!();
-    println!("{:<16} {:<6} {:<7} {:>11} {:>10} {:>10} {:>10} {:>10}", "pool", "kind", "scheme", "nodes (up)", "capacity", "free", "chunks", "stored");
+    println!(
+        "{:<16} {:<6} {:<7} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "pool", "kind", "scheme", "nodes (up)", "capacity", "free", "chunks", "stored"
+    );
     for p in &s.pools {
         println!(
             "{:<16} {:<6} {:<7} {:>11} {:>10} {:>10} {:>10} {:>10}",
@@ -531,7 +584,10 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
         );
     }
     println!();
-    println!("{:>4}  {:<22} {:<12} {:<9} {:>10} {:>10} {:>10} {:>8}  drives", "node", "address", "pool", "state", "capacity", "free", "shards ", "hb age");
+    println!(
+        "{:>4}  {:<22} {:<12} {:<9} {:>10} {:>10} {:>10} {:>8}  drives",
+        "node", "address", "pool", "state", "capacity", "free", "shards ", "hb age"
+    );
     // A node that is down or out sends no heartbeats: its figures are the last it reported.
     let stale = |n: &wire::NodeInfo| matches!(n.state, wire::NodeState::Down | wire::NodeState::Out);
     for n in &s.nodes {
@@ -539,7 +595,8 @@ pub async fn status(client: &Client, json: bool) -> Result<()> {
         let free: u64 = n.drives.iter().map(|d| d.bytes_free).sum();
         let shards: u64 = n.drives.iter().map(|d| d.shards).sum();
         let shards = if stale(n) { format!("{shards}*") } else { format!("{shards} ") };
-        let errors: Vec<String> = n.drives.iter().filter(|d| !d.error.is_empty()).map(|d| format!("{}: {}", d.path, d.error)).collect();
+        let errors: Vec<String> =
+            n.drives.iter().filter(|d| !d.error.is_empty()).map(|d| format!("{}: {}", d.path, d.error)).collect();
         let health = if errors.is_empty() { format!("{} ok", n.drives.len()) } else { errors.join("; ") };
         println!(
             "{:>4}  {:<22} {:<12} {:<9} {:>10} {:>10} {:>10} {:>7}s  {}",

@@ -89,7 +89,15 @@ struct Phase {
 
 fn phase(name: &str, nodes_down: usize, bytes: u64, started: Instant, verified: u64, errors: Vec<String>) -> Phase {
     let seconds = started.elapsed().as_secs_f64();
-    Phase { name: name.into(), nodes_down, bytes, seconds, mib_s: bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9), files_verified: verified, errors }
+    Phase {
+        name: name.into(),
+        nodes_down,
+        bytes,
+        seconds,
+        mib_s: bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9),
+        files_verified: verified,
+        errors,
+    }
 }
 
 /// Drops the page cache so reads come from disk; returns false when not permitted.
@@ -106,7 +114,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             d.clone()
         }
         None => {
-            temp = tempfile::Builder::new().prefix("trove-demo-").tempdir().context("cannot create a temporary directory")?;
+            temp = tempfile::Builder::new()
+                .prefix("trove-demo-")
+                .tempdir()
+                .context("cannot create a temporary directory")?;
             temp.path().to_path_buf()
         }
     };
@@ -143,7 +154,25 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     std::fs::remove_dir_all(&local_dir).ok();
 
     let cluster_dir = dir.join("cluster");
-    let start = StartArgs { dir: cluster_dir.clone(), nodes: Some(6), pools: Vec::new(), ec: wire::EcScheme::DEFAULT, chunk_bytes: wire::CHUNK_BYTES_DEFAULT, engine: EngineKind::Redb, postgres_url: None, down_after_ms: None, rebuild_after_ms: None, gc_grace_ms: None, scrub_interval_ms: None, tier_schedule: None, tier_bytes_per_s: None, trash_days: None, ingest_interval_ms: None, reserve_bytes: 0, no_metrics: true };
+    let start = StartArgs {
+        dir: cluster_dir.clone(),
+        nodes: Some(6),
+        pools: Vec::new(),
+        ec: wire::EcScheme::DEFAULT,
+        chunk_bytes: wire::CHUNK_BYTES_DEFAULT,
+        engine: EngineKind::Redb,
+        postgres_url: None,
+        down_after_ms: None,
+        rebuild_after_ms: None,
+        gc_grace_ms: None,
+        scrub_interval_ms: None,
+        tier_schedule: None,
+        tier_bytes_per_s: None,
+        trash_days: None,
+        ingest_interval_ms: None,
+        reserve_bytes: 0,
+        no_metrics: true,
+    };
     let mut started = cluster::start(&start, args.json).await.context("cannot start the demo cluster")?;
     say(format!("cluster up: metadata at {}, 6 storage nodes", started.state.meta.addr));
     let result = async {
@@ -156,7 +185,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         bar.finish_and_clear();
         phases.push(phase("trove write", 0, bytes_total, t, 0, errs));
 
-        for (down, name) in [(0usize, "trove read"), (1, "trove read, 1 node killed"), (2, "trove read, 2 nodes killed")] {
+        for (down, name) in
+            [(0usize, "trove read"), (1, "trove read, 1 node killed"), (2, "trove read, 2 nodes killed")]
+        {
             if down > 0 {
                 cluster::kill_node(&started.state, down)?;
                 say(format!("killed storage node {down} (SIGKILL)"));
@@ -214,8 +245,19 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         println!();
         println!("{:<30} {:>10} {:>10} {:>12} {:>10}", "phase", "GiB", "seconds", "MiB/s", "verified");
         for p in &phases {
-            let verified = if p.name.contains("write") { "-".to_string() } else { format!("{}/{}", p.files_verified, files.len()) };
-            println!("{:<30} {:>10.2} {:>10.2} {:>12.0} {:>10}", p.name, p.bytes as f64 / (1u64 << 30) as f64, p.seconds, p.mib_s, verified);
+            let verified = if p.name.contains("write") {
+                "-".to_string()
+            } else {
+                format!("{}/{}", p.files_verified, files.len())
+            };
+            println!(
+                "{:<30} {:>10.2} {:>10.2} {:>12.0} {:>10}",
+                p.name,
+                p.bytes as f64 / (1u64 << 30) as f64,
+                p.seconds,
+                p.mib_s,
+                verified
+            );
         }
         println!();
         println!(
@@ -274,7 +316,13 @@ async fn local_write(dir: &Path, files: &[FileSpec], seed: u64, parallel: usize,
     errors
 }
 
-async fn local_read(dir: &Path, files: &[FileSpec], seed: u64, parallel: usize, bar: &ProgressBar) -> (u64, Vec<String>) {
+async fn local_read(
+    dir: &Path,
+    files: &[FileSpec],
+    seed: u64,
+    parallel: usize,
+    bar: &ProgressBar,
+) -> (u64, Vec<String>) {
     let verified = Arc::new(AtomicU64::new(0));
     let errors = stream::iter(files.iter().cloned())
         .map(|f| {
@@ -318,8 +366,15 @@ async fn local_read(dir: &Path, files: &[FileSpec], seed: u64, parallel: usize, 
     (verified.load(Ordering::Relaxed), errors)
 }
 
-async fn trove_write(client: &Client, files: &[FileSpec], seed: u64, parallel: usize, bar: &ProgressBar) -> Vec<String> {
-    let mut dirs: Vec<String> = files.iter().map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default()).collect();
+async fn trove_write(
+    client: &Client,
+    files: &[FileSpec],
+    seed: u64,
+    parallel: usize,
+    bar: &ProgressBar,
+) -> Vec<String> {
+    let mut dirs: Vec<String> =
+        files.iter().map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default()).collect();
     dirs.sort();
     dirs.dedup();
     for d in &dirs {
@@ -357,7 +412,13 @@ async fn trove_write(client: &Client, files: &[FileSpec], seed: u64, parallel: u
         .await
 }
 
-async fn trove_read(client: &Client, files: &[FileSpec], seed: u64, parallel: usize, bar: &ProgressBar) -> (u64, Vec<String>) {
+async fn trove_read(
+    client: &Client,
+    files: &[FileSpec],
+    seed: u64,
+    parallel: usize,
+    bar: &ProgressBar,
+) -> (u64, Vec<String>) {
     let verified = Arc::new(AtomicU64::new(0));
     let errors = stream::iter(files.iter().cloned())
         .map(|f| {

@@ -76,7 +76,13 @@ pub async fn run(cmd: IngestCmd, client: &Client) -> Result<()> {
             let path = |what: &str, p: &str| {
                 normalize_path(p).ok_or_else(|| anyhow!("--{what} {p:?}: give an absolute path without '.' or '..'"))
             };
-            let rule = IngestRule { name: name.clone(), from: path("from", &from)?, into: path("into", &into)?, size_px: size, quality };
+            let rule = IngestRule {
+                name: name.clone(),
+                from: path("from", &from)?,
+                into: path("into", &into)?,
+                size_px: size,
+                quality,
+            };
             let summary = describe(&rule);
             match rules(client, MetaOp::AddIngestRule { rule }).await {
                 Ok(_) => {
@@ -87,7 +93,9 @@ pub async fn run(cmd: IngestCmd, client: &Client) -> Result<()> {
             }
         }
         IngestCmd::List { json, .. } => {
-            let list = rules(client, MetaOp::ListIngestRules).await.map_err(|e| anyhow!("cannot read the ingest rules: {e}"))?;
+            let list = rules(client, MetaOp::ListIngestRules)
+                .await
+                .map_err(|e| anyhow!("cannot read the ingest rules: {e}"))?;
             if json {
                 let list: Vec<serde_json::Value> = list
                     .iter()

@@ -111,7 +111,13 @@ fn table(jobs: &[JobInfo]) -> String {
             wire::jobs::INGEST => "images",
             _ => "chunks",
         };
-        out.push_str(&format!("{}: {} (run {}, by {})\n", j.name, j.state.as_str(), j.run, if j.trigger.is_empty() { "-" } else { &j.trigger }));
+        out.push_str(&format!(
+            "{}: {} (run {}, by {})\n",
+            j.name,
+            j.state.as_str(),
+            j.run,
+            if j.trigger.is_empty() { "-" } else { &j.trigger }
+        ));
         if let Some(path) = &j.path {
             out.push_str(&format!("  path      {path}\n"));
         }

@@ -12,9 +12,9 @@ mod cluster;
 mod cmds;
 mod data;
 mod dataset;
+mod demo;
 mod ingest;
 mod job;
-mod demo;
 mod mount;
 mod nfs;
 mod policy;
@@ -304,7 +304,9 @@ impl Command {
             | Command::S3 { cluster, .. }
             | Command::Nfs { cluster, .. }
             | Command::Dataset { cluster, .. }
-            | Command::Node(NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. }) => cluster,
+            | Command::Node(
+                NodeCmd::Drain { cluster, .. } | NodeCmd::Undrain { cluster, .. } | NodeCmd::Remove { cluster, .. },
+            ) => cluster,
             Command::Pool(cmd) => cmd.cluster(),
             Command::Policy(cmd) => cmd.cluster(),
             Command::Ingest(cmd) => cmd.cluster(),
@@ -318,7 +320,12 @@ impl Command {
             Command::Stats(args) => &args.cluster,
             Command::Events(args) => &args.cluster,
             Command::Bench(args) => args.cluster(),
-            Command::Meta { .. } | Command::Storage { .. } | Command::Cluster(_) | Command::Node(NodeCmd::Add { .. }) | Command::Umount(_) | Command::Demo(_) => return None,
+            Command::Meta { .. }
+            | Command::Storage { .. }
+            | Command::Cluster(_)
+            | Command::Node(NodeCmd::Add { .. })
+            | Command::Umount(_)
+            | Command::Demo(_) => return None,
         };
         Some(opt.cluster.as_ref())
     }
@@ -381,7 +388,8 @@ async fn run(cli: Cli) -> Result<()> {
     let cluster = cli.cluster;
     match cli.command {
         Command::Meta { config } => {
-            let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
+            let text = std::fs::read_to_string(&config)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: meta::MetaConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", config.display()))?;
             let settings = jobs::Settings::of(&config).map_err(|e| anyhow::anyhow!("bad metadata config: {e}"))?;
@@ -401,7 +409,8 @@ async fn run(cli: Cli) -> Result<()> {
             .await
         }
         Command::Node(NodeCmd::Add { config }) | Command::Storage { config } => {
-            let text = std::fs::read_to_string(&config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
+            let text = std::fs::read_to_string(&config)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
             let config: storage::StorageConfig =
                 toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad storage config {}: {e}", config.display()))?;
             if config.metrics_listen.is_some() {
@@ -423,7 +432,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Node(NodeCmd::Drain { id, force, .. }) => {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Draining, force).await
         }
-        Command::Node(NodeCmd::Undrain { id, .. }) => cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up, false).await,
+        Command::Node(NodeCmd::Undrain { id, .. }) => {
+            cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Up, false).await
+        }
         Command::Node(NodeCmd::Remove { id, force, .. }) => {
             cmds::node_state(&cmds::connect(cluster).await?, id, wire::NodeState::Out, force).await
         }
@@ -438,7 +449,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Cat { remote, .. } => cmds::cat(&cmds::connect(cluster).await?, &remote).await,
         Command::Ls { remote, long, .. } => cmds::ls(&cmds::connect(cluster).await?, &remote, long).await,
         Command::Stat { remote, layout: false, .. } => cmds::stat(&cmds::connect(cluster).await?, &remote).await,
-        Command::Stat { remote, layout: true, json, .. } => pools::stat_layout(&cmds::connect(cluster).await?, &remote, json).await,
+        Command::Stat { remote, layout: true, json, .. } => {
+            pools::stat_layout(&cmds::connect(cluster).await?, &remote, json).await
+        }
         Command::Du { remote, json, .. } => pools::du_by_pool(&cmds::connect(cluster).await?, &remote, json).await,
         Command::Pool(cmd) => pools::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Policy(cmd) => policy::run(cmd, &cmds::connect(cluster).await?).await,
@@ -481,10 +494,33 @@ mod tests {
         walk(&cmd, "trove", &mut args);
         let with: std::collections::BTreeSet<&str> =
             args.iter().filter(|(_, a)| a.get_id() == "cluster").map(|(path, _)| path.as_str()).collect();
-        for uses in ["trove", "trove status", "trove stats", "trove events", "trove ls", "trove put", "trove mount", "trove s3", "trove nfs", "trove bench train", "trove node drain", "trove pool list", "trove policy test", "trove du"] {
+        for uses in [
+            "trove",
+            "trove status",
+            "trove stats",
+            "trove events",
+            "trove ls",
+            "trove put",
+            "trove mount",
+            "trove s3",
+            "trove nfs",
+            "trove bench train",
+            "trove node drain",
+            "trove pool list",
+            "trove policy test",
+            "trove du",
+        ] {
             assert!(with.contains(uses), "`{uses}` does not offer --cluster");
         }
-        for ignores in ["trove meta", "trove storage", "trove cluster start", "trove cluster stop", "trove node add", "trove umount", "trove demo"] {
+        for ignores in [
+            "trove meta",
+            "trove storage",
+            "trove cluster start",
+            "trove cluster stop",
+            "trove node add",
+            "trove umount",
+            "trove demo",
+        ] {
             assert!(!with.contains(ignores), "`{ignores}` offers --cluster, which it would ignore");
         }
     }

@@ -101,8 +101,11 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     let addr = crate::cluster::meta_addr_of(&cluster)?;
     // Check the mount point before connecting, so its problems are reported first and fast.
     mount::check_mount_point(&mount_point)?;
-    let client_options =
-        client::ClientOptions { readahead_chunks_max: args.readahead_chunks.max(1), atime: !args.noatime, ..Default::default() };
+    let client_options = client::ClientOptions {
+        readahead_chunks_max: args.readahead_chunks.max(1),
+        atime: !args.noatime,
+        ..Default::default()
+    };
     let exporter = crate::telemetry::bind(&args.metrics)?;
     let client = crate::cmds::connect_with(Some(cluster), client_options).await?;
     let announcer = client.clone();

@@ -134,7 +134,22 @@ fn parse_age(text: &str) -> Result<u64, String> {
 
 pub async fn run(cmd: PolicyCmd, client: &Client) -> Result<()> {
     match cmd {
-        PolicyCmd::Add { name, pool, ec, path, name_glob, size_min, size_max, uid, accessed_before, accessed_within, modified_before, changed_before, before, .. } => {
+        PolicyCmd::Add {
+            name,
+            pool,
+            ec,
+            path,
+            name_glob,
+            size_min,
+            size_max,
+            uid,
+            accessed_before,
+            accessed_within,
+            modified_before,
+            changed_before,
+            before,
+            ..
+        } => {
             let rule = PolicyRule {
                 path_glob: path,
                 name_glob,
@@ -241,11 +256,19 @@ async fn test(client: &Client, remote: &str, json: bool) -> Result<()> {
     let pools = client.pools().await.map_err(|e| anyhow!("cannot read the pools: {e}"))?;
     let pool_now = pools.iter().find(|p| p.id == attr.pool).map_or_else(|| attr.pool.to_string(), |p| p.name.clone());
     let path = if remote.starts_with('/') { remote.to_string() } else { format!("/{remote}") };
-    let facts = FileFacts { path: &path, size: attr.size, uid: attr.uid, atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime };
+    let facts = FileFacts {
+        path: &path,
+        size: attr.size,
+        uid: attr.uid,
+        atime: attr.atime,
+        mtime: attr.mtime,
+        ctime: attr.ctime,
+    };
     let now = Timestamp::now();
     let decided = first_match(&policies, &facts, now);
     let tried = decided.map_or(policies.len(), |(at, _)| at + 1);
-    let judged: Vec<(&FilePolicy, Vec<wire::policy::Judgement>)> = policies[..tried].iter().map(|p| (p, p.judge(&facts, now))).collect();
+    let judged: Vec<(&FilePolicy, Vec<wire::policy::Judgement>)> =
+        policies[..tried].iter().map(|p| (p, p.judge(&facts, now))).collect();
     if json {
         let out = serde_json::json!({
             "path": path,
@@ -273,8 +296,16 @@ async fn test(client: &Client, remote: &str, json: bool) -> Result<()> {
         }
     }
     match decided {
-        Some((_, p)) if p.action.pool == pool_now => writeln!(out, "{} belongs in pool {} by policy {}, and is there", shown(&path), p.action.pool, p.name)?,
-        Some((_, p)) => writeln!(out, "{} belongs in pool {} by policy {} (it is in pool {pool_now} now)", shown(&path), p.action.pool, p.name)?,
+        Some((_, p)) if p.action.pool == pool_now => {
+            writeln!(out, "{} belongs in pool {} by policy {}, and is there", shown(&path), p.action.pool, p.name)?
+        }
+        Some((_, p)) => writeln!(
+            out,
+            "{} belongs in pool {} by policy {} (it is in pool {pool_now} now)",
+            shown(&path),
+            p.action.pool,
+            p.name
+        )?,
         None => writeln!(out, "{} matches no policy: it stays in pool {pool_now}", shown(&path))?,
     }
     Ok(())

@@ -58,7 +58,13 @@ pub async fn run(cmd: PoolCmd, client: &Client) -> Result<()> {
         PoolCmd::Create { name, ec, .. } => {
             let ec = match ec {
                 Some(ec) => ec,
-                None => client.status(false).await.map_err(|e| anyhow!("cannot read the cluster's default scheme: {e}"))?.default_ec,
+                None => {
+                    client
+                        .status(false)
+                        .await
+                        .map_err(|e| anyhow!("cannot read the cluster's default scheme: {e}"))?
+                        .default_ec
+                }
             };
             let op = wire::MetaOp::CreatePool { name: name.clone(), kind: wire::PoolKind::Nodes, default_ec: ec };
             match client.meta(op).await {
@@ -90,7 +96,11 @@ async fn list(client: &Client, json: bool) -> Result<()> {
         return Ok(());
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{:>4}  {:<16} {:<6} {:<8} {:>10} {:>10} {:>10}", "id", "name", "kind", "scheme", "nodes (up)", "capacity", "free")?;
+    writeln!(
+        out,
+        "{:>4}  {:<16} {:<6} {:<8} {:>10} {:>10} {:>10}",
+        "id", "name", "kind", "scheme", "nodes (up)", "capacity", "free"
+    )?;
     for p in &status.pools {
         writeln!(
             out,
@@ -155,7 +165,10 @@ pub async fn stat_layout(client: &Client, remote: &str, json: bool) -> Result<()
         }
         return Ok(());
     }
-    let (attr, chunks) = client.chunk_records(attr.ino).await.map_err(|e| anyhow!("cannot read the chunks of {}: {e}", shown(remote)))?;
+    let (attr, chunks) = client
+        .chunk_records(attr.ino)
+        .await
+        .map_err(|e| anyhow!("cannot read the chunks of {}: {e}", shown(remote)))?;
     let states: BTreeMap<wire::NodeId, NodeState> = client
         .status(false)
         .await
@@ -169,7 +182,8 @@ pub async fn stat_layout(client: &Client, remote: &str, json: bool) -> Result<()
     for rec in &chunks {
         let version = rec.placement.map_version;
         if !maps.contains_key(&version) {
-            let map = client.placement_map(version).await.map_err(|e| anyhow!("cannot read placement map {version}: {e}"))?;
+            let map =
+                client.placement_map(version).await.map_err(|e| anyhow!("cannot read placement map {version}: {e}"))?;
             maps.insert(version, map);
         }
         let map = &maps[&version];
@@ -215,12 +229,22 @@ pub async fn stat_layout(client: &Client, remote: &str, json: bool) -> Result<()
     let mut out = std::io::stdout().lock();
     writeln!(out, "  path: {}", shown(remote))?;
     writeln!(out, "  inode: {}  size: {}  data version: {}", attr.ino, attr.size, attr.data_version)?;
-    writeln!(out, "  layout: pool {}  erasure {}  chunk {} bytes (new data of the file)", name_of(attr.pool), attr.ec, attr.chunk_bytes)?;
+    writeln!(
+        out,
+        "  layout: pool {}  erasure {}  chunk {} bytes (new data of the file)",
+        name_of(attr.pool),
+        attr.ec,
+        attr.chunk_bytes
+    )?;
     writeln!(out, "  chunks: {}", chunks.len())?;
     if rows.is_empty() {
         return Ok(());
     }
-    writeln!(out, "{:>8}  {:<16}  {:<12} {:<6} {:>4} {:>6} {:>10}  shards (index:node state)", "index", "chunk", "pool", "scheme", "map", "group", "bytes")?;
+    writeln!(
+        out,
+        "{:>8}  {:<16}  {:<12} {:<6} {:>4} {:>6} {:>10}  shards (index:node state)",
+        "index", "chunk", "pool", "scheme", "map", "group", "bytes"
+    )?;
     for (rec, shards) in &rows {
         let shards: Vec<String> = shards
             .iter()
@@ -273,7 +297,10 @@ pub async fn du_by_pool(client: &Client, remote: &str, json: bool) -> Result<()>
         match attr.kind {
             FileKind::Dir => {
                 dirs += 1;
-                let entries = client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list a directory below {}: {e}", shown(remote)))?;
+                let entries = client
+                    .readdir(attr.ino)
+                    .await
+                    .map_err(|e| anyhow!("cannot list a directory below {}: {e}", shown(remote)))?;
                 stack.extend(entries.into_iter().map(|e| e.attr));
             }
             FileKind::File => {
@@ -316,7 +343,15 @@ pub async fn du_by_pool(client: &Client, remote: &str, json: bool) -> Result<()>
     writeln!(out, "{}: {files} files in {dirs} directories", shown(remote))?;
     writeln!(out, "{:<16} {:>8} {:>10} {:>12} {:>12}", "pool", "files", "chunks", "data", "stored")?;
     for (id, u) in &by_pool {
-        writeln!(out, "{:<16} {:>8} {:>10} {:>12} {:>12}", shown(&name_of(*id)), u.files, u.chunks, human_bytes(u.bytes), human_bytes(u.bytes_stored))?;
+        writeln!(
+            out,
+            "{:<16} {:>8} {:>10} {:>12} {:>12}",
+            shown(&name_of(*id)),
+            u.files,
+            u.chunks,
+            human_bytes(u.bytes),
+            human_bytes(u.bytes_stored)
+        )?;
     }
     Ok(())
 }

@@ -105,9 +105,9 @@ impl QuotaCmd {
 impl TrashCmd {
     pub fn cluster(&self) -> &ClusterOpt {
         match self {
-            TrashCmd::List { cluster, .. }
-            | TrashCmd::Restore { cluster, .. }
-            | TrashCmd::Purge { cluster, .. } => cluster,
+            TrashCmd::List { cluster, .. } | TrashCmd::Restore { cluster, .. } | TrashCmd::Purge { cluster, .. } => {
+                cluster
+            }
         }
     }
 }
@@ -121,15 +121,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(digits);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 100, 10M, 2G)"))?;
-    let shift = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches('B')
-        .trim_end_matches('I')
-    {
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a size (e.g. 100, 10M, 2G)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
         "" => 0,
         "K" => 10,
         "M" => 20,
@@ -137,8 +130,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "T" => 40,
         _ => return Err(format!("{text:?}: unknown unit {unit:?} (K, M, G or T)")),
     };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{text:?} is too large"))
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// Parses a duration into milliseconds: digits followed by ms, s, m, h or d (seconds if none).
@@ -146,23 +138,16 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(digits);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 10m, 7d)"))?;
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 10m, 7d)"))?;
     let ms = match unit {
         "ms" => 1,
         "" | "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (ms, s, m, h or d)"
-            ))
-        }
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h or d)")),
     };
-    n.checked_mul(ms)
-        .ok_or_else(|| format!("{text:?} is too long"))
+    n.checked_mul(ms).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 fn limit(n: u64, bytes: bool) -> String {
@@ -187,18 +172,11 @@ fn describe(q: &QuotaInfo) -> String {
         limit(l.inodes_soft, false),
         l.grace_ms / 1000
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    for (what, since) in [
-        ("bytes", q.bytes_over_soft_since_ms),
-        ("inodes", q.inodes_over_soft_since_ms),
-    ] {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    for (what, since) in [("bytes", q.bytes_over_soft_since_ms), ("inodes", q.inodes_over_soft_since_ms)] {
         if since != 0 {
             let left = (since + l.grace_ms).saturating_sub(now) / 1000;
-            text.push_str(&format!(
-                "; {what} over the soft limit, grace left {left} s"
-            ));
+            text.push_str(&format!("; {what} over the soft limit, grace left {left} s"));
         }
     }
     text
@@ -218,19 +196,8 @@ fn json(q: &QuotaInfo) -> serde_json::Value {
 
 pub async fn run(cmd: QuotaCmd, client: &Client) -> Result<()> {
     match cmd {
-        QuotaCmd::Set {
-            remote,
-            bytes,
-            bytes_soft,
-            inodes,
-            inodes_soft,
-            grace,
-            ..
-        } => {
-            let dir = client
-                .resolve(&remote)
-                .await
-                .map_err(|e| anyhow!("{remote}: {e}"))?;
+        QuotaCmd::Set { remote, bytes, bytes_soft, inodes, inodes_soft, grace, .. } => {
+            let dir = client.resolve(&remote).await.map_err(|e| anyhow!("{remote}: {e}"))?;
             let limits = QuotaLimits {
                 bytes_hard: bytes.unwrap_or(0),
                 bytes_soft: bytes_soft.unwrap_or(0),
@@ -247,15 +214,8 @@ pub async fn run(cmd: QuotaCmd, client: &Client) -> Result<()> {
                 Err(e) => bail!("cannot set the quota of {remote}: {e}"),
             }
         }
-        QuotaCmd::Get {
-            remote,
-            json: as_json,
-            ..
-        } => {
-            let dir = client
-                .resolve(&remote)
-                .await
-                .map_err(|e| anyhow!("{remote}: {e}"))?;
+        QuotaCmd::Get { remote, json: as_json, .. } => {
+            let dir = client.resolve(&remote).await.map_err(|e| anyhow!("{remote}: {e}"))?;
             match client.quota(dir.ino, false).await? {
                 Some(q) if as_json => println!("{}", serde_json::to_string_pretty(&json(&q))?),
                 Some(q) => println!("{}", describe(&q)),
@@ -278,14 +238,8 @@ pub async fn run(cmd: QuotaCmd, client: &Client) -> Result<()> {
             Ok(())
         }
         QuotaCmd::Rm { remote, .. } => {
-            let dir = client
-                .resolve(&remote)
-                .await
-                .map_err(|e| anyhow!("{remote}: {e}"))?;
-            client
-                .set_quota(dir.ino, None)
-                .await
-                .with_context(|| format!("cannot remove the quota of {remote}"))?;
+            let dir = client.resolve(&remote).await.map_err(|e| anyhow!("{remote}: {e}"))?;
+            client.set_quota(dir.ino, None).await.with_context(|| format!("cannot remove the quota of {remote}"))?;
             println!("{remote}: quota removed");
             Ok(())
         }
@@ -314,10 +268,8 @@ pub async fn run_trash(cmd: TrashCmd, client: &Client) -> Result<()> {
             Ok(())
         }
         TrashCmd::Restore { id, to, .. } => {
-            let attr = client
-                .restore_trash(&id, to.as_deref())
-                .await
-                .with_context(|| format!("cannot restore {id}"))?;
+            let attr =
+                client.restore_trash(&id, to.as_deref()).await.with_context(|| format!("cannot restore {id}"))?;
             println!("restored {id} ({} bytes)", attr.size);
             Ok(())
         }
@@ -329,10 +281,7 @@ pub async fn run_trash(cmd: TrashCmd, client: &Client) -> Result<()> {
             };
             let mut purged = 0usize;
             loop {
-                let gone = client
-                    .purge_trash(&id, before_ms)
-                    .await
-                    .context("cannot purge the trash")?;
+                let gone = client.purge_trash(&id, before_ms).await.context("cannot purge the trash")?;
                 purged += gone.len();
                 if !id.is_empty() || gone.is_empty() {
                     break;

@@ -140,10 +140,7 @@ impl SnapshotCmd {
 }
 
 async fn dir_ino(client: &Client, remote: &str) -> Result<wire::Ino> {
-    let attr = client
-        .resolve(remote)
-        .await
-        .map_err(|e| anyhow!("{remote}: {e}"))?;
+    let attr = client.resolve(remote).await.map_err(|e| anyhow!("{remote}: {e}"))?;
     if attr.kind != wire::FileKind::Dir {
         return Err(anyhow!("{remote} is not a directory"));
     }
@@ -151,10 +148,7 @@ async fn dir_ino(client: &Client, remote: &str) -> Result<wire::Ino> {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
 fn when(ms: u64) -> String {
@@ -173,12 +167,7 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
     match cmd {
         SnapshotCmd::Push(args) => crate::snapshot_object::run_push(args, client).await?,
         SnapshotCmd::Pull(args) => crate::snapshot_object::run_pull(args, client).await?,
-        SnapshotCmd::Create {
-            remote,
-            name,
-            retain,
-            ..
-        } => {
+        SnapshotCmd::Create { remote, name, retain, .. } => {
             let root = dir_ino(client, &remote).await?;
             let until = retain.map_or(0, |ms| now_ms().saturating_add(ms));
             let s = client
@@ -196,12 +185,7 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 println!("locked until {} UTC: nothing can delete it before then", when(s.retain_until_ms));
             }
         }
-        SnapshotCmd::Retain {
-            remote,
-            name,
-            duration,
-            ..
-        } => {
+        SnapshotCmd::Retain { remote, name, duration, .. } => {
             let root = dir_ino(client, &remote).await?;
             let s = client
                 .snapshot_retain(root, &name, now_ms().saturating_add(duration))
@@ -212,11 +196,7 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 when(s.retain_until_ms)
             );
         }
-        SnapshotCmd::List {
-            remote,
-            json: as_json,
-            ..
-        } => {
+        SnapshotCmd::List { remote, json: as_json, .. } => {
             let root = match &remote {
                 Some(r) => Some(dir_ino(client, r).await?),
                 None => None,
@@ -228,10 +208,7 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
             } else if all.is_empty() {
                 println!("no snapshots");
             } else {
-                println!(
-                    "{:<24} {:<24} {:>12} {:>10}  RETAINED UNTIL",
-                    "NAME", "CREATED", "EXCLUSIVE", "DIR INODE"
-                );
+                println!("{:<24} {:<24} {:>12} {:>10}  RETAINED UNTIL", "NAME", "CREATED", "EXCLUSIVE", "DIR INODE");
                 let now = now_ms();
                 for s in &all {
                     let retained = if s.retain_until_ms > now { when(s.retain_until_ms) } else { "-".to_string() };
@@ -268,17 +245,13 @@ pub async fn run(cmd: SnapshotCmd, client: &Client) -> Result<()> {
                 println!("(the list stops here: more paths differ)");
             }
         }
-        SnapshotCmd::Restore {
-            remote, name, file, ..
-        } => {
+        SnapshotCmd::Restore { remote, name, file, .. } => {
             let root = dir_ino(client, &remote).await?;
             let path = file.unwrap_or_default();
             let (files, dirs, skipped) = client
                 .snapshot_restore(root, &name, &path)
                 .await
-                .with_context(|| {
-                    format!("cannot restore {path:?} from snapshot {name} of {remote}")
-                })?;
+                .with_context(|| format!("cannot restore {path:?} from snapshot {name} of {remote}"))?;
             println!("restored {files} files and {dirs} directories from snapshot {name}");
             if skipped > 0 {
                 println!("{skipped} entries were left out (another kind of file holds the name, or not a file or directory); the metadata server's log names them");

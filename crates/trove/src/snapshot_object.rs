@@ -115,16 +115,19 @@ fn parse_url(url: &str) -> Result<Url> {
     if prefix.split('/').any(|p| p.is_empty() || p == "." || p == "..") && !prefix.is_empty() {
         bail!("the prefix of {url:?} has an empty, . or .. segment");
     }
-    Ok(Url {
-        bucket: bucket.to_string(),
-        prefix: prefix.to_string(),
-    })
+    Ok(Url { bucket: bucket.to_string(), prefix: prefix.to_string() })
 }
 
 /// A snapshot name as the bucket keys it: a name as `trove snapshot create` takes, and one
 /// object path segment.
 fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.len() > wire::NAME_BYTES_MAX || name.chars().any(char::is_control) {
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.len() > wire::NAME_BYTES_MAX
+        || name.chars().any(char::is_control)
+    {
         bail!("{name:?} is not a snapshot name (1 to 255 bytes, no '/' or control characters, not . or ..)");
     }
     Ok(())
@@ -329,10 +332,7 @@ struct Commit {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
 fn ts(t: Timestamp) -> (i64, u32) {
@@ -385,7 +385,8 @@ async fn walk(client: &Client, root: &Attr, at: &str) -> Result<Vec<(Entry, Opti
         let mut ino = None;
         match attr.kind {
             FileKind::Dir => {
-                let mut children = client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list {}: {e}", shown(&path)))?;
+                let mut children =
+                    client.readdir(attr.ino).await.map_err(|e| anyhow!("cannot list {}: {e}", shown(&path)))?;
                 children.sort_by(|a, b| b.name.cmp(&a.name));
                 for child in children {
                     todo.push((child.attr.clone(), join(&path, &child.name)));
@@ -408,7 +409,12 @@ async fn walk(client: &Client, root: &Attr, at: &str) -> Result<Vec<(Entry, Opti
             }
             FileKind::Symlink => {
                 entry.kind = Kind::Symlink;
-                entry.target = Some(client.readlink(attr.ino).await.map_err(|e| anyhow!("cannot read the link {}: {e}", shown(&path)))?);
+                entry.target = Some(
+                    client
+                        .readlink(attr.ino)
+                        .await
+                        .map_err(|e| anyhow!("cannot read the link {}: {e}", shown(&path)))?,
+                );
             }
             FileKind::Fifo => entry.kind = Kind::Fifo,
             FileKind::Socket => entry.kind = Kind::Socket,
@@ -417,8 +423,15 @@ async fn walk(client: &Client, root: &Attr, at: &str) -> Result<Vec<(Entry, Opti
                 entry.rdev = attr.rdev;
             }
         }
-        for name in client.listxattr(attr.ino).await.map_err(|e| anyhow!("cannot list the attributes of {}: {e}", shown(&path)))? {
-            let value = client.getxattr(attr.ino, &name).await.map_err(|e| anyhow!("cannot read attribute {name} of {}: {e}", shown(&path)))?;
+        for name in client
+            .listxattr(attr.ino)
+            .await
+            .map_err(|e| anyhow!("cannot list the attributes of {}: {e}", shown(&path)))?
+        {
+            let value = client
+                .getxattr(attr.ino, &name)
+                .await
+                .map_err(|e| anyhow!("cannot read attribute {name} of {}: {e}", shown(&path)))?;
             entry.xattrs.insert(name, hex(&value));
         }
         out.push((entry, ino));
@@ -427,8 +440,16 @@ async fn walk(client: &Client, root: &Attr, at: &str) -> Result<Vec<(Entry, Opti
 }
 
 /// Reads the chunks of file `ino`, uploads those the bucket lacks, and answers its pieces.
-async fn push_file(client: &Client, bucket: &Bucket, have: &tokio::sync::Mutex<HashSet<String>>, count: &PushCount, ino: Ino, shown: &str) -> Result<Vec<Piece>> {
-    let (attr, records) = client.chunk_records(ino).await.map_err(|e| anyhow!("cannot read the chunk records of {shown}: {e}"))?;
+async fn push_file(
+    client: &Client,
+    bucket: &Bucket,
+    have: &tokio::sync::Mutex<HashSet<String>>,
+    count: &PushCount,
+    ino: Ino,
+    shown: &str,
+) -> Result<Vec<Piece>> {
+    let (attr, records) =
+        client.chunk_records(ino).await.map_err(|e| anyhow!("cannot read the chunk records of {shown}: {e}"))?;
     let mut handle = client.open(ino).await.map_err(|e| anyhow!("cannot open {shown}: {e}"))?;
     let chunk_bytes = u64::from(attr.chunk_bytes.max(1));
     let mut pieces = Vec::with_capacity(records.len());
@@ -438,7 +459,8 @@ async fn push_file(client: &Client, bucket: &Bucket, have: &tokio::sync::Mutex<H
             continue;
         }
         let len = u64::from(record.len).min(attr.size - offset);
-        let data = handle.read_at(offset, len as usize).await.map_err(|e| anyhow!("cannot read {shown} at {offset}: {e}"))?;
+        let data =
+            handle.read_at(offset, len as usize).await.map_err(|e| anyhow!("cannot read {shown} at {offset}: {e}"))?;
         if data.len() as u64 != len {
             bail!("{shown}: read {} bytes at {offset}, expected {len}", data.len());
         }
@@ -562,11 +584,11 @@ async fn push(client: &Client, remote: &str, name: &str, to: &str, opt: &S3Opt) 
 /// Reads and checks snapshot `name`'s commit and manifest from the bucket.
 async fn load(bucket: &Bucket, name: &str) -> Result<(Commit, Header, Vec<Entry>)> {
     let at = bucket.where_();
-    let commit_obj = bucket
-        .get(&commit_name(name))
-        .await?
-        .ok_or_else(|| anyhow!("{at} holds no snapshot {name:?} (no {}; a push that did not finish leaves none)", commit_name(name)))?;
-    let commit: Commit = serde_json::from_slice(&commit_obj).map_err(|e| anyhow!("{at}: {} is not a snapshot commit: {e}", commit_name(name)))?;
+    let commit_obj = bucket.get(&commit_name(name)).await?.ok_or_else(|| {
+        anyhow!("{at} holds no snapshot {name:?} (no {}; a push that did not finish leaves none)", commit_name(name))
+    })?;
+    let commit: Commit = serde_json::from_slice(&commit_obj)
+        .map_err(|e| anyhow!("{at}: {} is not a snapshot commit: {e}", commit_name(name)))?;
     if commit.format != COMMIT_FORMAT || commit.name != name {
         bail!("{at}: {} is not the commit of snapshot {name:?}", commit_name(name));
     }
@@ -574,14 +596,20 @@ async fn load(bucket: &Bucket, name: &str) -> Result<(Commit, Header, Vec<Entry>
         bail!("{at}: snapshot {name:?} was pushed in format version {}, newer than this trove reads ({FORMAT_VERSION}): upgrade trove", commit.version);
     }
     if commit.manifest_bytes > MANIFEST_BYTES_MAX {
-        bail!("{at}: snapshot {name:?} has a manifest of {} bytes, more than the {MANIFEST_BYTES_MAX} a pull reads", commit.manifest_bytes);
+        bail!(
+            "{at}: snapshot {name:?} has a manifest of {} bytes, more than the {MANIFEST_BYTES_MAX} a pull reads",
+            commit.manifest_bytes
+        );
     }
     let manifest = bucket
         .get(&manifest_name(name))
         .await?
         .ok_or_else(|| anyhow!("{at}: {} is missing although the snapshot was committed", manifest_name(name)))?;
     if manifest.len() as u64 != commit.manifest_bytes || sha256(&manifest) != commit.manifest_sha256 {
-        bail!("{at}: {} does not match its commit (size or SHA-256 differ): it was changed or damaged in the store", manifest_name(name));
+        bail!(
+            "{at}: {} does not match its commit (size or SHA-256 differ): it was changed or damaged in the store",
+            manifest_name(name)
+        );
     }
     let mut lines = manifest.split(|b| *b == b'\n').filter(|l| !l.is_empty());
     let header: Header = lines
@@ -615,7 +643,11 @@ fn check_entries(entries: &[Entry]) -> Result<()> {
     let mut kinds: HashMap<&str, Kind> = HashMap::from([("", Kind::Dir)]);
     for e in &entries[1..] {
         let parts: Vec<&str> = e.path.split('/').collect();
-        if parts.len() > DEPTH_MAX || parts.iter().any(|p| p.is_empty() || *p == "." || *p == ".." || p.len() > wire::NAME_BYTES_MAX || p.contains('\0')) {
+        if parts.len() > DEPTH_MAX
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || *p == "." || *p == ".." || p.len() > wire::NAME_BYTES_MAX || p.contains('\0'))
+        {
             bail!("path {:?} is not a clean relative path", e.path);
         }
         let parent = e.path.rsplit_once('/').map_or("", |(p, _)| p);
@@ -634,8 +666,22 @@ fn check_entries(entries: &[Entry]) -> Result<()> {
                 let chunk_bytes = u64::from(e.chunk_bytes);
                 let mut last = None;
                 for p in &e.pieces {
-                    if chunk_bytes == 0 || u64::from(p.len) > chunk_bytes || p.index.checked_mul(chunk_bytes).and_then(|o| o.checked_add(u64::from(p.len))).is_none_or(|end| end > e.size) || last.is_some_and(|l| l >= p.index) || !is_sha256_hex(&p.sha256) {
-                        bail!("file {:?}: piece {} does not fit the file (size {}, chunk bytes {})", e.path, p.index, e.size, e.chunk_bytes);
+                    if chunk_bytes == 0
+                        || u64::from(p.len) > chunk_bytes
+                        || p.index
+                            .checked_mul(chunk_bytes)
+                            .and_then(|o| o.checked_add(u64::from(p.len)))
+                            .is_none_or(|end| end > e.size)
+                        || last.is_some_and(|l| l >= p.index)
+                        || !is_sha256_hex(&p.sha256)
+                    {
+                        bail!(
+                            "file {:?}: piece {} does not fit the file (size {}, chunk bytes {})",
+                            e.path,
+                            p.index,
+                            e.size,
+                            e.chunk_bytes
+                        );
                     }
                     last = Some(p.index);
                 }
@@ -672,14 +718,21 @@ fn set_attr(e: &Entry) -> SetAttr {
 async fn pull_file(client: &Client, bucket: &Bucket, count: &PullCount, e: &Entry, ino: Ino) -> Result<()> {
     let mut handle = client.open(ino).await.map_err(|err| anyhow!("cannot open {}: {err}", e.path))?;
     for p in &e.pieces {
-        let data = bucket
-            .get(&piece_name(&p.sha256))
-            .await?
-            .ok_or_else(|| anyhow!("{}: chunk {} of {:?} is missing from the bucket", bucket.where_(), p.sha256, e.path))?;
+        let data = bucket.get(&piece_name(&p.sha256)).await?.ok_or_else(|| {
+            anyhow!("{}: chunk {} of {:?} is missing from the bucket", bucket.where_(), p.sha256, e.path)
+        })?;
         if data.len() != p.len as usize || sha256(&data) != p.sha256 {
-            bail!("{}: chunk {} of {:?} does not match its SHA-256 (changed or damaged in the store)", bucket.where_(), p.sha256, e.path);
+            bail!(
+                "{}: chunk {} of {:?} does not match its SHA-256 (changed or damaged in the store)",
+                bucket.where_(),
+                p.sha256,
+                e.path
+            );
         }
-        handle.write_at(p.index * u64::from(e.chunk_bytes), &data).await.map_err(|err| anyhow!("cannot write {}: {err}", e.path))?;
+        handle
+            .write_at(p.index * u64::from(e.chunk_bytes), &data)
+            .await
+            .map_err(|err| anyhow!("cannot write {}: {err}", e.path))?;
         count.downloaded_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         count.pieces.fetch_add(1, Ordering::Relaxed);
     }
@@ -704,7 +757,8 @@ async fn pull(client: &Client, from: &str, name: &str, into: &str, opt: &S3Opt) 
     // Built under a temporary name (hidden from listings) and renamed into place at the end:
     // a pull that fails leaves nothing that looks like a restored tree.
     let tmp = client::tmp_name();
-    let top = client.mkdir(parent, &tmp, 0o700).await.map_err(|e| anyhow!("cannot make a directory beside {into}: {e}"))?;
+    let top =
+        client.mkdir(parent, &tmp, 0o700).await.map_err(|e| anyhow!("cannot make a directory beside {into}: {e}"))?;
     let built = build(client, &bucket, &entries, top.ino).await;
     let count = match built {
         Ok(count) => count,
@@ -747,9 +801,14 @@ async fn build(client: &Client, bucket: &Bucket, entries: &[Entry], top: Ino) ->
                 files.push((e, attr.ino));
                 attr
             }
-            Kind::Symlink => client.symlink_as(parent, leaf, e.target.as_deref().unwrap_or_default(), e.uid, e.gid).await.map_err(failed)?,
+            Kind::Symlink => client
+                .symlink_as(parent, leaf, e.target.as_deref().unwrap_or_default(), e.uid, e.gid)
+                .await
+                .map_err(failed)?,
             Kind::Link => {
-                let target = *inos.get(e.target.as_deref().unwrap_or_default()).ok_or_else(|| anyhow!("the link {:?} names no file made before it", e.path))?;
+                let target = *inos
+                    .get(e.target.as_deref().unwrap_or_default())
+                    .ok_or_else(|| anyhow!("the link {:?} names no file made before it", e.path))?;
                 client.link(target, parent, leaf).await.map_err(failed)?
             }
             Kind::Fifo | Kind::Socket | Kind::Char | Kind::Block => {
@@ -780,10 +839,16 @@ async fn build(client: &Client, bucket: &Bucket, entries: &[Entry], top: Ino) ->
         };
         for (key, value) in &e.xattrs {
             let value = unhex(value).ok_or_else(|| anyhow!("{}: attribute {key} is not hex", e.path))?;
-            client.setxattr(ino, key, &value, XattrMode::Upsert).await.map_err(|err| anyhow!("cannot set attribute {key} of {}: {err}", e.path))?;
+            client
+                .setxattr(ino, key, &value, XattrMode::Upsert)
+                .await
+                .map_err(|err| anyhow!("cannot set attribute {key} of {}: {err}", e.path))?;
         }
         if !matches!(e.kind, Kind::Link | Kind::Symlink) {
-            client.setattr(ino, set_attr(e)).await.map_err(|err| anyhow!("cannot set the attributes of {}: {err}", e.path))?;
+            client
+                .setattr(ino, set_attr(e))
+                .await
+                .map_err(|err| anyhow!("cannot set the attributes of {}: {err}", e.path))?;
         }
     }
     Ok(count)
@@ -924,25 +989,34 @@ mod tests {
             ("absolute", vec![root.clone(), entry("/etc", Kind::Dir)]),
             ("twice", vec![root.clone(), entry("f", Kind::File), entry("f", Kind::File)]),
             ("under a file", vec![root.clone(), entry("f", Kind::File), entry("f/g", Kind::File)]),
-            ("link to nothing", vec![root.clone(), {
-                let mut l = entry("l", Kind::Link);
-                l.target = Some("nope".into());
-                l
-            }]),
-            ("piece past the end", vec![root.clone(), {
-                let mut f = entry("f", Kind::File);
-                f.size = 4;
-                f.chunk_bytes = 4;
-                f.pieces = vec![Piece { index: 1, len: 1, sha256: sha256(b"a") }];
-                f
-            }]),
-            ("piece with a bad name", vec![root.clone(), {
-                let mut f = entry("f", Kind::File);
-                f.size = 4;
-                f.chunk_bytes = 4;
-                f.pieces = vec![Piece { index: 0, len: 1, sha256: "../../x".into() }];
-                f
-            }]),
+            (
+                "link to nothing",
+                vec![root.clone(), {
+                    let mut l = entry("l", Kind::Link);
+                    l.target = Some("nope".into());
+                    l
+                }],
+            ),
+            (
+                "piece past the end",
+                vec![root.clone(), {
+                    let mut f = entry("f", Kind::File);
+                    f.size = 4;
+                    f.chunk_bytes = 4;
+                    f.pieces = vec![Piece { index: 1, len: 1, sha256: sha256(b"a") }];
+                    f
+                }],
+            ),
+            (
+                "piece with a bad name",
+                vec![root.clone(), {
+                    let mut f = entry("f", Kind::File);
+                    f.size = 4;
+                    f.chunk_bytes = 4;
+                    f.pieces = vec![Piece { index: 0, len: 1, sha256: "../../x".into() }];
+                    f
+                }],
+            ),
         ];
         for (what, entries) in cases {
             assert!(check_entries(&entries).is_err(), "{what} was accepted");

@@ -108,10 +108,7 @@ async fn discover(cluster: &str) -> Result<Vec<ProcessInfo>> {
     let mut found: Vec<ProcessInfo> = Vec::new();
     let mut errors = Vec::new();
     for meta in addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        let options = client::ClientOptions {
-            meta_deadline: Duration::from_secs(2),
-            ..Default::default()
-        };
+        let options = client::ClientOptions { meta_deadline: Duration::from_secs(2), ..Default::default() };
         match client::Client::connect_with(meta, options).await {
             Ok(c) => match c.meta(MetaOp::Processes).await {
                 Ok(MetaReply::Processes(list)) => found.extend(list),
@@ -172,35 +169,20 @@ async fn scrape_all(processes: &[ProcessInfo], with_top: bool) -> Scraped {
         let text = scrape::get(&p.metrics, "/metrics").await;
         let at = Instant::now();
         let top = if with_top && p.role != "storage" && p.role != "meta" {
-            scrape::get(
-                &p.metrics,
-                &format!("/top?n={}", metrics::http::TOP_ROWS_MAX),
-            )
-            .await
-            .ok()
-            .and_then(|t| serde_json::from_str::<TopReport>(&t).ok())
+            scrape::get(&p.metrics, &format!("/top?n={}", metrics::http::TOP_ROWS_MAX))
+                .await
+                .ok()
+                .and_then(|t| serde_json::from_str::<TopReport>(&t).ok())
         } else {
             None
         };
-        (
-            p.metrics.clone(),
-            (
-                at,
-                text.map(|t| scrape::parse(&t)).map_err(|e| e.to_string()),
-                top,
-            ),
-        )
+        (p.metrics.clone(), (at, text.map(|t| scrape::parse(&t)).map_err(|e| e.to_string()), top))
     }))
     .await;
     fetched.into_iter().collect()
 }
 
-fn refresh(
-    processes: &[ProcessInfo],
-    before: &Scraped,
-    after: &Scraped,
-    args: &StatsArgs,
-) -> Refresh {
+fn refresh(processes: &[ProcessInfo], before: &Scraped, after: &Scraped, args: &StatsArgs) -> Refresh {
     let mut rows = Vec::new();
     let mut merged_before = Metrics::default();
     let mut merged_after = Metrics::default();
@@ -232,11 +214,7 @@ fn refresh(
                 write_bytes: e.activity.bytes_written as f64 / s,
             };
             top_files.extend(top::between(&tb.files, &ta.files).into_iter().map(per_s));
-            top_clients.extend(
-                top::between(&tb.clients, &ta.clients)
-                    .into_iter()
-                    .map(per_s),
-            );
+            top_clients.extend(top::between(&tb.clients, &ta.clients).into_iter().map(per_s));
         }
         rows.push(Row {
             role: p.role.clone(),
@@ -249,19 +227,12 @@ fn refresh(
         });
     }
     let rank = |rows: &mut Vec<TopRow>| {
-        rows.sort_by(|a, b| {
-            (b.read_bytes + b.write_bytes + b.ops)
-                .total_cmp(&(a.read_bytes + a.write_bytes + a.ops))
-        });
+        rows.sort_by(|a, b| (b.read_bytes + b.write_bytes + b.ops).total_cmp(&(a.read_bytes + a.write_bytes + a.ops)));
         rows.truncate(args.top_rows);
     };
     rank(&mut top_files);
     rank(&mut top_clients);
-    let seconds = if seconds > 0.0 {
-        seconds
-    } else {
-        args.interval
-    };
+    let seconds = if seconds > 0.0 { seconds } else { args.interval };
     Refresh {
         time_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -270,10 +241,7 @@ fn refresh(
         interval_s: seconds,
         total: scrape::rates(&merged_before, &merged_after, seconds),
         processes: rows,
-        top: args.top.then_some(TopView {
-            files: top_files,
-            clients: top_clients,
-        }),
+        top: args.top.then_some(TopView { files: top_files, clients: top_clients }),
     }
 }
 
@@ -330,49 +298,27 @@ fn protocol_columns(rows: &[Row]) -> Vec<String> {
 /// The table `trove stats` prints.
 pub fn render(r: &Refresh) -> String {
     let protocols = protocol_columns(&r.processes);
-    let mut header: Vec<String> = ["ROLE", "ID", "CPU%", "MEM"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut header: Vec<String> = ["ROLE", "ID", "CPU%", "MEM"].iter().map(|s| s.to_string()).collect();
     header.extend(protocols.iter().map(|p| p.to_uppercase()));
-    header.extend(
-        [
-            "NET IN", "NET OUT", "DISK RD", "DISK WR", "P50 ms", "P99 ms",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
+    header.extend(["NET IN", "NET OUT", "DISK RD", "DISK WR", "P50 ms", "P99 ms"].iter().map(|s| s.to_string()));
     let mut lines: Vec<Vec<String>> = vec![header];
     let cells = |role: &str, id: &str, rates: Option<&Rates>, reachable: bool| -> Vec<String> {
         let mut c = vec![role.to_string(), id.to_string()];
         match rates {
             Some(x) => {
                 c.push(format!("{:.1}", x.cpu_percent));
-                c.push(if x.memory_bytes > 0.0 {
-                    human(x.memory_bytes)
-                } else {
-                    "-".into()
-                });
+                c.push(if x.memory_bytes > 0.0 { human(x.memory_bytes) } else { "-".into() });
                 for p in &protocols {
                     c.push(x.ops.get(p).map_or("-".into(), |v| ops(*v)));
                 }
-                for v in [
-                    x.net_in_bytes,
-                    x.net_out_bytes,
-                    x.disk_read_bytes,
-                    x.disk_write_bytes,
-                ] {
+                for v in [x.net_in_bytes, x.net_out_bytes, x.disk_read_bytes, x.disk_write_bytes] {
                     c.push(human(v));
                 }
                 c.push(latency(x.latency_p50_s));
                 c.push(latency(x.latency_p99_s));
             }
             None => {
-                c.push(if reachable {
-                    "-".into()
-                } else {
-                    "unreachable".into()
-                });
+                c.push(if reachable { "-".into() } else { "unreachable".into() });
                 c.extend(std::iter::repeat_n(String::new(), protocols.len() + 7));
             }
         }
@@ -380,16 +326,7 @@ pub fn render(r: &Refresh) -> String {
     };
     for p in &r.processes {
         let id = if p.id.chars().count() > 24 {
-            format!(
-                "…{}",
-                p.id.chars()
-                    .rev()
-                    .take(23)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<String>()
-            )
+            format!("…{}", p.id.chars().rev().take(23).collect::<Vec<_>>().into_iter().rev().collect::<String>())
         } else {
             p.id.clone()
         };
@@ -397,23 +334,11 @@ pub fn render(r: &Refresh) -> String {
     }
     lines.push(cells("total", "", Some(&r.total), true));
     let widths: Vec<usize> = (0..lines[0].len())
-        .map(|i| {
-            lines
-                .iter()
-                .map(|l| l.get(i).map_or(0, |c| c.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|i| lines.iter().map(|l| l.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     let shown = r.time_ms / 1000;
-    let date = crate::cmds::date(
-        wire::Timestamp {
-            secs: shown as i64,
-            nanos: 0,
-        },
-        true,
-    );
+    let date = crate::cmds::date(wire::Timestamp { secs: shown as i64, nanos: 0 }, true);
     out.push_str(&format!(
         "Trove statistics at {} UTC over the last {:.1} s: operations, network and disk per second, latency of operations served\n\n",
         &date[..19],
@@ -423,13 +348,7 @@ pub fn render(r: &Refresh) -> String {
         let row: Vec<String> = l
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                if i < 2 {
-                    format!("{c:<w$}", w = widths[i])
-                } else {
-                    format!("{c:>w$}", w = widths[i])
-                }
-            })
+            .map(|(i, c)| if i < 2 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
             .collect();
         if n == lines.len() - 1 {
             out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
@@ -439,31 +358,15 @@ pub fn render(r: &Refresh) -> String {
         out.push('\n');
     }
     if let Some(top) = &r.top {
-        for (title, rows) in [
-            ("Busiest files", &top.files),
-            ("Busiest clients", &top.clients),
-        ] {
+        for (title, rows) in [("Busiest files", &top.files), ("Busiest clients", &top.clients)] {
             out.push_str(&format!("\n{title} (per second)\n"));
             if rows.is_empty() {
                 out.push_str("  (none in this interval)\n");
                 continue;
             }
-            let kw = rows
-                .iter()
-                .map(|t| t.key.chars().count())
-                .max()
-                .unwrap_or(3)
-                .clamp(3, 60);
-            let vw = rows
-                .iter()
-                .map(|t| t.via.chars().count())
-                .max()
-                .unwrap_or(3)
-                .max(3);
-            out.push_str(&format!(
-                "  {:<kw$}  {:<vw$}  {:>8}  {:>8}  {:>8}\n",
-                "KEY", "VIA", "OPS", "READ", "WRITE"
-            ));
+            let kw = rows.iter().map(|t| t.key.chars().count()).max().unwrap_or(3).clamp(3, 60);
+            let vw = rows.iter().map(|t| t.via.chars().count()).max().unwrap_or(3).max(3);
+            out.push_str(&format!("  {:<kw$}  {:<vw$}  {:>8}  {:>8}  {:>8}\n", "KEY", "VIA", "OPS", "READ", "WRITE"));
             for t in rows {
                 let key: String = t.key.chars().take(60).collect();
                 out.push_str(&format!(
@@ -484,10 +387,7 @@ pub async fn stats(args: StatsArgs, cluster: Option<String>) -> Result<()> {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), or set TROVE_CLUSTER");
     };
     if !(args.interval > 0.0 && args.interval <= 3600.0) {
-        bail!(
-            "--interval must be between 0 and 3600 seconds; it is {}",
-            args.interval
-        );
+        bail!("--interval must be between 0 and 3600 seconds; it is {}", args.interval);
     }
     let interval = Duration::from_secs_f64(args.interval);
     let tty = std::io::stdout().is_terminal() && !args.json && !args.once;
@@ -523,11 +423,7 @@ pub async fn stats(args: StatsArgs, cluster: Option<String>) -> Result<()> {
         if last_discovery.elapsed() >= DISCOVERY_INTERVAL {
             if let Ok(found) = discover(&cluster).await {
                 let known: HashSet<String> = processes.iter().map(|p| p.metrics.clone()).collect();
-                let new: Vec<ProcessInfo> = found
-                    .iter()
-                    .filter(|p| !known.contains(&p.metrics))
-                    .cloned()
-                    .collect();
+                let new: Vec<ProcessInfo> = found.iter().filter(|p| !known.contains(&p.metrics)).cloned().collect();
                 let fresh = scrape_all(&new, args.top).await;
                 before.extend(fresh);
                 processes = found;
@@ -539,13 +435,7 @@ pub async fn stats(args: StatsArgs, cluster: Option<String>) -> Result<()> {
 
 /// "2026-11-26 02:33:10 UTC"
 fn event_time(ms: u64) -> String {
-    let date = crate::cmds::date(
-        wire::Timestamp {
-            secs: (ms / 1000) as i64,
-            nanos: 0,
-        },
-        true,
-    );
+    let date = crate::cmds::date(wire::Timestamp { secs: (ms / 1000) as i64, nanos: 0 }, true);
     format!("{} UTC", &date[..19])
 }
 
@@ -570,11 +460,7 @@ fn print_event(e: &wire::Event, json: bool) -> Result<()> {
 
 pub async fn events(args: EventsArgs, cluster: Option<String>) -> Result<()> {
     let client = crate::cmds::connect(cluster).await?;
-    let op = MetaOp::Events {
-        after: args.after.unwrap_or(0),
-        limit: args.limit,
-        newest: args.after.is_none(),
-    };
+    let op = MetaOp::Events { after: args.after.unwrap_or(0), limit: args.limit, newest: args.after.is_none() };
     let (events, mut next) = match client.meta(op).await? {
         MetaReply::Events { events, next } => (events, next),
         other => bail!("unexpected answer to Events: {other:?}"),
@@ -587,11 +473,7 @@ pub async fn events(args: EventsArgs, cluster: Option<String>) -> Result<()> {
     }
     while args.follow {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let op = MetaOp::Events {
-            after: next.saturating_sub(1),
-            limit: meta::events::EVENTS_PAGE_MAX,
-            newest: false,
-        };
+        let op = MetaOp::Events { after: next.saturating_sub(1), limit: meta::events::EVENTS_PAGE_MAX, newest: false };
         if let MetaReply::Events { events, next: n } = client.meta(op).await? {
             for e in &events {
                 print_event(e, args.json)?;
@@ -608,12 +490,7 @@ mod tests {
 
     #[test]
     fn the_table_has_a_row_per_process_and_a_total() {
-        let mut rates = Rates {
-            seconds: 2.0,
-            cpu_percent: 12.5,
-            memory_bytes: 50e6,
-            ..Rates::default()
-        };
+        let mut rates = Rates { seconds: 2.0, cpu_percent: 12.5, memory_bytes: 50e6, ..Rates::default() };
         rates.ops.insert("storage".into(), 1500.0);
         rates.net_out_bytes = 300.0 * 1024.0 * 1024.0;
         rates.latency_p50_s = Some(0.0004);
@@ -645,16 +522,8 @@ mod tests {
         };
         let text = render(&r);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(
-            lines[2].starts_with("ROLE")
-                && lines[2].contains("STORAGE")
-                && lines[2].contains("P99 ms"),
-            "{text}"
-        );
-        assert!(
-            !lines[2].contains("FUSE"),
-            "only protocols that served anything: {text}"
-        );
+        assert!(lines[2].starts_with("ROLE") && lines[2].contains("STORAGE") && lines[2].contains("P99 ms"), "{text}");
+        assert!(!lines[2].contains("FUSE"), "only protocols that served anything: {text}");
         assert!(
             lines[3].contains("1500")
                 && lines[3].contains("300.0M")
@@ -663,9 +532,6 @@ mod tests {
             "{text}"
         );
         assert!(lines[5].contains("unreachable"), "{text}");
-        assert!(
-            lines.last().is_some_and(|l| l.starts_with("total")),
-            "{text}"
-        );
+        assert!(lines.last().is_some_and(|l| l.starts_with("total")), "{text}");
     }
 }

@@ -25,27 +25,11 @@ pub fn bridge_wire() {
     ONCE.get_or_init(|| {
         gauges::register_source(|out| {
             let (received, sent) = wire::traffic::totals();
-            out.push(Sample::new(
-                names::NET_BYTES,
-                &[("direction", "in")],
-                received as f64,
-            ));
-            out.push(Sample::new(
-                names::NET_BYTES,
-                &[("direction", "out")],
-                sent as f64,
-            ));
+            out.push(Sample::new(names::NET_BYTES, &[("direction", "in")], received as f64));
+            out.push(Sample::new(names::NET_BYTES, &[("direction", "out")], sent as f64));
             for t in wire::stages::snapshot() {
-                out.push(Sample::new(
-                    names::STAGE_SECONDS,
-                    &[("stage", &t.stage)],
-                    t.total_ns as f64 / 1e9,
-                ));
-                out.push(Sample::new(
-                    names::STAGE_PASSES,
-                    &[("stage", &t.stage)],
-                    t.count as f64,
-                ));
+                out.push(Sample::new(names::STAGE_SECONDS, &[("stage", &t.stage)], t.total_ns as f64 / 1e9));
+                out.push(Sample::new(names::STAGE_PASSES, &[("stage", &t.stage)], t.count as f64));
             }
         });
     });
@@ -75,18 +59,11 @@ pub fn serve_front(
     };
     bridge_wire();
     let exporter = metrics::http::serve_on(listener, None)?;
-    let at = metrics::advertised(
-        exporter.addr,
-        if addr.is_empty() { "127.0.0.1:0" } else { addr },
-    );
+    let at = metrics::advertised(exporter.addr, if addr.is_empty() { "127.0.0.1:0" } else { addr });
     exporter.detach();
     let info = client::metered::process_info(role, id, addr, &at);
     // The task runs for the life of the process.
-    drop(client::metered::spawn_announce(
-        client.clone(),
-        info,
-        cluster.to_string(),
-    ));
+    drop(client::metered::spawn_announce(client.clone(), info, cluster.to_string()));
     Ok(())
 }
 
@@ -103,20 +80,11 @@ pub fn serve_meta(
         id: addr.to_string(),
         cluster: config.cluster.clone(),
     });
-    let dashboard = config.dashboard.then(|| {
-        dashboard::router(
-            addr,
-            dashboard::Options {
-                auth: config.dashboard_auth.clone(),
-            },
-        )
-    });
-    let exporter = metrics::http::serve_on(listener, dashboard)
-        .context("cannot serve the metrics exporter")?;
+    let dashboard =
+        config.dashboard.then(|| dashboard::router(addr, dashboard::Options { auth: config.dashboard_auth.clone() }));
+    let exporter = metrics::http::serve_on(listener, dashboard).context("cannot serve the metrics exporter")?;
     let at = metrics::advertised(exporter.addr, addr);
-    service
-        .processes()
-        .set_self(client::metered::process_info("meta", addr, addr, &at));
+    service.processes().set_self(client::metered::process_info("meta", addr, addr, &at));
     if config.dashboard {
         tracing::info!("dashboard at http://{at}/");
     }

@@ -66,9 +66,13 @@ fn crate_dependencies_point_one_way() {
             assert_eq!(name, "trove", "crate {name} is missing from the dependency rules here and in ARCHITECTURE.md");
         }
     }
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../ARCHITECTURE.md"))
+        .expect("ARCHITECTURE.md");
     for name in deps.keys() {
         let dir = dirs.get(name).unwrap_or(name);
-        assert!(doc.contains(&format!("### crates/{dir}")), "ARCHITECTURE.md's code map lacks crates/{dir} (package {name})");
+        assert!(
+            doc.contains(&format!("### crates/{dir}")),
+            "ARCHITECTURE.md's code map lacks crates/{dir} (package {name})"
+        );
     }
 }

@@ -15,9 +15,25 @@ fn train_sweep_on_a_directory_writes_a_report() {
     let data = dir.path().join("data");
     let report = dir.path().join("report");
     let out = run_ok(&[
-        "bench", "train", "--dir", data.to_str().expect("utf-8"), "--workload", "cosmoflow", "--accelerator", "h100",
-        "--sweep", "--max-accelerators", "4", "--epochs", "2", "--min-steps", "5", "--json", "--quiet",
-        "--report", report.to_str().expect("utf-8"),
+        "bench",
+        "train",
+        "--dir",
+        data.to_str().expect("utf-8"),
+        "--workload",
+        "cosmoflow",
+        "--accelerator",
+        "h100",
+        "--sweep",
+        "--max-accelerators",
+        "4",
+        "--epochs",
+        "2",
+        "--min-steps",
+        "5",
+        "--json",
+        "--quiet",
+        "--report",
+        report.to_str().expect("utf-8"),
     ]);
     let v = json(&out);
     let train = &v["train"][0];
@@ -43,7 +59,13 @@ fn train_sweep_on_a_directory_writes_a_report() {
         }
         None => assert_eq!(runs[0]["pass"], false, "no answer means the first configuration failed"),
     }
-    for f in ["report.md", "results.json", "throughput_vs_accelerators.svg", "au_per_configuration.svg", "epoch0_vs_overall.svg"] {
+    for f in [
+        "report.md",
+        "results.json",
+        "throughput_vs_accelerators.svg",
+        "au_per_configuration.svg",
+        "epoch0_vs_overall.svg",
+    ] {
         assert!(report.join(f).exists(), "report lacks {f}");
     }
     let md = std::fs::read_to_string(report.join("report.md")).expect("report");
@@ -55,8 +77,24 @@ fn train_io_and_meta_on_a_local_cluster() {
     let cluster = TestCluster::start(6, "4+2");
     let c = cluster.dir_str();
     let out = run_ok(&[
-        "bench", "train", "--cluster", &c, "--workload", "cosmoflow", "--accelerator", "h100", "--accelerators", "2",
-        "--files", "10", "--epochs", "2", "--min-steps", "5", "--json", "--quiet",
+        "bench",
+        "train",
+        "--cluster",
+        &c,
+        "--workload",
+        "cosmoflow",
+        "--accelerator",
+        "h100",
+        "--accelerators",
+        "2",
+        "--files",
+        "10",
+        "--epochs",
+        "2",
+        "--min-steps",
+        "5",
+        "--json",
+        "--quiet",
     ]);
     let v = json(&out);
     let run = &v["train"][0]["runs"][0];
@@ -67,8 +105,26 @@ fn train_io_and_meta_on_a_local_cluster() {
     assert!(run["overall_bytes_per_s"].as_f64().expect("MB/s") > 0.0);
 
     let out = run_ok(&[
-        "bench", "io", "--cluster", &c, "--pattern", "read", "--pattern", "randread", "--jobs", "2", "--qd", "2",
-        "--file-size", "8M", "--runtime", "1", "--ramp", "0.2", "--json", "--quiet",
+        "bench",
+        "io",
+        "--cluster",
+        &c,
+        "--pattern",
+        "read",
+        "--pattern",
+        "randread",
+        "--jobs",
+        "2",
+        "--qd",
+        "2",
+        "--file-size",
+        "8M",
+        "--runtime",
+        "1",
+        "--ramp",
+        "0.2",
+        "--json",
+        "--quiet",
     ]);
     let v = json(&out);
     let io = v["io"].as_array().expect("io");
@@ -78,7 +134,22 @@ fn train_io_and_meta_on_a_local_cluster() {
         assert!(r["lat_p99_us"].as_f64().expect("p99") >= r["lat_p50_us"].as_f64().expect("p50"));
     }
 
-    let out = run_ok(&["bench", "meta", "--cluster", &c, "--tasks", "2", "--items", "20", "--iterations", "1", "--file-bytes", "100", "--json", "--quiet"]);
+    let out = run_ok(&[
+        "bench",
+        "meta",
+        "--cluster",
+        &c,
+        "--tasks",
+        "2",
+        "--items",
+        "20",
+        "--iterations",
+        "1",
+        "--file-bytes",
+        "100",
+        "--json",
+        "--quiet",
+    ]);
     let v = json(&out);
     let phases = v["meta"][0]["phases"].as_array().expect("phases");
     assert_eq!(phases.len(), 7);

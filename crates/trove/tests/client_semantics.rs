@@ -65,7 +65,9 @@ async fn overwrite_truncate_sparse_and_visibility() {
 /// each node's metrics exporter). Counted where they are served, so the reads of the other
 /// tests running in this process do not count.
 async fn shard_reads_served(cluster: &TestCluster) -> u64 {
-    let state: toml::Value = toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("cluster state")).expect("toml");
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("cluster state"))
+            .expect("toml");
     let mut total = 0;
     for node in state["nodes"].as_array().expect("nodes") {
         let addr = node["metrics"].as_str().expect("every node exports metrics");
@@ -103,9 +105,17 @@ async fn small_chunks_are_mirrored_and_read_with_one_request() {
     let mirrored = wire::EcScheme { k: 1, m: 2 };
     let s = records("/small").await;
     assert_eq!(s.len(), 1);
-    assert_eq!((s[0].ec, s[0].shard_len as usize, s[0].missing), (mirrored, 100 << 10, 0), "a small file is three copies");
+    assert_eq!(
+        (s[0].ec, s[0].shard_len as usize, s[0].missing),
+        (mirrored, 100 << 10, 0),
+        "a small file is three copies"
+    );
     let b = records("/big").await;
-    assert_eq!(b.iter().map(|r| r.ec).collect::<Vec<_>>(), vec![wire::EcScheme::DEFAULT, mirrored], "a large file's small tail chunk is mirrored");
+    assert_eq!(
+        b.iter().map(|r| r.ec).collect::<Vec<_>>(),
+        vec![wire::EcScheme::DEFAULT, mirrored],
+        "a large file's small tail chunk is mirrored"
+    );
 
     // One request reads the small file (a fresh client: nothing cached).
     let reader = cluster.client().await;

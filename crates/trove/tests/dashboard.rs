@@ -53,20 +53,15 @@ fn chromium(url: &str, what: &str) -> String {
         .arg(url)
         .output()
         .expect("chromium runs");
-    assert!(
-        out.status.success(),
-        "chromium {what} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "chromium {what} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Takes a screenshot of `url` into `name` (in TROVE_DASHBOARD_SCREENSHOTS or `scratch`) and
 /// checks it is a PNG of the window's size.
 fn screenshot(url: &str, scratch: &Path, name: &str) -> PathBuf {
-    let dir = std::env::var_os("TROVE_DASHBOARD_SCREENSHOTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| scratch.to_path_buf());
+    let dir =
+        std::env::var_os("TROVE_DASHBOARD_SCREENSHOTS").map(PathBuf::from).unwrap_or_else(|| scratch.to_path_buf());
     std::fs::create_dir_all(&dir).expect("screenshot dir");
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
@@ -76,11 +71,7 @@ fn screenshot(url: &str, scratch: &Path, name: &str) -> PathBuf {
     let width = u32::from_be_bytes(png[16..20].try_into().expect("IHDR"));
     let height = u32::from_be_bytes(png[20..24].try_into().expect("IHDR"));
     assert_eq!((width, height), (WIDTH, HEIGHT));
-    assert!(
-        png.len() > 50_000,
-        "a {}-byte screenshot is too plain to show the dashboard",
-        png.len()
-    );
+    assert!(png.len() > 50_000, "a {}-byte screenshot is too plain to show the dashboard", png.len());
     path
 }
 
@@ -92,53 +83,33 @@ fn rendered(url: &str) -> String {
         if dom.contains("data-loaded=\"yes\"") {
             return dom;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the dashboard never drew itself:\n{dom}"
-        );
+        assert!(Instant::now() < deadline, "the dashboard never drew itself:\n{dom}");
         std::thread::sleep(Duration::from_secs(1));
     }
 }
 
 /// The `<tr>` of storage node `id` in the rendered nodes table.
 fn node_row(dom: &str, id: u32) -> String {
-    let start = dom
-        .find(&format!("<tr data-node=\"{id}\""))
-        .unwrap_or_else(|| panic!("no row of node {id}:\n{dom}"));
+    let start = dom.find(&format!("<tr data-node=\"{id}\"")).unwrap_or_else(|| panic!("no row of node {id}:\n{dom}"));
     let end = dom[start..].find("</tr>").map_or(dom.len(), |e| start + e);
     dom[start..end].to_string()
 }
 
 /// Events of the cluster as `trove events --json` prints them.
 fn events(cluster: &TestCluster) -> Vec<serde_json::Value> {
-    run_ok(&[
-        "events",
-        "--cluster",
-        &cluster.dir_str(),
-        "--json",
-        "-n",
-        "200",
-    ])
-    .lines()
-    .map(|l| serde_json::from_str(l).expect("an event per line"))
-    .collect()
+    run_ok(&["events", "--cluster", &cluster.dir_str(), "--json", "-n", "200"])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an event per line"))
+        .collect()
 }
 
 fn wait_event(cluster: &TestCluster, kind: &str, node: u32) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        if let Some(e) = events(cluster)
-            .into_iter()
-            .rev()
-            .find(|e| e["kind"] == kind && e["node"] == node)
-        {
+        if let Some(e) = events(cluster).into_iter().rev().find(|e| e["kind"] == kind && e["node"] == node) {
             return e;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no {kind} event of node {node}: {:#?}",
-            events(cluster)
-        );
+        assert!(Instant::now() < deadline, "no {kind} event of node {node}: {:#?}", events(cluster));
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -150,16 +121,9 @@ fn the_dashboard_shows_a_healthy_cluster_and_one_with_a_node_down() {
     }
     need("python3");
     let cluster = TestCluster::start(6, "4+2");
-    let state: toml::Value = toml::from_str(
-        &std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state"),
-    )
-    .expect("toml");
-    let url = format!(
-        "http://{}/",
-        state["meta"]["metrics"]
-            .as_str()
-            .expect("the metadata service exports")
-    );
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let url = format!("http://{}/", state["meta"]["metrics"].as_str().expect("the metadata service exports"));
     let mount = Mount::start(&cluster, "dash", &["--metrics-listen", &free_addr()]);
     let gw = Gateway::s3(&cluster, "s3-dash", &["--metrics-listen", &free_addr()]);
     let scratch = tempfile::tempdir().expect("scratch");
@@ -172,11 +136,7 @@ fn the_dashboard_shows_a_healthy_cluster_and_one_with_a_node_down() {
     // are rewritten, narrower, around the missing node).
     std::fs::create_dir(mount.join("static")).expect("mkdir");
     for i in 0..4 {
-        std::fs::write(
-            mount.join(&format!("static/s{i}")),
-            content(1000 + i, 8 << 20),
-        )
-        .expect("write");
+        std::fs::write(mount.join(&format!("static/s{i}")), content(1000 + i, 8 << 20)).expect("write");
     }
     let mount_load = {
         let stop = stop.clone();
@@ -220,65 +180,31 @@ for i in range(int(sys.argv[1])):
     std::thread::sleep(Duration::from_secs(30));
 
     let dom = rendered(&url);
-    assert!(
-        dom.contains("<div id=\"health\" class=\"badge healthy\">healthy</div>"),
-        "not healthy:\n{dom}"
-    );
+    assert!(dom.contains("<div id=\"health\" class=\"badge healthy\">healthy</div>"), "not healthy:\n{dom}");
     for id in 1..=6 {
-        assert!(
-            node_row(&dom, id).contains("data-state=\"up\""),
-            "node {id} not up:\n{}",
-            node_row(&dom, id)
-        );
+        assert!(node_row(&dom, id).contains("data-state=\"up\""), "node {id} not up:\n{}", node_row(&dom, id));
     }
     assert!(
         dom.contains("data-role=\"mount\"") && dom.contains("data-role=\"s3\""),
         "the front ends are missing:\n{dom}"
     );
-    assert!(
-        dom.contains("data-kind=\"node_joined\""),
-        "no events shown:\n{dom}"
-    );
+    assert!(dom.contains("data-kind=\"node_joined\""), "no events shown:\n{dom}");
     assert!(dom.contains("<polyline"), "no chart drawn:\n{dom}");
-    assert!(
-        dom.contains("fuse write") && dom.contains("s3 read"),
-        "the throughput chart lacks the protocols:\n{dom}"
-    );
+    assert!(dom.contains("fuse write") && dom.contains("s3 read"), "the throughput chart lacks the protocols:\n{dom}");
     screenshot(&url, scratch.path(), "dashboard-healthy.png");
 
     cluster.kill_node(3);
     let down = wait_event(&cluster, "node_down", 3);
     assert_eq!(down["severity"], "Warning");
-    assert!(
-        down["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("storage node 3")),
-        "{down}"
-    );
+    assert!(down["message"].as_str().is_some_and(|m| m.contains("storage node 3")), "{down}");
     // Reads go on from parity meanwhile; give the charts a few samples of it.
     std::thread::sleep(Duration::from_secs(10));
     let dom = rendered(&url);
-    assert!(
-        dom.contains("<div id=\"health\" class=\"badge degraded\">degraded</div>"),
-        "not degraded:\n{dom}"
-    );
-    assert!(
-        dom.contains("1 storage node(s) down: 3"),
-        "the reason is not given:\n{dom}"
-    );
-    assert!(
-        node_row(&dom, 3).contains("data-state=\"down\""),
-        "node 3 not down:\n{}",
-        node_row(&dom, 3)
-    );
-    assert!(
-        dom.contains("chunk(s) degraded"),
-        "the chunks with a shard on node 3 are not counted:\n{dom}"
-    );
-    assert!(
-        dom.contains("data-kind=\"node_down\""),
-        "the node_down event is not shown:\n{dom}"
-    );
+    assert!(dom.contains("<div id=\"health\" class=\"badge degraded\">degraded</div>"), "not degraded:\n{dom}");
+    assert!(dom.contains("1 storage node(s) down: 3"), "the reason is not given:\n{dom}");
+    assert!(node_row(&dom, 3).contains("data-state=\"down\""), "node 3 not down:\n{}", node_row(&dom, 3));
+    assert!(dom.contains("chunk(s) degraded"), "the chunks with a shard on node 3 are not counted:\n{dom}");
+    assert!(dom.contains("data-kind=\"node_down\""), "the node_down event is not shown:\n{dom}");
     screenshot(&url, scratch.path(), "dashboard-node-down.png");
 
     stop.store(true, Ordering::Relaxed);
@@ -303,10 +229,7 @@ fn events_record_nodes_once_and_survive_a_metadata_restart() {
     run_ok(&["cluster", "restart-meta", "--dir", &cluster.dir_str()]);
     std::thread::sleep(Duration::from_secs(10));
     let all = events(&cluster);
-    let downs = all
-        .iter()
-        .filter(|e| e["kind"] == "node_down" && e["node"] == 2)
-        .count();
+    let downs = all.iter().filter(|e| e["kind"] == "node_down" && e["node"] == 2).count();
     let joins = all.iter().filter(|e| e["kind"] == "node_joined").count();
     assert_eq!((downs, joins), (1, 4), "{all:#?}");
     cluster.restart_node(2);
@@ -318,29 +241,14 @@ fn events_record_nodes_once_and_survive_a_metadata_restart() {
     }
     let table = run_ok(&["events", "--cluster", &cluster.dir_str()]);
     assert!(
-        table.lines().any(|l| l.contains("warning")
-            && l.contains("node_down")
-            && l.contains("storage node 2")),
+        table.lines().any(|l| l.contains("warning") && l.contains("node_down") && l.contains("storage node 2")),
         "{table}"
     );
     // The lease holder counts them too.
-    let state: toml::Value = toml::from_str(
-        &std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state"),
-    )
-    .expect("toml");
-    let exporter = state["meta"]["metrics"]
-        .as_str()
-        .expect("exporter")
-        .to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let text = runtime
-        .block_on(metrics::scrape::get(&exporter, "/metrics"))
-        .expect("metrics");
-    assert!(
-        text.contains("trove_events_total{kind=\"node_up\",severity=\"info\"} 1"),
-        "{text}"
-    );
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let exporter = state["meta"]["metrics"].as_str().expect("exporter").to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let text = runtime.block_on(metrics::scrape::get(&exporter, "/metrics")).expect("metrics");
+    assert!(text.contains("trove_events_total{kind=\"node_up\",severity=\"info\"} 1"), "{text}");
 }

@@ -56,7 +56,12 @@ async fn wait_derived(client: &client::Client, into: &str, within: Duration) -> 
         if pending.is_empty() {
             return variants;
         }
-        assert!(Instant::now() < deadline, "{} sources still without a current variant in {into}, e.g. {:?}", pending.len(), pending[0]);
+        assert!(
+            Instant::now() < deadline,
+            "{} sources still without a current variant in {into}, e.g. {:?}",
+            pending.len(),
+            pending[0]
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -84,7 +89,8 @@ async fn check_variants(client: &client::Client, rule: &IngestRule) {
 }
 
 fn ingest_job(c: &str) -> serde_json::Value {
-    let jobs: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
+    let jobs: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
     jobs.as_array().expect("jobs").iter().find(|j| j["name"] == "ingest").cloned().unwrap_or_default()
 }
 
@@ -97,16 +103,34 @@ async fn images_landing_under_a_rule_get_resized_variants_beside_them() {
 
     let none = run_ok(&["--cluster", &c, "ingest", "list"]);
     assert!(none.contains("no ingest rules"), "{none}");
-    let added = run_ok(&["--cluster", &c, "ingest", "add", "r224", "--from", "/raw", "--into", "/raw-224", "--size", "224"]);
+    let added =
+        run_ok(&["--cluster", &c, "ingest", "add", "r224", "--from", "/raw", "--into", "/raw-224", "--size", "224"]);
     assert!(added.contains("short side 224 px"), "{added}");
-    run_ok(&["--cluster", &c, "ingest", "add", "r64", "--from", "/raw/", "--into", "/small/64", "--size", "64", "--quality", "80"]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "ingest",
+        "add",
+        "r64",
+        "--from",
+        "/raw/",
+        "--into",
+        "/small/64",
+        "--size",
+        "64",
+        "--quality",
+        "80",
+    ]);
 
     // What cannot be stored is refused with its reason; nothing changes.
-    let err = refused(&["--cluster", &c, "ingest", "add", "in", "--from", "/raw", "--into", "/raw/small", "--size", "64"]);
+    let err =
+        refused(&["--cluster", &c, "ingest", "add", "in", "--from", "/raw", "--into", "/raw/small", "--size", "64"]);
     assert!(err.contains("overlap"), "{err}");
-    let err = refused(&["--cluster", &c, "ingest", "add", "chain", "--from", "/raw-224", "--into", "/x", "--size", "64"]);
+    let err =
+        refused(&["--cluster", &c, "ingest", "add", "chain", "--from", "/raw-224", "--into", "/x", "--size", "64"]);
     assert!(err.contains("\"r224\"") && err.contains("overlap"), "{err}");
-    let err = refused(&["--cluster", &c, "ingest", "add", "same", "--from", "/other", "--into", "/small/64", "--size", "64"]);
+    let err =
+        refused(&["--cluster", &c, "ingest", "add", "same", "--from", "/other", "--into", "/small/64", "--size", "64"]);
     assert!(err.contains("\"r64\"") && err.contains("tree of its own"), "{err}");
     let err = refused(&["--cluster", &c, "ingest", "add", "r224", "--from", "/a", "--into", "/b", "--size", "64"]);
     assert!(err.contains("exists already"), "{err}");
@@ -116,7 +140,8 @@ async fn images_landing_under_a_rule_get_resized_variants_beside_them() {
     assert!(err.contains("absolute"), "{err}");
     let err = refused(&["--cluster", &c, "ingest", "rm", "nope"]);
     assert!(err.contains("no ingest rule named \"nope\"") && err.contains("r224, r64"), "{err}");
-    let list: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "ingest", "list", "--json"])).expect("JSON");
+    let list: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", &c, "ingest", "list", "--json"])).expect("JSON");
     let rules: Vec<IngestRule> = list
         .as_array()
         .expect("rules")
@@ -182,10 +207,16 @@ async fn images_landing_under_a_rule_get_resized_variants_beside_them() {
     wait_derived(&client, "/small/64", Duration::from_secs(30)).await;
     check_variants(&client, &rules[0]).await;
     check_variants(&client, &rules[1]).await;
-    assert_ne!(after["class_0000/img_0000000.jpg"].ino, first["class_0000/img_0000000.jpg"].ino, "the changed source's variant was written again");
+    assert_ne!(
+        after["class_0000/img_0000000.jpg"].ino, first["class_0000/img_0000000.jpg"].ino,
+        "the changed source's variant was written again"
+    );
     let variant = client.read_file("/raw-224/class_0000/img_0000000.jpg").await.expect("read");
     assert_eq!(vision::jpeg_size(&variant).expect("size"), (299, 224));
-    assert_eq!(after["class_0001/img_0000001.jpg"].ino, first["class_0001/img_0000001.jpg"].ino, "an unchanged source's variant stays");
+    assert_eq!(
+        after["class_0001/img_0000001.jpg"].ino, first["class_0001/img_0000001.jpg"].ino,
+        "an unchanged source's variant stays"
+    );
 
     // `trove job start ingest` runs a pass at once and records it as the operator's run.
     let deadline = Instant::now() + Duration::from_secs(30);

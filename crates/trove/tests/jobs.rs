@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 /// The metadata service's `trove_ops_total{protocol="meta",op=OP}` from its exporter.
 fn meta_ops(cluster: &TestCluster, op: &str) -> u64 {
-    let state: toml::Value = toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
     let addr = state["meta"]["metrics"].as_str().expect("the metadata service exports metrics").to_string();
     let text = http_get(&addr, "/metrics");
     let wanted = format!("op=\"{op}\"");
@@ -33,7 +34,8 @@ fn http_get(addr: &str, path: &str) -> String {
 }
 
 fn job(c: &str, name: &str) -> serde_json::Value {
-    let all: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
+    let all: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
     all.as_array().expect("jobs").iter().find(|j| j["name"] == name).cloned().expect("listed")
 }
 
@@ -60,7 +62,12 @@ async fn an_idle_cluster_does_no_scans_and_degraded_chunks_are_repaired_through_
     // Idle: over 20 s the repair job reads no chunk record and no queue page over the network
     // (the lease holder probes one queue key in process); the nodes' heartbeats go on.
     std::thread::sleep(Duration::from_secs(4));
-    let (scans, queue, chunks, beats) = (meta_ops(&cluster, "ScanChunks"), meta_ops(&cluster, "ScanQueue"), meta_ops(&cluster, "GetChunks"), meta_ops(&cluster, "Heartbeat"));
+    let (scans, queue, chunks, beats) = (
+        meta_ops(&cluster, "ScanChunks"),
+        meta_ops(&cluster, "ScanQueue"),
+        meta_ops(&cluster, "GetChunks"),
+        meta_ops(&cluster, "Heartbeat"),
+    );
     std::thread::sleep(Duration::from_secs(20));
     assert_eq!(meta_ops(&cluster, "ScanChunks"), scans, "an idle cluster walked its chunk records");
     assert_eq!(meta_ops(&cluster, "ScanQueue"), queue, "an idle cluster read its work queue over the network");
@@ -70,16 +77,20 @@ async fn an_idle_cluster_does_no_scans_and_degraded_chunks_are_repaired_through_
     // A node down: a write goes narrower (full parity on the nodes up), is queued, and is
     // widened by a queue pass once the node is back, without any walk of the chunk records.
     cluster.kill_node(6);
-    cluster.wait_status(Duration::from_secs(30), "node 6 down", |s| s["nodes"].as_array().is_some_and(|n| n.iter().any(|n| n["id"] == 6 && n["state"] == "down")));
+    cluster.wait_status(Duration::from_secs(30), "node 6 down", |s| {
+        s["nodes"].as_array().is_some_and(|n| n.iter().any(|n| n["id"] == 6 && n["state"] == "down"))
+    });
     let data = content(7, 9 << 20);
     client.write_file("/narrow.bin", &data).await.expect("write with a node down");
-    let (_, recs) = client.chunk_records(client.resolve("/narrow.bin").await.expect("resolve").ino).await.expect("records");
+    let (_, recs) =
+        client.chunk_records(client.resolve("/narrow.bin").await.expect("resolve").ino).await.expect("records");
     assert!(recs.iter().all(|r| r.ec.to_string() != "4+2"), "written narrower with a node down: {recs:?}");
     let scans = meta_ops(&cluster, "ScanChunks");
     cluster.restart_node(6);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (_, recs) = client.chunk_records(client.resolve("/narrow.bin").await.expect("resolve").ino).await.expect("records");
+        let (_, recs) =
+            client.chunk_records(client.resolve("/narrow.bin").await.expect("resolve").ino).await.expect("records");
         if recs.iter().all(|r| r.ec.to_string() == "4+2" && r.missing == 0) {
             break;
         }
@@ -94,7 +105,8 @@ async fn an_idle_cluster_does_no_scans_and_degraded_chunks_are_repaired_through_
 
     // Bit rot in one shard file: a scrub run (by hand) has every node verify its own shards
     // where they lie, and only the damaged chunk's shards cross the network to rewrite it.
-    let layout: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "stat", "--layout", "--json", "/narrow.bin"])).expect("JSON");
+    let layout: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", &c, "stat", "--layout", "--json", "/narrow.bin"])).expect("JSON");
     let id = layout["chunks"][0]["id"].as_str().expect("chunk id").to_string();
     let victim = cluster
         .shard_files()
@@ -118,18 +130,28 @@ async fn an_idle_cluster_does_no_scans_and_degraded_chunks_are_repaired_through_
         std::thread::sleep(Duration::from_millis(300));
     };
     let shards = cluster.shard_files().len() as u64;
-    assert!(scrubbed["items_seen"].as_u64().unwrap_or(0) + 10 >= shards, "every shard verified ({shards} files): {scrubbed:#}");
+    assert!(
+        scrubbed["items_seen"].as_u64().unwrap_or(0) + 10 >= shards,
+        "every shard verified ({shards} files): {scrubbed:#}"
+    );
     assert_eq!(scrubbed["problems_found"], 1, "{scrubbed:#}");
     let reads = shard_reads_served(&cluster).await - reads_before;
     assert!(reads <= 6, "scrub moved {reads} shard reads over the network for one damaged shard among {shards}");
     let repaired = std::fs::read(&victim).expect("the damaged shard was rewritten in place");
     assert!(repaired != bytes, "the shard file was rewritten");
     let log = std::fs::read_to_string(cluster.path().join("logs").join("meta.log")).unwrap_or_default();
-    assert!(log.contains("scrub: ") && log.contains(" on node "), "scrub names the damage: {}", log.lines().filter(|l| l.contains("scrub")).collect::<Vec<_>>().join("\n"));
+    assert!(
+        log.contains("scrub: ") && log.contains(" on node "),
+        "scrub names the damage: {}",
+        log.lines().filter(|l| l.contains("scrub")).collect::<Vec<_>>().join("\n")
+    );
     // Every file still reads back, the damaged chunk's included.
     for t in 0..8u64 {
         for i in 0..150u64 {
-            assert!(client.read_file(&format!("/many/f{t}-{i}")).await.expect("read") == content(t * 1000 + i, 2000).as_slice());
+            assert!(
+                client.read_file(&format!("/many/f{t}-{i}")).await.expect("read")
+                    == content(t * 1000 + i, 2000).as_slice()
+            );
         }
     }
 
@@ -157,7 +179,8 @@ async fn an_idle_cluster_does_no_scans_and_degraded_chunks_are_repaired_through_
 /// Shard reads the storage nodes served so far (`GetShard` and `ReadRange`), from each node's
 /// exporter.
 async fn shard_reads_served(cluster: &TestCluster) -> u64 {
-    let state: toml::Value = toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
     let mut total = 0;
     for node in state["nodes"].as_array().expect("nodes") {
         let addr = node["metrics"].as_str().expect("every node exports metrics");

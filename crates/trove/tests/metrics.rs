@@ -33,13 +33,8 @@ struct Prometheus {
 impl Prometheus {
     fn start(targets: &[(&str, Vec<String>)]) -> Prometheus {
         need("prometheus");
-        let dir = tempfile::Builder::new()
-            .prefix("trove-prom-")
-            .tempdir()
-            .expect("temp dir");
-        let mut config = String::from(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n",
-        );
+        let dir = tempfile::Builder::new().prefix("trove-prom-").tempdir().expect("temp dir");
+        let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");
         for (job, addrs) in targets {
             let list: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
             config.push_str(&format!(
@@ -51,34 +46,20 @@ impl Prometheus {
         let addr = free_addr();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
         let child = Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
+            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("prometheus starts");
-        let p = Prometheus {
-            child,
-            addr,
-            _dir: dir,
-        };
+        let p = Prometheus { child, addr, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if get_blocking(&p.addr, "/-/ready").is_ok() {
                 return p;
             }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus did not get ready: {}",
-                p.log()
-            );
+            assert!(Instant::now() < deadline, "prometheus did not get ready: {}", p.log());
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -89,11 +70,7 @@ impl Prometheus {
 
     /// The value of an instant query whose result is one number.
     fn scalar(&self, query: &str) -> Option<f64> {
-        let body = get_blocking(
-            &self.addr,
-            &format!("/api/v1/query?query={}", encode(query)),
-        )
-        .ok()?;
+        let body = get_blocking(&self.addr, &format!("/api/v1/query?query={}", encode(query))).ok()?;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
         let result = v["data"]["result"].as_array()?;
         let first = result.first()?;
@@ -102,14 +79,11 @@ impl Prometheus {
 
     /// How many series an instant query returns.
     fn count(&self, query: &str) -> usize {
-        get_blocking(
-            &self.addr,
-            &format!("/api/v1/query?query={}", encode(query)),
-        )
-        .ok()
-        .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["data"]["result"].as_array().map(Vec::len))
-        .unwrap_or(0)
+        get_blocking(&self.addr, &format!("/api/v1/query?query={}", encode(query)))
+            .ok()
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["data"]["result"].as_array().map(Vec::len))
+            .unwrap_or(0)
     }
 
     /// Waits until `query` is within `tolerance` (a fraction) of `want`; returns what it was.
@@ -125,10 +99,7 @@ impl Prometheus {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        panic!(
-            "{query}: Prometheus says {last:?}, the workload did {want} (within {}%)",
-            tolerance * 100.0
-        );
+        panic!("{query}: Prometheus says {last:?}, the workload did {want} (within {}%)", tolerance * 100.0);
     }
 }
 
@@ -153,46 +124,27 @@ fn encode(s: &str) -> String {
 }
 
 fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime
-        .block_on(metrics::scrape::get(addr, path))
-        .map_err(|e| e.to_string())
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(metrics::scrape::get(addr, path)).map_err(|e| e.to_string())
 }
 
 /// The exporter addresses `trove cluster start` recorded for the metadata service and nodes.
 fn cluster_exporters(cluster: &TestCluster) -> (String, Vec<String>) {
-    let state: toml::Value = toml::from_str(
-        &std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state"),
-    )
-    .expect("toml");
-    let meta = state["meta"]["metrics"]
-        .as_str()
-        .expect("the metadata service exports")
-        .to_string();
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let meta = state["meta"]["metrics"].as_str().expect("the metadata service exports").to_string();
     let nodes = state["nodes"]
         .as_array()
         .expect("nodes")
         .iter()
-        .map(|n| {
-            n["metrics"]
-                .as_str()
-                .expect("every node exports")
-                .to_string()
-        })
+        .map(|n| n["metrics"].as_str().expect("every node exports").to_string())
         .collect();
     (meta, nodes)
 }
 
 fn dd(args: &[&str]) {
     let out = Command::new("dd").args(args).output().expect("dd runs");
-    assert!(
-        out.status.success(),
-        "dd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "dd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Puts and gets objects with boto3: `count` objects of `bytes` each, written then read back.
@@ -234,24 +186,14 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
     // Every process is scraped: 1 + 6 + 1 + 1 targets up.
     let deadline = Instant::now() + Duration::from_secs(30);
     while prom.scalar("sum(up)") != Some(9.0) {
-        assert!(
-            Instant::now() < deadline,
-            "not every target is up: {:?}; {}",
-            prom.scalar("sum(up)"),
-            prom.log()
-        );
+        assert!(Instant::now() < deadline, "not every target is up: {:?}; {}", prom.scalar("sum(up)"), prom.log());
         std::thread::sleep(Duration::from_millis(500));
     }
-    assert_eq!(
-        prom.count("trove_process_info"),
-        9,
-        "every process says who it is"
-    );
+    assert_eq!(prom.count("trove_process_info"), 9, "every process says who it is");
     let before = |q: &str| prom.scalar(q).unwrap_or(0.0);
     let meta_creates_before = before(r#"sum(trove_ops_total{protocol="meta",op="Create"})"#);
     let put_shards_before = before(r#"sum(trove_ops_total{protocol="storage",op="PutShard"})"#);
-    let shard_bytes_before =
-        before(r#"sum(trove_bytes_total{protocol="storage",direction="write"})"#);
+    let shard_bytes_before = before(r#"sum(trove_bytes_total{protocol="storage",direction="write"})"#);
 
     // Through the mount: 4 files of 16 MiB written and read back with O_DIRECT (so every byte
     // is a FUSE request of 1 MiB), and 50 empty files created and removed.
@@ -259,25 +201,12 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
     for i in 0..4 {
         let f = mount.join(&format!("m/f{i}.bin"));
         let f = f.to_str().expect("utf-8");
-        dd(&[
-            "if=/dev/urandom",
-            &format!("of={f}"),
-            "bs=1M",
-            "count=16",
-            "oflag=direct",
-            "status=none",
-        ]);
+        dd(&["if=/dev/urandom", &format!("of={f}"), "bs=1M", "count=16", "oflag=direct", "status=none"]);
     }
     for i in 0..4 {
         let f = mount.join(&format!("m/f{i}.bin"));
         let f = f.to_str().expect("utf-8");
-        dd(&[
-            &format!("if={f}"),
-            "of=/dev/null",
-            "bs=1M",
-            "iflag=direct",
-            "status=none",
-        ]);
+        dd(&[&format!("if={f}"), "of=/dev/null", "bs=1M", "iflag=direct", "status=none"]);
     }
     for i in 0..50 {
         std::fs::write(mount.join(&format!("m/e{i}")), b"").expect("create");
@@ -289,26 +218,10 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
     s3_put_get(&gw, "metrics", 3, 5 << 20);
 
     // FUSE: every byte written and read, in 1 MiB requests.
-    prom.expect_near(
-        r#"sum(trove_bytes_total{protocol="fuse",direction="write"})"#,
-        64.0 * MIB,
-        0.01,
-    );
-    prom.expect_near(
-        r#"sum(trove_bytes_total{protocol="fuse",direction="read"})"#,
-        64.0 * MIB,
-        0.01,
-    );
-    prom.expect_near(
-        r#"sum(trove_ops_total{protocol="fuse",op="write"})"#,
-        64.0,
-        0.03,
-    );
-    let reads = prom.expect_near(
-        r#"sum(trove_ops_total{protocol="fuse",op="read"})"#,
-        64.0,
-        0.08,
-    );
+    prom.expect_near(r#"sum(trove_bytes_total{protocol="fuse",direction="write"})"#, 64.0 * MIB, 0.01);
+    prom.expect_near(r#"sum(trove_bytes_total{protocol="fuse",direction="read"})"#, 64.0 * MIB, 0.01);
+    prom.expect_near(r#"sum(trove_ops_total{protocol="fuse",op="write"})"#, 64.0, 0.03);
+    let reads = prom.expect_near(r#"sum(trove_ops_total{protocol="fuse",op="read"})"#, 64.0, 0.08);
     // The mount's client library wrote the same bytes.
     prom.expect_near(
         r#"sum(trove_bytes_total{job="trove-mount",protocol="client",direction="write"})"#,
@@ -316,26 +229,10 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
         0.01,
     );
     // S3: three PUTs and three GETs of 5 MiB.
-    prom.expect_near(
-        r#"sum(trove_ops_total{protocol="s3",op="PutObject"})"#,
-        3.0,
-        0.0,
-    );
-    prom.expect_near(
-        r#"sum(trove_ops_total{protocol="s3",op="GetObject"})"#,
-        3.0,
-        0.0,
-    );
-    prom.expect_near(
-        r#"sum(trove_bytes_total{protocol="s3",direction="write"})"#,
-        15.0 * MIB,
-        0.01,
-    );
-    prom.expect_near(
-        r#"sum(trove_bytes_total{protocol="s3",direction="read"})"#,
-        15.0 * MIB,
-        0.01,
-    );
+    prom.expect_near(r#"sum(trove_ops_total{protocol="s3",op="PutObject"})"#, 3.0, 0.0);
+    prom.expect_near(r#"sum(trove_ops_total{protocol="s3",op="GetObject"})"#, 3.0, 0.0);
+    prom.expect_near(r#"sum(trove_bytes_total{protocol="s3",direction="write"})"#, 15.0 * MIB, 0.01);
+    prom.expect_near(r#"sum(trove_bytes_total{protocol="s3",direction="read"})"#, 15.0 * MIB, 0.01);
     // Metadata: 54 files created through the mount (4 + 50) and 3 temporary files by the
     // gateway's PUTs; 50 removed.
     prom.expect_near(
@@ -343,23 +240,13 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
         57.0,
         0.03,
     );
-    prom.expect_near(
-        r#"sum(trove_ops_total{protocol="fuse",op="unlink"})"#,
-        50.0,
-        0.0,
-    );
-    prom.expect_near(
-        r#"sum(trove_ops_total{protocol="meta",op="Unlink"})"#,
-        50.0,
-        0.03,
-    );
+    prom.expect_near(r#"sum(trove_ops_total{protocol="fuse",op="unlink"})"#, 50.0, 0.0);
+    prom.expect_near(r#"sum(trove_ops_total{protocol="meta",op="Unlink"})"#, 50.0, 0.03);
     // Storage: every chunk as 4 data and 2 parity shards on distinct nodes. 64 MiB in 4 MiB
     // chunks (16 x 6 shards of 1 MiB) and 3 objects of 5 MiB (a 4 MiB chunk and a 1 MiB one:
     // 2 x 6 shards each): 132 puts of 1.5 times the data.
     prom.expect_near(
-        &format!(
-            r#"sum(trove_ops_total{{protocol="storage",op="PutShard"}}) - {put_shards_before}"#
-        ),
+        &format!(r#"sum(trove_ops_total{{protocol="storage",op="PutShard"}}) - {put_shards_before}"#),
         132.0,
         0.03,
     );
@@ -369,29 +256,16 @@ fn prometheus_scrapes_every_process_and_the_counters_match_the_workload() {
         0.03,
     );
     // Every node took its share: no node holds no shard of 16 chunks spread over 6 nodes.
-    assert_eq!(
-        prom.count(r#"trove_bytes_total{protocol="storage",direction="write"} > 0"#),
-        6
-    );
+    assert_eq!(prom.count(r#"trove_bytes_total{protocol="storage",direction="write"} > 0"#), 6);
     // Commits of the metadata engine, and the transport's bytes, are there too.
-    assert!(
-        prom.scalar(r#"sum(trove_kv_commits_total{result="ok"})"#)
-            .unwrap_or(0.0)
-            >= 107.0
-    );
-    let net_in = prom
-        .scalar(r#"sum(trove_net_bytes_total{job="trove-storage",direction="in"})"#)
-        .unwrap_or(0.0);
-    assert!(
-        net_in >= 1.5 * 79.0 * MIB,
-        "storage nodes received {net_in} bytes"
-    );
+    assert!(prom.scalar(r#"sum(trove_kv_commits_total{result="ok"})"#).unwrap_or(0.0) >= 107.0);
+    let net_in = prom.scalar(r#"sum(trove_net_bytes_total{job="trove-storage",direction="in"})"#).unwrap_or(0.0);
+    assert!(net_in >= 1.5 * 79.0 * MIB, "storage nodes received {net_in} bytes");
     // Latency histograms answer quantile queries.
-    let p99 = prom.scalar(r#"histogram_quantile(0.99, sum by (le) (trove_op_duration_seconds_bucket{protocol="fuse",op="read"}))"#);
-    assert!(
-        p99.is_some_and(|v| v > 0.0 && v < 10.0),
-        "fuse read p99 {p99:?}"
+    let p99 = prom.scalar(
+        r#"histogram_quantile(0.99, sum by (le) (trove_op_duration_seconds_bucket{protocol="fuse",op="read"}))"#,
     );
+    assert!(p99.is_some_and(|v| v > 0.0 && v < 10.0), "fuse read p99 {p99:?}");
     // The lease holder publishes the cluster's figures.
     prom.expect_near(r#"max(trove_cluster_nodes{state="up"})"#, 6.0, 0.0);
     prom.expect_near(r#"sum(trove_meta_leader)"#, 1.0, 0.0);
@@ -430,94 +304,36 @@ while time.time() < end:
     });
     // Announcements come every 10 s: the gateway's first is at its start.
     std::thread::sleep(Duration::from_secs(2));
-    let out = run_ok(&[
-        "stats",
-        "--cluster",
-        &cluster.dir_str(),
-        "--once",
-        "--json",
-        "--top",
-        "--interval",
-        "3",
-    ]);
+    let out = run_ok(&["stats", "--cluster", &cluster.dir_str(), "--once", "--json", "--top", "--interval", "3"]);
     let r: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     let processes = r["processes"].as_array().expect("processes");
-    let roles: Vec<&str> = processes
-        .iter()
-        .filter_map(|p| p["role"].as_str())
-        .collect();
-    assert_eq!(
-        roles.iter().filter(|r| **r == "storage").count(),
-        6,
-        "{roles:?}"
-    );
-    assert!(
-        roles.contains(&"meta") && roles.contains(&"s3"),
-        "{roles:?}"
-    );
-    let s3 = processes
-        .iter()
-        .find(|p| p["role"] == "s3")
-        .expect("the gateway");
+    let roles: Vec<&str> = processes.iter().filter_map(|p| p["role"].as_str()).collect();
+    assert_eq!(roles.iter().filter(|r| **r == "storage").count(), 6, "{roles:?}");
+    assert!(roles.contains(&"meta") && roles.contains(&"s3"), "{roles:?}");
+    let s3 = processes.iter().find(|p| p["role"] == "s3").expect("the gateway");
     let gets = s3["rates"]["ops"]["s3"].as_f64().expect("s3 operations");
     assert!(gets > 1.0, "the gateway served {gets} operations/s");
     let read = s3["rates"]["read_bytes"]["s3"].as_f64().expect("s3 bytes");
     assert!(read > 4.0 * MIB, "the gateway served {read} bytes/s");
-    let storage_reads: f64 = processes
-        .iter()
-        .filter(|p| p["role"] == "storage")
-        .filter_map(|p| p["rates"]["ops"]["storage"].as_f64())
-        .sum();
+    let storage_reads: f64 =
+        processes.iter().filter(|p| p["role"] == "storage").filter_map(|p| p["rates"]["ops"]["storage"].as_f64()).sum();
     assert!(storage_reads > 0.0, "no storage reads behind the gateway's");
-    assert!(
-        r["total"]["latency_p99_s"]
-            .as_f64()
-            .is_some_and(|v| v > 0.0),
-        "{}",
-        r["total"]
-    );
+    assert!(r["total"]["latency_p99_s"].as_f64().is_some_and(|v| v > 0.0), "{}", r["total"]);
     let files = r["top"]["files"].as_array().expect("top files");
-    assert_eq!(
-        files.first().and_then(|f| f["key"].as_str()),
-        Some("stats/obj/1.bin"),
-        "{files:?}"
-    );
+    assert_eq!(files.first().and_then(|f| f["key"].as_str()), Some("stats/obj/1.bin"), "{files:?}");
     let clients = r["top"]["clients"].as_array().expect("top clients");
-    assert!(
-        clients
-            .iter()
-            .any(|c| c["key"].as_str() == Some(&format!("s3 key {}", gw::ACCESS_KEY))),
-        "{clients:?}"
-    );
+    assert!(clients.iter().any(|c| c["key"].as_str() == Some(&format!("s3 key {}", gw::ACCESS_KEY))), "{clients:?}");
     // The table: a row per process and a total.
-    let table = run_ok(&[
-        "stats",
-        "--cluster",
-        &cluster.dir_str(),
-        "--once",
-        "--interval",
-        "1",
-        "--top",
-    ]);
-    assert!(
-        table.contains("ROLE") && table.contains("P99 ms") && table.contains("Busiest files"),
-        "{table}"
-    );
-    assert_eq!(
-        table.lines().filter(|l| l.starts_with("storage")).count(),
-        6,
-        "{table}"
-    );
+    let table = run_ok(&["stats", "--cluster", &cluster.dir_str(), "--once", "--interval", "1", "--top"]);
+    assert!(table.contains("ROLE") && table.contains("P99 ms") && table.contains("Busiest files"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("storage")).count(), 6, "{table}");
     assert!(table.lines().any(|l| l.starts_with("total")), "{table}");
     reader.join().expect("reader");
     // A cluster without exporters says how to get them.
     let quiet = TestCluster::start_with(2, "1+1", &["--no-metrics"]);
     let out = run(&["stats", "--cluster", &quiet.dir_str(), "--once"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--metrics-listen"),
-        "{err}"
-    );
+    assert!(!out.status.success() && err.contains("--metrics-listen"), "{err}");
 }
 
 #[test]
@@ -527,9 +343,7 @@ fn exporters_answer_with_the_text_format_and_refuse_a_taken_port() {
     // A node says who it is by its id once registered (at most half a second later).
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut text = get_blocking(&nodes[0], "/metrics").expect("a node answers");
-    while !text.contains("trove_process_info{role=\"storage\",id=\"1\"")
-        && Instant::now() < deadline
-    {
+    while !text.contains("trove_process_info{role=\"storage\",id=\"1\"") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
         text = get_blocking(&nodes[0], "/metrics").expect("a node answers");
     }
@@ -542,14 +356,8 @@ fn exporters_answer_with_the_text_format_and_refuse_a_taken_port() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     let meta = get_blocking(&meta_exporter, "/metrics").expect("the metadata service answers");
-    assert!(
-        meta.contains("trove_kv_commit_duration_seconds_bucket"),
-        "{meta}"
-    );
-    assert!(
-        meta.contains("trove_ops_total{protocol=\"meta\",op=\"Heartbeat\"}"),
-        "{meta}"
-    );
+    assert!(meta.contains("trove_kv_commit_duration_seconds_bucket"), "{meta}");
+    assert!(meta.contains("trove_ops_total{protocol=\"meta\",op=\"Heartbeat\"}"), "{meta}");
     // promtool, Prometheus's own checker, accepts what every exporter writes.
     need("promtool");
     for addr in [&meta_exporter, &nodes[0]] {
@@ -562,12 +370,7 @@ fn exporters_answer_with_the_text_format_and_refuse_a_taken_port() {
             .spawn()
             .expect("promtool runs");
         use std::io::Write;
-        check
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write");
+        check.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
         let out = check.wait_with_output().expect("promtool ends");
         // promtool lints style too (it exits 3 for lint findings); format errors exit 1.
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -579,17 +382,9 @@ fn exporters_answer_with_the_text_format_and_refuse_a_taken_port() {
     }
     // The shipped alert rules and scrape configuration are valid.
     let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
-    let rules = Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(deploy.join("alerts.yml"))
-        .output()
-        .expect("promtool");
-    assert!(
-        rules.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rules.stdout)
-    );
+    let rules =
+        Command::new("promtool").arg("check").arg("rules").arg(deploy.join("alerts.yml")).output().expect("promtool");
+    assert!(rules.status.success(), "{}", String::from_utf8_lossy(&rules.stdout));
     let config = Command::new("promtool")
         .arg("check")
         .arg("config")
@@ -608,21 +403,12 @@ fn exporters_answer_with_the_text_format_and_refuse_a_taken_port() {
         let addr = taken.local_addr().expect("addr").to_string();
         let point = tempfile::tempdir().expect("mount point");
         let out = trove()
-            .args([
-                "mount",
-                "--cluster",
-                &cluster.dir_str(),
-                "--metrics-listen",
-                &addr,
-            ])
+            .args(["mount", "--cluster", &cluster.dir_str(), "--metrics-listen", &addr])
             .arg(point.path())
             .output()
             .expect("runs");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains(&addr) && err.contains("in use"),
-            "{err}"
-        );
+        assert!(!out.status.success() && err.contains(&addr) && err.contains("in use"), "{err}");
     }
 }
 
@@ -634,19 +420,13 @@ fn deploy_files_query_only_published_metrics() {
         .iter()
         .flat_map(|(name, kind, _)| match *kind {
             "counter" => vec![format!("{name}_total")],
-            "histogram" => vec![
-                format!("{name}_bucket"),
-                format!("{name}_sum"),
-                format!("{name}_count"),
-            ],
+            "histogram" => vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")],
             _ => vec![name.to_string()],
         })
         .collect();
     let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
-    let grafana =
-        std::fs::read_to_string(deploy.join("grafana/trove.json")).expect("grafana dashboard");
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&grafana).expect("the dashboard is JSON");
+    let grafana = std::fs::read_to_string(deploy.join("grafana/trove.json")).expect("grafana dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&grafana).expect("the dashboard is JSON");
     let mut queries: Vec<String> = dashboard["panels"]
         .as_array()
         .expect("panels")
@@ -655,37 +435,21 @@ fn deploy_files_query_only_published_metrics() {
         .filter_map(|t| t["expr"].as_str().map(String::from))
         .collect();
     assert!(queries.len() >= 15, "{queries:?}");
-    let alerts =
-        std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).expect("alert rules");
-    queries.extend(
-        alerts
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("expr:"))
-            .map(String::from),
-    );
+    let alerts = std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).expect("alert rules");
+    queries.extend(alerts.lines().filter_map(|l| l.trim().strip_prefix("expr:")).map(String::from));
     let mut checked = 0;
     for q in &queries {
         let mut rest = q.as_str();
         while let Some(at) = rest.find(|c: char| c.is_ascii_lowercase()) {
             rest = &rest[at..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
             let word = &rest[..end];
-            if (word.starts_with("trove_") || word.starts_with("process_"))
-                && !rest[end..].starts_with('=')
-            {
-                assert!(
-                    published.iter().any(|p| p == word),
-                    "{word} in {q:?} is not a published metric"
-                );
+            if (word.starts_with("trove_") || word.starts_with("process_")) && !rest[end..].starts_with('=') {
+                assert!(published.iter().any(|p| p == word), "{word} in {q:?} is not a published metric");
                 checked += 1;
             }
             rest = &rest[end..];
         }
     }
-    assert!(
-        checked >= 25,
-        "only {checked} metric names found in the deploy files"
-    );
+    assert!(checked >= 25, "only {checked} metric names found in the deploy files");
 }

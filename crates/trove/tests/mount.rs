@@ -86,7 +86,11 @@ fn sh(what: &str, script: &str) -> String {
 }
 
 fn need(program: &str) {
-    let found = Command::new("bash").args(["-c", &format!("command -v {program}")]).output().map(|o| o.status.success()).unwrap_or(false);
+    let found = Command::new("bash")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(found, "{program} is not installed; scripts/deps.sh installs what the mount tests need");
 }
 
@@ -114,10 +118,13 @@ fn compare_suites(mount: &BTreeMap<String, serde_json::Value>, local: &BTreeMap<
             continue;
         }
         match local.get(name) {
-            Some(l) if l["ok"] == true && l["observed"] != m["observed"] => {
-                problems.push(format!("{name}: differs from a local directory\n  local: {}\n  mount: {}", l["observed"], m["observed"]))
+            Some(l) if l["ok"] == true && l["observed"] != m["observed"] => problems.push(format!(
+                "{name}: differs from a local directory\n  local: {}\n  mount: {}",
+                l["observed"], m["observed"]
+            )),
+            Some(l) if l["ok"] != true => {
+                problems.push(format!("{name}: fails on the local directory too: {}", l["error"]))
             }
-            Some(l) if l["ok"] != true => problems.push(format!("{name}: fails on the local directory too: {}", l["error"])),
             _ => {}
         }
     }
@@ -273,8 +280,10 @@ fn two_mounts_of_one_cluster() {
     // Names made on one appear on the other.
     std::fs::create_dir(a.join("dir")).expect("mkdir on a");
     std::fs::write(a.join("dir/x"), b"x").expect("write on a");
-    let names: Vec<String> =
-        std::fs::read_dir(b.join("dir")).expect("list on b").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(b.join("dir"))
+        .expect("list on b")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, vec!["x".to_string()]);
 
     // The mount point of a live mount is busy; errors name the problem.
@@ -287,8 +296,16 @@ fn two_mounts_of_one_cluster() {
     // when the holder goes away.
     std::fs::write(a.join("lockfile"), b"x").expect("lock file");
     let mut holder = lock_probe("hold", &a.join("lockfile"), "fcntl");
-    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "fcntl"), "EAGAIN", "fcntl lock not seen by the other mount");
-    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "flock"), "EAGAIN", "flock not blocked by the other mount's lock");
+    assert_eq!(
+        lock_probe_once("try", &b.join("lockfile"), "fcntl"),
+        "EAGAIN",
+        "fcntl lock not seen by the other mount"
+    );
+    assert_eq!(
+        lock_probe_once("try", &b.join("lockfile"), "flock"),
+        "EAGAIN",
+        "flock not blocked by the other mount's lock"
+    );
     let mut waiter = lock_probe_spawn("wait", &b.join("lockfile"), "fcntl");
     std::thread::sleep(Duration::from_millis(300));
     let _ = holder.kill();
@@ -308,7 +325,11 @@ fn two_mounts_of_one_cluster() {
     a_process.kill().expect("SIGKILL the mount");
     let _ = a_process.wait();
     let started = Instant::now();
-    assert_eq!(lock_probe_once("try", &b.join("lockfile"), "flock"), "EAGAIN", "a crashed client's lock vanished before its lease");
+    assert_eq!(
+        lock_probe_once("try", &b.join("lockfile"), "flock"),
+        "EAGAIN",
+        "a crashed client's lock vanished before its lease"
+    );
     loop {
         if lock_probe_once("try", &b.join("lockfile"), "flock") == "granted" {
             break;
@@ -352,7 +373,8 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     const FILES: usize = 200;
     let cluster = TestCluster::start(3, "2+1");
     let cached = Mount::start_logging(&cluster, "cached", &[], CALL_LOG);
-    let uncached = Mount::start_logging(&cluster, "uncached", &["--entry-timeout-ms", "0", "--attr-timeout-ms", "0"], CALL_LOG);
+    let uncached =
+        Mount::start_logging(&cluster, "uncached", &["--entry-timeout-ms", "0", "--attr-timeout-ms", "0"], CALL_LOG);
     std::fs::create_dir(cached.join("many")).expect("mkdir");
     for i in 0..FILES {
         std::fs::write(cached.join(&format!("many/f{i}")), b"x").expect("create");
@@ -410,7 +432,10 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     let getattrs = calls_logged(&cached, "GetAttr") - before[0];
     let chunk_lookups = calls_logged(&cached, "GetChunks") - before[1];
     eprintln!("open and read of {SMALL} small files: {getattrs} getattrs, {chunk_lookups} chunk lookups");
-    assert!(getattrs + chunk_lookups <= SMALL + SMALL / 4, "{getattrs} getattrs and {chunk_lookups} chunk lookups for {SMALL} opens");
+    assert!(
+        getattrs + chunk_lookups <= SMALL + SMALL / 4,
+        "{getattrs} getattrs and {chunk_lookups} chunk lookups for {SMALL} opens"
+    );
     cached.stop();
     uncached.stop();
 }
@@ -509,7 +534,8 @@ fn reads_of_one_file_overlap_in_time() {
     let m = Mount::start(&cluster, "overlap", &["--direct-io"]);
     let data = content(3, 4 << 20);
     std::fs::write(m.join("f"), &data).expect("write");
-    let state: toml::Value = toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
     let node = node_of_shard(&cluster, 0);
     let pid = state["nodes"][node - 1]["pid"].as_integer().expect("pid") as u32;
     assert_ne!(node, node_of_shard(&cluster, 1), "shards 0 and 1 on one node");
@@ -533,7 +559,10 @@ fn reads_of_one_file_overlap_in_time() {
     let waited = fast_done - started;
     assert!(other[..] == data[(1 << 20) + 4096..(1 << 20) + 8192], "the other range read back different bytes");
     assert!(!slow.is_finished(), "the read on the stopped node finished before the other one");
-    assert!(waited < Duration::from_secs(5), "a read of another range waited {waited:?} for a read of the same file on a stopped node");
+    assert!(
+        waited < Duration::from_secs(5),
+        "a read of another range waited {waited:?} for a read of the same file on a stopped node"
+    );
     drop(paused);
     let (first, slow_done) = slow.join().expect("reader thread").expect("read on the resumed node");
     assert!(first[..] == data[..4096], "the first range read back different bytes");
@@ -555,7 +584,8 @@ fn repeated_opens_within_the_attribute_timeout_cost_no_round_trip() {
     const FILES: usize = 10;
     let cluster = TestCluster::start(3, "2+1");
     // A long timeout, so that the second round below is well within it however slow the host.
-    let m = Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000", "--open-cache-ms", "60000"], CALL_LOG);
+    let m =
+        Mount::start_logging(&cluster, "reopen", &["--attr-timeout-ms", "60000", "--open-cache-ms", "60000"], CALL_LOG);
     std::fs::create_dir(m.join("d")).expect("mkdir");
     for i in 0..FILES {
         std::fs::write(m.join(&format!("d/f{i}")), content(i as u64, 4096 + i)).expect("write");

@@ -76,7 +76,12 @@ async fn write_all(lab: &Lab, client: &client::Client, files: &[FileSpec], what:
         }
     }
     let bytes: usize = files.iter().map(|f| f.2).sum();
-    lab.log(&format!("{what}: wrote {} files, {:.1} MiB in {:.2}s", files.len(), bytes as f64 / MIB as f64, t.elapsed().as_secs_f64()));
+    lab.log(&format!(
+        "{what}: wrote {} files, {:.1} MiB in {:.2}s",
+        files.len(),
+        bytes as f64 / MIB as f64,
+        t.elapsed().as_secs_f64()
+    ));
 }
 
 async fn check_all(lab: &Lab, client: &client::Client, files: &[FileSpec], what: &str) {
@@ -95,7 +100,12 @@ async fn check_all(lab: &Lab, client: &client::Client, files: &[FileSpec], what:
         }
     }
     let bytes: usize = files.iter().map(|f| f.2).sum();
-    lab.log(&format!("{what}: {} files, {:.1} MiB bit-exact in {:.2}s", files.len(), bytes as f64 / MIB as f64, t.elapsed().as_secs_f64()));
+    lab.log(&format!(
+        "{what}: {} files, {:.1} MiB bit-exact in {:.2}s",
+        files.len(),
+        bytes as f64 / MIB as f64,
+        t.elapsed().as_secs_f64()
+    ));
 }
 
 fn status_counts(lab: &Lab, meta: usize) -> (u64, u64, usize) {
@@ -139,7 +149,13 @@ fn summary(s: &serde_json::Value) -> String {
 /// Polls `trove status --json` through each metadata host of `metas` until `done` holds for
 /// every one of them, logging each change of the summary; fails after `timeout` with the last
 /// status. Returns how long it took and the last status of the first host.
-fn wait_status(lab: &Lab, metas: &[usize], timeout: Duration, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> (Duration, serde_json::Value) {
+fn wait_status(
+    lab: &Lab,
+    metas: &[usize],
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> (Duration, serde_json::Value) {
     let t = Instant::now();
     let mut last_line = String::new();
     let mut last_err = String::new();
@@ -213,7 +229,12 @@ struct Shared {
 
 impl Shared {
     /// Counts one finished operation; a failure is recorded (and printed at once).
-    fn done<T>(&self, what: &str, started: Instant, outcome: Result<Result<T, client::WireError>, tokio::time::error::Elapsed>) -> Option<T> {
+    fn done<T>(
+        &self,
+        what: &str,
+        started: Instant,
+        outcome: Result<Result<T, client::WireError>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
         let ms = started.elapsed().as_millis() as u64;
         self.c.max_latency_ms.fetch_max(ms, Ordering::Relaxed);
         let err = match outcome {
@@ -269,7 +290,11 @@ impl Shared {
     fn errors(&self) -> String {
         let errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
         let shown: Vec<&str> = errors.iter().take(30).map(String::as_str).collect();
-        format!("{}{}", shown.join("\n"), if errors.len() > 30 { format!("\n... and {} more", errors.len() - 30) } else { String::new() })
+        format!(
+            "{}{}",
+            shown.join("\n"),
+            if errors.len() > 30 { format!("\n... and {} more", errors.len() - 30) } else { String::new() }
+        )
     }
 }
 
@@ -341,7 +366,8 @@ impl Load {
                     let outcome = tokio::time::timeout(OP_TIMEOUT, client.read_file(&path)).await;
                     if let Some(got) = shared.done(&format!("read {path} ({size} bytes)"), started, outcome) {
                         if got.len() != size || got[..] != content(id, size)[..] {
-                            shared.fail(&format!("read {path}: {} bytes that differ from the {size} written", got.len()));
+                            shared
+                                .fail(&format!("read {path}: {} bytes that differ from the {size} written", got.len()));
                         } else {
                             shared.c.reads.fetch_add(1, Ordering::Relaxed);
                         }
@@ -369,7 +395,8 @@ impl Load {
                     match i % 4 {
                         0 | 1 => {
                             let name = format!("c{i:05}");
-                            let outcome = tokio::time::timeout(OP_TIMEOUT, client.create(parent, &name, 0o644, true)).await;
+                            let outcome =
+                                tokio::time::timeout(OP_TIMEOUT, client.create(parent, &name, 0o644, true)).await;
                             if shared.done(&format!("create (exclusive) {nsdir}/{name}"), started, outcome).is_some() {
                                 shared.c.creates.fetch_add(1, Ordering::Relaxed);
                                 if let Some(e) = expected.as_mut() {
@@ -383,7 +410,8 @@ impl Load {
                         2 => {
                             if let Some(old) = last_created.take() {
                                 let new = format!("r{i:05}");
-                                let outcome = tokio::time::timeout(OP_TIMEOUT, client.rename(parent, &old, parent, &new)).await;
+                                let outcome =
+                                    tokio::time::timeout(OP_TIMEOUT, client.rename(parent, &old, parent, &new)).await;
                                 if shared.done(&format!("rename {nsdir}/{old} to {new}"), started, outcome).is_some() {
                                     shared.c.renames.fetch_add(1, Ordering::Relaxed);
                                     if let Some(e) = expected.as_mut() {
@@ -399,12 +427,14 @@ impl Load {
                             let outcome = tokio::time::timeout(OP_TIMEOUT, client.readdir(parent)).await;
                             if let Some(entries) = shared.done(&format!("list {nsdir}"), started, outcome) {
                                 shared.c.lists.fetch_add(1, Ordering::Relaxed);
-                                let names: BTreeSet<String> = entries.into_iter().map(|e| e.name).filter(|n| n != "." && n != "..").collect();
+                                let names: BTreeSet<String> =
+                                    entries.into_iter().map(|e| e.name).filter(|n| n != "." && n != "..").collect();
                                 if let Some(want) = &expected {
                                     if *want != names {
                                         let missing: Vec<&String> = want.difference(&names).collect();
                                         let extra: Vec<&String> = names.difference(want).collect();
-                                        shared.fail(&format!("list {nsdir}: missing {missing:?}, unexpected {extra:?}"));
+                                        shared
+                                            .fail(&format!("list {nsdir}: missing {missing:?}, unexpected {extra:?}"));
                                     }
                                 }
                                 expected = Some(names);
@@ -435,7 +465,11 @@ impl Load {
 fn require_no_failure(lab: &Lab, load: &Shared, what: &str) {
     lab.log(&format!("{what}: load: {}", load.report()));
     if load.failures() > 0 {
-        lab.fail(&format!("{what}: {} client operations failed (every failure counts, transient or not):\n{}", load.failures(), load.errors()));
+        lab.fail(&format!(
+            "{what}: {} client operations failed (every failure counts, transient or not):\n{}",
+            load.failures(),
+            load.errors()
+        ));
     }
 }
 
@@ -446,7 +480,11 @@ fn wait_progress(lab: &Lab, load: &Load, n: u64, timeout: Duration, what: &str) 
     let t = Instant::now();
     while load.shared.ops() < from + n {
         if t.elapsed() >= timeout {
-            lab.fail(&format!("{what}: the load made {} operations in {timeout:?} (wanted {n}): stalled; {}", load.shared.ops() - from, load.shared.report()));
+            lab.fail(&format!(
+                "{what}: the load made {} operations in {timeout:?} (wanted {n}): stalled; {}",
+                load.shared.ops() - from,
+                load.shared.report()
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -466,7 +504,11 @@ async fn eight_storage_two_meta_hosts_survive_kill_and_partition() {
         status["engine"].as_str().is_some_and(|e| e.contains("postgres")),
         "the second metadata host runs on PostgreSQL: {status:#}"
     );
-    assert_eq!(status["nodes"].as_array().map(Vec::len), Some(8), "the second metadata host sees all 8 nodes: {status:#}");
+    assert_eq!(
+        status["nodes"].as_array().map(Vec::len),
+        Some(8),
+        "the second metadata host sees all 8 nodes: {status:#}"
+    );
 
     // Write through metadata host 1.
     let files = dataset();
@@ -481,7 +523,12 @@ async fn eight_storage_two_meta_hosts_survive_kill_and_partition() {
         }
     }
     let bytes: usize = files.iter().map(|f| f.2).sum();
-    lab.log(&format!("wrote {} files, {:.1} MiB through meta1 in {:.2}s", files.len(), bytes as f64 / MIB as f64, t.elapsed().as_secs_f64()));
+    lab.log(&format!(
+        "wrote {} files, {:.1} MiB through meta1 in {:.2}s",
+        files.len(),
+        bytes as f64 / MIB as f64,
+        t.elapsed().as_secs_f64()
+    ));
 
     // Read through metadata host 2: one namespace on one database.
     let reader = lab.client(1).await;
@@ -491,7 +538,10 @@ async fn eight_storage_two_meta_hosts_survive_kill_and_partition() {
     assert!(ls.status.success(), "trove ls through meta2: {}", String::from_utf8_lossy(&ls.stderr));
     for (path, _, _) in &files {
         let name = path.rsplit('/').next().unwrap_or_default();
-        assert!(listing.lines().any(|l| l.split_whitespace().any(|w| w == name)), "`trove ls /smoke` through meta2 lacks {name}:\n{listing}");
+        assert!(
+            listing.lines().any(|l| l.split_whitespace().any(|w| w == name)),
+            "`trove ls /smoke` through meta2 lacks {name}:\n{listing}"
+        );
     }
     let (degraded, unavailable, up) = status_counts(&lab, 0);
     assert_eq!((degraded, unavailable, up), (0, 0, 8), "healthy cluster: (degraded, unavailable, nodes up)");
@@ -568,7 +618,9 @@ async fn load_survives_two_lost_hosts_then_rebuild_then_two_more() {
     let client = lab.client_all().await;
     let base = dataset_in("/base");
     write_all(&lab, &client, &base, "base dataset").await;
-    let load = Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 2, namespace: false }).await;
+    let load =
+        Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 2, namespace: false })
+            .await;
     wait_progress(&lab, &load, 20, Duration::from_secs(30), "load before the losses");
 
     let (killed, cut) = (1, 4);
@@ -576,16 +628,29 @@ async fn load_survives_two_lost_hosts_then_rebuild_then_two_more() {
     let t = Instant::now();
     lab.storage(killed).kill();
     lab.storage(cut).cut();
-    lab.log(&format!("killed {}, cut {} ({} operations so far)", lab.storage(killed).name, lab.storage(cut).name, load.shared.ops()));
-    wait_status(&lab, &BOTH, Duration::from_secs(30), "lost hosts not up", |s| lost.iter().all(|a| state_of(s, a) != "up"));
-    let down_s = t.elapsed().as_secs_f64();
-    wait_status(&lab, &BOTH, Duration::from_secs(60), "lost hosts out", |s| lost.iter().all(|a| state_of(s, a) == "out"));
-    let out_s = t.elapsed().as_secs_f64();
-    let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(90), "rebuilt: lost hosts out, 0 degraded, 0 misplaced", |s| {
-        lost.iter().all(|a| state_of(s, a) == "out") && settled(s)
+    lab.log(&format!(
+        "killed {}, cut {} ({} operations so far)",
+        lab.storage(killed).name,
+        lab.storage(cut).name,
+        load.shared.ops()
+    ));
+    wait_status(&lab, &BOTH, Duration::from_secs(30), "lost hosts not up", |s| {
+        lost.iter().all(|a| state_of(s, a) != "up")
     });
+    let down_s = t.elapsed().as_secs_f64();
+    wait_status(&lab, &BOTH, Duration::from_secs(60), "lost hosts out", |s| {
+        lost.iter().all(|a| state_of(s, a) == "out")
+    });
+    let out_s = t.elapsed().as_secs_f64();
+    let (_, status) =
+        wait_status(&lab, &BOTH, Duration::from_secs(90), "rebuilt: lost hosts out, 0 degraded, 0 misplaced", |s| {
+            lost.iter().all(|a| state_of(s, a) == "out") && settled(s)
+        });
     let settled_s = t.elapsed().as_secs_f64();
-    lab.log(&format!("after the loss: down {down_s:.1}s, out {out_s:.1}s, rebuilt and settled {settled_s:.1}s; {}", summary(&status)));
+    lab.log(&format!(
+        "after the loss: down {down_s:.1}s, out {out_s:.1}s, rebuilt and settled {settled_s:.1}s; {}",
+        summary(&status)
+    ));
     let up = status["nodes"].as_array().map_or(0, |n| n.iter().filter(|n| n["state"] == "up").count());
     if up != 6 {
         lab.fail(&format!("after the rebuild {up} nodes are up, expected 6: {status:#}"));
@@ -613,7 +678,9 @@ async fn load_survives_two_lost_hosts_then_rebuild_then_two_more() {
     lab.storage(killed2).kill();
     lab.storage(cut2).cut();
     lab.log(&format!("killed {}, cut {}", lab.storage(killed2).name, lab.storage(cut2).name));
-    wait_status(&lab, &BOTH, Duration::from_secs(30), "2 more hosts not up", |s| lost2.iter().all(|a| state_of(s, a) != "up"));
+    wait_status(&lab, &BOTH, Duration::from_secs(30), "2 more hosts not up", |s| {
+        lost2.iter().all(|a| state_of(s, a) != "up")
+    });
     let fresh = lab.client_all().await;
     check_all(&lab, &fresh, &base, "4 hosts lost (2 rebuilt): base").await;
     check_all(&lab, &fresh, &acked, "4 hosts lost (2 rebuilt): acknowledged writes").await;
@@ -638,17 +705,23 @@ async fn load_survives_two_lost_hosts_then_rebuild_then_two_more() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_and_add_keep_data_exact() {
     let _serial = one_lab_at_a_time();
-    let mut lab = Lab::start(LabOptions { meta_extra: "gc_grace_ms = 1000\nscrub_interval_ms = 0\n".into(), ..LabOptions::default() });
+    let mut lab = Lab::start(LabOptions {
+        meta_extra: "gc_grace_ms = 1000\nscrub_interval_ms = 0\n".into(),
+        ..LabOptions::default()
+    });
     let client = lab.client_all().await;
     let base = dataset_in("/base");
     write_all(&lab, &client, &base, "base dataset").await;
-    let load = Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 1, readers: 1, namespace: false }).await;
+    let load =
+        Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 1, readers: 1, namespace: false })
+            .await;
     wait_progress(&lab, &load, 10, Duration::from_secs(30), "load before the drain");
 
     let drained = 2;
     let drained_addr = lab.storage(drained).addr();
     let id = lab.node_id(0, drained).unwrap_or_else(|e| lab.fail(&e));
-    let shards_of = |s: &serde_json::Value, addr: &str| Lab::node_of(s, addr).and_then(|n| n["shards"].as_u64()).unwrap_or(0);
+    let shards_of =
+        |s: &serde_json::Value, addr: &str| Lab::node_of(s, addr).and_then(|n| n["shards"].as_u64()).unwrap_or(0);
     // The status counts a node's shards as its last heartbeat reported them: wait a few
     // heartbeats for the writes above to show.
     let counted_by = Instant::now() + Duration::from_secs(10);
@@ -669,9 +742,10 @@ async fn drain_and_add_keep_data_exact() {
         lab.fail(&format!("trove node drain {id}: {}\n{stdout}{}", out.status, String::from_utf8_lossy(&out.stderr)));
     }
     lab.log(&format!("draining {} (node {id}, {before} shards)", lab.storage(drained).name));
-    let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(90), "drained node out, 0 degraded, 0 misplaced", |s| {
-        state_of(s, &drained_addr) == "out" && settled(s)
-    });
+    let (_, status) =
+        wait_status(&lab, &BOTH, Duration::from_secs(90), "drained node out, 0 degraded, 0 misplaced", |s| {
+            state_of(s, &drained_addr) == "out" && settled(s)
+        });
     lab.log(&format!("drained in {:.1}s: {}", t.elapsed().as_secs_f64(), summary(&status)));
     // Its old shards are deleted after the grace period (gc_grace_ms = 1000).
     let drive = lab.storage(drained).dir().join("drive0");
@@ -681,7 +755,11 @@ async fn drain_and_add_keep_data_exact() {
     }
     let left_on_drained = shard_files(&drive);
     if left_on_drained > 0 {
-        lab.fail(&format!("{} keeps {left_on_drained} shard files in {} 10s after it was drained and out", lab.storage(drained).name, drive.display()));
+        lab.fail(&format!(
+            "{} keeps {left_on_drained} shard files in {} 10s after it was drained and out",
+            lab.storage(drained).name,
+            drive.display()
+        ));
     }
     let fresh = lab.client_all().await;
     check_all(&lab, &fresh, &base, "after the drain: base").await;
@@ -692,12 +770,15 @@ async fn drain_and_add_keep_data_exact() {
     let added_addr = lab.storage(added).addr();
     lab.wait_nodes(&[added], "up", Duration::from_secs(30));
     lab.log(&format!("{} up after {:.1}s", lab.storage(added).name, t.elapsed().as_secs_f64()));
-    let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(90), "added node up, 0 degraded, 0 misplaced", |s| {
-        state_of(s, &added_addr) == "up" && settled(s)
-    });
+    let (_, status) =
+        wait_status(&lab, &BOTH, Duration::from_secs(90), "added node up, 0 degraded, 0 misplaced", |s| {
+            state_of(s, &added_addr) == "up" && settled(s)
+        });
     lab.log(&format!("rebalanced in {:.1}s: {}", t.elapsed().as_secs_f64(), summary(&status)));
     // Shard counts come with heartbeats: they may lag the moves by one.
-    let (_, status) = wait_status(&lab, &[0], Duration::from_secs(15), "added node reports shards", |s| shards_of(s, &added_addr) > 0);
+    let (_, status) = wait_status(&lab, &[0], Duration::from_secs(15), "added node reports shards", |s| {
+        shards_of(s, &added_addr) > 0
+    });
     lab.log(&format!(
         "{} holds {} shards; drained {} reports {}",
         lab.storage(added).name,
@@ -732,7 +813,10 @@ async fn drain_and_add_keep_data_exact() {
 async fn metadata_server_killed_mid_load_fails_no_operation() {
     let _serial = one_lab_at_a_time();
     const LEASE_MS: u64 = 3000;
-    let lab = Lab::start(LabOptions { meta_extra: format!("lease_ms = {LEASE_MS}\nscrub_interval_ms = 0\n"), ..LabOptions::default() });
+    let lab = Lab::start(LabOptions {
+        meta_extra: format!("lease_ms = {LEASE_MS}\nscrub_interval_ms = 0\n"),
+        ..LabOptions::default()
+    });
     let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(20), "a lease holder", |s| s["leader"].is_string());
     let leader = status["leader"].as_str().unwrap_or_default().to_string();
     let Some(victim) = BOTH.into_iter().find(|&m| lab.meta(m).addr() == leader) else {
@@ -744,17 +828,32 @@ async fn metadata_server_killed_mid_load_fails_no_operation() {
     let client = lab.client_of(&[victim, survivor], client::ClientOptions::default()).await;
     let base = dataset_in("/base");
     write_all(&lab, &client, &base, "base dataset").await;
-    let load = Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 1, namespace: true }).await;
+    let load =
+        Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 1, namespace: true })
+            .await;
     wait_progress(&lab, &load, 40, Duration::from_secs(30), "load before the kill");
 
     let t = Instant::now();
     lab.meta(victim).kill();
-    lab.log(&format!("SIGKILLed {} (lease holder, the client's metadata server) after {} operations", lab.meta(victim).name, load.shared.ops()));
-    wait_status(&lab, &[survivor], Duration::from_secs(30), "survivor holds the lease", |s| s["leader"].as_str() == Some(survivor_addr.as_str()));
+    lab.log(&format!(
+        "SIGKILLed {} (lease holder, the client's metadata server) after {} operations",
+        lab.meta(victim).name,
+        load.shared.ops()
+    ));
+    wait_status(&lab, &[survivor], Duration::from_secs(30), "survivor holds the lease", |s| {
+        s["leader"].as_str() == Some(survivor_addr.as_str())
+    });
     let takeover = t.elapsed();
-    lab.log(&format!("{} took the lease {:.1}s after the kill (lease_ms {LEASE_MS})", lab.meta(survivor).name, takeover.as_secs_f64()));
+    lab.log(&format!(
+        "{} took the lease {:.1}s after the kill (lease_ms {LEASE_MS})",
+        lab.meta(survivor).name,
+        takeover.as_secs_f64()
+    ));
     if takeover > Duration::from_millis(LEASE_MS + 2000) {
-        lab.fail(&format!("{} took the lease only {takeover:?} after the holder died (lease_ms {LEASE_MS})", lab.meta(survivor).name));
+        lab.fail(&format!(
+            "{} took the lease only {takeover:?} after the holder died (lease_ms {LEASE_MS})",
+            lab.meta(survivor).name
+        ));
     }
     wait_progress(&lab, &load, 40, Duration::from_secs(30), "load after the kill");
     let states = lab.node_states(survivor).unwrap_or_else(|e| lab.fail(&e));
@@ -769,10 +868,18 @@ async fn metadata_server_killed_mid_load_fails_no_operation() {
     // A fresh server counts unheard nodes as up for down_after_ms: wait for real heartbeats.
     let all: Vec<usize> = (0..lab.storages().len()).collect();
     lab.wait_nodes_back(&all, Instant::now(), Duration::from_secs(30));
-    lab.log(&format!("{} restarted, answers and sees every node up after {:.1}s", lab.meta(victim).name, t.elapsed().as_secs_f64()));
+    lab.log(&format!(
+        "{} restarted, answers and sees every node up after {:.1}s",
+        lab.meta(victim).name,
+        t.elapsed().as_secs_f64()
+    ));
     let status = lab.status(victim).unwrap_or_else(|e| lab.fail(&e));
     if status["leader"].as_str() != Some(survivor_addr.as_str()) {
-        lab.fail(&format!("after its restart {} reports leader {}, expected {survivor_addr} to keep the lease", lab.meta(victim).name, status["leader"]));
+        lab.fail(&format!(
+            "after its restart {} reports leader {}, expected {survivor_addr} to keep the lease",
+            lab.meta(victim).name,
+            status["leader"]
+        ));
     }
     wait_progress(&lab, &load, 20, Duration::from_secs(30), "load after the restart");
     let load = load.stop(&lab).await;
@@ -794,7 +901,9 @@ async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
     let _serial = one_lab_at_a_time();
     const LEASE_MS: u64 = 3000;
     let lab = Lab::start(LabOptions {
-        meta_extra: format!("lease_ms = {LEASE_MS}\nscrub_interval_ms = 0\ntier_schedule = \"off\"\ntier_bytes_per_s = 4194304\n"),
+        meta_extra: format!(
+            "lease_ms = {LEASE_MS}\nscrub_interval_ms = 0\ntier_schedule = \"off\"\ntier_bytes_per_s = 4194304\n"
+        ),
         ..LabOptions::default()
     });
     let (_, status) = wait_status(&lab, &BOTH, Duration::from_secs(20), "a lease holder", |s| s["leader"].is_string());
@@ -814,8 +923,12 @@ async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let tier = |meta: usize| -> serde_json::Value {
-        let all: serde_json::Value = serde_json::from_str(&cli_ok(meta, &["job", "status", "--json"])).unwrap_or_else(|e| lab.fail(&format!("job status --json: {e}")));
-        all.as_array().and_then(|a| a.iter().find(|j| j["name"] == "tier")).cloned().unwrap_or_else(|| lab.fail(&format!("no tier job in {all:#}")))
+        let all: serde_json::Value = serde_json::from_str(&cli_ok(meta, &["job", "status", "--json"]))
+            .unwrap_or_else(|e| lab.fail(&format!("job status --json: {e}")));
+        all.as_array()
+            .and_then(|a| a.iter().find(|j| j["name"] == "tier"))
+            .cloned()
+            .unwrap_or_else(|| lab.fail(&format!("no tier job in {all:#}")))
     };
     cli_ok(survivor, &["policy", "add", "wide", "--pool", "default", "--ec", "6+2", "--path", "/data/**"]);
     cli_ok(survivor, &["job", "start", "tier"]);
@@ -828,9 +941,15 @@ async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
     }
     let before = tier(survivor);
     lab.meta(victim).kill();
-    lab.log(&format!("SIGKILLed {} (lease holder) with the tier run at {} files moved", lab.meta(victim).name, before["files_moved"]));
+    lab.log(&format!(
+        "SIGKILLed {} (lease holder) with the tier run at {} files moved",
+        lab.meta(victim).name,
+        before["files_moved"]
+    ));
     let survivor_addr = lab.meta(survivor).addr();
-    wait_status(&lab, &[survivor], Duration::from_secs(30), "survivor holds the lease", |s| s["leader"].as_str() == Some(survivor_addr.as_str()));
+    wait_status(&lab, &[survivor], Duration::from_secs(30), "survivor holds the lease", |s| {
+        s["leader"].as_str() == Some(survivor_addr.as_str())
+    });
     let deadline = Instant::now() + Duration::from_secs(120);
     let done = loop {
         let j = tier(survivor);
@@ -843,16 +962,28 @@ async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
         std::thread::sleep(Duration::from_millis(300));
     };
     if done["run"] != before["run"] {
-        lab.fail(&format!("a new run ({}) instead of the one under way ({}) went on: {done:#}", done["run"], before["run"]));
+        lab.fail(&format!(
+            "a new run ({}) instead of the one under way ({}) went on: {done:#}",
+            done["run"], before["run"]
+        ));
     }
     let log = lab.meta(survivor).log_tail(100_000);
     if !log.contains("goes on here after") {
-        lab.fail(&format!("{} did not take the run up from its cursor:\n{}", lab.meta(survivor).name, log.lines().filter(|l| l.contains("job tier")).collect::<Vec<_>>().join("\n")));
+        lab.fail(&format!(
+            "{} did not take the run up from its cursor:\n{}",
+            lab.meta(survivor).name,
+            log.lines().filter(|l| l.contains("job tier")).collect::<Vec<_>>().join("\n")
+        ));
     }
     if done["items_seen"].as_u64().unwrap_or(u64::MAX) > files.len() as u64 + 3 {
         lab.fail(&format!("files before the cursor were judged again: {done:#}"));
     }
-    lab.log(&format!("the run ended on {}: {} files moved, {} items seen", lab.meta(survivor).name, done["files_moved"], done["items_seen"]));
+    lab.log(&format!(
+        "the run ended on {}: {} files moved, {} items seen",
+        lab.meta(survivor).name,
+        done["files_moved"],
+        done["items_seen"]
+    ));
     for (path, _, _) in &files {
         let ino = client.resolve(path).await.unwrap_or_else(|e| lab.fail(&format!("{path}: {e}"))).ino;
         let (_, recs) = client.chunk_records(ino).await.unwrap_or_else(|e| lab.fail(&format!("{path}: {e}")));
@@ -872,19 +1003,35 @@ async fn a_tier_run_goes_on_after_its_lease_holder_dies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_of_every_host_fails_no_operation() {
     let _serial = one_lab_at_a_time();
-    let lab = Lab::start(LabOptions { meta_extra: "gc_grace_ms = 1000\nscrub_interval_ms = 0\n".into(), ..LabOptions::default() });
+    let lab = Lab::start(LabOptions {
+        meta_extra: "gc_grace_ms = 1000\nscrub_interval_ms = 0\n".into(),
+        ..LabOptions::default()
+    });
     let client = lab.client_all().await;
     let base = dataset_in("/base");
     write_all(&lab, &client, &base, "base dataset").await;
-    let load = Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 1, namespace: true }).await;
+    let load =
+        Load::start(&lab, &client, &base, LoadSpec { dir: "/load".into(), writers: 2, readers: 1, namespace: true })
+            .await;
     wait_progress(&lab, &load, 20, Duration::from_secs(30), "load before the restarts");
     let all: Vec<usize> = (0..lab.storages().len()).collect();
     // (phase, failures, operations, seconds, errors)
     let mut phases: Vec<(String, u64, u64, f64, String)> = Vec::new();
-    let phase_start = |load: &Load| (load.shared.failures(), load.shared.ops(), Instant::now(), load.shared.errors.lock().map_or(0, |e| e.len()));
-    let phase_end = |load: &Load, name: &str, start: (u64, u64, Instant, usize), phases: &mut Vec<(String, u64, u64, f64, String)>| {
+    let phase_start = |load: &Load| {
+        (load.shared.failures(), load.shared.ops(), Instant::now(), load.shared.errors.lock().map_or(0, |e| e.len()))
+    };
+    let phase_end = |load: &Load,
+                     name: &str,
+                     start: (u64, u64, Instant, usize),
+                     phases: &mut Vec<(String, u64, u64, f64, String)>| {
         let errors = load.shared.errors.lock().map(|e| e[start.3..].join("\n")).unwrap_or_default();
-        let row = (name.to_string(), load.shared.failures() - start.0, load.shared.ops() - start.1, start.2.elapsed().as_secs_f64(), errors);
+        let row = (
+            name.to_string(),
+            load.shared.failures() - start.0,
+            load.shared.ops() - start.1,
+            start.2.elapsed().as_secs_f64(),
+            errors,
+        );
         lab.log(&format!("phase {}: {} failed of {} operations in {:.1}s", row.0, row.1, row.2, row.3));
         phases.push(row);
     };
@@ -897,7 +1044,13 @@ async fn rolling_restart_of_every_host_fails_no_operation() {
         let since = Instant::now();
         lab.storage(i).start();
         lab.wait_nodes_back(&[i], since, Duration::from_secs(30));
-        lab.log(&format!("restarted {}: back after {:.1}s; {} operations, {} failed", lab.storage(i).name, t.elapsed().as_secs_f64(), load.shared.ops(), load.shared.failures()));
+        lab.log(&format!(
+            "restarted {}: back after {:.1}s; {} operations, {} failed",
+            lab.storage(i).name,
+            t.elapsed().as_secs_f64(),
+            load.shared.ops(),
+            load.shared.failures()
+        ));
     }
     wait_progress(&lab, &load, 10, Duration::from_secs(30), "load after the storage restarts");
     phase_end(&load, "storage hosts", start, &mut phases);
@@ -912,9 +1065,17 @@ async fn rolling_restart_of_every_host_fails_no_operation() {
         // The restarted server learns liveness from heartbeats (until then it counts every node
         // up for down_after_ms): the next one goes only once they arrive.
         lab.wait_nodes_back(&all, Instant::now(), Duration::from_secs(30));
-        lab.log(&format!("restarted {}: back after {:.1}s; {} operations, {} failed", lab.meta(m).name, t.elapsed().as_secs_f64(), load.shared.ops(), load.shared.failures()));
+        lab.log(&format!(
+            "restarted {}: back after {:.1}s; {} operations, {} failed",
+            lab.meta(m).name,
+            t.elapsed().as_secs_f64(),
+            load.shared.ops(),
+            load.shared.failures()
+        ));
     }
-    wait_status(&lab, &BOTH, Duration::from_secs(30), "a lease holder after the metadata restarts", |s| s["leader"].is_string());
+    wait_status(&lab, &BOTH, Duration::from_secs(30), "a lease holder after the metadata restarts", |s| {
+        s["leader"].is_string()
+    });
     wait_progress(&lab, &load, 10, Duration::from_secs(30), "load after the metadata restarts");
     phase_end(&load, "metadata hosts", start, &mut phases);
 
@@ -937,10 +1098,15 @@ async fn rolling_restart_of_every_host_fails_no_operation() {
     let failed: Vec<String> = phases
         .iter()
         .filter(|p| p.1 > 0)
-        .map(|(name, failures, ops, secs, errors)| format!("{name}: {failures} of {ops} operations failed in {secs:.1}s:\n{errors}"))
+        .map(|(name, failures, ops, secs, errors)| {
+            format!("{name}: {failures} of {ops} operations failed in {secs:.1}s:\n{errors}")
+        })
         .collect();
     if !failed.is_empty() {
-        lab.fail(&format!("client operations failed during the rolling restart (every failure counts):\n{}", failed.join("\n")));
+        lab.fail(&format!(
+            "client operations failed during the rolling restart (every failure counts):\n{}",
+            failed.join("\n")
+        ));
     }
     lab.log("done");
 }
@@ -954,8 +1120,11 @@ fn deploy_dir() -> PathBuf {
 fn deploy_example_configs_parse() {
     let dir = deploy_dir().join("examples");
     let mut seen = Vec::new();
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten().map(|e| e.path()).collect();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     entries.sort();
     for path in entries.into_iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
@@ -964,7 +1133,10 @@ fn deploy_example_configs_parse() {
         match role {
             "meta" => {
                 let c = meta::MetaConfig::from_toml(&text).unwrap_or_else(|e| panic!("{name}: {e:#}"));
-                assert!(matches!(c.engine, meta::EngineConfig::Postgres(_)), "{name}: the multi-host example keeps metadata in PostgreSQL");
+                assert!(
+                    matches!(c.engine, meta::EngineConfig::Postgres(_)),
+                    "{name}: the multi-host example keeps metadata in PostgreSQL"
+                );
             }
             "storage" => {
                 let c = storage::StorageConfig::from_toml(&text).unwrap_or_else(|e| panic!("{name}: {e:#}"));
@@ -1003,23 +1175,43 @@ fn deploy_systemd_units_use_real_flags() {
         let text = std::fs::read_to_string(&path).expect("unit file");
         let execs: Vec<&str> = text
             .lines()
-            .filter_map(|l| l.strip_prefix("ExecStart=").or_else(|| l.strip_prefix("ExecStop=")).or_else(|| l.strip_prefix("ExecStopPost=")))
+            .filter_map(|l| {
+                l.strip_prefix("ExecStart=")
+                    .or_else(|| l.strip_prefix("ExecStop="))
+                    .or_else(|| l.strip_prefix("ExecStopPost="))
+            })
             .map(|cmd| cmd.trim_start_matches('-'))
             .collect();
         assert!(text.lines().any(|l| l.starts_with("ExecStart=")), "{unit}: no ExecStart");
         for exec in execs {
             let words: Vec<&str> = exec.split_whitespace().collect();
             assert_eq!(words.first(), Some(&"/usr/local/bin/trove"), "{unit}: `{exec}` runs the trove binary");
-            let sub = words[1..].iter().find(|w| !w.starts_with('-')).unwrap_or_else(|| panic!("{unit}: no subcommand in `{exec}`"));
+            let sub = words[1..]
+                .iter()
+                .find(|w| !w.starts_with('-'))
+                .unwrap_or_else(|| panic!("{unit}: no subcommand in `{exec}`"));
             let help = common::run(&[sub, "--help"]);
-            assert!(help.status.success(), "{unit}: `trove {sub} --help` fails: {}", String::from_utf8_lossy(&help.stderr));
-            let help_text = format!("{}{}", String::from_utf8_lossy(&help.stdout), String::from_utf8_lossy(&global.stdout));
+            assert!(
+                help.status.success(),
+                "{unit}: `trove {sub} --help` fails: {}",
+                String::from_utf8_lossy(&help.stderr)
+            );
+            let help_text =
+                format!("{}{}", String::from_utf8_lossy(&help.stdout), String::from_utf8_lossy(&global.stdout));
             for flag in words.iter().filter(|w| w.starts_with("--")) {
                 let flag = flag.split('=').next().unwrap_or(flag);
                 assert!(help_text.contains(flag), "{unit}: `trove {sub}` has no {flag}");
             }
         }
-        for key in ["[Unit]", "[Service]", "[Install]", "Type=simple", "Restart=on-failure", "LimitNOFILE=", "After=network-online.target"] {
+        for key in [
+            "[Unit]",
+            "[Service]",
+            "[Install]",
+            "Type=simple",
+            "Restart=on-failure",
+            "LimitNOFILE=",
+            "After=network-online.target",
+        ] {
             assert!(text.contains(key), "{unit}: missing {key}");
         }
     }
@@ -1030,7 +1222,8 @@ fn deploy_systemd_units_use_real_flags() {
 #[test]
 fn deploy_mount_env_matches_unit() {
     let env = std::fs::read_to_string(deploy_dir().join("examples/trove-mount.env")).expect("trove-mount.env");
-    let unit = std::fs::read_to_string(deploy_dir().join("systemd/trove-mount@.service")).expect("trove-mount@.service");
+    let unit =
+        std::fs::read_to_string(deploy_dir().join("systemd/trove-mount@.service")).expect("trove-mount@.service");
     for var in ["TROVE_CLUSTER", "TROVE_MOUNT_OPTIONS"] {
         assert!(env.lines().any(|l| l.starts_with(&format!("{var}="))), "trove-mount.env does not set {var}");
         assert!(unit.contains(var), "trove-mount@.service does not use {var}");

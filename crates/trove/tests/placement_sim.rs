@@ -349,7 +349,8 @@ impl Sim {
         // Let everything come back and settle, so that every run ends whole.
         self.event += 1;
         self.what = "final settle".into();
-        let cut: Vec<NodeId> = self.nodes.iter().filter(|(_, n)| n.down == Some(Down::Cut)).map(|(&id, _)| id).collect();
+        let cut: Vec<NodeId> =
+            self.nodes.iter().filter(|(_, n)| n.down == Some(Down::Cut)).map(|(&id, _)| id).collect();
         for id in cut {
             self.nodes.get_mut(&id).unwrap().down = None;
         }
@@ -406,7 +407,8 @@ impl Sim {
             .collect();
         let up: Vec<NodeId> =
             self.nodes.iter().filter(|(_, n)| n.down.is_none() && n.admin == Admin::Up).map(|(&id, _)| id).collect();
-        let cut: Vec<NodeId> = self.nodes.iter().filter(|(_, n)| n.down == Some(Down::Cut)).map(|(&id, _)| id).collect();
+        let cut: Vec<NodeId> =
+            self.nodes.iter().filter(|(_, n)| n.down == Some(Down::Cut)).map(|(&id, _)| id).collect();
         let failed_up = self.nodes.values().any(|n| n.admin == Admin::Up && n.down == Some(Down::Failed));
         let spare_member = self.lasting_members() > self.width();
         let present = self.nodes.values().filter(|n| n.admin != Admin::Out).count();
@@ -517,14 +519,30 @@ impl Sim {
         let members = self.members();
         let version = self.newest() + 1;
         let map = (self.logic.compute_map)(version, PG_COUNT, &members);
-        ensure!(self, map.version == version && map.pool_pgs(0).len() == PG_COUNT as usize, "map v{version} has version {} and {} PGs", map.version, map.pool_pgs(0).len());
-        ensure!(self, members.len() >= self.width(), "map v{version} has {} members for width {}", members.len(), self.width());
+        ensure!(
+            self,
+            map.version == version && map.pool_pgs(0).len() == PG_COUNT as usize,
+            "map v{version} has version {} and {} PGs",
+            map.version,
+            map.pool_pgs(0).len()
+        );
+        ensure!(
+            self,
+            members.len() >= self.width(),
+            "map v{version} has {} members for width {}",
+            members.len(),
+            self.width()
+        );
         let member_set: BTreeSet<NodeId> = members.iter().copied().collect();
         let w = self.width();
         let mut slots: BTreeMap<NodeId, u64> = members.iter().map(|&n| (n, 0)).collect();
         for (pg, list) in map.pool_pgs(0).iter().enumerate() {
             let set: BTreeSet<NodeId> = list.iter().copied().collect();
-            ensure!(self, list.len() == members.len() && set == member_set, "map v{version} PG {pg} lists {list:?}, not each member of {members:?} once");
+            ensure!(
+                self,
+                list.len() == members.len() && set == member_set,
+                "map v{version} PG {pg} lists {list:?}, not each member of {members:?} once"
+            );
             for &n in &list[..w] {
                 *slots.get_mut(&n).unwrap() += 1;
             }
@@ -534,14 +552,23 @@ impl Sim {
         let min = *slots.values().min().unwrap() as f64 / mean;
         self.fig.map_balance.push(max);
         self.fig.map_balance_min.push(min);
-        ensure!(self, max <= self.cfg.bounds.map_balance, "map v{version}: a member has {max:.3} x the mean slot count (bound {}); slots {slots:?}", self.cfg.bounds.map_balance);
+        ensure!(
+            self,
+            max <= self.cfg.bounds.map_balance,
+            "map v{version}: a member has {max:.3} x the mean slot count (bound {}); slots {slots:?}",
+            self.cfg.bounds.map_balance
+        );
         let mut line = format!("map v{version} members {members:?} slot balance max {max:.3} min {min:.3}");
         if let Some(old) = self.maps.last() {
             let old_members: BTreeSet<NodeId> = old.members(0).iter().copied().collect();
             let removed: BTreeSet<NodeId> = old_members.difference(&member_set).copied().collect();
             let added: BTreeSet<NodeId> = member_set.difference(&old_members).copied().collect();
             let want: BTreeSet<NodeId> = changed.iter().copied().collect();
-            ensure!(self, removed.len() + added.len() == 1 && (removed == want || added == want), "map v{version}: expected {want:?} to change, removed {removed:?} added {added:?}");
+            ensure!(
+                self,
+                removed.len() + added.len() == 1 && (removed == want || added == want),
+                "map v{version}: expected {want:?} to change, removed {removed:?} added {added:?}"
+            );
             let (necessary, knock_on) = self.check_transition(old, &map, &removed, &added)?;
             let ratio = (necessary + knock_on) as f64 / necessary.max(1) as f64;
             let (figs, bound) = if removed.is_empty() {
@@ -560,7 +587,13 @@ impl Sim {
 
     /// Checks every changed slot between two maps is necessary or a knock-on of rendezvous per
     /// slot; returns (necessary, knock-on) slot counts.
-    fn check_transition(&self, a: &PlacementMap, b: &PlacementMap, removed: &BTreeSet<NodeId>, added: &BTreeSet<NodeId>) -> Res<(u64, u64)> {
+    fn check_transition(
+        &self,
+        a: &PlacementMap,
+        b: &PlacementMap,
+        removed: &BTreeSet<NodeId>,
+        added: &BTreeSet<NodeId>,
+    ) -> Res<(u64, u64)> {
         let w = self.width();
         let (mut necessary, mut knock_on) = (0u64, 0u64);
         for pg in 0..PG_COUNT as usize {
@@ -582,10 +615,15 @@ impl Sim {
                 knock_on += 1;
             }
             // Exactly the leaving node is replaced, or the newcomer takes one place.
-            let (os, ns): (BTreeSet<NodeId>, BTreeSet<NodeId>) = (old.iter().copied().collect(), new.iter().copied().collect());
+            let (os, ns): (BTreeSet<NodeId>, BTreeSet<NodeId>) =
+                (old.iter().copied().collect(), new.iter().copied().collect());
             let entered = ns.difference(&os).count();
             let left = os.difference(&ns).count();
-            let expected = if added.is_empty() { old.iter().filter(|n| removed.contains(n)).count() } else { new.iter().filter(|n| added.contains(n)).count() };
+            let expected = if added.is_empty() {
+                old.iter().filter(|n| removed.contains(n)).count()
+            } else {
+                new.iter().filter(|n| added.contains(n)).count()
+            };
             ensure!(self, entered == expected && left == expected, "PG {pg}: {left} nodes left and {entered} entered its first {w} slots (old {old:?}, new {new:?}); expected {expected}");
         }
         Ok((necessary, knock_on))
@@ -595,14 +633,17 @@ impl Sim {
     fn write_chunks(&mut self, count: usize) -> Res<()> {
         let version = self.newest();
         let w = self.width();
-        let up: BTreeSet<NodeId> = self.nodes.iter().filter(|(_, n)| n.state() == NodeState::Up).map(|(&id, _)| id).collect();
+        let up: BTreeSet<NodeId> =
+            self.nodes.iter().filter(|(_, n)| n.state() == NodeState::Up).map(|(&id, _)| id).collect();
         let serving = self.serving();
-        let healthy: Vec<bool> = self.map(version).pool_pgs(0).iter().map(|pg| pg.iter().take(w).all(|n| up.contains(n))).collect();
+        let healthy: Vec<bool> =
+            self.map(version).pool_pgs(0).iter().map(|pg| pg.iter().take(w).all(|n| up.contains(n))).collect();
         let (mut degraded, mut skipped) = (0, 0);
         for _ in 0..count {
             let id: u64 = self.rng.gen();
             let start = pg_for_chunk(id, PG_COUNT);
-            let pg = (0..PG_COUNT).map(|step| (start + step) % PG_COUNT).find(|&pg| healthy[pg as usize]).unwrap_or(start);
+            let pg =
+                (0..PG_COUNT).map(|step| (start + step) % PG_COUNT).find(|&pg| healthy[pg as usize]).unwrap_or(start);
             skipped += usize::from(pg != start);
             let group = self.group(version, pg);
             let mut chunk = Chunk { id, pg, version, missing: 0, held: BTreeSet::new() };
@@ -614,11 +655,17 @@ impl Sim {
                 }
             }
             let written = w - chunk.missing.count_ones() as usize;
-            ensure!(self, written >= self.k(), "chunk {id:016x} could be written to only {written} of {w} nodes of PG {pg} {group:?}");
+            ensure!(
+                self,
+                written >= self.k(),
+                "chunk {id:016x} could be written to only {written} of {w} nodes of PG {pg} {group:?}"
+            );
             degraded += usize::from(chunk.missing != 0);
             self.chunks.push(chunk);
         }
-        self.note(format!("wrote {count} chunks on map v{version} ({skipped} to a later healthy PG, {degraded} degraded)"));
+        self.note(format!(
+            "wrote {count} chunks on map v{version} ({skipped} to a later healthy PG, {degraded} degraded)"
+        ));
         Ok(())
     }
 
@@ -637,7 +684,12 @@ impl Sim {
                     ensure!(self, self.at_risk.contains(&node), "chunk {:016x} (PG {}, map v{}): shard {i} on node {node} cannot be read, yet node {node} has not been down since the cluster was last whole (missing {:#b}, held {:?})", c.id, c.pg, c.version, c.missing, c.held);
                 }
             }
-            ensure!(self, readable >= k, "chunk {:016x} has {readable} readable shards of {w}, fewer than k = {k}", c.id);
+            ensure!(
+                self,
+                readable >= k,
+                "chunk {:016x} has {readable} readable shards of {w}, fewer than k = {k}",
+                c.id
+            );
         }
         Ok(())
     }
@@ -679,14 +731,16 @@ impl Sim {
         }
         let clean = r.left == 0 && r.failed == 0;
         if clean {
-            let draining: Vec<NodeId> = self.nodes.iter().filter(|(_, n)| n.admin == Admin::Draining).map(|(&id, _)| id).collect();
+            let draining: Vec<NodeId> =
+                self.nodes.iter().filter(|(_, n)| n.admin == Admin::Draining).map(|(&id, _)| id).collect();
             for node in draining {
                 let live = self.chunks.iter().filter(|c| self.group(c.version, c.pg).contains(&node)).count();
                 let tracked = self.stale.iter().filter(|s| s.node == node).count();
                 let reachable = self.nodes[&node].down.is_none();
                 ensure!(self, live == 0 && (tracked == 0 || !reachable), "drained node {node} still has {live} chunks placed on it and {tracked} stale copies to delete after a clean pass");
                 // Whatever it still physically holds is an orphan copy (see `orphans`).
-                let copies = self.chunks.iter().map(|c| c.held.iter().filter(|&&(n, _)| n == node).count()).sum::<usize>();
+                let copies =
+                    self.chunks.iter().map(|c| c.held.iter().filter(|&&(n, _)| n == node).count()).sum::<usize>();
                 if reachable {
                     self.fig.drained_copies_left += copies;
                 }
@@ -713,10 +767,31 @@ impl Sim {
             let group = self.group(newest, c.pg);
             let expected: BTreeSet<(NodeId, usize)> = group.iter().enumerate().map(|(i, &n)| (n, i)).collect();
             let distinct: BTreeSet<NodeId> = group.iter().copied().collect();
-            ensure!(self, c.version == newest && c.missing == 0, "chunk {:016x} is on map v{} with missing {:#b} after a complete pass to v{newest}", c.id, c.version, c.missing);
+            ensure!(
+                self,
+                c.version == newest && c.missing == 0,
+                "chunk {:016x} is on map v{} with missing {:#b} after a complete pass to v{newest}",
+                c.id,
+                c.version,
+                c.missing
+            );
             // Copies beyond these are orphans the mover no longer tracks (see `orphans`).
-            ensure!(self, expected.is_subset(&c.held), "chunk {:016x} (PG {}) holds {:?}, the map places {:?}", c.id, c.pg, c.held, expected);
-            ensure!(self, distinct.len() == self.width() && distinct.is_subset(&members), "chunk {:016x} is on {group:?}, not {} distinct members", c.id, self.width());
+            ensure!(
+                self,
+                expected.is_subset(&c.held),
+                "chunk {:016x} (PG {}) holds {:?}, the map places {:?}",
+                c.id,
+                c.pg,
+                c.held,
+                expected
+            );
+            ensure!(
+                self,
+                distinct.len() == self.width() && distinct.is_subset(&members),
+                "chunk {:016x} is on {group:?}, not {} distinct members",
+                c.id,
+                self.width()
+            );
         }
         Ok(())
     }
@@ -753,7 +828,12 @@ impl Sim {
         let max = *count.values().max().unwrap() as f64 / mean;
         self.fig.shard_balance.push(max);
         self.note(format!("live shards per member: max {max:.3} x mean {mean:.0}"));
-        ensure!(self, max <= self.cfg.bounds.shard_balance, "a member holds {max:.3} x the mean live shards (bound {}): {count:?}", self.cfg.bounds.shard_balance);
+        ensure!(
+            self,
+            max <= self.cfg.bounds.shard_balance,
+            "a member holds {max:.3} x the mean live shards (bound {}): {count:?}",
+            self.cfg.bounds.shard_balance
+        );
         Ok(())
     }
 
@@ -778,7 +858,9 @@ impl Sim {
                 continue;
             }
             let c = &self.chunks[ci];
-            let readable = (0..w).filter(|&i| missing_before & bit(i) == 0 && serving.contains(&old[i]) && c.held.contains(&(old[i], i))).count();
+            let readable = (0..w)
+                .filter(|&i| missing_before & bit(i) == 0 && serving.contains(&old[i]) && c.held.contains(&(old[i], i)))
+                .count();
             ensure!(self, readable >= k, "the mover cannot read chunk {:016x} (PG {pg}, map v{version}): {readable} readable shards of {w} on {old:?}", c.id);
             let old_members: BTreeSet<NodeId> = self.map(version).members(0).iter().copied().collect();
             let mut missing = 0u64;
@@ -801,7 +883,9 @@ impl Sim {
             for &(slot, node) in &written {
                 c.held.insert((node, slot));
                 r.written += 1;
-                let necessary = missing_before & bit(slot) != 0 || !new_members.contains(&old[slot]) || !old_members.contains(&node);
+                let necessary = missing_before & bit(slot) != 0
+                    || !new_members.contains(&old[slot])
+                    || !old_members.contains(&node);
                 if necessary {
                     r.necessary += 1;
                 } else {
@@ -900,22 +984,36 @@ fn run_seeds(cfg: Config, seeds: std::ops::Range<u64>) {
     eprintln!("  slots changed / necessary, removing a node: {}", stats(&all.removal_ratio));
     eprintln!("  slots changed / necessary, adding a node: {}", stats(&all.addition_ratio));
     eprintln!("  shards written by the rebuild/drain pass / necessary: {}", stats(&all.rebuild_pass_ratio));
-    eprintln!("  pass after an addition, shards written / live shards x members (1.0 = newcomer's share only): {}", stats(&all.addition_moved));
-    eprintln!("  stale deletes left aimed at failed nodes that are out (retried forever by the real mover): {}", all.stale_to_dead_nodes);
-    eprintln!("  orphan copies left on drives, never deleted (sum over seeds): {} of {} live shards", all.orphans, all.live);
-    eprintln!("  drains completed: {}, orphan copies left on the drained nodes: {}", all.drains_completed, all.drained_copies_left);
+    eprintln!(
+        "  pass after an addition, shards written / live shards x members (1.0 = newcomer's share only): {}",
+        stats(&all.addition_moved)
+    );
+    eprintln!(
+        "  stale deletes left aimed at failed nodes that are out (retried forever by the real mover): {}",
+        all.stale_to_dead_nodes
+    );
+    eprintln!(
+        "  orphan copies left on drives, never deleted (sum over seeds): {} of {} live shards",
+        all.orphans, all.live
+    );
+    eprintln!(
+        "  drains completed: {}, orphan copies left on the drained nodes: {}",
+        all.drains_completed, all.drained_copies_left
+    );
 }
 
 /// Measured over 200 seeds (1000..1200) of `SIM_4_2`: map balance max 1.203, shard balance
 /// max 1.244, slots changed / necessary max 2.024 removing and 2.073 adding a node, pass after
 /// an addition max 2.035 x the newcomer's share.
-const BOUNDS_4_2: Bounds = Bounds { map_balance: 1.3, shard_balance: 1.4, removal_ratio: 2.5, addition_ratio: 2.5, addition_moved: 2.5 };
+const BOUNDS_4_2: Bounds =
+    Bounds { map_balance: 1.3, shard_balance: 1.4, removal_ratio: 2.5, addition_ratio: 2.5, addition_moved: 2.5 };
 
 /// Measured over 100 seeds each of `SIM_8_2` and `SIM_6_3`: map balance max 1.175, shard
 /// balance max 1.302, slots changed / necessary max 2.458 removing and 2.407 adding a node,
 /// pass after an addition max 2.696 x the newcomer's share. Wider chunks on few nodes cascade
 /// more: a vacated slot is more often refilled by a node holding a later slot.
-const BOUNDS_WIDE: Bounds = Bounds { map_balance: 1.3, shard_balance: 1.4, removal_ratio: 3.0, addition_ratio: 3.0, addition_moved: 3.2 };
+const BOUNDS_WIDE: Bounds =
+    Bounds { map_balance: 1.3, shard_balance: 1.4, removal_ratio: 3.0, addition_ratio: 3.0, addition_moved: 3.2 };
 
 const SIM_4_2: Config = Config {
     name: "4+2 from 10 nodes",
@@ -958,7 +1056,6 @@ fn placement_and_rebuild_wide_schemes() {
     run_seeds(SIM_6_3, 201..205);
 }
 
-
 #[test]
 fn same_seed_same_run() {
     let started = Instant::now();
@@ -995,7 +1092,9 @@ mod broken {
     /// Writes only slots whose new node is new to the group, as if a shard could follow its
     /// node to another slot: knock-on moves are not written.
     pub fn slots_by_node_set(old: &[NodeId], new: &[NodeId], width: usize, missing: u64, bad: u64) -> Vec<usize> {
-        (0..width).filter(|&i| (old.get(i) != new.get(i) && !old.contains(&new[i])) || (missing | bad) & bit(i) != 0).collect()
+        (0..width)
+            .filter(|&i| (old.get(i) != new.get(i) && !old.contains(&new[i])) || (missing | bad) & bit(i) != 0)
+            .collect()
     }
 
     /// Rewrites every slot of a chunk whose group changed at all.
@@ -1044,17 +1143,36 @@ mod broken {
 #[test]
 fn checks_catch_broken_placement_and_mover() {
     let mutants: [(&str, Logic, &[&str]); 6] = [
-        ("slots ignoring missing", Logic { slots_to_write: broken::slots_ignoring_missing, ..REAL }, &["after a complete pass", "the map places"]),
-        ("slots by node set", Logic { slots_to_write: broken::slots_by_node_set, ..REAL }, &["cannot be read, yet node"]),
-        ("all slots when changed", Logic { slots_to_write: broken::slots_all_when_changed, ..REAL }, &["newcomer's fair share"]),
+        (
+            "slots ignoring missing",
+            Logic { slots_to_write: broken::slots_ignoring_missing, ..REAL },
+            &["after a complete pass", "the map places"],
+        ),
+        (
+            "slots by node set",
+            Logic { slots_to_write: broken::slots_by_node_set, ..REAL },
+            &["cannot be read, yet node"],
+        ),
+        (
+            "all slots when changed",
+            Logic { slots_to_write: broken::slots_all_when_changed, ..REAL },
+            &["newcomer's fair share"],
+        ),
         ("one order per PG", Logic { compute_map: broken::map_one_order, ..REAL }, &["over bound"]),
         ("one node favoured", Logic { compute_map: broken::map_favouring_one, ..REAL }, &["the mean slot count"]),
         ("duplicate in a PG", Logic { compute_map: broken::map_with_duplicate, ..REAL }, &["not each member of"]),
     ];
     for (name, logic, expected) in mutants {
         let caught: Vec<String> = (1..5).filter_map(|seed| run(SIM_4_2, logic, seed).err()).collect();
-        eprintln!("{name}: caught on {} of 4 seeds; first: {}", caught.len(), caught.first().map_or("-", String::as_str).chars().take(300).collect::<String>());
+        eprintln!(
+            "{name}: caught on {} of 4 seeds; first: {}",
+            caught.len(),
+            caught.first().map_or("-", String::as_str).chars().take(300).collect::<String>()
+        );
         assert!(!caught.is_empty(), "the simulation did not catch the broken logic {name:?}");
-        assert!(caught.iter().all(|e| expected.iter().any(|x| e.contains(x))), "{name:?} was caught, but not by the checks expected ({expected:?}): {caught:?}");
+        assert!(
+            caught.iter().all(|e| expected.iter().any(|x| e.contains(x))),
+            "{name:?} was caught, but not by the checks expected ({expected:?}): {caught:?}"
+        );
     }
 }

@@ -8,7 +8,8 @@ mod common;
 use common::*;
 
 fn policy_names(c: &str) -> Vec<String> {
-    let list: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", c, "policy", "list", "--json"])).expect("JSON");
+    let list: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", c, "policy", "list", "--json"])).expect("JSON");
     list.as_array().expect("list").iter().map(|p| p["name"].as_str().unwrap_or("").to_string()).collect()
 }
 
@@ -32,9 +33,35 @@ async fn policies_are_kept_in_order_and_explain_which_one_decides_a_file() {
     let none = run_ok(&["--cluster", &c, "policy", "list"]);
     assert!(none.contains("no policies"), "{none}");
 
-    run_ok(&["--cluster", &c, "policy", "add", "cold", "--pool", "hdd", "--path", "/data/**", "--accessed-before", "1h"]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "cold",
+        "--pool",
+        "hdd",
+        "--path",
+        "/data/**",
+        "--accessed-before",
+        "1h",
+    ]);
     run_ok(&["--cluster", &c, "policy", "add", "rest", "--pool", "flash"]);
-    run_ok(&["--cluster", &c, "policy", "add", "small", "--pool", "flash", "--ec", "1+2", "--size-max", "64K", "--before", "cold"]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "small",
+        "--pool",
+        "flash",
+        "--ec",
+        "1+2",
+        "--size-max",
+        "64K",
+        "--before",
+        "cold",
+    ]);
     assert_eq!(policy_names(&c), ["small", "cold", "rest"]);
 
     // What cannot be stored is refused, naming the reason; nothing changes.
@@ -42,13 +69,30 @@ async fn policies_are_kept_in_order_and_explain_which_one_decides_a_file() {
     assert!(err.contains("would never match") && err.contains("\"rest\""), "{err}");
     let err = refused(&["--cluster", &c, "policy", "add", "all", "--pool", "hdd", "--before", "cold"]);
     assert!(err.contains("no conditions") && err.contains("a default policy goes last"), "{err}");
-    let err = refused(&["--cluster", &c, "policy", "add", "tape", "--pool", "tape", "--size-min", "1G", "--before", "rest"]);
+    let err =
+        refused(&["--cluster", &c, "policy", "add", "tape", "--pool", "tape", "--size-min", "1G", "--before", "rest"]);
     assert!(err.contains("no pool named \"tape\""), "{err}");
-    let err = refused(&["--cluster", &c, "policy", "add", "cold", "--pool", "hdd", "--size-min", "1", "--before", "rest"]);
+    let err =
+        refused(&["--cluster", &c, "policy", "add", "cold", "--pool", "hdd", "--size-min", "1", "--before", "rest"]);
     assert!(err.contains("exists already"), "{err}");
-    let err = refused(&["--cluster", &c, "policy", "add", "rel", "--pool", "hdd", "--path", "data/*", "--before", "rest"]);
+    let err =
+        refused(&["--cluster", &c, "policy", "add", "rel", "--pool", "hdd", "--path", "data/*", "--before", "rest"]);
     assert!(err.contains("must be absolute"), "{err}");
-    let err = refused(&["--cluster", &c, "policy", "add", "odd", "--pool", "hdd", "--size-min", "2M", "--size-max", "1M", "--before", "rest"]);
+    let err = refused(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "odd",
+        "--pool",
+        "hdd",
+        "--size-min",
+        "2M",
+        "--size-max",
+        "1M",
+        "--before",
+        "rest",
+    ]);
     assert!(err.contains("larger than"), "{err}");
     let err = refused(&["--cluster", &c, "policy", "add", "x", "--pool", "hdd", "--accessed-before", "2w"]);
     assert!(err.contains("unknown unit"), "{err}");
@@ -64,7 +108,11 @@ async fn policies_are_kept_in_order_and_explain_which_one_decides_a_file() {
     run_ok(&["--cluster", &c, "put", tiny.to_str().expect("utf-8"), "/data/tiny"]);
     run_ok(&["--cluster", &c, "put", big.to_str().expect("utf-8"), "/data/big.bin"]);
     let d = decide(&c, "/data/tiny");
-    assert_eq!((d["policy"].as_str(), d["pool"].as_str(), d["pool_now"].as_str()), (Some("small"), Some("flash"), Some("flash")), "{d}");
+    assert_eq!(
+        (d["policy"].as_str(), d["pool"].as_str(), d["pool_now"].as_str()),
+        (Some("small"), Some("flash"), Some("flash")),
+        "{d}"
+    );
     let d = decide(&c, "/data/big.bin");
     assert_eq!(d["policy"], "rest", "{d}");
     let judged = d["judged"].as_array().expect("judged");
@@ -74,13 +122,35 @@ async fn policies_are_kept_in_order_and_explain_which_one_decides_a_file() {
     assert_eq!((cold[0]["holds"].as_bool(), cold[1]["holds"].as_bool()), (Some(true), Some(false)), "{d}");
     assert!(cold[1]["why"].as_str().unwrap_or("").contains("less than 3600 s"), "{d}");
     let text = run_ok(&["--cluster", &c, "policy", "test", "/data/big.bin"]);
-    assert!(text.contains("policy cold: does not match") && text.contains("belongs in pool flash by policy rest, and is there"), "{text}");
+    assert!(
+        text.contains("policy cold: does not match")
+            && text.contains("belongs in pool flash by policy rest, and is there"),
+        "{text}"
+    );
 
     // An age condition that the file's age meets: it belongs in hdd, where it is not yet.
-    run_ok(&["--cluster", &c, "policy", "add", "aged", "--pool", "hdd", "--name-glob", "big.*", "--accessed-before", "1s", "--before", "rest"]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "aged",
+        "--pool",
+        "hdd",
+        "--name-glob",
+        "big.*",
+        "--accessed-before",
+        "1s",
+        "--before",
+        "rest",
+    ]);
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     let d = decide(&c, "/data/big.bin");
-    assert_eq!((d["policy"].as_str(), d["pool"].as_str(), d["pool_now"].as_str()), (Some("aged"), Some("hdd"), Some("flash")), "{d}");
+    assert_eq!(
+        (d["policy"].as_str(), d["pool"].as_str(), d["pool_now"].as_str()),
+        (Some("aged"), Some("hdd"), Some("flash")),
+        "{d}"
+    );
     let text = run_ok(&["--cluster", &c, "policy", "test", "/data/big.bin"]);
     assert!(text.contains("belongs in pool hdd by policy aged (it is in pool flash now)"), "{text}");
     let err = refused(&["--cluster", &c, "policy", "test", "/data"]);
@@ -92,5 +162,10 @@ async fn policies_are_kept_in_order_and_explain_which_one_decides_a_file() {
     run_ok(&["--cluster", &c, "policy", "rm", "cold"]);
     assert_eq!(policy_names(&c), ["small", "aged", "rest"]);
     let listed = run_ok(&["--cluster", &c, "policy", "list"]);
-    assert!(listed.contains("small") && listed.contains("size <= 65536 -> pool flash (1+2)") && listed.contains("every file -> pool flash (the pool's scheme)"), "{listed}");
+    assert!(
+        listed.contains("small")
+            && listed.contains("size <= 65536 -> pool flash (1+2)")
+            && listed.contains("every file -> pool flash (the pool's scheme)"),
+        "{listed}"
+    );
 }

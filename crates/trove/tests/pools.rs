@@ -34,7 +34,8 @@ fn nodes_holding(root: &Path, id: &str) -> BTreeSet<u64> {
         .iter()
         .filter(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{id}."))))
         .filter_map(|f| {
-            f.components().find_map(|c| c.as_os_str().to_str().and_then(|s| s.strip_prefix("node-")).and_then(|n| n.parse().ok()))
+            f.components()
+                .find_map(|c| c.as_os_str().to_str().and_then(|s| s.strip_prefix("node-")).and_then(|n| n.parse().ok()))
         })
         .collect()
 }
@@ -59,7 +60,12 @@ async fn files_live_on_the_nodes_of_their_directorys_pool() {
 
     // Status lists each pool with its nodes; every node says its pool.
     let status = cluster.status();
-    let pools: Vec<(String, u64)> = status["pools"].as_array().expect("pools").iter().map(|p| (p["name"].as_str().unwrap_or("").to_string(), p["nodes"].as_u64().unwrap_or(99))).collect();
+    let pools: Vec<(String, u64)> = status["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap_or("").to_string(), p["nodes"].as_u64().unwrap_or(99)))
+        .collect();
     assert_eq!(pools, vec![("default".into(), 0), ("flash".into(), 6), ("hdd".into(), 6)]);
     for n in status["nodes"].as_array().expect("nodes") {
         let id = n["id"].as_u64().expect("id");
@@ -99,15 +105,31 @@ async fn files_live_on_the_nodes_of_their_directorys_pool() {
     assert!(dir.contains("pool hdd"), "{dir}");
 
     // du --by-pool sums per pool.
-    let du: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "du", "--by-pool", "--json", "/"])).expect("JSON");
-    let per_pool: Vec<(String, u64, u64)> = du["pools"].as_array().expect("pools").iter().map(|p| (p["pool"].as_str().unwrap_or("").to_string(), p["files"].as_u64().unwrap_or(0), p["bytes"].as_u64().unwrap_or(0))).collect();
+    let du: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", &c, "du", "--by-pool", "--json", "/"])).expect("JSON");
+    let per_pool: Vec<(String, u64, u64)> = du["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| {
+            (
+                p["pool"].as_str().unwrap_or("").to_string(),
+                p["files"].as_u64().unwrap_or(0),
+                p["bytes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
     assert_eq!(per_pool, vec![("flash".into(), 1, hot.len() as u64), ("hdd".into(), 1, cold.len() as u64)]);
     // A status walk counts each pool's chunks and stored bytes (4+2: 1.5 times the data).
     let status = cluster.status();
-    let chunks: Vec<u64> = status["pools"].as_array().expect("pools").iter().map(|p| p["chunks"].as_u64().unwrap_or(0)).collect();
+    let chunks: Vec<u64> =
+        status["pools"].as_array().expect("pools").iter().map(|p| p["chunks"].as_u64().unwrap_or(0)).collect();
     assert_eq!(chunks, vec![0, 3, 2]);
     let hdd_stored = status["pools"][2]["bytes_stored"].as_u64().expect("stored");
-    assert!(hdd_stored >= cold.len() as u64 * 3 / 2 && hdd_stored < cold.len() as u64 * 3 / 2 + (1 << 16), "{hdd_stored}");
+    assert!(
+        hdd_stored >= cold.len() as u64 * 3 / 2 && hdd_stored < cold.len() as u64 * 3 / 2 + (1 << 16),
+        "{hdd_stored}"
+    );
 
     get_matches(&cluster, "/hot.bin", &hot, scratch.path());
     get_matches(&cluster, "/cold/c.bin", &cold, scratch.path());
@@ -122,7 +144,10 @@ async fn files_live_on_the_nodes_of_their_directorys_pool() {
     assert!(!out.status.success() && stderr.contains("of pool \"hdd\""), "{stderr}");
     let out = run(&["--cluster", &c, "mkdir", "--pool", "tape", "/t"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("no pool named \"tape\"") && stderr.contains("default, flash, hdd"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("no pool named \"tape\"") && stderr.contains("default, flash, hdd"),
+        "{stderr}"
+    );
 
     // A pool made while the cluster runs, filled by nodes that join it.
     run_ok(&["--cluster", &c, "pool", "create", "ssd", "--ec", "2+1"]);
@@ -139,11 +164,20 @@ async fn files_live_on_the_nodes_of_their_directorys_pool() {
     assert_eq!((layout["pool"].as_str(), layout["ec"].as_str()), (Some("ssd"), Some("2+1")));
     for chunk in layout["chunks"].as_array().expect("chunks") {
         assert_eq!(chunk["ec"], "2+1");
-        let nodes: BTreeSet<u64> = chunk["shards"].as_array().expect("shards").iter().filter_map(|s| s["node"].as_u64()).collect();
+        let nodes: BTreeSet<u64> =
+            chunk["shards"].as_array().expect("shards").iter().filter_map(|s| s["node"].as_u64()).collect();
         assert!(nodes.is_subset(&ssd), "{nodes:?}");
     }
     get_matches(&cluster, "/fast/f.bin", &fast, scratch.path());
-    let listed: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "pool", "list", "--json"])).expect("JSON");
-    let names: Vec<(&str, u64, &str)> = listed.as_array().expect("pools").iter().map(|p| (p["name"].as_str().unwrap_or(""), p["nodes"].as_u64().unwrap_or(0), p["default_ec"].as_str().unwrap_or(""))).collect();
+    let listed: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", &c, "pool", "list", "--json"])).expect("JSON");
+    let names: Vec<(&str, u64, &str)> = listed
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| {
+            (p["name"].as_str().unwrap_or(""), p["nodes"].as_u64().unwrap_or(0), p["default_ec"].as_str().unwrap_or(""))
+        })
+        .collect();
     assert_eq!(names, vec![("default", 0, "4+2"), ("flash", 6, "4+2"), ("hdd", 6, "4+2"), ("ssd", 3, "2+1")]);
 }

@@ -72,7 +72,9 @@ fn python_package_from_a_fresh_virtualenv_against_a_real_cluster() {
     );
     // `trove` comes from the environment's own site-packages, not from the source tree.
     let origin = run(
-        Command::new(&py).args(["-c", "import trove, trove._native; print(trove._native.__file__)"]).current_dir(work.path()),
+        Command::new(&py)
+            .args(["-c", "import trove, trove._native; print(trove._native.__file__)"])
+            .current_dir(work.path()),
         "import trove",
     );
     let origin = String::from_utf8_lossy(&origin.stdout).trim().to_string();

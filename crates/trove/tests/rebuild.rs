@@ -15,7 +15,8 @@ const SIZES: [usize; 6] = [0, 1, 4095, 1 << 20, (4 << 20) + 1, 9 << 20];
 
 /// Fast failure detection and rebuild for tests (nodes heartbeat every second: down after
 /// two and a half missed); scrub off unless a test turns it on.
-const FAST: [&str; 8] = ["--down-after-ms", "2500", "--rebuild-after-ms", "3000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"];
+const FAST: [&str; 8] =
+    ["--down-after-ms", "2500", "--rebuild-after-ms", "3000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"];
 
 async fn write_files(client: &client::Client, prefix: &str, count: usize) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
@@ -36,11 +37,20 @@ async fn verify(client: &client::Client, files: &[(String, Vec<u8>)], when: &str
 }
 
 fn node_state(status: &serde_json::Value, id: u64) -> String {
-    status["nodes"].as_array().expect("nodes").iter().find(|n| n["id"] == id).map(|n| n["state"].as_str().unwrap_or("").to_string()).unwrap_or_default()
+    status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == id)
+        .map(|n| n["state"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
 }
 
 fn settled(status: &serde_json::Value) -> bool {
-    status["chunks_degraded"] == 0 && status["chunks_misplaced"] == 0 && status["chunks_unavailable"] == 0 && status["chunks_narrow"] == 0
+    status["chunks_degraded"] == 0
+        && status["chunks_misplaced"] == 0
+        && status["chunks_unavailable"] == 0
+        && status["chunks_narrow"] == 0
 }
 
 fn shards_in(dir: &std::path::Path) -> usize {
@@ -57,7 +67,8 @@ async fn lost_node_is_rebuilt_then_two_more_losses_lose_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let (reads, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let reader = {
-        let (client, files, stop, reads, failures) = (client.clone(), files.clone(), stop.clone(), reads.clone(), failures.clone());
+        let (client, files, stop, reads, failures) =
+            (client.clone(), files.clone(), stop.clone(), reads.clone(), failures.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 for (path, data) in &files {
@@ -78,7 +89,9 @@ async fn lost_node_is_rebuilt_then_two_more_losses_lose_nothing() {
     cluster.kill_node(2);
     // Written while node 2 is down: stored degraded, repaired by the rebuild as well.
     let degraded = write_files(&client, "b", 6).await;
-    let status = cluster.wait_status(Duration::from_secs(60), "node 2 out and every chunk rebuilt", |s| node_state(s, 2) == "out" && settled(s));
+    let status = cluster.wait_status(Duration::from_secs(60), "node 2 out and every chunk rebuilt", |s| {
+        node_state(s, 2) == "out" && settled(s)
+    });
     assert_eq!(status["nodes"].as_array().map(|n| n.iter().filter(|n| n["state"] == "up").count()), Some(7));
     // The status table marks the figures of a node that is out as its last report.
     let table = common::run_ok(&["--cluster", &cluster.dir_str(), "status"]);
@@ -132,7 +145,8 @@ async fn drain_then_add_keep_every_byte() {
 
     // Add a node: the mover rebalances onto it.
     run_ok(&["cluster", "add-node", "--dir", &cluster.dir_str()]);
-    cluster.wait_status(Duration::from_secs(60), "node 8 up and rebalanced", |s| node_state(s, 8) == "up" && settled(s));
+    cluster
+        .wait_status(Duration::from_secs(60), "node 8 up and rebalanced", |s| node_state(s, 8) == "up" && settled(s));
     assert!(shards_in(&cluster.path().join("node-8")) > 0, "the new node received shards");
     // Two losses after the rebalance still lose nothing.
     cluster.kill_node(1);
@@ -142,7 +156,11 @@ async fn drain_then_add_keep_every_byte() {
     // A removed node cannot come back by itself.
     let err = run(&["--cluster", &cluster.dir_str(), "node", "undrain", "3"]);
     assert!(!err.status.success());
-    assert!(String::from_utf8_lossy(&err.stderr).contains("out of the cluster"), "{}", String::from_utf8_lossy(&err.stderr));
+    assert!(
+        String::from_utf8_lossy(&err.stderr).contains("out of the cluster"),
+        "{}",
+        String::from_utf8_lossy(&err.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +200,8 @@ async fn rolling_restart_of_every_process_fails_no_client_operation() {
     let stop = Arc::new(AtomicBool::new(false));
     let (ops, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let load = {
-        let (client, base, stop, ops, failures) = (client.clone(), base.clone(), stop.clone(), ops.clone(), failures.clone());
+        let (client, base, stop, ops, failures) =
+            (client.clone(), base.clone(), stop.clone(), ops.clone(), failures.clone());
         tokio::spawn(async move {
             let mut written = Vec::new();
             let mut i = 0u64;
@@ -228,7 +247,11 @@ async fn rolling_restart_of_every_process_fails_no_client_operation() {
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let written = load.await.expect("load task");
-    assert!(ops.load(Ordering::Relaxed) >= 7, "the load ran through the restarts ({} operations)", ops.load(Ordering::Relaxed));
+    assert!(
+        ops.load(Ordering::Relaxed) >= 7,
+        "the load ran through the restarts ({} operations)",
+        ops.load(Ordering::Relaxed)
+    );
     assert_eq!(failures.load(Ordering::Relaxed), 0, "client operations failed during the rolling restart");
     // Everything written during the restarts reads back, and redundancy returns.
     let fresh = cluster.client().await;
@@ -272,7 +295,12 @@ async fn chunks_only_a_snapshot_holds_are_rebuilt_and_drained_too() {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while held_on(node) {
             let status = cluster.status();
-            assert!(std::time::Instant::now() < deadline, "the snapshot's chunks still have shards on node {node} after {what}: {:?}; jobs: {}", kept.iter().map(|(p, _)| nodes_of(&cluster, p)).collect::<Vec<_>>(), run_ok(&["--cluster", &dir, "job", "status"]) + &status.to_string());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the snapshot's chunks still have shards on node {node} after {what}: {:?}; jobs: {}",
+                kept.iter().map(|(p, _)| nodes_of(&cluster, p)).collect::<Vec<_>>(),
+                run_ok(&["--cluster", &dir, "job", "status"]) + &status.to_string()
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     };
@@ -285,7 +313,9 @@ async fn chunks_only_a_snapshot_holds_are_rebuilt_and_drained_too() {
     wait_off(lost, "the rebuild");
     // A node drained: the snapshot's chunks leave it before it goes out.
     run_ok(&["--cluster", &dir, "node", "drain", &drained.to_string()]);
-    cluster.wait_status(Duration::from_secs(60), "the drained node out", |s| node_state(s, drained) == "out" && settled(s));
+    cluster.wait_status(Duration::from_secs(60), "the drained node out", |s| {
+        node_state(s, drained) == "out" && settled(s)
+    });
     wait_off(drained, "the drain");
 
     // Full redundancy: two more nodes lost, and the snapshot still reads bit-exact.

@@ -127,9 +127,8 @@ fn boto3_conditional_writes_checksums_part_copies_and_kept_headers() {
     let certs = tempfile::tempdir().expect("cert dir");
     let (cert, key) = self_signed(certs.path());
     let tls = Gateway::s3(&cluster, "s3-compat-tls", &["--tls-cert", &cert, "--tls-key", &key]);
-    let out = run(python(&gw)
-        .arg(suite_file("compat_check.py"))
-        .env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr)));
+    let out =
+        run(python(&gw).arg(suite_file("compat_check.py")).env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr)));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -166,13 +165,41 @@ fn awscli_conditional_put_checksums_and_upload_part_copy() {
     run_ok(&mut api(&["create-bucket", "--bucket", "cli"]));
 
     // Create-only PUT: the second one is refused and the first object stays.
-    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--body", &file, "--if-none-match", "*"]));
+    run_ok(&mut api(&[
+        "put-object",
+        "--bucket",
+        "cli",
+        "--key",
+        "_delta_log/0.json",
+        "--body",
+        &file,
+        "--if-none-match",
+        "*",
+    ]));
     aws_refused(
-        &mut api(&["put-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--body", &file, "--if-none-match", "*"]),
+        &mut api(&[
+            "put-object",
+            "--bucket",
+            "cli",
+            "--key",
+            "_delta_log/0.json",
+            "--body",
+            &file,
+            "--if-none-match",
+            "*",
+        ]),
         "PreconditionFailed",
     );
     aws_refused(
-        &mut api(&["delete-object", "--bucket", "cli", "--key", "_delta_log/0.json", "--if-match", "\"0123456789abcdef0123456789abcdef\""]),
+        &mut api(&[
+            "delete-object",
+            "--bucket",
+            "cli",
+            "--key",
+            "_delta_log/0.json",
+            "--if-match",
+            "\"0123456789abcdef0123456789abcdef\"",
+        ]),
         "PreconditionFailed",
     );
     run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "_delta_log/0.json"]));
@@ -180,14 +207,44 @@ fn awscli_conditional_put_checksums_and_upload_part_copy() {
     // Checksums given by value: the right ones are kept and answered, a wrong one is refused.
     let crc32 = "DUoRhQ==";
     let sha256 = "uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek=";
-    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "crc.txt", "--body", &file, "--checksum-crc32", crc32]));
+    run_ok(&mut api(&[
+        "put-object",
+        "--bucket",
+        "cli",
+        "--key",
+        "crc.txt",
+        "--body",
+        &file,
+        "--checksum-crc32",
+        crc32,
+    ]));
     let head = run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "crc.txt", "--checksum-mode", "ENABLED"]));
     assert!(head.contains(crc32), "CRC32 not answered: {head}");
-    run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "sha.txt", "--body", &file, "--checksum-algorithm", "SHA256"]));
+    run_ok(&mut api(&[
+        "put-object",
+        "--bucket",
+        "cli",
+        "--key",
+        "sha.txt",
+        "--body",
+        &file,
+        "--checksum-algorithm",
+        "SHA256",
+    ]));
     let head = run_ok(&mut api(&["head-object", "--bucket", "cli", "--key", "sha.txt", "--checksum-mode", "ENABLED"]));
     assert!(head.contains(sha256), "SHA256 not answered: {head}");
     aws_refused(
-        &mut api(&["put-object", "--bucket", "cli", "--key", "bad.txt", "--body", &file, "--checksum-sha256", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="]),
+        &mut api(&[
+            "put-object",
+            "--bucket",
+            "cli",
+            "--key",
+            "bad.txt",
+            "--body",
+            &file,
+            "--checksum-sha256",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        ]),
         "BadDigest",
     );
     aws_refused(&mut api(&["head-object", "--bucket", "cli", "--key", "bad.txt"]), "404");
@@ -197,22 +254,67 @@ fn awscli_conditional_put_checksums_and_upload_part_copy() {
     std::fs::write(home.path().join("big.bin"), &big).expect("write big");
     let big_path = home.path().join("big.bin").to_string_lossy().into_owned();
     run_ok(&mut api(&["put-object", "--bucket", "cli", "--key", "big.bin", "--body", &big_path]));
-    let id = run_ok(&mut api(&["create-multipart-upload", "--bucket", "cli", "--key", "joined.bin", "--query", "UploadId", "--output", "text"]));
+    let id = run_ok(&mut api(&[
+        "create-multipart-upload",
+        "--bucket",
+        "cli",
+        "--key",
+        "joined.bin",
+        "--query",
+        "UploadId",
+        "--output",
+        "text",
+    ]));
     let id = id.trim();
     let e1 = run_ok(&mut api(&[
-        "upload-part-copy", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--part-number", "1",
-        "--copy-source", "cli/big.bin", "--copy-source-range", "bytes=0-5242879", "--query", "CopyPartResult.ETag", "--output", "text",
+        "upload-part-copy",
+        "--bucket",
+        "cli",
+        "--key",
+        "joined.bin",
+        "--upload-id",
+        id,
+        "--part-number",
+        "1",
+        "--copy-source",
+        "cli/big.bin",
+        "--copy-source-range",
+        "bytes=0-5242879",
+        "--query",
+        "CopyPartResult.ETag",
+        "--output",
+        "text",
     ]));
     let e2 = run_ok(&mut api(&[
-        "upload-part-copy", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--part-number", "2",
-        "--copy-source", "cli/crc.txt", "--query", "CopyPartResult.ETag", "--output", "text",
+        "upload-part-copy",
+        "--bucket",
+        "cli",
+        "--key",
+        "joined.bin",
+        "--upload-id",
+        id,
+        "--part-number",
+        "2",
+        "--copy-source",
+        "cli/crc.txt",
+        "--query",
+        "CopyPartResult.ETag",
+        "--output",
+        "text",
     ]));
-    let parts = format!(
-        r#"{{"Parts":[{{"PartNumber":1,"ETag":{}}},{{"PartNumber":2,"ETag":{}}}]}}"#,
-        e1.trim(),
-        e2.trim()
-    );
-    run_ok(&mut api(&["complete-multipart-upload", "--bucket", "cli", "--key", "joined.bin", "--upload-id", id, "--multipart-upload", &parts]));
+    let parts =
+        format!(r#"{{"Parts":[{{"PartNumber":1,"ETag":{}}},{{"PartNumber":2,"ETag":{}}}]}}"#, e1.trim(), e2.trim());
+    run_ok(&mut api(&[
+        "complete-multipart-upload",
+        "--bucket",
+        "cli",
+        "--key",
+        "joined.bin",
+        "--upload-id",
+        id,
+        "--multipart-upload",
+        &parts,
+    ]));
     let back = home.path().join("joined.back");
     run_ok(aws(&gw, home.path()).args(["s3", "cp", "s3://cli/joined.bin"]).arg(&back));
     let mut want = big[..5 << 20].to_vec();

@@ -48,7 +48,12 @@ fn s3_fails(garage: &Garage, args: &[&str], secret: &str) -> String {
 /// The number after `label` in a push's output ("uploaded 3 new chunks (123 bytes").
 fn number_after(text: &str, label: &str) -> u64 {
     let at = text.find(label).unwrap_or_else(|| panic!("no {label:?} in:\n{text}")) + label.len();
-    text[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or_else(|_| panic!("no number after {label:?} in:\n{text}"))
+    text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {label:?} in:\n{text}"))
 }
 
 /// Everything a tree holds, by path relative to its top: kind, mode, owner, mtime, size,
@@ -90,10 +95,22 @@ async fn tree(client: &client::Client, top: &str) -> BTreeMap<String, Node> {
             _ => {}
         }
         // A symbolic link's mode and times mean nothing (Linux shows 0777) and are not kept.
-        let (mode, mtime) = if attr.kind == FileKind::Symlink { (0, Timestamp::default()) } else { (attr.mode, attr.mtime) };
+        let (mode, mtime) =
+            if attr.kind == FileKind::Symlink { (0, Timestamp::default()) } else { (attr.mode, attr.mtime) };
         out.insert(
             path,
-            Node { kind: attr.kind, mode, uid: attr.uid, gid: attr.gid, mtime, size: attr.size, target, xattrs, data, nlink: attr.nlink },
+            Node {
+                kind: attr.kind,
+                mode,
+                uid: attr.uid,
+                gid: attr.gid,
+                mtime,
+                size: attr.size,
+                target,
+                xattrs,
+                data,
+                nlink: attr.nlink,
+            },
         );
     }
     out
@@ -130,13 +147,26 @@ fn a_snapshot_pushed_to_garage_is_pulled_bit_exact_into_another_cluster_and_a_se
         c.setxattr(small_attr.ino, "user.label", b"cat\x00\xff", XattrMode::Upsert).await.expect("xattr");
         c.setattr(
             small_attr.ino,
-            SetAttr { mode: Some(0o640), uid: Some(1234), gid: Some(567), mtime: Some(Timestamp { secs: 1_500_000_000, nanos: 42 }), ..SetAttr::default() },
+            SetAttr {
+                mode: Some(0o640),
+                uid: Some(1234),
+                gid: Some(567),
+                mtime: Some(Timestamp { secs: 1_500_000_000, nanos: 42 }),
+                ..SetAttr::default()
+            },
         )
         .await
         .expect("setattr");
-        c.setattr(sub.ino, SetAttr { mode: Some(0o750), mtime: Some(Timestamp { secs: 1_600_000_000, nanos: 7 }), ..SetAttr::default() })
-            .await
-            .expect("setattr dir");
+        c.setattr(
+            sub.ino,
+            SetAttr {
+                mode: Some(0o750),
+                mtime: Some(Timestamp { secs: 1_600_000_000, nanos: 7 }),
+                ..SetAttr::default()
+            },
+        )
+        .await
+        .expect("setattr dir");
     });
     run_ok(&["snapshot", "create", "/data", "v1", "--cluster", &ca]);
     let out = s3_ok(&garage, &["snapshot", "push", "/data", "v1", "--to", url, "--cluster", &ca]);
@@ -154,8 +184,14 @@ fn a_snapshot_pushed_to_garage_is_pulled_bit_exact_into_another_cluster_and_a_se
     let again = s3_fails(&garage, &["snapshot", "push", "/data", "v1", "--to", url, "--cluster", &ca], &garage.secret);
     assert!(again.contains("already holds a snapshot named \"v1\""), "{again}");
     // Wrong credentials are named as such.
-    let denied = s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/nope", "--cluster", &cb], "not-the-secret");
-    assert!(denied.contains("refused the credentials") || denied.contains("SignatureDoesNotMatch") || denied.contains("403"), "{denied}");
+    let denied =
+        s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/nope", "--cluster", &cb], "not-the-secret");
+    assert!(
+        denied.contains("refused the credentials")
+            || denied.contains("SignatureDoesNotMatch")
+            || denied.contains("403"),
+        "{denied}"
+    );
 
     // Small changes: one chunk of big rewritten, a new small file; the live tree also drops a
     // file, which v1 keeps.
@@ -177,7 +213,8 @@ fn a_snapshot_pushed_to_garage_is_pulled_bit_exact_into_another_cluster_and_a_se
     assert!(out2.contains("5 chunks were in the bucket already"), "{out2}");
 
     // Both pulled into the other cluster, every byte and attribute as the snapshots hold them.
-    let no_parent = s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1", "--cluster", &cb], &garage.secret);
+    let no_parent =
+        s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1", "--cluster", &cb], &garage.secret);
     assert!(no_parent.contains("/restored"), "{no_parent}");
     run_ok(&["mkdir", "/restored", "--cluster", &cb]);
     let pulled = s3_ok(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1", "--cluster", &cb]);
@@ -210,9 +247,11 @@ fn a_snapshot_pushed_to_garage_is_pulled_bit_exact_into_another_cluster_and_a_se
     });
 
     // Refusals of pull: an existing path, a name never pushed.
-    let exists = s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1", "--cluster", &cb], &garage.secret);
+    let exists =
+        s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1", "--cluster", &cb], &garage.secret);
     assert!(exists.contains("it exists"), "{exists}");
-    let unknown = s3_fails(&garage, &["snapshot", "pull", url, "v9", "--into", "/restored/v9", "--cluster", &cb], &garage.secret);
+    let unknown =
+        s3_fails(&garage, &["snapshot", "pull", url, "v9", "--into", "/restored/v9", "--cluster", &cb], &garage.secret);
     assert!(unknown.contains("holds no snapshot \"v9\""), "{unknown}");
 
     // A piece damaged in the store: the pull names it and leaves nothing at the target.
@@ -220,7 +259,11 @@ fn a_snapshot_pushed_to_garage_is_pulled_bit_exact_into_another_cluster_and_a_se
     let mut bad = garage.get(key);
     bad[100] ^= 1;
     garage.put(key, &bad);
-    let damaged = s3_fails(&garage, &["snapshot", "pull", url, "v1", "--into", "/restored/v1-again", "--cluster", &cb], &garage.secret);
+    let damaged = s3_fails(
+        &garage,
+        &["snapshot", "pull", url, "v1", "--into", "/restored/v1-again", "--cluster", &cb],
+        &garage.secret,
+    );
     let sha = key.rsplit('/').next().expect("name");
     assert!(damaged.contains(sha) && damaged.contains("does not match its SHA-256"), "{damaged}");
     let listing = run_ok(&["ls", "/restored", "--cluster", &cb]);

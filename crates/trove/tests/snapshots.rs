@@ -28,16 +28,8 @@ use std::time::Duration;
 
 /// Runs a shell script; returns (success, stdout + stderr).
 fn sh(script: &str) -> (bool, String) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .expect("sh runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("sh").arg("-c").arg(script).output().expect("sh runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
 
@@ -105,25 +97,13 @@ fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
     listed.sort();
     assert_eq!(listed, vec!["a", "b", "sub"], "the tree as it was");
     assert!(read(&snap.join("a")) == a, "a as it was");
-    assert!(
-        read(&snap.join("b")) == b,
-        "b, deleted live, still in the snapshot"
-    );
+    assert!(read(&snap.join("b")) == b, "b, deleted live, still in the snapshot");
     assert!(read(&snap.join("sub/s")) == s);
-    assert!(
-        read(&data.join("a")) == a2,
-        "the live file has the new content"
-    );
+    assert!(read(&data.join("a")) == a2, "the live file has the new content");
     // Through the client without the mount, too.
     let local = tempfile::tempdir().expect("tempdir");
     let got = local.path().join("b");
-    run_ok(&[
-        "get",
-        "/data/.snapshots/mon/b",
-        got.to_str().expect("utf-8"),
-        "--cluster",
-        &c,
-    ]);
+    run_ok(&["get", "/data/.snapshots/mon/b", got.to_str().expect("utf-8"), "--cluster", &c]);
     assert!(read(&got) == b);
 
     // Writes are refused as read-only.
@@ -137,28 +117,16 @@ fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
         format!("truncate -s 0 {p}/b"),
     ] {
         let (ok, text) = sh(&format!("{script} 2>&1"));
-        assert!(
-            !ok && text.contains("Read-only file system"),
-            "{script}: {text}"
-        );
+        assert!(!ok && text.contains("Read-only file system"), "{script}: {text}");
     }
-    assert!(
-        read(&snap.join("a")) == a,
-        "unchanged by the refused writes"
-    );
+    assert!(read(&snap.join("a")) == a, "unchanged by the refused writes");
 
     // List: the bytes only the snapshot holds (b, and a's old chunks).
     let list = snapshot(&cluster, &["list", "/data", "--json"]);
-    let list: serde_json::Value =
-        serde_json::from_str(&list).unwrap_or_else(|e| panic!("{e}: {list}"));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap_or_else(|e| panic!("{e}: {list}"));
     assert_eq!(list[0]["name"], "mon");
-    let exclusive = list[0]["bytes_exclusive"]
-        .as_u64()
-        .expect("bytes_exclusive");
-    assert!(
-        exclusive >= (b.len() + a.len()) as u64,
-        "exclusive {exclusive}"
-    );
+    let exclusive = list[0]["bytes_exclusive"].as_u64().expect("bytes_exclusive");
+    assert!(exclusive >= (b.len() + a.len()) as u64, "exclusive {exclusive}");
 
     // Diff against the live tree.
     let diff = snapshot(&cluster, &["diff", "/data", "mon"]);
@@ -181,22 +149,13 @@ fn snapshots_are_browsed_through_the_mount_restored_and_deleted() {
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while cluster.shard_files().len() >= shards_before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "GC freed nothing after the snapshot was deleted"
-        );
+        assert!(std::time::Instant::now() < deadline, "GC freed nothing after the snapshot was deleted");
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(2));
     for (name, want) in [("a", &a2), ("b", &b), ("sub/s", &s)] {
         let got = local.path().join(name.replace('/', "_"));
-        run_ok(&[
-            "get",
-            &format!("/data/{name}"),
-            got.to_str().expect("utf-8"),
-            "--cluster",
-            &c,
-        ]);
+        run_ok(&["get", &format!("/data/{name}"), got.to_str().expect("utf-8"), "--cluster", &c]);
         assert!(&read(&got) == want, "{name} after GC");
     }
     mount.stop();
@@ -303,7 +262,8 @@ fn a_retained_snapshot_refuses_every_change_and_its_deletion_through_every_front
 
     let out = snapshot(&cluster, &["create", "/worm", "keep", "--retain", "1h"]);
     assert!(out.contains("locked until"), "{out}");
-    let listed: serde_json::Value = serde_json::from_str(&snapshot(&cluster, &["list", "/worm", "--json"])).expect("json");
+    let listed: serde_json::Value =
+        serde_json::from_str(&snapshot(&cluster, &["list", "/worm", "--json"])).expect("json");
     let until = listed[0]["retain_until_ms"].as_u64().expect("retain_until_ms");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
     assert!(until > now + 3_500_000 && until < now + 3_700_000, "{listed}");
@@ -323,7 +283,8 @@ fn a_retained_snapshot_refuses_every_change_and_its_deletion_through_every_front
     // The mount.
     let p = top.join(".snapshots/keep");
     let p = p.display();
-    for script in [format!("echo x > {p}/f"), format!("rm {p}/f"), format!("mv {p}/f {p}/f2"), format!("touch {p}/new")] {
+    for script in [format!("echo x > {p}/f"), format!("rm {p}/f"), format!("mv {p}/f {p}/f2"), format!("touch {p}/new")]
+    {
         let (ok, text) = sh(&format!("{script} 2>&1"));
         assert!(!ok && text.contains("Read-only file system"), "{script}: {text}");
     }
@@ -350,19 +311,31 @@ fn a_retained_snapshot_refuses_every_change_and_its_deletion_through_every_front
     let status = rt.block_on(async {
         use nfsserve::vfs::NFSFileSystem;
         let client = cluster.client().await;
-        let fs = nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/worm/.snapshots/keep".into(), read_only: false }, 0).await.expect("file system");
+        let fs =
+            nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/worm/.snapshots/keep".into(), read_only: false }, 0)
+                .await
+                .expect("file system");
         let file = fs.lookup(fs.root_dir(), &"f".as_bytes().into()).await.expect("lookup");
         let write = fs.write(file, 0, b"changed").await.err();
         let remove = fs.remove(fs.root_dir(), &"f".as_bytes().into()).await.err();
         (write, remove)
     });
-    assert!(matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS))), "{status:?}");
+    assert!(
+        matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ROFS))),
+        "{status:?}"
+    );
 
     // Everything as it was; the live tree is not locked.
     assert!(read(&top.join(".snapshots/keep/f")) == f);
     std::fs::remove_file(top.join("f")).expect("the live file is not locked");
     assert!(read(&top.join(".snapshots/keep/f")) == f);
-    let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&snapshot(&cluster, &["list", "--json"])).expect("json").as_array().expect("list").iter().map(|s| s["name"].as_str().unwrap_or_default().to_string()).collect();
+    let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&snapshot(&cluster, &["list", "--json"]))
+        .expect("json")
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default().to_string())
+        .collect();
     assert_eq!(names, vec!["keep".to_string()]);
 }
 
@@ -456,7 +429,10 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "boto3: {text}\n{}", String::from_utf8_lossy(&out.stderr));
     for attempt in ["put", "put-new", "delete", "copy"] {
-        assert!(text.lines().any(|l| l.starts_with(&format!("{attempt} refused 403 AccessDenied"))), "S3 {attempt}: {text}");
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{attempt} refused 403 AccessDenied"))),
+            "S3 {attempt}: {text}"
+        );
     }
     let hex: String = a.iter().map(|b| format!("{b:02x}")).collect();
     assert!(text.contains(&format!("body {hex}")) && text.contains("free put ok"), "{text}");
@@ -470,12 +446,17 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     let status = rt.block_on(async {
         use nfsserve::vfs::NFSFileSystem;
         let client = cluster.client().await;
-        let fs = nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/locked".into(), read_only: false }, 0).await.expect("file system");
+        let fs = nfsgw::TroveNfs::new(client, nfsgw::Export { path: "/locked".into(), read_only: false }, 0)
+            .await
+            .expect("file system");
         let remove = fs.remove(fs.root_dir(), &"a".as_bytes().into()).await.err();
         let mkdir = fs.mkdir(fs.root_dir(), &"n".as_bytes().into()).await.err();
         (remove, mkdir)
     });
-    assert!(matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES))), "{status:?}");
+    assert!(
+        matches!(status, (Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES), Some(nfsserve::nfs::nfsstat3::NFS3ERR_ACCES))),
+        "{status:?}"
+    );
 
     // Everything as it was, and readable; a snapshot of the locked tree can still be taken.
     assert!(read(&locked.join("a")) == a);
@@ -492,8 +473,16 @@ fn a_retained_tree_refuses_every_change_through_every_front_end_until_its_date()
     std::fs::write(mount.join("free/e"), b"free").expect("outside the tree nothing is locked");
     // Nor does anything come into it from the trash.
     std::fs::remove_file(mount.join("free/e")).expect("rm e");
-    let list: serde_json::Value = serde_json::from_str(&run_ok(&["trash", "list", "--json", "--cluster", &c])).expect("JSON");
-    let id = list.as_array().expect("trash").iter().find(|e| e["path"] == "/free/e").and_then(|e| e["id"].as_str()).expect("e in the trash").to_string();
+    let list: serde_json::Value =
+        serde_json::from_str(&run_ok(&["trash", "list", "--json", "--cluster", &c])).expect("JSON");
+    let id = list
+        .as_array()
+        .expect("trash")
+        .iter()
+        .find(|e| e["path"] == "/free/e")
+        .and_then(|e| e["id"].as_str())
+        .expect("e in the trash")
+        .to_string();
     let text = refused(&["trash", "restore", &id, "--to", "/locked/e", "--cluster", &c]);
     assert!(text.contains("retained until"), "{text}");
     run_ok(&["trash", "restore", &id, "--cluster", &c]);

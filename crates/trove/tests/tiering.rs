@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 /// `trove job status --json`, the job named `name`.
 fn job(c: &str, name: &str) -> serde_json::Value {
-    let all: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
+    let all: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", c, "job", "status", "--json"])).expect("JSON");
     all.as_array().expect("jobs").iter().find(|j| j["name"] == name).cloned().expect("the job is listed")
 }
 
@@ -38,7 +39,10 @@ fn wait_done(cluster: &TestCluster, name: &str, run: u64, within: Duration) -> s
         if Instant::now() > deadline {
             let log = std::fs::read_to_string(cluster.path().join("logs").join("meta.log")).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            panic!("job {name} run {run} not done in {within:?}: {j:#}\nmeta log:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            panic!(
+                "job {name} run {run} not done in {within:?}: {j:#}\nmeta log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -46,8 +50,10 @@ fn wait_done(cluster: &TestCluster, name: &str, run: u64, within: Duration) -> s
 
 /// The pools of the chunks of `path`, and the file's own pool, from `stat --layout`.
 fn pools_of(c: &str, path: &str) -> (BTreeSet<String>, String) {
-    let v: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", c, "stat", "--layout", "--json", path])).expect("JSON");
-    let chunks = v["chunks"].as_array().expect("chunks").iter().map(|c| c["pool"].as_str().unwrap_or("?").to_string()).collect();
+    let v: serde_json::Value =
+        serde_json::from_str(&run_ok(&["--cluster", c, "stat", "--layout", "--json", path])).expect("JSON");
+    let chunks =
+        v["chunks"].as_array().expect("chunks").iter().map(|c| c["pool"].as_str().unwrap_or("?").to_string()).collect();
     (chunks, v["pool"].as_str().unwrap_or("?").to_string())
 }
 
@@ -59,7 +65,10 @@ fn in_pool(c: &str, path: &str, pool: &str) -> bool {
 fn get_matches(c: &str, remote: &str, data: &[u8], scratch: &std::path::Path) {
     let out = scratch.join(format!("got-{}", remote.replace('/', "_")));
     run_ok(&["--cluster", c, "get", remote, out.to_str().expect("utf-8")]);
-    assert!(std::fs::read(&out).expect("read back") == data, "{remote} read through trove get differs from what was written");
+    assert!(
+        std::fs::read(&out).expect("read back") == data,
+        "{remote} read through trove get differs from what was written"
+    );
 }
 
 /// The policies of these tests: files under /data not read for `age` go to hdd; everything
@@ -86,7 +95,18 @@ async fn the_tier_job_moves_files_by_last_access_and_back_when_they_are_read() {
     let cluster = TestCluster::start_with(
         0,
         "4+2",
-        &["--pool", "flash=6", "--pool", "hdd=6", "--tier-schedule", "every 3s", "--tier-bytes-per-s", "16777216", "--gc-grace-ms", "2000"],
+        &[
+            "--pool",
+            "flash=6",
+            "--pool",
+            "hdd=6",
+            "--tier-schedule",
+            "every 3s",
+            "--tier-bytes-per-s",
+            "16777216",
+            "--gc-grace-ms",
+            "2000",
+        ],
     );
     let c = cluster.dir_str();
     let scratch = tempfile::tempdir().expect("scratch");
@@ -134,7 +154,11 @@ async fn the_tier_job_moves_files_by_last_access_and_back_when_they_are_read() {
     };
     // The schedule ran it; a file under /other is no business of the cold policy.
     assert_eq!(moved["trigger"], "schedule", "{moved:#}");
-    assert!(moved["files_moved"].as_u64().unwrap_or(0) >= 2 && moved["bytes_moved"].as_u64().unwrap_or(0) >= big.len() as u64, "{moved:#}");
+    assert!(
+        moved["files_moved"].as_u64().unwrap_or(0) >= 2
+            && moved["bytes_moved"].as_u64().unwrap_or(0) >= big.len() as u64,
+        "{moved:#}"
+    );
     assert!(in_pool(&c, "/other/o.bin", "flash"), "/other/o.bin stays in flash: {:?}", pools_of(&c, "/other/o.bin"));
     assert!(during >= 1, "no read saw /data/big.bin half moved (the move took too little time to be read during it)");
 
@@ -169,8 +193,10 @@ async fn the_tier_job_moves_files_by_last_access_and_back_when_they_are_read() {
     get_matches(&c, "/data/small.bin", &small, scratch.path());
 
     // Moved chunks' old shards go with the GC; everything is back in flash.
-    let status = cluster.wait_status(Duration::from_secs(60), "old copies deleted", |s| s["bytes_pending_delete"].as_u64() == Some(0));
-    let chunks: Vec<u64> = status["pools"].as_array().expect("pools").iter().map(|p| p["chunks"].as_u64().unwrap_or(0)).collect();
+    let status = cluster
+        .wait_status(Duration::from_secs(60), "old copies deleted", |s| s["bytes_pending_delete"].as_u64() == Some(0));
+    let chunks: Vec<u64> =
+        status["pools"].as_array().expect("pools").iter().map(|p| p["chunks"].as_u64().unwrap_or(0)).collect();
     assert_eq!(chunks, vec![0, 11 + 1 + 2, 0], "chunks per pool (default, flash, hdd)");
     drop(gateway);
     reading.stop();
@@ -187,7 +213,8 @@ async fn a_tier_run_pauses_resumes_survives_a_node_loss_and_a_metadata_restart()
     let c = cluster.dir_str();
     let scratch = tempfile::tempdir().expect("scratch");
     run_ok(&["--cluster", &c, "mkdir", "/data"]);
-    let files: Vec<(String, Vec<u8>)> = (0..12).map(|i| (format!("/data/f{i:02}.bin"), content(10 + i, (3 << 20) + i as usize))).collect();
+    let files: Vec<(String, Vec<u8>)> =
+        (0..12).map(|i| (format!("/data/f{i:02}.bin"), content(10 + i, (3 << 20) + i as usize))).collect();
     for (path, data) in &files {
         let local = scratch.path().join("f");
         std::fs::write(&local, data).expect("write");
@@ -200,9 +227,15 @@ async fn a_tier_run_pauses_resumes_survives_a_node_loss_and_a_metadata_restart()
     let tier = job(&c, "tier");
     assert_eq!((tier["schedule"].as_str(), tier["state"].as_str()), (Some("off"), Some("idle")), "{tier:#}");
     let out = run(&["--cluster", &c, "job", "pause", "tier"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("only a running job can be paused"), "{out:?}");
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("only a running job can be paused"),
+        "{out:?}"
+    );
     let out = run(&["--cluster", &c, "job", "start", "nosuch"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("the jobs are tier, repair, scrub"), "{out:?}");
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("the jobs are tier, repair, scrub"),
+        "{out:?}"
+    );
     run_ok(&["--cluster", &c, "job", "start", "tier"]);
 
     // At 4 MiB/s, 36 MiB of data (54 MiB with parity) takes many seconds: pause after a few
@@ -239,7 +272,10 @@ async fn a_tier_run_pauses_resumes_survives_a_node_loss_and_a_metadata_restart()
         "the restarted server took the run up from its cursor (before the restart: {before_restart:#}): {}",
         log.lines().filter(|l| l.contains("job tier")).collect::<Vec<_>>().join("\n")
     );
-    assert!(done["items_seen"].as_u64().unwrap_or(0) <= files.len() as u64 + 3, "files before the cursor are not judged again: {done:#}");
+    assert!(
+        done["items_seen"].as_u64().unwrap_or(0) <= files.len() as u64 + 3,
+        "files before the cursor are not judged again: {done:#}"
+    );
     for (path, data) in &files {
         assert!(in_pool(&c, path, "hdd"), "{path}: {:?}", pools_of(&c, path));
         get_matches(&c, path, data, scratch.path());
@@ -269,7 +305,11 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
         std::fs::write(&table, garage.object_table(prefix, &secret)).expect("write object table");
         run_ok(&["cluster", "add-node", "--dir", &c, "--pool", "cold", "--object", table.to_str().expect("utf-8")]);
     }
-    let files: Vec<(&str, Vec<u8>)> = vec![("/data/a.bin", content(21, (6 << 20) + 3)), ("/data/b.bin", content(22, 3 << 20)), ("/data/c.bin", content(23, 1000))];
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("/data/a.bin", content(21, (6 << 20) + 3)),
+        ("/data/b.bin", content(22, 3 << 20)),
+        ("/data/c.bin", content(23, 1000)),
+    ];
     run_ok(&["--cluster", &c, "mkdir", "/data"]);
     for (path, data) in &files {
         let local = scratch.path().join("f");
@@ -283,8 +323,34 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
         std::thread::sleep(Duration::from_millis(200));
     }
     // Not read for 5 s: hdd; for 14 s: the bucket, two copies; read again: flash.
-    run_ok(&["--cluster", &c, "policy", "add", "archive", "--pool", "cold", "--ec", "1+1", "--path", "/data/**", "--accessed-before", "14s"]);
-    run_ok(&["--cluster", &c, "policy", "add", "cool", "--pool", "hdd", "--path", "/data/**", "--accessed-before", "5s"]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "archive",
+        "--pool",
+        "cold",
+        "--ec",
+        "1+1",
+        "--path",
+        "/data/**",
+        "--accessed-before",
+        "14s",
+    ]);
+    run_ok(&[
+        "--cluster",
+        &c,
+        "policy",
+        "add",
+        "cool",
+        "--pool",
+        "hdd",
+        "--path",
+        "/data/**",
+        "--accessed-before",
+        "5s",
+    ]);
     run_ok(&["--cluster", &c, "policy", "add", "hot", "--pool", "flash"]);
 
     // Read bit-exact through a mount that leaves atimes alone, all the way to the bucket; each
@@ -295,7 +361,10 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
     loop {
         let mut all_cold = true;
         for (path, data) in &files {
-            assert!(std::fs::read(quiet.join(&path[1..])).expect("read through the mount") == *data, "{path} read while it ages");
+            assert!(
+                std::fs::read(quiet.join(&path[1..])).expect("read through the mount") == *data,
+                "{path} read while it ages"
+            );
             if in_pool(&c, path, "hdd") {
                 seen_in_hdd.insert(path.to_string());
             }
@@ -304,14 +373,20 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
         if all_cold {
             break;
         }
-        assert!(Instant::now() < deadline, "not in the bucket: {:?}; job {:#}", files.iter().map(|(p, _)| pools_of(&c, p)).collect::<Vec<_>>(), job(&c, "tier"));
+        assert!(
+            Instant::now() < deadline,
+            "not in the bucket: {:?}; job {:#}",
+            files.iter().map(|(p, _)| pools_of(&c, p)).collect::<Vec<_>>(),
+            job(&c, "tier")
+        );
         std::thread::sleep(Duration::from_millis(150));
     }
     assert_eq!(seen_in_hdd.len(), files.len(), "every file passed through hdd: {seen_in_hdd:?}");
     // Their shards are objects in Garage, under the two nodes' prefixes.
     let objects: Vec<(String, u64)> = ["n1/", "n2/"].iter().flat_map(|p| garage.list(p)).collect();
     for (path, _) in &files {
-        let layout: serde_json::Value = serde_json::from_str(&run_ok(&["--cluster", &c, "stat", "--layout", "--json", path])).expect("JSON");
+        let layout: serde_json::Value =
+            serde_json::from_str(&run_ok(&["--cluster", &c, "stat", "--layout", "--json", path])).expect("JSON");
         for chunk in layout["chunks"].as_array().expect("chunks") {
             let id = chunk["id"].as_str().expect("chunk id");
             let n = objects.iter().filter(|(k, _)| k.contains(&format!("/shards/{id}."))).count();
@@ -325,7 +400,11 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
         assert!(std::fs::read(quiet.join("data/b.bin")).expect("mount read") == files[1].1, "b.bin from the bucket");
         std::thread::sleep(Duration::from_secs(2));
     }
-    assert!(in_pool(&c, "/data/b.bin", "cold"), "b.bin, read without its atime moving, stays: {:?}", pools_of(&c, "/data/b.bin"));
+    assert!(
+        in_pool(&c, "/data/b.bin", "cold"),
+        "b.bin, read without its atime moving, stays: {:?}",
+        pools_of(&c, "/data/b.bin")
+    );
 
     // With recall: a.bin read through the S3 gateway (its atime moves) goes back to flash.
     let gateway = gw::Gateway::s3(&cluster, "s3-recall", &[]);
@@ -336,7 +415,12 @@ async fn files_age_from_flash_to_hdd_to_an_object_pool_and_are_recalled_when_rea
     assert!(nfs_cat(&cluster, "/data/a.bin") == files[0].1, "a.bin through NFS, from the bucket");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !in_pool(&c, "/data/a.bin", "flash") {
-        assert!(Instant::now() < deadline, "a.bin, read, was not recalled: {:?}; job {:#}", pools_of(&c, "/data/a.bin"), job(&c, "tier"));
+        assert!(
+            Instant::now() < deadline,
+            "a.bin, read, was not recalled: {:?}; job {:#}",
+            pools_of(&c, "/data/a.bin"),
+            job(&c, "tier")
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(in_pool(&c, "/data/b.bin", "cold"), "b.bin stays in the bucket: {:?}", pools_of(&c, "/data/b.bin"));

@@ -74,7 +74,9 @@ mod tests {
     #[test]
     fn combining_matches_checksumming_the_concatenation() {
         let data: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        for (split, end) in [(0, 0), (0, 10), (10, 10), (1, 2), (4096, 65536), (65535, 65536), (3, 199_999), (100_000, 200_000)] {
+        for (split, end) in
+            [(0, 0), (0, 10), (10, 10), (1, 2), (4096, 65536), (65535, 65536), (3, 199_999), (100_000, 200_000)]
+        {
             let (a, b) = (&data[..split], &data[split..end]);
             let want = crc32c::crc32c(&data[..end]);
             assert_eq!(crc32c_combine(crc32c::crc32c(a), crc32c::crc32c(b), b.len()), want, "split {split} end {end}");

@@ -61,28 +61,28 @@ impl ErrorCode {
     /// The Linux errno for this code, for the FUSE front end.
     pub fn errno(self) -> i32 {
         match self {
-            ErrorCode::NotFound => 2,           // ENOENT
-            ErrorCode::Exists => 17,            // EEXIST
-            ErrorCode::NotDir => 20,            // ENOTDIR
-            ErrorCode::IsDir => 21,             // EISDIR
-            ErrorCode::NotEmpty => 39,          // ENOTEMPTY
-            ErrorCode::Invalid => 22,           // EINVAL
-            ErrorCode::NoSpace => 28,           // ENOSPC
-            ErrorCode::Io | ErrorCode::Corrupt => 5, // EIO
-            ErrorCode::Unavailable => 5,        // EIO
-            ErrorCode::PermissionDenied => 13,  // EACCES
-            ErrorCode::NameTooLong => 36,       // ENAMETOOLONG
+            ErrorCode::NotFound => 2,                              // ENOENT
+            ErrorCode::Exists => 17,                               // EEXIST
+            ErrorCode::NotDir => 20,                               // ENOTDIR
+            ErrorCode::IsDir => 21,                                // EISDIR
+            ErrorCode::NotEmpty => 39,                             // ENOTEMPTY
+            ErrorCode::Invalid => 22,                              // EINVAL
+            ErrorCode::NoSpace => 28,                              // ENOSPC
+            ErrorCode::Io | ErrorCode::Corrupt => 5,               // EIO
+            ErrorCode::Unavailable => 5,                           // EIO
+            ErrorCode::PermissionDenied => 13,                     // EACCES
+            ErrorCode::NameTooLong => 36,                          // ENAMETOOLONG
             ErrorCode::Conflict | ErrorCode::MaybeCommitted => 11, // EAGAIN
-            ErrorCode::VersionMismatch => 71,   // EPROTO
-            ErrorCode::TooLarge => 27,          // EFBIG
-            ErrorCode::NoAttr => 61,            // ENODATA
-            ErrorCode::NotSupported => 95,      // EOPNOTSUPP
-            ErrorCode::Internal => 5,           // EIO
-            ErrorCode::NotMember => 5,          // EIO
-            ErrorCode::Changed => 11,           // EAGAIN
-            ErrorCode::QuotaExceeded => 122,    // EDQUOT
-            ErrorCode::CrossDevice => 18,       // EXDEV
-            ErrorCode::ReadOnly => 30,          // EROFS
+            ErrorCode::VersionMismatch => 71,                      // EPROTO
+            ErrorCode::TooLarge => 27,                             // EFBIG
+            ErrorCode::NoAttr => 61,                               // ENODATA
+            ErrorCode::NotSupported => 95,                         // EOPNOTSUPP
+            ErrorCode::Internal => 5,                              // EIO
+            ErrorCode::NotMember => 5,                             // EIO
+            ErrorCode::Changed => 11,                              // EAGAIN
+            ErrorCode::QuotaExceeded => 122,                       // EDQUOT
+            ErrorCode::CrossDevice => 18,                          // EXDEV
+            ErrorCode::ReadOnly => 30,                             // EROFS
         }
     }
 }

@@ -152,11 +152,8 @@ pub fn decode_frame(buf: &[u8]) -> Result<(Frame, usize), FrameError> {
     let body_end = HEADER_BYTES + header.body_len as usize;
     let body = &buf[HEADER_BYTES..body_end];
     header.verify(&buf[..HEADER_BYTES], body)?;
-    let frame = Frame {
-        header,
-        body: Bytes::copy_from_slice(body),
-        data: Bytes::copy_from_slice(&buf[body_end..total]),
-    };
+    let frame =
+        Frame { header, body: Bytes::copy_from_slice(body), data: Bytes::copy_from_slice(&buf[body_end..total]) };
     Ok((frame, total))
 }
 

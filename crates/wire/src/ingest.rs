@@ -62,7 +62,9 @@ impl IngestRule {
         let name = &self.name;
         for (what, path) in [("source", &self.from), ("target", &self.into)] {
             if path.len() > INGEST_PATH_BYTES_MAX {
-                return Err(format!("ingest rule {name:?}: the {what} path is longer than {INGEST_PATH_BYTES_MAX} bytes"));
+                return Err(format!(
+                    "ingest rule {name:?}: the {what} path is longer than {INGEST_PATH_BYTES_MAX} bytes"
+                ));
             }
             if normalize_path(path).as_deref() != Some(path.as_str()) {
                 return Err(format!(
@@ -129,7 +131,15 @@ mod tests {
     #[test]
     fn rules_with_overlapping_or_unnormalized_trees_are_refused() {
         assert!(rule("/raw", "/raw-224").check().is_ok());
-        for (from, into) in [("/raw", "/raw/224"), ("/raw/a", "/raw"), ("/", "/x"), ("raw", "/x"), ("/raw/", "/x"), ("/a/../b", "/x"), ("/a//b", "/x")] {
+        for (from, into) in [
+            ("/raw", "/raw/224"),
+            ("/raw/a", "/raw"),
+            ("/", "/x"),
+            ("raw", "/x"),
+            ("/raw/", "/x"),
+            ("/a/../b", "/x"),
+            ("/a//b", "/x"),
+        ] {
             assert!(rule(from, into).check().is_err(), "{from} -> {into} was accepted");
         }
         let mut r = rule("/raw", "/small");
@@ -149,7 +159,10 @@ mod tests {
         assert_eq!(r.target_of("/raw/a/b.jpg").as_deref(), Some("/v/224/a/b.jpg"));
         assert_eq!(r.target_of("/rawer/b.jpg"), None);
         assert_eq!(r.target_of("/raw").as_deref(), Some("/v/224"));
-        assert_eq!(IngestRule { from: "/".into(), ..r.clone() }.target_of("/a/b.jpg").as_deref(), Some("/v/224/a/b.jpg"));
+        assert_eq!(
+            IngestRule { from: "/".into(), ..r.clone() }.target_of("/a/b.jpg").as_deref(),
+            Some("/v/224/a/b.jpg")
+        );
     }
 
     #[test]

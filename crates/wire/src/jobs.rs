@@ -125,10 +125,7 @@ impl JobInfo {
 
     /// Seconds left at the current rate, when the total is known.
     pub fn eta_s(&self) -> Option<u64> {
-        let left = self
-            .progress
-            .items_total
-            .checked_sub(self.progress.items_seen)?;
+        let left = self.progress.items_total.checked_sub(self.progress.items_seen)?;
         let rate = self.rate();
         (self.state == JobState::Running && rate > 0.0 && self.progress.items_total > 0)
             .then(|| (left as f64 / rate).ceil() as u64)
@@ -140,8 +137,5 @@ pub fn check_job_name(name: &str) -> Result<(), String> {
     if JOB_NAMES.contains(&name) {
         return Ok(());
     }
-    Err(format!(
-        "no job named {name:?}; the jobs are {}",
-        JOB_NAMES.join(", ")
-    ))
+    Err(format!("no job named {name:?}; the jobs are {}", JOB_NAMES.join(", ")))
 }

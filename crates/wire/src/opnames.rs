@@ -173,16 +173,8 @@ impl MetaOp {
 
 impl StorageOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 8] = [
-        "PutShard",
-        "GetShard",
-        "DeleteShards",
-        "ListShards",
-        "Stat",
-        "Stages",
-        "ReadRange",
-        "Scrub",
-    ];
+    pub const NAMES: [&'static str; 8] =
+        ["PutShard", "GetShard", "DeleteShards", "ListShards", "Stat", "Stages", "ReadRange", "Scrub"];
 
     /// The operation's position in [`StorageOp::NAMES`].
     pub fn index(&self) -> usize {
@@ -211,9 +203,7 @@ mod tests {
     /// A name is what `Debug` prints before the fields, so it matches the variant.
     fn debug_name<T: std::fmt::Debug>(v: &T) -> String {
         let text = format!("{v:?}");
-        let end = text
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(text.len());
+        let end = text.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(text.len());
         text[..end].to_string()
     }
 
@@ -224,41 +214,20 @@ mod tests {
             StorageOp::DeleteShards { keys: vec![] },
             StorageOp::Stat,
             StorageOp::Stages,
-            StorageOp::GetShard {
-                key,
-                offset: 0,
-                len: 0,
-            },
-            StorageOp::ReadRange {
-                key,
-                offset: 0,
-                len: 0,
-            },
-            StorageOp::ListShards {
-                after: None,
-                limit: 1,
-            },
+            StorageOp::GetShard { key, offset: 0, len: 0 },
+            StorageOp::ReadRange { key, offset: 0, len: 0 },
+            StorageOp::ListShards { after: None, limit: 1 },
         ];
         for op in &storage {
             assert_eq!(op.name(), debug_name(op));
         }
         let meta = [
-            MetaOp::Lookup {
-                parent: 1,
-                name: "a".into(),
-            },
+            MetaOp::Lookup { parent: 1, name: "a".into() },
             MetaOp::StatFs,
             MetaOp::Processes,
-            MetaOp::Heartbeat {
-                node: 1,
-                drives: vec![],
-            },
+            MetaOp::Heartbeat { node: 1, drives: vec![] },
             MetaOp::NodeStates { known: 0 },
-            MetaOp::Events {
-                after: 0,
-                limit: 1,
-                newest: false,
-            },
+            MetaOp::Events { after: 0, limit: 1, newest: false },
             MetaOp::GetMap { version: 1 },
             MetaOp::ListPools,
             MetaOp::ListPolicies,
@@ -268,22 +237,13 @@ mod tests {
             MetaOp::SnapshotRestore { root: 1, name: "s".into(), path: String::new() },
             MetaOp::ScanHeldChunks { after: None, limit: 1 },
             MetaOp::HeldChunk { ino: 1, index: 0, id: 1 },
-            MetaOp::GetQuota {
-                ino: 1,
-                nearest: true,
-            },
+            MetaOp::GetQuota { ino: 1, nearest: true },
             MetaOp::RemovePolicy { name: "p".into() },
             MetaOp::ListIngestRules,
             MetaOp::RemoveIngestRule { name: "r".into() },
             MetaOp::RetainTree { ino: 1, until_ms: 1 },
-            MetaOp::SetPool {
-                ino: 1,
-                pool: "flash".into(),
-            },
-            MetaOp::RenewLease {
-                session: 1,
-                lease_ms: 1,
-            },
+            MetaOp::SetPool { ino: 1, pool: "flash".into() },
+            MetaOp::RenewLease { session: 1, lease_ms: 1 },
         ];
         for op in &meta {
             assert_eq!(op.name(), debug_name(op));

@@ -171,13 +171,22 @@ impl FilePolicy {
             push(holds, format!("name {name:?} {} {glob:?}", if holds { "matches" } else { "does not match" }));
         }
         if let Some(min) = rule.size_bytes_min {
-            push(file.size >= min, format!("size {} bytes {} {min}", file.size, if file.size >= min { ">=" } else { "<" }));
+            push(
+                file.size >= min,
+                format!("size {} bytes {} {min}", file.size, if file.size >= min { ">=" } else { "<" }),
+            );
         }
         if let Some(max) = rule.size_bytes_max {
-            push(file.size <= max, format!("size {} bytes {} {max}", file.size, if file.size <= max { "<=" } else { ">" }));
+            push(
+                file.size <= max,
+                format!("size {} bytes {} {max}", file.size, if file.size <= max { "<=" } else { ">" }),
+            );
         }
         if let Some(uid) = rule.uid {
-            push(file.uid == uid, format!("owner uid {} {} {uid}", file.uid, if file.uid == uid { "is" } else { "is not" }));
+            push(
+                file.uid == uid,
+                format!("owner uid {} {} {uid}", file.uid, if file.uid == uid { "is" } else { "is not" }),
+            );
         }
         let ages = [
             ("last read", file.atime, rule.atime_age_s_min, true),
@@ -207,7 +216,11 @@ impl FilePolicy {
 }
 
 /// The first policy of `policies` that `file` matches, with its index.
-pub fn first_match<'p>(policies: &'p [FilePolicy], file: &FileFacts<'_>, now: Timestamp) -> Option<(usize, &'p FilePolicy)> {
+pub fn first_match<'p>(
+    policies: &'p [FilePolicy],
+    file: &FileFacts<'_>,
+    now: Timestamp,
+) -> Option<(usize, &'p FilePolicy)> {
     policies.iter().enumerate().find(|(_, p)| p.matches(file, now))
 }
 
@@ -334,10 +347,14 @@ mod tests {
     #[test]
     fn bad_policies_are_refused_with_the_reason() {
         let err = |rule: PolicyRule| policy("p", rule, "hdd").check().err().unwrap_or_default();
-        assert!(err(PolicyRule { path_glob: Some("data/**".into()), ..Default::default() }).contains("must be absolute"));
+        assert!(
+            err(PolicyRule { path_glob: Some("data/**".into()), ..Default::default() }).contains("must be absolute")
+        );
         assert!(err(PolicyRule { name_glob: Some("a/*.jpg".into()), ..Default::default() }).contains("contains '/'"));
-        assert!(err(PolicyRule { size_bytes_min: Some(10), size_bytes_max: Some(5), ..Default::default() }).contains("larger than"));
-        assert!(err(PolicyRule { atime_age_s_min: Some(10), atime_age_s_max: Some(5), ..Default::default() }).contains("no file"));
+        assert!(err(PolicyRule { size_bytes_min: Some(10), size_bytes_max: Some(5), ..Default::default() })
+            .contains("larger than"));
+        assert!(err(PolicyRule { atime_age_s_min: Some(10), atime_age_s_max: Some(5), ..Default::default() })
+            .contains("no file"));
         assert!(policy("a b", PolicyRule::default(), "hdd").check().err().unwrap_or_default().contains("policy name"));
         assert!(policy("p", PolicyRule::default(), "").check().is_err());
         assert!(policy("p", PolicyRule::default(), "hdd").check().is_ok());

@@ -281,14 +281,20 @@ impl Connection {
                         service_name(service)
                     )
                 } else {
-                    format!("timed out: no connection within {waited} s (a wrong address, or a firewall dropping packets?)")
+                    format!(
+                        "timed out: no connection within {waited} s (a wrong address, or a firewall dropping packets?)"
+                    )
                 };
                 Err(RpcError::Connect { addr: addr.into(), reason })
             }
         }
     }
 
-    async fn connect_inner(addr: &str, service: Service, connected: &AtomicBool) -> Result<(Connection, Hello), RpcError> {
+    async fn connect_inner(
+        addr: &str,
+        service: Service,
+        connected: &AtomicBool,
+    ) -> Result<(Connection, Hello), RpcError> {
         let connect_err = |reason: String| RpcError::Connect { addr: addr.into(), reason };
         let stream = TcpStream::connect(addr).await.map_err(|e| {
             connect_err(match e.kind() {
@@ -393,7 +399,12 @@ impl Connection {
             let mut pending = inner.pending.lock();
             match pending.as_mut() {
                 Some(p) => p.insert(id, wtx),
-                None => return Err(RpcError::Closed { addr: inner.addr.clone(), reason: "connection failed earlier".into() }),
+                None => {
+                    return Err(RpcError::Closed {
+                        addr: inner.addr.clone(),
+                        reason: "connection failed earlier".into(),
+                    })
+                }
             };
         }
         let closed = || RpcError::Closed { addr: inner.addr.clone(), reason: "connection closed".into() };
@@ -410,10 +421,8 @@ impl Connection {
                 return Err(RpcError::Timeout { addr: inner.addr.clone(), timeout_ms: timeout.as_millis() as u64 });
             }
         };
-        let result: Result<Resp, WireError> = postcard::from_bytes(&frame.body).map_err(|e| RpcError::Protocol {
-            addr: inner.addr.clone(),
-            reason: format!("undecodable reply: {e}"),
-        })?;
+        let result: Result<Resp, WireError> = postcard::from_bytes(&frame.body)
+            .map_err(|e| RpcError::Protocol { addr: inner.addr.clone(), reason: format!("undecodable reply: {e}") })?;
         match result {
             Ok(resp) => Ok((resp, frame.data)),
             Err(e) => Err(RpcError::Remote(e)),
@@ -515,7 +524,12 @@ pub fn describe_foreign(seen: &[u8]) -> String {
         format!("it answered {:?}", first_line())
     } else {
         let shown: Vec<String> = seen.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        format!("it answered {} bytes that are not a Trove frame ({}{})", seen.len(), shown.join(" "), if seen.len() > 16 { " ..." } else { "" })
+        format!(
+            "it answered {} bytes that are not a Trove frame ({}{})",
+            seen.len(),
+            shown.join(" "),
+            if seen.len() > 16 { " ..." } else { "" }
+        )
     }
 }
 
@@ -599,7 +613,12 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: 
     }
 }
 
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, service: Service, cluster: &str) -> Result<(), String> {
+async fn serve_connection<H: Handler>(
+    stream: TcpStream,
+    handler: Arc<H>,
+    service: Service,
+    cluster: &str,
+) -> Result<(), String> {
     stream.set_nodelay(true).ok();
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
@@ -706,7 +725,12 @@ mod tests {
     async fn foreign_peers_are_named_by_what_they_look_like() {
         let http = answering(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").await;
         let e = connect_error(&http).await;
-        assert!(e.contains("is not a Trove metadata service") && e.contains("an HTTP server") && e.contains("400 Bad Request"), "{e}");
+        assert!(
+            e.contains("is not a Trove metadata service")
+                && e.contains("an HTTP server")
+                && e.contains("400 Bad Request"),
+            "{e}"
+        );
         let ssh = answering(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n").await;
         assert!(connect_error(&ssh).await.contains("an SSH server (\"SSH-2.0-OpenSSH_9.2p1 Debian-2\")"));
         let tls = answering(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]).await;

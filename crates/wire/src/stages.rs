@@ -139,7 +139,11 @@ pub fn snapshot() -> Vec<StageTotal> {
         .filter_map(|&s| {
             let c = &COUNTERS[s.slot()];
             let count = c.count.load(Ordering::Relaxed);
-            (count > 0).then(|| StageTotal { stage: s.name().to_string(), count, total_ns: c.total_ns.load(Ordering::Relaxed) })
+            (count > 0).then(|| StageTotal {
+                stage: s.name().to_string(),
+                count,
+                total_ns: c.total_ns.load(Ordering::Relaxed),
+            })
         })
         .collect()
 }

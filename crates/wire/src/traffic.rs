@@ -22,8 +22,5 @@ pub fn sent(bytes: usize) {
 
 /// (received, sent) so far.
 pub fn totals() -> (u64, u64) {
-    (
-        RECEIVED.load(Ordering::Relaxed),
-        SENT.load(Ordering::Relaxed),
-    )
+    (RECEIVED.load(Ordering::Relaxed), SENT.load(Ordering::Relaxed))
 }

@@ -250,17 +250,14 @@ impl EcScheme {
             return Err(format!("{k}+{m} has no data shard; {}", Self::LIMITS));
         }
         if k.saturating_add(m) > SHARDS_MAX as u64 {
-            return Err(format!(
-                "{k}+{m} has {} shards; {}",
-                k.saturating_add(m),
-                Self::LIMITS
-            ));
+            return Err(format!("{k}+{m} has {} shards; {}", k.saturating_add(m), Self::LIMITS));
         }
         Ok(())
     }
 
     /// The limits every scheme keeps, as error messages state them.
-    const LIMITS: &'static str = "a scheme K+M needs K >= 1 and K + M <= 32 shards in all (e.g. 4+2, 8+3, or 1+2 for three copies)";
+    const LIMITS: &'static str =
+        "a scheme K+M needs K >= 1 and K + M <= 32 shards in all (e.g. 4+2, 8+3, or 1+2 for three copies)";
 
     /// The scheme a chunk of `len` bytes of a file coded `self` is written in: `self`, except
     /// that a chunk of at most [`SMALL_CHUNK_BYTES_MAX`] is mirrored, `1+m` (three copies for
@@ -300,16 +297,14 @@ impl fmt::Display for EcScheme {
 impl std::str::FromStr for EcScheme {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (k, m) = s.split_once('+').ok_or_else(|| format!("erasure scheme {s:?} is not of the form K+M (e.g. 4+2)"))?;
+        let (k, m) =
+            s.split_once('+').ok_or_else(|| format!("erasure scheme {s:?} is not of the form K+M (e.g. 4+2)"))?;
         // Parsed wider than the fields, so that "300+2" is told it is over the limit rather
         // than that 300 is not a number.
         let number = |part: &str| -> Result<u64, String> {
             let part = part.trim();
             if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!(
-                    "erasure scheme {s:?}: {part:?} is not a whole number; {}",
-                    Self::LIMITS
-                ));
+                return Err(format!("erasure scheme {s:?}: {part:?} is not a whole number; {}", Self::LIMITS));
             }
             // All digits: only overflow can fail, and such a number is over the limit anyway.
             Ok(part.parse().unwrap_or(u64::MAX))
@@ -317,10 +312,7 @@ impl std::str::FromStr for EcScheme {
         let (k, m) = (number(k)?, number(m)?);
         Self::check(k, m).map_err(|e| format!("erasure scheme {s:?}: {e}"))?;
         // `check` bounds both by SHARDS_MAX, so they fit in a byte.
-        Ok(EcScheme {
-            k: k as u8,
-            m: m as u8,
-        })
+        Ok(EcScheme { k: k as u8, m: m as u8 })
     }
 }
 
@@ -543,8 +535,7 @@ pub struct DriveInfo {
 /// space is counted once (the largest total and the smallest free any of them reported, as
 /// reports are taken at slightly different moments). Drives of unknown device count alone.
 pub fn capacity_once_per_device(drives: &[DriveInfo]) -> (u64, u64) {
-    let mut per_device: std::collections::HashMap<u64, (u64, u64)> =
-        std::collections::HashMap::new();
+    let mut per_device: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
     let (mut total, mut free) = (0u64, 0u64);
     for d in drives {
         if d.device == 0 {
@@ -552,9 +543,7 @@ pub fn capacity_once_per_device(drives: &[DriveInfo]) -> (u64, u64) {
             free = free.saturating_add(d.bytes_free);
             continue;
         }
-        let seen = per_device
-            .entry(d.device)
-            .or_insert((d.bytes_total, d.bytes_free));
+        let seen = per_device.entry(d.device).or_insert((d.bytes_total, d.bytes_free));
         seen.0 = seen.0.max(d.bytes_total);
         seen.1 = seen.1.min(d.bytes_free);
     }
@@ -573,12 +562,7 @@ pub fn device_id(host: &str, st_dev: u64, fsid: u64) -> u64 {
     // FNV-1a: fixed forever, as ids computed by different builds (a storage node and a client
     // checking space) must agree.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in host
-        .bytes()
-        .chain([0])
-        .chain(st_dev.to_le_bytes())
-        .chain(fsid.to_le_bytes())
-    {
+    for b in host.bytes().chain([0]).chain(st_dev.to_le_bytes()).chain(fsid.to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -806,7 +790,10 @@ mod tests {
         assert_eq!(EcScheme { k: 1, m: 2 }.for_chunk(4096), EcScheme { k: 1, m: 2 });
         // Mirrored small chunks are what their file wants; narrower ones are not.
         assert!(!EcScheme { k: 1, m: 2 }.narrower_than(ec.for_chunk(1000)));
-        assert!(!ec.narrower_than(ec.for_chunk(1000)), "a small chunk written wide (before mirroring) is left as it is");
+        assert!(
+            !ec.narrower_than(ec.for_chunk(1000)),
+            "a small chunk written wide (before mirroring) is left as it is"
+        );
         assert!(EcScheme { k: 2, m: 2 }.narrower_than(ec.for_chunk(4 << 20)));
         assert!(EcScheme { k: 1, m: 1 }.narrower_than(ec.for_chunk(1000)));
     }
@@ -827,18 +814,12 @@ mod tests {
         // Over the limit, within a byte or not, is said to be over the limit.
         for over in ["300+2", "31+2", "20+20", "99999999999999999999999+1"] {
             let e = parse_err(over);
-            assert!(
-                e.contains("K + M <= 32") && !e.contains("number"),
-                "{over}: {e}"
-            );
+            assert!(e.contains("K + M <= 32") && !e.contains("number"), "{over}: {e}");
         }
         let e = parse_err("0+2");
         assert!(e.contains("no data shard") && e.contains("K >= 1"), "{e}");
         let e = parse_err("x+2");
-        assert!(
-            e.contains("\"x\" is not a whole number") && e.contains("K + M <= 32"),
-            "{e}"
-        );
+        assert!(e.contains("\"x\" is not a whole number") && e.contains("K + M <= 32"), "{e}");
         assert!(parse_err("-1+2").contains("not a whole number"));
         assert!(parse_err("4").contains("K+M"));
         assert!(EcScheme { k: 0, m: 1 }.validate().is_err());

@@ -51,12 +51,38 @@ fn samples() -> Vec<Vec<u8>> {
         missing: 0b10,
     };
     vec![
-        postcard::to_allocvec(&MetaCall { request_id: 42, op: MetaOp::Create { parent: 1, name: "a".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true } }).unwrap(),
-        postcard::to_allocvec(&MetaCall { request_id: 0, op: MetaOp::CommitChunks { ino: 5, chunks: vec![rec.clone()], size: 9, set_size: false, mtime: Timestamp::default() } }).unwrap(),
+        postcard::to_allocvec(&MetaCall {
+            request_id: 42,
+            op: MetaOp::Create { parent: 1, name: "a".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true },
+        })
+        .unwrap(),
+        postcard::to_allocvec(&MetaCall {
+            request_id: 0,
+            op: MetaOp::CommitChunks {
+                ino: 5,
+                chunks: vec![rec.clone()],
+                size: 9,
+                set_size: false,
+                mtime: Timestamp::default(),
+            },
+        })
+        .unwrap(),
         postcard::to_allocvec(&MetaResult::Ok(MetaReply::Chunks { attr: attr.clone(), chunks: vec![rec] })).unwrap(),
-        postcard::to_allocvec(&MetaResult::Ok(MetaReply::Entries { entries: vec![DirEntry { name: "x".into(), attr }], more: true })).unwrap(),
+        postcard::to_allocvec(&MetaResult::Ok(MetaReply::Entries {
+            entries: vec![DirEntry { name: "x".into(), attr }],
+            more: true,
+        }))
+        .unwrap(),
         postcard::to_allocvec(&MetaResult::Err(werr!(NotFound, "no such file"))).unwrap(),
-        postcard::to_allocvec(&StorageOp::PutShard { info: ShardInfo { key: ShardKey { chunk: 1, index: 2 }, ec: EcScheme::DEFAULT, len: 10, block_crcs: vec![7] } }).unwrap(),
+        postcard::to_allocvec(&StorageOp::PutShard {
+            info: ShardInfo {
+                key: ShardKey { chunk: 1, index: 2 },
+                ec: EcScheme::DEFAULT,
+                len: 10,
+                block_crcs: vec![7],
+            },
+        })
+        .unwrap(),
         postcard::to_allocvec(&StorageResult::Ok(StorageReply::Keys(vec![ShardKey { chunk: 3, index: 0 }]))).unwrap(),
     ]
 }
@@ -152,7 +178,14 @@ async fn wrong_service_and_incompatible_version_are_refused_with_clear_errors() 
 
     let (conn, hello) = Connection::connect(&addr, Service::Storage).await.expect("connects");
     assert_eq!(hello.cluster, "c");
-    let (reply, data) = conn.call::<StorageOp, StorageReply>(&StorageOp::Stat, bytes::Bytes::from_static(b"abc"), std::time::Duration::from_secs(5)).await.unwrap();
+    let (reply, data) = conn
+        .call::<StorageOp, StorageReply>(
+            &StorageOp::Stat,
+            bytes::Bytes::from_static(b"abc"),
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
     assert_eq!(reply, StorageReply::Ok);
     assert_eq!(&data[..], b"abc");
 
@@ -162,8 +195,16 @@ async fn wrong_service_and_incompatible_version_are_refused_with_clear_errors() 
     // A peer that speaks only a future version gets our version range in the refusal.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let hello = Hello { magic: *b"TROV", version_min: PROTOCOL_VERSION + 7, version_max: PROTOCOL_VERSION + 7, service: Service::Storage, cluster: String::new() };
-    s.write_all(&frame::encode(1, frame::FrameKind::Hello, 0, &postcard::to_allocvec(&hello).unwrap(), 0)).await.unwrap();
+    let hello = Hello {
+        magic: *b"TROV",
+        version_min: PROTOCOL_VERSION + 7,
+        version_max: PROTOCOL_VERSION + 7,
+        service: Service::Storage,
+        cluster: String::new(),
+    };
+    s.write_all(&frame::encode(1, frame::FrameKind::Hello, 0, &postcard::to_allocvec(&hello).unwrap(), 0))
+        .await
+        .unwrap();
     let f = frame::read_frame(&mut s).await.unwrap().expect("server answers with its hello");
     let theirs: Hello = postcard::from_bytes(&f.body).unwrap();
     assert_eq!((theirs.version_min, theirs.version_max), (PROTOCOL_VERSION_MIN, PROTOCOL_VERSION));

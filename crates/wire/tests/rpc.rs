@@ -38,8 +38,10 @@ async fn many_large_calls_on_one_connection_come_back_whole() {
         let conn: Connection = conn.clone();
         tokio::spawn(async move {
             let sent = payload(i);
-            let (reply, got) =
-                conn.call::<StorageOp, StorageReply>(&StorageOp::Stat, sent.clone(), Duration::from_secs(60)).await.expect("call");
+            let (reply, got) = conn
+                .call::<StorageOp, StorageReply>(&StorageOp::Stat, sent.clone(), Duration::from_secs(60))
+                .await
+                .expect("call");
             assert_eq!(reply, StorageReply::Deleted { count: sent.len() as u32 });
             assert!(got == sent, "call {i}: {} bytes came back for {} sent, or different ones", got.len(), sent.len());
         })

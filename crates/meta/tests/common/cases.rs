@@ -9,13 +9,7 @@ use std::sync::Arc;
 use wire::{Attr, ErrorCode, FileKind, MetaCall, MetaOp, MetaReply, RenameMode, ROOT_INO};
 
 fn rename(parent: u64, name: &str, new_parent: u64, new_name: &str, mode: RenameMode) -> MetaOp {
-    MetaOp::Rename {
-        parent,
-        name: name.into(),
-        new_parent,
-        new_name: new_name.into(),
-        mode,
-    }
+    MetaOp::Rename { parent, name: name.into(), new_parent, new_name: new_name.into(), mode }
 }
 
 fn entries(reply: MetaReply) -> (Vec<wire::DirEntry>, bool) {
@@ -28,67 +22,26 @@ fn entries(reply: MetaReply) -> (Vec<wire::DirEntry>, bool) {
 pub async fn retried_request_ids_apply_once(env: &Env) {
     let svc = &env.svc;
     let id = rid();
-    let op = MetaOp::Create {
-        parent: ROOT_INO,
-        name: "once".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: true,
-    };
-    let first = svc
-        .call(MetaCall {
-            request_id: id,
-            op: op.clone(),
-        })
-        .await;
-    let second = svc
-        .call(MetaCall {
-            request_id: id,
-            op: op.clone(),
-        })
-        .await;
+    let op = MetaOp::Create { parent: ROOT_INO, name: "once".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
+    let first = svc.call(MetaCall { request_id: id, op: op.clone() }).await;
+    let second = svc.call(MetaCall { request_id: id, op: op.clone() }).await;
     assert!(first.is_ok());
     assert_eq!(first, second, "the retry gets the first reply, not Exists");
     assert_eq!(list(svc, ROOT_INO).await, vec!["once".to_string()]);
     // A different request id is a new request.
-    assert_eq!(
-        svc.call(MetaCall {
-            request_id: rid(),
-            op
-        })
-        .await
-        .err()
-        .map(|e| e.code),
-        Some(ErrorCode::Exists)
-    );
+    assert_eq!(svc.call(MetaCall { request_id: rid(), op }).await.err().map(|e| e.code), Some(ErrorCode::Exists));
     // Unlink retried: the same answer twice, not NotFound.
-    let unlink = MetaCall {
-        request_id: rid(),
-        op: MetaOp::Unlink {
-            parent: ROOT_INO,
-            name: "once".into(),
-        },
-    };
+    let unlink = MetaCall { request_id: rid(), op: MetaOp::Unlink { parent: ROOT_INO, name: "once".into() } };
     let first = svc.call(unlink.clone()).await;
     assert!(matches!(first, Ok(MetaReply::Removed { .. })), "{first:?}");
     assert_eq!(svc.call(unlink.clone()).await, first);
     // Request id 0 is not tracked.
     let untracked = MetaCall {
         request_id: 0,
-        op: MetaOp::Mkdir {
-            parent: ROOT_INO,
-            name: "m".into(),
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-        },
+        op: MetaOp::Mkdir { parent: ROOT_INO, name: "m".into(), mode: 0o755, uid: 0, gid: 0 },
     };
     assert!(svc.call(untracked.clone()).await.is_ok());
-    assert_eq!(
-        svc.call(untracked).await.err().map(|e| e.code),
-        Some(ErrorCode::Exists)
-    );
+    assert_eq!(svc.call(untracked).await.err().map(|e| e.code), Some(ErrorCode::Exists));
     // Reads record nothing.
     let records = count_keys(svc, prefix::REQUEST).await;
     ok(svc, MetaOp::GetAttr { ino: ROOT_INO }).await;
@@ -123,11 +76,7 @@ pub async fn concurrent_exclusive_creates_have_one_winner(env: &Env) {
     }
     assert_eq!(wins, 1);
     assert_eq!(list(&svc, d.ino).await, vec!["contended".to_string()]);
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        3,
-        "root, d and one file"
-    );
+    assert_eq!(count_keys(&svc, prefix::INODE).await, 3, "root, d and one file");
 }
 
 pub async fn renames_are_atomic_to_readers(env: &Env) {
@@ -152,24 +101,12 @@ pub async fn renames_are_atomic_to_readers(env: &Env) {
             let mut reads = 0;
             while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 5 {
                 // One ReadDir is one snapshot: exactly one of the two names.
-                let MetaReply::Entries { entries, .. } = ok(
-                    &svc,
-                    MetaOp::ReadDir {
-                        ino: d.ino,
-                        after: String::new(),
-                        limit: 10,
-                    },
-                )
-                .await
+                let MetaReply::Entries { entries, .. } =
+                    ok(&svc, MetaOp::ReadDir { ino: d.ino, after: String::new(), limit: 10 }).await
                 else {
                     panic!("entries")
                 };
-                assert_eq!(
-                    entries.len(),
-                    1,
-                    "saw {:?}",
-                    entries.iter().map(|e| &e.name).collect::<Vec<_>>()
-                );
+                assert_eq!(entries.len(), 1, "saw {:?}", entries.iter().map(|e| &e.name).collect::<Vec<_>>());
                 assert_eq!(entries[0].attr.ino, f.ino);
                 // Lookups see the file or nothing, never something else.
                 for name in ["a", "b"] {
@@ -198,37 +135,19 @@ pub async fn concurrent_crossing_moves_never_make_a_cycle(env: &Env) {
         let a = {
             let svc = svc.clone();
             let name = format!("x{round}");
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    rename(ROOT_INO, &name, y.ino, "x", RenameMode::Replace),
-                )
-                .await
-            })
+            tokio::spawn(async move { call(&svc, rename(ROOT_INO, &name, y.ino, "x", RenameMode::Replace)).await })
         };
         let b = {
             let svc = svc.clone();
             let name = format!("y{round}");
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    rename(ROOT_INO, &name, x.ino, "y", RenameMode::Replace),
-                )
-                .await
-            })
+            tokio::spawn(async move { call(&svc, rename(ROOT_INO, &name, x.ino, "y", RenameMode::Replace)).await })
         };
-        let results = [
-            a.await.unwrap_or_else(|e| panic!("{e}")),
-            b.await.unwrap_or_else(|e| panic!("{e}")),
-        ];
+        let results = [a.await.unwrap_or_else(|e| panic!("{e}")), b.await.unwrap_or_else(|e| panic!("{e}"))];
         let wins = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(wins, 1, "round {round}: {results:?}");
         for r in &results {
             if let Err(e) = r {
-                assert!(
-                    matches!(e.code, ErrorCode::Invalid | ErrorCode::NotFound),
-                    "{e:?}"
-                );
+                assert!(matches!(e.code, ErrorCode::Invalid | ErrorCode::NotFound), "{e:?}");
             }
         }
     }
@@ -237,24 +156,13 @@ pub async fn concurrent_crossing_moves_never_make_a_cycle(env: &Env) {
     let mut seen = HashSet::new();
     let mut stack = vec![ROOT_INO];
     while let Some(dir) = stack.pop() {
-        let MetaReply::Entries { entries, .. } = ok(
-            &svc,
-            MetaOp::ReadDir {
-                ino: dir,
-                after: String::new(),
-                limit: 100,
-            },
-        )
-        .await
+        let MetaReply::Entries { entries, .. } =
+            ok(&svc, MetaOp::ReadDir { ino: dir, after: String::new(), limit: 100 }).await
         else {
             panic!("entries")
         };
         for e in entries {
-            assert!(
-                seen.insert(e.attr.ino),
-                "inode {} reachable twice",
-                e.attr.ino
-            );
+            assert!(seen.insert(e.attr.ino), "inode {} reachable twice", e.attr.ino);
             stack.push(e.attr.ino);
         }
     }
@@ -275,21 +183,11 @@ pub async fn readdir_pages_through_entries(env: &Env, entries: usize, per_batch:
                 let name = format!("{:05}-f", (n * 7919) % entries);
                 MetaCall {
                     request_id: 0,
-                    op: MetaOp::Create {
-                        parent: d.ino,
-                        name,
-                        mode: 0o644,
-                        uid: 0,
-                        gid: 0,
-                        exclusive: true,
-                    },
+                    op: MetaOp::Create { parent: d.ino, name, mode: 0o644, uid: 0, gid: 0, exclusive: true },
                 }
             })
             .collect();
-        let replies = svc
-            .call_batch(calls)
-            .await
-            .unwrap_or_else(|e| panic!("batch {batch}: {e}"));
+        let replies = svc.call_batch(calls).await.unwrap_or_else(|e| panic!("batch {batch}: {e}"));
         assert_eq!(replies.len(), per_batch);
     }
     let created = started.elapsed();
@@ -318,12 +216,7 @@ pub async fn concurrent_creates_in_many_directories_all_succeed(env: &Env) {
         let (svc, dirs) = (svc.clone(), dirs.clone());
         tasks.push(tokio::spawn(async move {
             for file in 0..FILES {
-                create(
-                    &svc,
-                    dirs[(task + file) % DIRS],
-                    &format!("t{task}-f{file}"),
-                )
-                .await;
+                create(&svc, dirs[(task + file) % DIRS], &format!("t{task}-f{file}")).await;
             }
         }));
     }
@@ -335,10 +228,7 @@ pub async fn concurrent_creates_in_many_directories_all_succeed(env: &Env) {
         total += list(&svc, dir).await.len();
     }
     assert_eq!(total, TASKS * FILES);
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        1 + DIRS + TASKS * FILES
-    );
+    assert_eq!(count_keys(&svc, prefix::INODE).await, 1 + DIRS + TASKS * FILES);
 }
 
 /// rmdir checks emptiness with a scan; a create racing it must either land before (rmdir then
@@ -352,16 +242,7 @@ pub async fn rmdir_racing_a_create_never_orphans_an_entry(env: &Env) {
         let remover = {
             let svc = svc.clone();
             let name = name.clone();
-            tokio::spawn(async move {
-                call(
-                    &svc,
-                    MetaOp::Rmdir {
-                        parent: ROOT_INO,
-                        name,
-                    },
-                )
-                .await
-            })
+            tokio::spawn(async move { call(&svc, MetaOp::Rmdir { parent: ROOT_INO, name }).await })
         };
         let creator = {
             let svc = svc.clone();
@@ -389,17 +270,7 @@ pub async fn rmdir_racing_a_create_never_orphans_an_entry(env: &Env) {
     let mut reachable = HashSet::from([ROOT_INO]);
     let mut stack = vec![ROOT_INO];
     while let Some(dir) = stack.pop() {
-        let (page, _) = entries(
-            ok(
-                &svc,
-                MetaOp::ReadDir {
-                    ino: dir,
-                    after: String::new(),
-                    limit: 100,
-                },
-            )
-            .await,
-        );
+        let (page, _) = entries(ok(&svc, MetaOp::ReadDir { ino: dir, after: String::new(), limit: 100 }).await);
         for entry in page {
             reachable.insert(entry.attr.ino);
             if entry.attr.kind == FileKind::Dir {
@@ -407,11 +278,7 @@ pub async fn rmdir_racing_a_create_never_orphans_an_entry(env: &Env) {
             }
         }
     }
-    assert_eq!(
-        count_keys(&svc, prefix::INODE).await,
-        reachable.len(),
-        "orphaned inodes"
-    );
+    assert_eq!(count_keys(&svc, prefix::INODE).await, reachable.len(), "orphaned inodes");
 }
 
 pub async fn create_lookup_getattr_and_inheritance(env: &Env) {
@@ -426,71 +293,20 @@ pub async fn create_lookup_getattr_and_inheritance(env: &Env) {
     };
     attr_of(ok(svc, layout).await);
     let file = create(svc, dir.ino, "f").await;
-    assert_eq!(
-        (file.kind, file.mode, file.uid, file.gid, file.nlink, file.size),
-        (FileKind::File, 0o644, 1, 2, 1, 0)
-    );
-    assert_eq!(
-        (file.ec, file.chunk_bytes),
-        (EcScheme { k: 8, m: 3 }, 1 << 20)
-    );
+    assert_eq!((file.kind, file.mode, file.uid, file.gid, file.nlink, file.size), (FileKind::File, 0o644, 1, 2, 1, 0));
+    assert_eq!((file.ec, file.chunk_bytes), (EcScheme { k: 8, m: 3 }, 1 << 20));
     let sub = mkdir(svc, dir.ino, "sub").await;
-    assert_eq!(
-        sub.ec,
-        EcScheme { k: 8, m: 3 },
-        "directories inherit the layout too"
-    );
-    let found = attr_of(
-        lookup(svc, dir.ino, "f")
-            .await
-            .unwrap_or_else(|e| panic!("{e}")),
-    );
+    assert_eq!(sub.ec, EcScheme { k: 8, m: 3 }, "directories inherit the layout too");
+    let found = attr_of(lookup(svc, dir.ino, "f").await.unwrap_or_else(|e| panic!("{e}")));
     assert_eq!(found, getattr(svc, file.ino).await);
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: dir.ino,
-            name: "nope".into(),
-        },
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: file.ino,
-            name: "x".into(),
-        },
-        ErrorCode::NotDir,
-    )
-    .await;
-    err(
-        svc,
-        MetaOp::Lookup {
-            parent: 999_999,
-            name: "x".into(),
-        },
-        ErrorCode::NotFound,
-    )
-    .await;
+    err(svc, MetaOp::Lookup { parent: dir.ino, name: "nope".into() }, ErrorCode::NotFound).await;
+    err(svc, MetaOp::Lookup { parent: file.ino, name: "x".into() }, ErrorCode::NotDir).await;
+    err(svc, MetaOp::Lookup { parent: 999_999, name: "x".into() }, ErrorCode::NotFound).await;
     err(svc, MetaOp::GetAttr { ino: 999_999 }, ErrorCode::NotFound).await;
-    let mode = MetaOp::Create {
-        parent: file.ino,
-        name: "x".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: true,
-    };
+    let mode = MetaOp::Create { parent: file.ino, name: "x".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
     err(svc, mode, ErrorCode::NotDir).await;
-    let in_missing = MetaOp::Create {
-        parent: 424_242,
-        name: "x".into(),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        exclusive: false,
-    };
+    let in_missing =
+        MetaOp::Create { parent: 424_242, name: "x".into(), mode: 0o644, uid: 0, gid: 0, exclusive: false };
     err(svc, in_missing, ErrorCode::NotFound).await;
 }
 
@@ -501,15 +317,7 @@ pub async fn rename_within_and_across_directories(env: &Env) {
     let f = create(svc, a.ino, "f").await;
     ok(svc, rename(a.ino, "f", a.ino, "g", RenameMode::Replace)).await;
     assert!(lookup(svc, a.ino, "f").await.is_err());
-    assert_eq!(
-        attr_of(
-            lookup(svc, a.ino, "g")
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-        )
-        .ino,
-        f.ino
-    );
+    assert_eq!(attr_of(lookup(svc, a.ino, "g").await.unwrap_or_else(|e| panic!("{e}"))).ino, f.ino);
     ok(svc, rename(a.ino, "g", b.ino, "f", RenameMode::NoReplace)).await;
     assert_eq!(list(svc, a.ino).await, Vec::<String>::new());
     assert_eq!(list(svc, b.ino).await, vec!["f".to_string()]);
@@ -517,49 +325,12 @@ pub async fn rename_within_and_across_directories(env: &Env) {
     let sub = mkdir(svc, a.ino, "sub").await;
     assert_eq!(getattr(svc, a.ino).await.nlink, 3);
     ok(svc, rename(a.ino, "sub", b.ino, "sub", RenameMode::Replace)).await;
-    assert_eq!(
-        (
-            getattr(svc, a.ino).await.nlink,
-            getattr(svc, b.ino).await.nlink
-        ),
-        (2, 3)
-    );
-    let up = attr_of(
-        ok(
-            svc,
-            MetaOp::Resolve {
-                path: "/b/sub/..".into(),
-            },
-        )
-        .await,
-    );
-    assert_eq!(
-        up.ino, b.ino,
-        "the moved directory's parent pointer follows it"
-    );
+    assert_eq!((getattr(svc, a.ino).await.nlink, getattr(svc, b.ino).await.nlink), (2, 3));
+    let up = attr_of(ok(svc, MetaOp::Resolve { path: "/b/sub/..".into() }).await);
+    assert_eq!(up.ino, b.ino, "the moved directory's parent pointer follows it");
     assert!(getattr(svc, sub.ino).await.ctime >= sub.ctime);
-    err(
-        svc,
-        rename(a.ino, "missing", b.ino, "x", RenameMode::Replace),
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        rename(a.ino, "x", 55_555, "x", RenameMode::Replace),
-        ErrorCode::NotFound,
-    )
-    .await;
-    err(
-        svc,
-        rename(b.ino, "f", f.ino, "x", RenameMode::Replace),
-        ErrorCode::NotDir,
-    )
-    .await;
-    err(
-        svc,
-        rename(b.ino, "f", b.ino, "..", RenameMode::Replace),
-        ErrorCode::Invalid,
-    )
-    .await;
+    err(svc, rename(a.ino, "missing", b.ino, "x", RenameMode::Replace), ErrorCode::NotFound).await;
+    err(svc, rename(a.ino, "x", 55_555, "x", RenameMode::Replace), ErrorCode::NotFound).await;
+    err(svc, rename(b.ino, "f", f.ino, "x", RenameMode::Replace), ErrorCode::NotDir).await;
+    err(svc, rename(b.ino, "f", b.ino, "..", RenameMode::Replace), ErrorCode::Invalid).await;
 }

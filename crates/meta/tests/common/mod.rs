@@ -12,9 +12,8 @@ use std::sync::Arc;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use wire::{
-    Attr, ChunkId, ChunkRecord, DriveInfo, EcScheme, ErrorCode, FileKind, Ino, MetaCall, MetaOp,
-    MetaReply, MetaResult, Placement, Service, ShardKey, StorageOp, StorageReply, Timestamp,
-    WireError,
+    Attr, ChunkId, ChunkRecord, DriveInfo, EcScheme, ErrorCode, FileKind, Ino, MetaCall, MetaOp, MetaReply, MetaResult,
+    Placement, Service, ShardKey, StorageOp, StorageReply, Timestamp, WireError,
 };
 
 /// A service on a fresh redb file; the directory lives as long as this.
@@ -26,15 +25,11 @@ pub struct Env {
 pub mod cases;
 
 pub fn test_options() -> MetaOptions {
-    MetaOptions {
-        gc_grace_ms: 0,
-        ..MetaOptions::default()
-    }
+    MetaOptions { gc_grace_ms: 0, ..MetaOptions::default() }
 }
 
 pub async fn open_engine(dir: &TempDir) -> Arc<dyn KvEngine> {
-    let engine = kv_redb::RedbEngine::open(dir.path().join("meta.redb"))
-        .unwrap_or_else(|e| panic!("open redb: {e}"));
+    let engine = kv_redb::RedbEngine::open(dir.path().join("meta.redb")).unwrap_or_else(|e| panic!("open redb: {e}"));
     Arc::new(engine)
 }
 
@@ -57,9 +52,7 @@ pub async fn env_postgres() -> Env {
 pub async fn env_with(options: MetaOptions) -> Env {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let engine = open_engine(&dir).await;
-    let svc = MetaService::new(engine, options)
-        .await
-        .unwrap_or_else(|e| panic!("MetaService::new: {e}"));
+    let svc = MetaService::new(engine, options).await.unwrap_or_else(|e| panic!("MetaService::new: {e}"));
     Env { dir, svc }
 }
 
@@ -70,19 +63,13 @@ pub fn rid() -> u128 {
 
 /// Calls with a fresh request id.
 pub async fn call(svc: &MetaService, op: MetaOp) -> MetaResult {
-    svc.call(MetaCall {
-        request_id: rid(),
-        op,
-    })
-    .await
+    svc.call(MetaCall { request_id: rid(), op }).await
 }
 
 /// Calls and expects success.
 pub async fn ok(svc: &MetaService, op: MetaOp) -> MetaReply {
     let shown = format!("{op:?}");
-    call(svc, op)
-        .await
-        .unwrap_or_else(|e| panic!("{shown}: {:?} {}", e.code, e.message))
+    call(svc, op).await.unwrap_or_else(|e| panic!("{shown}: {:?} {}", e.code, e.message))
 }
 
 /// Calls and expects failure with `code`; returns the message.
@@ -105,31 +92,12 @@ pub fn attr_of(reply: MetaReply) -> Attr {
 }
 
 pub async fn create(svc: &MetaService, parent: Ino, name: &str) -> Attr {
-    let op = MetaOp::Create {
-        parent,
-        name: name.into(),
-        mode: 0o644,
-        uid: 1,
-        gid: 2,
-        exclusive: true,
-    };
+    let op = MetaOp::Create { parent, name: name.into(), mode: 0o644, uid: 1, gid: 2, exclusive: true };
     attr_of(ok(svc, op).await)
 }
 
 pub async fn mkdir(svc: &MetaService, parent: Ino, name: &str) -> Attr {
-    attr_of(
-        ok(
-            svc,
-            MetaOp::Mkdir {
-                parent,
-                name: name.into(),
-                mode: 0o755,
-                uid: 1,
-                gid: 2,
-            },
-        )
-        .await,
-    )
+    attr_of(ok(svc, MetaOp::Mkdir { parent, name: name.into(), mode: 0o755, uid: 1, gid: 2 }).await)
 }
 
 pub async fn getattr(svc: &MetaService, ino: Ino) -> Attr {
@@ -137,14 +105,7 @@ pub async fn getattr(svc: &MetaService, ino: Ino) -> Attr {
 }
 
 pub async fn lookup(svc: &MetaService, parent: Ino, name: &str) -> MetaResult {
-    call(
-        svc,
-        MetaOp::Lookup {
-            parent,
-            name: name.into(),
-        },
-    )
-    .await
+    call(svc, MetaOp::Lookup { parent, name: name.into() }).await
 }
 
 /// Every entry name of a directory, through paged ReadDir.
@@ -152,16 +113,7 @@ pub async fn list(svc: &MetaService, ino: Ino) -> Vec<String> {
     let mut names = Vec::new();
     let mut after = String::new();
     loop {
-        match ok(
-            svc,
-            MetaOp::ReadDir {
-                ino,
-                after: after.clone(),
-                limit: 1024,
-            },
-        )
-        .await
-        {
+        match ok(svc, MetaOp::ReadDir { ino, after: after.clone(), limit: 1024 }).await {
             MetaReply::Entries { entries, more } => {
                 names.extend(entries.iter().map(|e| e.name.clone()));
                 match entries.last() {
@@ -189,40 +141,22 @@ pub fn chunk(index: u64, id: ChunkId, len: u32, ec: EcScheme, placement: Placeme
 }
 
 pub fn commit(ino: Ino, chunks: Vec<ChunkRecord>, size: u64) -> MetaOp {
-    MetaOp::CommitChunks {
-        ino,
-        chunks,
-        size,
-        set_size: false,
-        mtime: Timestamp::now(),
-    }
+    MetaOp::CommitChunks { ino, chunks, size, set_size: false, mtime: Timestamp::now() }
 }
 
 /// Number of keys under a one-byte prefix, read straight from the engine.
 pub async fn count_keys(svc: &MetaService, prefix: u8) -> usize {
     let engine = svc.engine().clone();
-    let mut txn = engine
-        .begin()
-        .await
-        .unwrap_or_else(|e| panic!("begin: {e}"));
+    let mut txn = engine.begin().await.unwrap_or_else(|e| panic!("begin: {e}"));
     let start = [prefix];
-    let pairs = txn
-        .scan(&start, &kv::prefix_end(&start), usize::MAX)
-        .await
-        .unwrap_or_else(|e| panic!("scan: {e}"));
+    let pairs = txn.scan(&start, &kv::prefix_end(&start), usize::MAX).await.unwrap_or_else(|e| panic!("scan: {e}"));
     pairs.len()
 }
 
 /// Writes one raw key straight into the engine.
 pub async fn put_raw(svc: &MetaService, key: &[u8], value: &[u8]) {
-    let mut txn = svc
-        .engine()
-        .begin()
-        .await
-        .unwrap_or_else(|e| panic!("begin: {e}"));
-    txn.put(key, value)
-        .await
-        .unwrap_or_else(|e| panic!("put: {e}"));
+    let mut txn = svc.engine().begin().await.unwrap_or_else(|e| panic!("begin: {e}"));
+    txn.put(key, value).await.unwrap_or_else(|e| panic!("put: {e}"));
     txn.commit().await.unwrap_or_else(|e| panic!("commit: {e}"));
 }
 
@@ -232,14 +166,7 @@ pub fn drive(bytes_total: u64, bytes_free: u64) -> DriveInfo {
 
 /// A drive on file system `device` (0: unknown).
 pub fn drive_on(device: u64, bytes_total: u64, bytes_free: u64) -> DriveInfo {
-    DriveInfo {
-        path: "/d0".into(),
-        bytes_total,
-        bytes_free,
-        shards: 0,
-        error: String::new(),
-        device,
-    }
+    DriveInfo { path: "/d0".into(), bytes_total, bytes_free, shards: 0, error: String::new(), device }
 }
 
 /// A storage node that only records `DeleteShards` calls (and can be told to fail them).
@@ -254,11 +181,7 @@ impl wire::Handler for FakeStorage {
     type Req = StorageOp;
     type Reply = StorageReply;
 
-    async fn handle(
-        &self,
-        req: StorageOp,
-        _data: Bytes,
-    ) -> (Result<StorageReply, WireError>, Bytes) {
+    async fn handle(&self, req: StorageOp, _data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
         let reply = match req {
             _ if self.failing.load(Ordering::SeqCst) => Err(wire::werr!(Io, "drive failed")),
             StorageOp::DeleteShards { keys } => {
@@ -274,20 +197,10 @@ impl wire::Handler for FakeStorage {
 
 /// Starts a fake storage node; returns it and its address.
 pub async fn fake_storage() -> (Arc<FakeStorage>, String) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|e| panic!("addr: {e}"))
-        .to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}")).to_string();
     let storage = Arc::new(FakeStorage::default());
-    tokio::spawn(wire::rpc::serve(
-        listener,
-        storage.clone(),
-        Service::Storage,
-        String::new(),
-    ));
+    tokio::spawn(wire::rpc::serve(listener, storage.clone(), Service::Storage, String::new()));
     (storage, addr)
 }
 

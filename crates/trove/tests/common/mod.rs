@@ -64,7 +64,9 @@ impl TestCluster {
         let mut args = vec!["cluster", "start", "--dir", &d, "--nodes", &n, "--ec", ec];
         args.extend_from_slice(extra);
         run_ok(&args);
-        let state: toml::Value = toml::from_str(&std::fs::read_to_string(dir.path().join("cluster.toml")).expect("state file")).expect("toml");
+        let state: toml::Value =
+            toml::from_str(&std::fs::read_to_string(dir.path().join("cluster.toml")).expect("state file"))
+                .expect("toml");
         let meta_addr = state["meta"]["addr"].as_str().expect("meta addr").to_string();
         TestCluster { dir, meta_addr }
     }
@@ -98,7 +100,12 @@ impl TestCluster {
 
     /// Waits until `done(status)` holds, polling `trove status --json`; panics after `within`
     /// with the last status.
-    pub fn wait_status(&self, within: std::time::Duration, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_status(
+        &self,
+        within: std::time::Duration,
+        what: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = std::time::Instant::now() + within;
         loop {
             let status = self.status();
@@ -108,7 +115,10 @@ impl TestCluster {
             if std::time::Instant::now() > deadline {
                 let log = std::fs::read_to_string(self.path().join("logs").join("meta.log")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                panic!("timed out waiting for {what}; last status: {status:#}\nmeta log tail:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+                panic!(
+                    "timed out waiting for {what}; last status: {status:#}\nmeta log tail:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
             }
             std::thread::sleep(std::time::Duration::from_millis(250));
         }

@@ -36,10 +36,8 @@ fn trove_err(args: &[&str]) -> String {
 
 /// Today's date in UTC as `trove ls -l` prints it (YYYY-MM-DD).
 fn utc_today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
     // Howard Hinnant's civil_from_days.
     let z = secs.div_euclid(86_400) + 719_468;
     let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
@@ -48,18 +46,12 @@ fn utc_today() -> String {
     let mp = (5 * doy + 2) / 153;
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    format!(
-        "{:04}-{month:02}-{day:02}",
-        yoe + era * 400 + i64::from(month <= 2)
-    )
+    format!("{:04}-{month:02}-{day:02}", yoe + era * 400 + i64::from(month <= 2))
 }
 
 fn mounted_at(path: &Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| {
-            t.lines()
-                .any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap_or_default()))
-        })
+        .map(|t| t.lines().any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap_or_default())))
         .unwrap_or(false)
 }
 
@@ -72,14 +64,8 @@ struct Mount {
 
 impl Mount {
     fn start(cluster: &TestCluster) -> Mount {
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "/dev/fuse is needed by this test (load the fuse module)"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("trove-mnt-")
-            .tempdir()
-            .expect("mount point");
+        assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is needed by this test (load the fuse module)");
+        let dir = tempfile::Builder::new().prefix("trove-mnt-").tempdir().expect("mount point");
         let log = cluster.path().join("mount-output.log");
         let mut child = trove()
             .args(["mount", "--cluster", &cluster.dir_str()])
@@ -104,11 +90,7 @@ impl Mount {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Mount {
-            child: Some(child),
-            dir,
-            log,
-        }
+        Mount { child: Some(child), dir, log }
     }
 
     fn path(&self) -> &Path {
@@ -131,16 +113,10 @@ impl Drop for Mount {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = trove()
-            .args(["umount", "--lazy"])
-            .arg(self.dir.path())
-            .output();
+        let _ = trove().args(["umount", "--lazy"]).arg(self.dir.path()).output();
         let _ = child.kill();
         let _ = child.wait();
-        eprintln!(
-            "mount log: {}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
+        eprintln!("mount log: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
     }
 }
 
@@ -151,10 +127,7 @@ struct Tmpfs(tempfile::TempDir);
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::Builder::new()
-            .prefix("trove-tmpfs-")
-            .tempdir()
-            .expect("temp dir");
+        let dir = tempfile::Builder::new().prefix("trove-tmpfs-").tempdir().expect("temp dir");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir.path())
@@ -195,62 +168,33 @@ fn error_texts_name_paths_not_inode_numbers() {
     run_ok(&["--cluster", &c, "mkdir", "/a/b/c"]);
 
     let err = trove_err(&["--cluster", &c, "ls", "/a/b/x"]);
-    assert!(
-        err.contains(r#"cannot list /a/b/x: no entry "x" in directory "/a/b""#),
-        "{err}"
-    );
+    assert!(err.contains(r#"cannot list /a/b/x: no entry "x" in directory "/a/b""#), "{err}");
     let err = trove_err(&["--cluster", &c, "rm", "/a/b/x"]);
-    assert!(
-        err.contains(r#"cannot remove /a/b/x: no entry "x" in directory "/a/b""#),
-        "{err}"
-    );
+    assert!(err.contains(r#"cannot remove /a/b/x: no entry "x" in directory "/a/b""#), "{err}");
     let err = trove_err(&["--cluster", &c, "stat", "/a/nope/x"]);
-    assert!(
-        err.contains(r#"no entry "nope" in directory "/a""#),
-        "{err}"
-    );
+    assert!(err.contains(r#"no entry "nope" in directory "/a""#), "{err}");
     let err = trove_err(&["--cluster", &c, "mv", "/a", "/a/b/c"]);
-    assert!(
-        err.contains(r#"mv /a /a/b/c/a: cannot move directory "/a" under itself (into "/a/b/c")"#),
-        "{err}"
-    );
+    assert!(err.contains(r#"mv /a /a/b/c/a: cannot move directory "/a" under itself (into "/a/b/c")"#), "{err}");
     let err = trove_err(&["--cluster", &c, "rm", "/a/b"]);
-    assert!(
-        err.contains("cannot remove /a/b: it is a directory (use -r)"),
-        "{err}"
-    );
+    assert!(err.contains("cannot remove /a/b: it is a directory (use -r)"), "{err}");
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let client = cluster.client().await;
         client.write_file("/a/b/c/f", b"x").await.expect("write");
         let b = client.resolve("/a/b").await.expect("resolve");
-        let e = client
-            .rmdir(b.ino, "c")
-            .await
-            .err()
-            .expect("rmdir of a non-empty directory fails");
+        let e = client.rmdir(b.ino, "c").await.err().expect("rmdir of a non-empty directory fails");
         assert_eq!(e.message, r#"directory "/a/b/c" is not empty"#);
-        let e = client
-            .mkdir(b.ino, "c", 0o755)
-            .await
-            .err()
-            .expect("mkdir of an existing name fails");
+        let e = client.mkdir(b.ino, "c", 0o755).await.err().expect("mkdir of an existing name fails");
         assert_eq!(e.message, r#""/a/b/c" already exists"#);
         let c_dir = client.resolve("/a/b/c").await.expect("resolve");
-        let e = client
-            .lookup(c_dir.ino, "g")
-            .await
-            .err()
-            .expect("lookup of a missing name fails");
+        let e = client.lookup(c_dir.ino, "g").await.err().expect("lookup of a missing name fails");
         assert_eq!(e.message, r#"no entry "g" in directory "/a/b/c""#);
     });
     // An erasure scheme over the limit says the limit.
     let err = trove_err(&["--cluster", &c, "mkdir", "/q", "--ec", "300+2"]);
     assert!(
-        err.contains("300+2 has 302 shards")
-            && err.contains("K + M <= 32")
-            && !err.contains("not a number"),
+        err.contains("300+2 has 302 shards") && err.contains("K + M <= 32") && !err.contains("not a number"),
         "{err}"
     );
 }
@@ -266,46 +210,25 @@ fn listings_show_dates_and_escape_control_bytes() {
     rt.block_on(async {
         let client = cluster.client().await;
         client.mkdir_p("/d").await.expect("mkdir");
-        client
-            .write_file(&format!("/d/{odd}"), b"odd")
-            .await
-            .expect("write");
-        client
-            .write_file("/d/plain", b"plain")
-            .await
-            .expect("write");
+        client.write_file(&format!("/d/{odd}"), b"odd").await.expect("write");
+        client.write_file("/d/plain", b"plain").await.expect("write");
     });
     let today = utc_today();
     let listing = run_ok(&["--cluster", &c, "ls", "-l", "/d"]);
     let lines: Vec<&str> = listing.lines().collect();
     assert_eq!(lines.len(), 2, "one line per entry: {listing:?}");
-    assert!(
-        lines[0].ends_with(r#" "new\nline\u{1b}[31m""#) && !listing.contains('\u{1b}'),
-        "{listing:?}"
-    );
+    assert!(lines[0].ends_with(r#" "new\nline\u{1b}[31m""#) && !listing.contains('\u{1b}'), "{listing:?}");
     assert!(lines[1].ends_with(" plain"), "{listing:?}");
     for line in &lines {
-        assert!(
-            line.contains(&format!(" {today} ")) && line.contains(" UTC "),
-            "no date in {line:?}"
-        );
+        assert!(line.contains(&format!(" {today} ")) && line.contains(" UTC "), "no date in {line:?}");
     }
     let short = run_ok(&["--cluster", &c, "ls", "/d"]);
     assert_eq!(short, "\"new\\nline\\u{1b}[31m\"\nplain\n");
     let stat = run_ok(&["--cluster", &c, "stat", &format!("/d/{odd}")]);
-    assert!(
-        stat.contains(r#"path: "/d/new\nline\u{1b}[31m""#) && !stat.contains('\u{1b}'),
-        "{stat}"
-    );
+    assert!(stat.contains(r#"path: "/d/new\nline\u{1b}[31m""#) && !stat.contains('\u{1b}'), "{stat}");
     for field in ["access", "modify", "change", "birth"] {
-        let line = stat
-            .lines()
-            .find(|l| l.trim_start().starts_with(field))
-            .unwrap_or_default();
-        assert!(
-            line.contains(&today) && line.ends_with(" UTC"),
-            "{field}: {stat}"
-        );
+        let line = stat.lines().find(|l| l.trim_start().starts_with(field)).unwrap_or_default();
+        assert!(line.contains(&today) && line.ends_with(" UTC"), "{field}: {stat}");
     }
     assert!(stat.contains("kind: regular file"), "{stat}");
 }
@@ -318,25 +241,14 @@ fn refused_connections_and_foreign_peers_are_explained() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let err = trove_err(&["--cluster", &addr, "ls", "/"]);
-    assert!(
-        err.contains(&format!(
-            "no Trove metadata service at {addr}: connection refused"
-        )),
-        "{err}"
-    );
-    assert!(
-        err.contains("is the cluster running?") && err.contains("trove cluster start --dir"),
-        "{err}"
-    );
+    assert!(err.contains(&format!("no Trove metadata service at {addr}: connection refused")), "{err}");
+    assert!(err.contains("is the cluster running?") && err.contains("trove cluster start --dir"), "{err}");
 
     let cluster = TestCluster::start(3, "2+1");
     let s3 = Gateway::s3(&cluster, "s3-peer", &[]);
     let err = trove_err(&["--cluster", &s3.addr, "status"]);
     assert!(
-        err.contains(&format!(
-            "{} is not a Trove metadata service: it answers like an HTTP server",
-            s3.addr
-        )),
+        err.contains(&format!("{} is not a Trove metadata service: it answers like an HTTP server", s3.addr)),
         "{err}"
     );
     drop(s3);
@@ -346,7 +258,9 @@ fn refused_connections_and_foreign_peers_are_explained() {
     let err = trove_err(&["--cluster", &c, "ls", "/"]);
     assert!(
         err.contains("connection refused")
-            && err.contains(&format!("the local cluster in {c} is not running: start it again with `trove cluster start --dir {c}`")),
+            && err.contains(&format!(
+                "the local cluster in {c} is not running: start it again with `trove cluster start --dir {c}`"
+            )),
         "{err}"
     );
 }
@@ -369,23 +283,11 @@ fn help_offers_only_the_options_a_command_uses() {
         let help = run_ok(cmd);
         assert_eq!(help.contains("--cluster"), offers, "trove {cmd:?}:\n{help}");
     }
-    let err = trove_err(&[
-        "--cluster",
-        "127.0.0.1:1",
-        "meta",
-        "--config",
-        "/nonexistent.toml",
-    ]);
-    assert!(
-        err.contains("`trove meta` talks to no cluster; --cluster is not one of its options"),
-        "{err}"
-    );
+    let err = trove_err(&["--cluster", "127.0.0.1:1", "meta", "--config", "/nonexistent.toml"]);
+    assert!(err.contains("`trove meta` talks to no cluster; --cluster is not one of its options"), "{err}");
     // Positional arguments have help text too (they had none).
     let put = run_ok(&["put", "--help"]);
-    assert!(
-        put.contains("The local file to copy") && put.contains("Where to put it in the cluster"),
-        "{put}"
-    );
+    assert!(put.contains("The local file to copy") && put.contains("Where to put it in the cluster"), "{put}");
 }
 
 /// `trove mount --cluster` mounts; `df` on it counts the one disk six nodes share once (it
@@ -395,34 +297,18 @@ fn mount_takes_cluster_and_df_counts_a_shared_disk_once() {
     let cluster = TestCluster::start(6, "4+2");
     let c = cluster.dir_str();
     let mount = Mount::start(&cluster);
-    std::fs::write(mount.path().join("hello"), b"through the mount")
-        .expect("write through the mount");
-    assert_eq!(
-        run_ok(&["--cluster", &c, "cat", "/hello"]),
-        "through the mount"
-    );
+    std::fs::write(mount.path().join("hello"), b"through the mount").expect("write through the mount");
+    assert_eq!(run_ok(&["--cluster", &c, "cat", "/hello"]), "through the mount");
 
     // The disk the cluster directory is on, as statvfs sees it; the cluster stores 4+2, so its
     // usable size is 4/6 of the disk.
     let disk = rustix::fs::statvfs(cluster.path()).expect("statvfs");
     let disk_bytes = disk.f_blocks * disk.f_frsize;
-    let df = Command::new("df")
-        .args(["-B1", "--output=size,avail"])
-        .arg(mount.path())
-        .output()
-        .expect("df runs");
+    let df = Command::new("df").args(["-B1", "--output=size,avail"]).arg(mount.path()).output().expect("df runs");
     let text = String::from_utf8_lossy(&df.stdout);
-    let figures: Vec<u64> = text
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let (size, avail) = (
-        figures.first().copied().unwrap_or(0),
-        figures.get(1).copied().unwrap_or(0),
-    );
+    let figures: Vec<u64> =
+        text.lines().nth(1).unwrap_or_default().split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    let (size, avail) = (figures.first().copied().unwrap_or(0), figures.get(1).copied().unwrap_or(0));
     let usable = disk_bytes * 4 / 6;
     assert!(
         size <= usable && usable - size < 4096,
@@ -430,36 +316,20 @@ fn mount_takes_cluster_and_df_counts_a_shared_disk_once() {
     );
     assert!(avail <= size, "{text}");
     let status = cluster.status();
-    assert_eq!(
-        status["bytes_total"].as_u64(),
-        Some(disk_bytes),
-        "{status:#}"
-    );
+    assert_eq!(status["bytes_total"].as_u64(), Some(disk_bytes), "{status:#}");
     assert_eq!(status["devices"].as_u64(), Some(1), "{status:#}");
 
     // 10 MB written and deleted: its shards wait for the GC's grace period, counted meanwhile.
     let file = cluster.path().join("ten-mb");
     std::fs::write(&file, crate::common::content(7, 10_000_000)).expect("local file");
-    run_ok(&[
-        "--cluster",
-        &c,
-        "put",
-        file.to_str().expect("utf-8"),
-        "/ten-mb",
-    ]);
+    run_ok(&["--cluster", &c, "put", file.to_str().expect("utf-8"), "/ten-mb"]);
     run_ok(&["--cluster", &c, "rm", "/ten-mb"]);
     let status = cluster.status();
     let pending = status["bytes_pending_delete"].as_u64().unwrap_or(0);
     // Three chunks (4, 4 and 1.5 MiB of data... 10 MB) in 4+2: 1.5 times the data, in shards.
-    assert!(
-        (15_000_000..15_100_000).contains(&pending),
-        "pending {pending}: {status:#}"
-    );
+    assert!((15_000_000..15_100_000).contains(&pending), "pending {pending}: {status:#}");
     let text = run_ok(&["--cluster", &c, "status"]);
-    assert!(
-        text.contains("pending deletion: 14.3 MiB") && text.contains("freed within 31 s"),
-        "{text}"
-    );
+    assert!(text.contains("pending deletion: 14.3 MiB") && text.contains("freed within 31 s"), "{text}");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let statfs = rt.block_on(async { cluster.client().await.statfs().await.expect("statfs") });
     assert_eq!(statfs.bytes_pending_delete, pending * 4 / 6);
@@ -482,16 +352,8 @@ fn mount_takes_cluster_and_df_counts_a_shared_disk_once() {
         "--generate-only",
         "-q",
     ]);
-    assert!(
-        out.contains("/bench: 2 files")
-            && out.contains("generated")
-            && out.contains("already there"),
-        "{out}"
-    );
-    assert!(
-        !elsewhere.join("train-cosmoflow").exists(),
-        "a second copy was generated through the mount"
-    );
+    assert!(out.contains("/bench: 2 files") && out.contains("generated") && out.contains("already there"), "{out}");
+    assert!(!elsewhere.join("train-cosmoflow").exists(), "a second copy was generated through the mount");
     assert!(mount.path().join("bench/train-cosmoflow/train").is_dir());
     drop(mount);
 }
@@ -503,9 +365,7 @@ fn a_full_cluster_says_when_deletions_free_space() {
     let tmpfs = Tmpfs::mount("96m");
     let dir = tmpfs.path().join("cluster");
     let d = dir.to_str().expect("utf-8").to_string();
-    run_ok(&[
-        "cluster", "start", "--dir", &d, "--nodes", "3", "--ec", "2+1",
-    ]);
+    run_ok(&["cluster", "start", "--dir", &d, "--nodes", "3", "--ec", "2+1"]);
     let stop = scopeguard(&d);
     let file = std::env::temp_dir().join(format!("trove-output-{}", std::process::id()));
     std::fs::write(&file, crate::common::content(3, 10_000_000)).expect("local file");
@@ -519,11 +379,7 @@ fn a_full_cluster_says_when_deletions_free_space() {
         }
         stored.push(i);
     }
-    assert!(
-        !stored.is_empty() && stored.len() < 16,
-        "the 96 MiB cluster took {} files of 10 MB",
-        stored.len()
-    );
+    assert!(!stored.is_empty() && stored.len() < 16, "the 96 MiB cluster took {} files of 10 MB", stored.len());
     for i in 0..16 {
         let _ = trove_out(&["--cluster", &d, "rm", &format!("/f{i}")]);
     }
@@ -555,47 +411,19 @@ impl Drop for StopCluster {
 /// is needed: it used to generate until the disk was full.
 #[test]
 fn bench_train_refuses_a_dataset_that_does_not_fit() {
-    let dir = tempfile::Builder::new()
-        .prefix("trove-bench-space-")
-        .tempdir()
-        .expect("temp dir");
+    let dir = tempfile::Builder::new().prefix("trove-bench-space-").tempdir().expect("temp dir");
     let d = dir.path().to_str().expect("utf-8");
     let started = Instant::now();
-    let (ok, out, err) = trove_out(&[
-        "bench",
-        "train",
-        "--dir",
-        d,
-        "--workload",
-        "unet3d",
-        "--dataset-gib",
-        "100000",
-        "-q",
-    ]);
+    let (ok, out, err) =
+        trove_out(&["bench", "train", "--dir", d, "--workload", "unet3d", "--dataset-gib", "100000", "-q"]);
     assert!(!ok, "{out}");
+    assert!(err.contains("not enough space for the unet3d dataset") && err.contains("nothing was written"), "{err}");
     assert!(
-        err.contains("not enough space for the unet3d dataset")
-            && err.contains("nothing was written"),
+        err.contains(&format!("dir {d}: 107374.")) && err.contains("GB needed") && err.contains("--dataset-gib"),
         "{err}"
     );
-    assert!(
-        err.contains(&format!("dir {d}: 107374."))
-            && err.contains("GB needed")
-            && err.contains("--dataset-gib"),
-        "{err}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "refused only after {:?}",
-        started.elapsed()
-    );
-    assert!(
-        std::fs::read_dir(dir.path())
-            .expect("read dir")
-            .next()
-            .is_none(),
-        "something was written"
-    );
+    assert!(started.elapsed() < Duration::from_secs(20), "refused only after {:?}", started.elapsed());
+    assert!(std::fs::read_dir(dir.path()).expect("read dir").next().is_none(), "something was written");
 }
 
 /// The README's first section: its commands run as written (the cluster directory, mount
@@ -605,22 +433,11 @@ fn bench_train_refuses_a_dataset_that_does_not_fit() {
 fn readme_first_screen_runs_as_written() {
     need("aws");
     need("nfs-ls");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repo root");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root");
     let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
     let first = readme.split("\n## ").next().unwrap_or_default();
-    let blocks: Vec<&str> = first
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|b| b.split("\n```").next())
-        .collect();
-    assert_eq!(
-        blocks.len(),
-        2,
-        "the README's first section has the fresh-machine commands and the walk through"
-    );
+    let blocks: Vec<&str> = first.split("```sh\n").skip(1).filter_map(|b| b.split("\n```").next()).collect();
+    assert_eq!(blocks.len(), 2, "the README's first section has the fresh-machine commands and the walk through");
     let commands = |block: &str| -> Vec<String> {
         block
             .lines()
@@ -633,54 +450,28 @@ fn readme_first_screen_runs_as_written() {
     // not run again here (the suite's own build made the binary, and a nested cargo build
     // would relink it under the tests running beside this one), the demo is, on a small
     // dataset (the script passes its arguments on).
-    assert_eq!(
-        commands(blocks[0]),
-        ["./scripts/demo.sh", "./scripts/test.sh"]
-    );
+    assert_eq!(commands(blocks[0]), ["./scripts/demo.sh", "./scripts/test.sh"]);
     let ci = std::fs::read_to_string(repo.join(".ci/run")).expect(".ci/run");
-    assert!(
-        ci.contains("./scripts/test.sh"),
-        "CI no longer runs scripts/test.sh: {ci}"
-    );
+    assert!(ci.contains("./scripts/test.sh"), "CI no longer runs scripts/test.sh: {ci}");
     let demo_sh = std::fs::read_to_string(repo.join("scripts/demo.sh")).expect("scripts/demo.sh");
     assert!(
-        demo_sh
-            .trim_end()
-            .ends_with("exec ./target/release/trove demo \"$@\""),
+        demo_sh.trim_end().ends_with("exec ./target/release/trove demo \"$@\""),
         "scripts/demo.sh no longer runs `trove demo`: {demo_sh}"
     );
-    let demo = trove()
-        .args(["demo", "--size-mib", "32", "--json"])
-        .output()
-        .expect("trove demo runs");
-    assert!(
-        demo.status.success(),
-        "trove demo failed: {}",
-        String::from_utf8_lossy(&demo.stderr)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_slice(&demo.stdout).expect("demo prints JSON");
-    assert_eq!(
-        summary["files_verified"], summary["files_total"],
-        "{summary:#}"
-    );
+    let demo = trove().args(["demo", "--size-mib", "32", "--json"]).output().expect("trove demo runs");
+    assert!(demo.status.success(), "trove demo failed: {}", String::from_utf8_lossy(&demo.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&demo.stdout).expect("demo prints JSON");
+    assert_eq!(summary["files_verified"], summary["files_total"], "{summary:#}");
 
     // The walk through, as one shell script in its own process group (killed at the end
     // whatever happens).
-    let work = tempfile::Builder::new()
-        .prefix("trove-readme-")
-        .tempdir()
-        .expect("temp dir");
+    let work = tempfile::Builder::new().prefix("trove-readme-").tempdir().expect("temp dir");
     let w = work.path().to_str().expect("utf-8").to_string();
     let (s3_port, nfs_port) = (free_port(), free_port());
     // Its first line builds the binary this suite was built with (see above): it is taken as
     // built.
     let build = "cargo build --release && T=$PWD/target/release/trove";
-    assert_eq!(
-        blocks[1].lines().next(),
-        Some(build),
-        "the walk through starts by building trove"
-    );
+    assert_eq!(blocks[1].lines().next(), Some(build), "the walk through starts by building trove");
     let script = blocks[1]
         .replacen(build, &format!("T={}", env!("CARGO_BIN_EXE_trove")), 1)
         .replace("/tmp/tc", &format!("{w}/tc"))
@@ -700,10 +491,7 @@ fn readme_first_screen_runs_as_written() {
         .env_remove("TROVE_CLUSTER")
         .env("HOME", work.path())
         .env("AWS_CONFIG_FILE", work.path().join("aws-config"))
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            work.path().join("aws-credentials"),
-        )
+        .env("AWS_SHARED_CREDENTIALS_FILE", work.path().join("aws-credentials"))
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .stdout(Stdio::piped())
@@ -721,38 +509,17 @@ fn readme_first_screen_runs_as_written() {
         let _ = trove().args(["umount", "--lazy"]).arg(&mnt).output();
     }
     let _ = run(&["cluster", "stop", "--dir", &format!("{w}/tc")]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
         "the README's walk through failed:\n{script}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
     // What each step shows.
-    assert!(
-        stdout.contains("Trove cluster") && stdout.contains("capacity:"),
-        "cluster start, status: {stdout}"
-    );
-    assert!(
-        stdout.contains(&format!(" {} ", utc_today())) && stdout.contains(" README.md"),
-        "ls -l: {stdout}"
-    );
-    assert_eq!(
-        std::fs::read(work.path().join("README.copy")).expect("get wrote the copy"),
-        readme.as_bytes()
-    );
-    assert!(
-        stdout.contains(&format!("trove:127.0.0.1:")),
-        "df of the mount: {stdout}"
-    );
-    assert!(
-        stdout.contains("README.md") && stdout.matches("README.md").count() >= 3,
-        "aws s3 ls, nfs-ls: {stdout}"
-    );
-    assert!(
-        stdout.contains("cosmoflow") && stdout.contains("AU"),
-        "bench train: {stdout}"
-    );
+    assert!(stdout.contains("Trove cluster") && stdout.contains("capacity:"), "cluster start, status: {stdout}");
+    assert!(stdout.contains(&format!(" {} ", utc_today())) && stdout.contains(" README.md"), "ls -l: {stdout}");
+    assert_eq!(std::fs::read(work.path().join("README.copy")).expect("get wrote the copy"), readme.as_bytes());
+    assert!(stdout.contains(&format!("trove:127.0.0.1:")), "df of the mount: {stdout}");
+    assert!(stdout.contains("README.md") && stdout.matches("README.md").count() >= 3, "aws s3 ls, nfs-ls: {stdout}");
+    assert!(stdout.contains("cosmoflow") && stdout.contains("AU"), "bench train: {stdout}");
     assert!(stdout.contains("stopped the cluster"), "{stdout}");
 }

@@ -25,7 +25,11 @@ impl Tmpfs {
             .arg(dir.path())
             .output()
             .expect("mount runs");
-        assert!(out.status.success(), "cannot mount a tmpfs (the tests run as root): {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs (the tests run as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Tmpfs(dir)
     }
 
@@ -94,7 +98,12 @@ fn failed_writes_on_a_full_cluster_leave_the_old_file_or_nothing() {
     let fs = Tmpfs::mount(192 << 20);
     let dir = tempfile::Builder::new().prefix("cluster-").tempdir_in(fs.path()).expect("cluster dir");
     // The nodes share the tmpfs: each keeps 32 MiB free, so about 100 MiB of shards fit.
-    let cluster = TestCluster::start_in(dir, 6, "4+2", &["--chunk-bytes", CHUNK, "--reserve-bytes", "33554432", "--gc-grace-ms", "500"]);
+    let cluster = TestCluster::start_in(
+        dir,
+        6,
+        "4+2",
+        &["--chunk-bytes", CHUNK, "--reserve-bytes", "33554432", "--gc-grace-ms", "500"],
+    );
     let local = tempfile::tempdir().expect("local dir");
     let old = content(1, 6 << 20);
     let big = content(2, 96 << 20);
@@ -134,10 +143,18 @@ fn failed_writes_on_a_full_cluster_leave_the_old_file_or_nothing() {
     let target = mount.join("data/copied");
     let out = Command::new("cp").arg(&big_path).arg(&target).output().expect("cp runs");
     assert!(!out.status.success(), "cp of 96 MiB onto a full cluster fails");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("No space left on device"), "cp reports ENOSPC: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No space left on device"),
+        "cp reports ENOSPC: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     if let Ok(copied) = std::fs::read(&target) {
         assert!(copied.len() < big.len(), "the failed copy is short");
-        assert!(copied[..] == big[..copied.len()], "the failed copy holds the source's bytes up to its size ({} bytes)", copied.len());
+        assert!(
+            copied[..] == big[..copied.len()],
+            "the failed copy holds the source's bytes up to its size ({} bytes)",
+            copied.len()
+        );
     }
     mount.stop();
     if ls(&cluster, "/data").iter().any(|name| name == "copied") {
@@ -151,7 +168,11 @@ fn failed_writes_on_a_full_cluster_leave_the_old_file_or_nothing() {
 /// nodes are back, the mover widens the narrow chunks to the file's scheme.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_with_nodes_down_complete_at_once_with_full_parity() {
-    let cluster = TestCluster::start_with(6, "4+2", &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"]);
+    let cluster = TestCluster::start_with(
+        6,
+        "4+2",
+        &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"],
+    );
     let local = tempfile::tempdir().expect("local dir");
     let a = content(10, 5 << 20);
     let (b1, b2) = (content(11, 24 << 20), content(12, 8 << 20));
@@ -206,7 +227,11 @@ async fn writes_with_nodes_down_complete_at_once_with_full_parity() {
 /// chunks back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_on_a_minimal_cluster_is_refused_or_forced_and_never_blocks_writes() {
-    let cluster = TestCluster::start_with(6, "4+2", &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"]);
+    let cluster = TestCluster::start_with(
+        6,
+        "4+2",
+        &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"],
+    );
     let dir = cluster.dir_str();
     let local = tempfile::tempdir().expect("local dir");
     let a = content(20, 6 << 20);
@@ -216,8 +241,16 @@ async fn a_drain_on_a_minimal_cluster_is_refused_or_forced_and_never_blocks_writ
     let out = run(&["--cluster", &dir, "node", "drain", "6"]);
     assert!(!out.status.success(), "a drain that cannot complete is refused");
     let message = stderr(&out);
-    assert!(message.contains("draining node 6 leaves 5 storage nodes") && message.contains("uses 4+2, which needs 6") && message.contains("--force"), "{message}");
-    assert!(cluster.status()["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up")), "nothing changed");
+    assert!(
+        message.contains("draining node 6 leaves 5 storage nodes")
+            && message.contains("uses 4+2, which needs 6")
+            && message.contains("--force"),
+        "{message}"
+    );
+    assert!(
+        cluster.status()["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up")),
+        "nothing changed"
+    );
     let out = run(&["--cluster", &dir, "node", "remove", "6"]);
     assert!(!out.status.success() && stderr(&out).contains("removing node 6 leaves 5"), "{}", stderr(&out));
 
@@ -231,7 +264,10 @@ async fn a_drain_on_a_minimal_cluster_is_refused_or_forced_and_never_blocks_writ
         six.is_some_and(|n| n["state"] == "out") && s["chunks_misplaced"] == 0 && s["chunks_degraded"] == 0
     });
     assert!(settled["chunks_narrow"].as_u64() >= Some(12), "chunks re-encoded to fit five nodes: {settled:#}");
-    let too_wide: Vec<&str> = settled["dirs_too_wide"].as_array().map(|d| d.iter().filter_map(|d| d["path"].as_str()).collect()).unwrap_or_default();
+    let too_wide: Vec<&str> = settled["dirs_too_wide"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|d| d["path"].as_str()).collect())
+        .unwrap_or_default();
     assert!(too_wide.contains(&"/") && too_wide.contains(&"/checkpoints"), "status lists the directories: {settled:#}");
     assert!(chunks_of(&cluster, "/a").await.iter().all(|r| r.ec == EcScheme { k: 3, m: 2 } && r.missing == 0));
     assert!(cat(&cluster, "/a") == a && cat(&cluster, "/checkpoints/b") == b);
@@ -249,7 +285,11 @@ async fn a_drain_on_a_minimal_cluster_is_refused_or_forced_and_never_blocks_writ
 /// the nodes are back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_drain_logs_its_cause_once_and_finishes_when_nodes_return() {
-    let cluster = TestCluster::start_with(6, "4+2", &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"]);
+    let cluster = TestCluster::start_with(
+        6,
+        "4+2",
+        &["--chunk-bytes", CHUNK, "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"],
+    );
     let dir = cluster.dir_str();
     let local = tempfile::tempdir().expect("local dir");
     let a = content(30, 16 << 20);
@@ -302,7 +342,18 @@ async fn nodes_are_marked_out_only_while_their_data_can_be_rebuilt() {
     let cluster = TestCluster::start_with(
         6,
         "4+2",
-        &["--chunk-bytes", CHUNK, "--down-after-ms", "1000", "--rebuild-after-ms", "2000", "--gc-grace-ms", "1000", "--scrub-interval-ms", "0"],
+        &[
+            "--chunk-bytes",
+            CHUNK,
+            "--down-after-ms",
+            "1000",
+            "--rebuild-after-ms",
+            "2000",
+            "--gc-grace-ms",
+            "1000",
+            "--scrub-interval-ms",
+            "0",
+        ],
     );
     let local = tempfile::tempdir().expect("local dir");
     let a = content(40, 8 << 20);
@@ -312,7 +363,8 @@ async fn nodes_are_marked_out_only_while_their_data_can_be_rebuilt() {
     }
     std::thread::sleep(Duration::from_secs(6));
     let status = cluster.status();
-    let states: Vec<&str> = status["nodes"].as_array().map(|n| n.iter().filter_map(|n| n["state"].as_str()).collect()).unwrap_or_default();
+    let states: Vec<&str> =
+        status["nodes"].as_array().map(|n| n.iter().filter_map(|n| n["state"].as_str()).collect()).unwrap_or_default();
     assert!(!states.contains(&"out"), "three of six down with 4+2: none marked out: {states:?}");
     let log = std::fs::read_to_string(cluster.path().join("logs").join("meta.log")).expect("meta log");
     assert!(log.contains("not marking any out"), "the reason is logged");

@@ -26,15 +26,11 @@ pub struct Garage {
 
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
 fn run(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/deps.sh installs Garage)"))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/deps.sh installs Garage)"))
 }
 
 fn run_ok(cmd: &mut Command) -> String {
@@ -59,23 +55,11 @@ fn field(text: &str, label: &str) -> String {
 impl Garage {
     /// Starts Garage, lays out its single node and makes `bucket` with a key allowed to use it.
     pub fn start(bucket: &str) -> Garage {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg("command -v garage")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        assert!(
-            found,
-            "garage is needed by this test and is not installed: run scripts/deps.sh"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("trove-garage-")
-            .tempdir()
-            .expect("temp dir");
+        let found = Command::new("sh").arg("-c").arg("command -v garage").output().is_ok_and(|o| o.status.success());
+        assert!(found, "garage is needed by this test and is not installed: run scripts/deps.sh");
+        let dir = tempfile::Builder::new().prefix("trove-garage-").tempdir().expect("temp dir");
         let (rpc, s3) = (free_port(), free_port());
-        let secret: String = (0..32)
-            .map(|_| format!("{:02x}", rand::random::<u8>()))
-            .collect();
+        let secret: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let config = dir.path().join("garage.toml");
         std::fs::write(
             &config,
@@ -108,42 +92,21 @@ impl Garage {
         };
         let started = Instant::now();
         let node = loop {
-            let out = garage
-                .cli()
-                .args(["node", "id", "-q"])
-                .output()
-                .expect("garage runs");
+            let out = garage.cli().args(["node", "id", "-q"]).output().expect("garage runs");
             let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
             if out.status.success() && id.len() >= 16 {
                 break id[..16].to_string();
             }
-            assert!(
-                started.elapsed() < START_TIMEOUT,
-                "garage did not start: {}",
-                garage.log()
-            );
+            assert!(started.elapsed() < START_TIMEOUT, "garage did not start: {}", garage.log());
             std::thread::sleep(Duration::from_millis(200));
         };
-        run_ok(
-            garage
-                .cli()
-                .args(["layout", "assign", "-z", "dc1", "-c", "1G", &node]),
-        );
+        run_ok(garage.cli().args(["layout", "assign", "-z", "dc1", "-c", "1G", &node]));
         run_ok(garage.cli().args(["layout", "apply", "--version", "1"]));
         let key = run_ok(garage.cli().args(["key", "create", "trove-test"]));
         garage.key_id = field(&key, "Key ID:");
         garage.secret = field(&key, "Secret key:");
         run_ok(garage.cli().args(["bucket", "create", bucket]));
-        run_ok(garage.cli().args([
-            "bucket",
-            "allow",
-            "--read",
-            "--write",
-            "--owner",
-            bucket,
-            "--key",
-            "trove-test",
-        ]));
+        run_ok(garage.cli().args(["bucket", "allow", "--read", "--write", "--owner", bucket, "--key", "trove-test"]));
         // The S3 API answers once the layout is in force.
         loop {
             let out = garage.boto(&["list", bucket, ""]);
@@ -176,13 +139,7 @@ impl Garage {
     pub fn boto(&self, args: &[&str]) -> Output {
         let script = format!("{}/tests/garage/bucket.py", env!("CARGO_MANIFEST_DIR"));
         let mut cmd = Command::new("python3");
-        for var in [
-            "AWS_CA_BUNDLE",
-            "AWS_PROFILE",
-            "AWS_SESSION_TOKEN",
-            "AWS_ENDPOINT_URL",
-            "AWS_ENDPOINT_URL_S3",
-        ] {
+        for var in ["AWS_CA_BUNDLE", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"] {
             cmd.env_remove(var);
         }
         cmd.arg(script)
@@ -196,11 +153,7 @@ impl Garage {
 
     fn boto_ok(&self, args: &[&str]) -> String {
         let out = self.boto(args);
-        assert!(
-            out.status.success(),
-            "bucket.py {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "bucket.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -208,10 +161,7 @@ impl Garage {
     pub fn list(&self, prefix: &str) -> Vec<(String, u64)> {
         self.boto_ok(&["list", &self.bucket, prefix])
             .lines()
-            .filter_map(|l| {
-                l.rsplit_once(' ')
-                    .map(|(k, s)| (k.to_string(), s.parse().expect("size")))
-            })
+            .filter_map(|l| l.rsplit_once(' ').map(|(k, s)| (k.to_string(), s.parse().expect("size"))))
             .collect()
     }
 

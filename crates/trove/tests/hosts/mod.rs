@@ -295,7 +295,14 @@ impl Host {
             let text = std::fs::read_to_string(&log).unwrap_or_else(|e| format!("(cannot read: {e})\n"));
             let all: Vec<&str> = text.lines().collect();
             let from = all.len().saturating_sub(lines);
-            let _ = writeln!(out, "---- {} ({}), last {} of {} lines:", self.name, log.display(), all.len() - from, all.len());
+            let _ = writeln!(
+                out,
+                "---- {} ({}), last {} of {} lines:",
+                self.name,
+                log.display(),
+                all.len() - from,
+                all.len()
+            );
             for l in &all[from..] {
                 let _ = writeln!(out, "    {l}");
             }
@@ -565,7 +572,11 @@ impl Lab {
                             let age = node.and_then(|n| n["heartbeat_age_ms"].as_u64()).unwrap_or(u64::MAX);
                             if state != "up" || age >= since_ms {
                                 done = false;
-                                last = format!("{} sees {}={state}, heartbeat {age} ms ago, restarted {since_ms} ms ago", self.meta(m).name, self.storages[i].name);
+                                last = format!(
+                                    "{} sees {}={state}, heartbeat {age} ms ago, restarted {since_ms} ms ago",
+                                    self.meta(m).name,
+                                    self.storages[i].name
+                                );
                             }
                         }
                     }
@@ -598,9 +609,14 @@ impl Lab {
     pub fn status(&self, meta: usize) -> Result<serde_json::Value, String> {
         let out = self.cli(meta, &["status", "--json"], STATUS_TIMEOUT)?;
         if !out.status.success() {
-            return Err(format!("trove status through {}: {}", self.meta(meta).name, String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(format!(
+                "trove status through {}: {}",
+                self.meta(meta).name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("status JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+        serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("status JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
 
     /// State of each storage host as `trove status --json` through `meta` reports it (by its
@@ -630,7 +646,11 @@ impl Lab {
             let status = self.status(m).unwrap_or_else(|e| self.fail(&e));
             let n = status["nodes"].as_array().map_or(0, Vec::len);
             if n != self.storages.len() {
-                self.fail(&format!("{} lists {n} storage nodes, the lab has {}: {status:#}", self.meta(m).name, self.storages.len()));
+                self.fail(&format!(
+                    "{} lists {n} storage nodes, the lab has {}: {status:#}",
+                    self.meta(m).name,
+                    self.storages.len()
+                ));
             }
         }
     }
@@ -649,7 +669,9 @@ impl Lab {
                         let wrong: Vec<String> = which
                             .iter()
                             .filter(|&&i| states[i].as_deref() != Some(state))
-                            .map(|&i| format!("{}={}", self.storages[i].name, states[i].as_deref().unwrap_or("unregistered")))
+                            .map(|&i| {
+                                format!("{}={}", self.storages[i].name, states[i].as_deref().unwrap_or("unregistered"))
+                            })
                             .collect();
                         if !wrong.is_empty() {
                             done = false;
@@ -737,10 +759,7 @@ impl Lab {
             rm -rf "$dir"
         "#;
         let mut cmd = Command::new("setsid");
-        cmd.args(["bash", "-c", script])
-            .arg(std::process::id().to_string())
-            .arg(self.dir())
-            .arg(&self.bridge);
+        cmd.args(["bash", "-c", script]).arg(std::process::id().to_string()).arg(self.dir()).arg(&self.bridge);
         for (ns, veth) in hosts {
             cmd.arg(ns).arg(veth);
         }
@@ -796,7 +815,11 @@ impl Lab {
         if !out.status.success() {
             self.fail(&format!("PostgreSQL host: scripts/postgres.sh start failed ({}):\n{stderr}", out.status));
         }
-        let url = String::from_utf8_lossy(&out.stdout).lines().rev().find(|l| l.starts_with("postgres://")).map(str::to_string);
+        let url = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("postgres://"))
+            .map(str::to_string);
         self.pg_url = url.unwrap_or_else(|| self.fail(&format!("scripts/postgres.sh printed no URL:\n{stderr}")));
         self.log(&format!("PostgreSQL up at {}", self.pg_url));
     }
@@ -895,9 +918,9 @@ impl Drop for Lab {
 
 /// Checks what the lab needs, with a message saying what is missing.
 fn preflight() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1).map(str::to_string)));
+    let uid = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+    });
     assert_eq!(uid.as_deref(), Some("0"), "the multi-host lab needs root (network namespaces, veth, bridges)");
     let out = Command::new("ip").args(["netns", "list"]).output();
     assert!(
@@ -993,10 +1016,14 @@ fn sweep_stale(ours: &str) {
     }
     for line in quiet_ip(&["-o", "link", "show"]).unwrap_or_default().lines() {
         // "12: tvb0abcd00: <BROADCAST,..." or "13: tv0abcd00s01@if12: <BROADCAST,..."
-        let Some(name) = line.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or_default()) else { continue };
+        let Some(name) = line.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or_default()) else {
+            continue;
+        };
         let tag = if let Some(tag) = name.strip_prefix(BRIDGE_PREFIX).filter(|t| t.len() == 7) {
             tag
-        } else if let Some(rest) = name.strip_prefix("tv").filter(|r| r.len() == 10 && r[7..8].chars().all(|c| "pms".contains(c))) {
+        } else if let Some(rest) =
+            name.strip_prefix("tv").filter(|r| r.len() == 10 && r[7..8].chars().all(|c| "pms".contains(c)))
+        {
             &rest[..7]
         } else {
             continue;

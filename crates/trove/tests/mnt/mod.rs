@@ -54,7 +54,11 @@ impl Mount {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("trove mount exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
             }
-            assert!(started.elapsed() < MOUNT_TIMEOUT, "mount did not appear: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            assert!(
+                started.elapsed() < MOUNT_TIMEOUT,
+                "mount did not appear: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Mount { child: Some(child), dir, log }
@@ -74,7 +78,11 @@ impl Mount {
         let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
         let status = wait_timeout(&mut child, UNMOUNT_TIMEOUT);
-        assert!(status.is_some_and(|s| s.success()), "trove mount did not exit cleanly on SIGTERM ({status:?}): {}", self.log_text());
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "trove mount did not exit cleanly on SIGTERM ({status:?}): {}",
+            self.log_text()
+        );
         assert!(!mounted_at(self.path()), "still mounted after SIGTERM");
     }
 
@@ -110,4 +118,3 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process
         std::thread::sleep(Duration::from_millis(50));
     }
 }
-
