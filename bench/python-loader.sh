@@ -8,6 +8,9 @@
 #
 #   bench/record.sh python-loader bench/python-loader.sh     # IMAGES (default 3000), EPOCHS (2)
 #
+# BASELINE_WHEEL=path/to/trove-*.whl (a wheel built from an earlier commit) also measures that
+# build's trove.vision per core on the same files, in the same sitting, for an A/B.
+#
 # The trove wheel is built and installed into a venv under the run's temporary directory; the
 # cluster, mount and local copy are removed on exit.
 set -euo pipefail
@@ -41,6 +44,12 @@ cp -r "$mnt/bench/imagenet" "$work/local/imagenet"
 echo "dataset: $images images ($(du -sh "$work/local/imagenet" | cut -f1)), 500 px wide, 10 classes; python $("$py" -c 'import sys; print(sys.version.split()[0])')"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" "$root/bench/python_loader.py" per-core "$work/local/imagenet" 300
+if [ -n "${BASELINE_WHEEL:-}" ]; then
+    python3 -m venv --system-site-packages "$work/venv-baseline"
+    "$work/venv-baseline/bin/python" -m pip install --quiet --no-deps "$BASELINE_WHEEL"
+    echo "baseline wheel: $(basename "$BASELINE_WHEEL") (the same measurement with that build)"
+    "$work/venv-baseline/bin/python" "$root/bench/python_loader.py" per-core "$work/local/imagenet" 300
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" "$root/bench/python_loader.py" loop sdk /bench/imagenet "$epochs" sdk
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
