@@ -226,6 +226,7 @@ mod tests {
             record_stdev_bytes: 0,
             seed: 1,
             total_bytes: 300_000,
+            names: Vec::new(),
         };
         target.mkdir_all("data/train").await.expect("mkdir");
         for f in 0..3 {

@@ -203,9 +203,43 @@ impl Parser {
     }
 }
 
-/// Reads the `image` length and `size` value back out of an [`example`] (a minimal protobuf
-/// walk, enough to prove the record is a well-formed Example).
-pub fn parse_example(data: &[u8]) -> Result<(usize, i64)> {
+/// A `tf.train.Example` as TensorFlow's ImageNet scripts write it: `image/encoded` (bytes),
+/// `image/format` (bytes), `image/class/label` (int64).
+pub fn image_example(image: &[u8], label: i64) -> Vec<u8> {
+    let bytes_feature = |v: &[u8]| {
+        let mut list = Vec::with_capacity(v.len() + 8);
+        put_len_field(&mut list, 1, v);
+        let mut f = Vec::with_capacity(v.len() + 12);
+        put_len_field(&mut f, 1, &list);
+        f
+    };
+    let mut packed = Vec::new();
+    put_varint(&mut packed, label as u64);
+    let mut int_list = Vec::new();
+    put_len_field(&mut int_list, 1, &packed);
+    let mut label_feature = Vec::new();
+    put_len_field(&mut label_feature, 3, &int_list);
+    let mut features = Vec::with_capacity(image.len() + 96);
+    for (key, value) in [
+        (&b"image/encoded"[..], bytes_feature(image)),
+        (&b"image/format"[..], bytes_feature(b"jpeg")),
+        (&b"image/class/label"[..], label_feature),
+    ] {
+        let mut entry = Vec::with_capacity(value.len() + 24);
+        put_len_field(&mut entry, 1, key);
+        put_len_field(&mut entry, 2, &value);
+        put_len_field(&mut features, 1, &entry);
+    }
+    let mut ex = Vec::with_capacity(features.len() + 8);
+    put_len_field(&mut ex, 1, &features);
+    ex
+}
+
+/// Reads the image's length and the `size` value (when there is one) back out of an Example: one
+/// of ours ([`example`]: `image` and `size`) or one laid out as TensorFlow's ImageNet pipeline
+/// and `trove dataset pack` write them (`image/encoded`, with a label and no size). A minimal
+/// protobuf walk, enough to prove the record is a well-formed Example with an image.
+pub fn parse_example(data: &[u8]) -> Result<(usize, Option<i64>)> {
     fn varint(b: &[u8], pos: &mut usize) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
@@ -257,7 +291,7 @@ pub fn parse_example(data: &[u8]) -> Result<(usize, i64)> {
             let Some(value) = parts.iter().find(|(n, _)| *n == 2).map(|(_, v)| *v) else { continue };
             for (kind, list) in fields(value)? {
                 match (key, kind) {
-                    (b"image", 1) => {
+                    (b"image" | b"image/encoded", 1) => {
                         if let Some((_, v)) = fields(list)?.into_iter().find(|(n, _)| *n == 1) {
                             image = Some(v.len());
                         }
@@ -273,9 +307,9 @@ pub fn parse_example(data: &[u8]) -> Result<(usize, i64)> {
             }
         }
     }
-    match (image, size) {
-        (Some(i), Some(s)) => Ok((i, s)),
-        _ => bail!("record is not an Example with image and size features"),
+    match image {
+        Some(i) => Ok((i, size)),
+        None => bail!("record is not an Example with an image feature (`image` or `image/encoded`)"),
     }
 }
 
@@ -300,7 +334,7 @@ mod tests {
             let image: Vec<u8> = (0..i * 37).map(|j| (j * 7 + i) as u8).collect();
             let ex = example(&image, i as i64);
             frame_into(&mut stream, &ex);
-            want.push((image.len(), i as i64));
+            want.push((image.len(), Some(i as i64)));
         }
         let stream = stream.freeze();
         for piece in [1usize, 7, 100, 4096, stream.len()] {
@@ -331,5 +365,12 @@ mod tests {
         let mut p = Parser::default();
         assert!(p.feed(&good[..good.len() - 1]).expect("partial").is_empty());
         assert!(matches!(p.finish(), Err(FrameError::Truncated { offset: 0 })));
+    }
+
+    #[test]
+    fn imagenet_layout_examples_parse() {
+        let image = vec![0xabu8; 1234];
+        assert_eq!(parse_example(&image_example(&image, 7)).expect("example"), (1234, None));
+        assert!(parse_example(b"\x0a\x00").is_err(), "an Example without an image is refused");
     }
 }

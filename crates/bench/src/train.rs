@@ -145,6 +145,9 @@ pub struct TrainConfig {
     pub gen_jobs: usize,
     /// Regenerate even if a matching dataset exists.
     pub regenerate: bool,
+    /// Train on the data files already in `data_dir` (e.g. `trove dataset pack` shards)
+    /// instead of generating a dataset; nothing is written or removed there.
+    pub existing: bool,
     /// A configuration with fewer steps per epoch than this is not measured (too short to mean
     /// anything once the first step is excluded).
     pub min_steps: usize,
@@ -163,10 +166,18 @@ pub struct Dataset {
     pub record_stdev_bytes: u64,
     pub seed: u64,
     pub total_bytes: u64,
+    /// The files of a dataset found in place (`TrainConfig::existing`), relative to its
+    /// directory, in order; empty for a generated dataset, whose names follow from `files`.
+    /// Absent from manifests written before it existed (read as empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 impl Dataset {
     pub fn file_name(&self, i: u64) -> String {
+        if let Some(name) = self.names.get(i as usize) {
+            return name.clone();
+        }
         format!("train/img_{:07}_of_{:07}.{}", i, self.files, self.format.extension())
     }
     pub fn total_samples(&self) -> u64 {
@@ -225,7 +236,83 @@ pub fn plan_dataset(cfg: &TrainConfig) -> Result<Dataset> {
         record_stdev_bytes: spec.record_stdev_bytes,
         seed: cfg.seed,
         total_bytes: files * file_bytes,
+        names: Vec::new(),
     })
+}
+
+/// The dataset already in `cfg.data_dir` (`TrainConfig::existing`): every file with the
+/// workload's extension there, in name order, with its samples counted from the index beside it
+/// (`NAME.idx`, one line per record, as `trove dataset pack` and DALI's tfrecord2idx write it)
+/// or, without one, by reading and checking every record. Steps per epoch assume every file
+/// holds as many samples as the smallest.
+pub async fn scan_existing(target: &dyn Target, cfg: &TrainConfig) -> Result<Dataset> {
+    let dir = &cfg.data_dir;
+    let format = cfg.spec.format;
+    let ext = format!(".{}", format.extension());
+    let entries = target.list(dir).await.with_context(|| format!("listing the existing dataset {dir}"))?;
+    let mut names: Vec<String> = entries.iter().filter(|n| n.ends_with(&ext)).cloned().collect();
+    names.sort();
+    if names.is_empty() {
+        bail!(
+            "{dir} holds no {ext} files to train on (--existing reads a dataset in place, such as `trove dataset pack --format {}` writes)",
+            format.extension()
+        );
+    }
+    let (mut samples_min, mut samples, mut bytes) = (u64::MAX, 0u64, 0u64);
+    for name in &names {
+        let path = format!("{dir}/{name}");
+        let size = target.size_of(&path).await?.ok_or_else(|| anyhow!("{path} vanished while it was counted"))?;
+        let count = match format {
+            Format::Npz => 1,
+            Format::Tfrecord if entries.iter().any(|e| *e == format!("{name}.idx")) => {
+                let idx = format!("{path}.idx");
+                let mut r = target.open(&idx).await?;
+                let len = r.size() as usize;
+                let text = r.read_at(0, len).await?;
+                std::str::from_utf8(&text)
+                    .map_err(|_| anyhow!("{idx} is not a text index"))?
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .count() as u64
+            }
+            Format::Tfrecord => count_records(target, &path, cfg.transfer_bytes.max(4096)).await?,
+        };
+        if count == 0 {
+            bail!("{path} holds no records");
+        }
+        samples_min = samples_min.min(count);
+        samples += count;
+        bytes += size;
+    }
+    Ok(Dataset {
+        workload: cfg.spec.workload.clone(),
+        format,
+        files: names.len() as u64,
+        samples_per_file: samples_min,
+        record_bytes: bytes / samples.max(1),
+        record_stdev_bytes: 0,
+        seed: cfg.seed,
+        total_bytes: bytes,
+        names,
+    })
+}
+
+/// Records in a TFRecord file, every frame's CRCs checked.
+async fn count_records(target: &dyn Target, path: &str, transfer: usize) -> Result<u64> {
+    let mut r = target.open(path).await?;
+    let size = r.size();
+    let (mut offset, mut records) = (0u64, 0u64);
+    let mut parser = tfrecord::Parser::default();
+    while offset < size {
+        let piece = r.read_at(offset, transfer).await?;
+        if piece.is_empty() {
+            bail!("{path}: unexpected end of file at {offset} of {size}");
+        }
+        offset += piece.len() as u64;
+        records += parser.feed_bytes(piece).map_err(|e| anyhow!("{path}: {e}"))?.len() as u64;
+    }
+    parser.finish().map_err(|e| anyhow!("{path}: {e}"))?;
+    Ok(records)
 }
 
 /// Produces the bytes of data file `f` in pieces of about [`GEN_WRITE_BYTES`], so a large
@@ -321,6 +408,9 @@ pub async fn ensure_dataset(
     world: &World,
     show: bool,
 ) -> Result<(Dataset, bool)> {
+    if cfg.existing {
+        return Ok((scan_existing(&*target, cfg).await?, false));
+    }
     let ds = plan_dataset(cfg)?;
     let manifest = format!("{}/{MANIFEST_FILE}", cfg.data_dir);
     let existing = read_manifest(&*target, &manifest).await;
@@ -706,8 +796,14 @@ pub async fn run_training(
     let total = local * world.size;
     let steps = steps_per_epoch(ds.files, ds.samples_per_file, cfg.spec.batch_size, total);
     if steps < cfg.min_steps.max(2) as u64 {
+        let remedy = if cfg.existing {
+            "use a larger dataset (`trove dataset expand`)"
+        } else {
+            "use more files or --dataset-gib"
+        };
         bail!(
-            "{total} accelerators get only {steps} steps per epoch from {} files (need {}): use more files or --dataset-gib",
+            "{total} accelerators get only {steps} steps per epoch of {} samples from {} files (need {}): {remedy}",
+            cfg.spec.batch_size,
             ds.files,
             cfg.min_steps.max(2)
         );
@@ -1108,6 +1204,7 @@ mod tests {
             record_stdev_bytes: 0,
             seed: 1,
             total_bytes: 10,
+            names: Vec::new(),
         };
         let mut all: Vec<String> = (0..3).flat_map(|g| files_of(&ds, "d", 5, 0, g, 3)).collect();
         all.sort();
@@ -1127,6 +1224,7 @@ mod tests {
             record_stdev_bytes: 1000,
             seed: 3,
             total_bytes: 50_000,
+            names: Vec::new(),
         };
         let mut bytes = Vec::new();
         let mut gen = FileGen::new(&ds, 0);
@@ -1140,7 +1238,73 @@ mod tests {
         for (s, r) in recs.iter().enumerate() {
             let (image, size) = tfrecord::parse_example(r).expect("example");
             assert_eq!(image as u64, sample_bytes(&ds, 0, s as u64));
-            assert_eq!(size as usize, image);
+            assert_eq!(size, Some(image as i64));
         }
+    }
+
+    /// A dataset found in place: its files in name order, samples counted from an index where
+    /// one is beside the file and by reading it where not; damaged or empty sets are refused
+    /// with the file named.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_existing_dataset_is_counted_in_place() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let target: Arc<dyn Target> = Arc::new(crate::DirTarget::new(dir.path(), false).expect("target"));
+        let cfg = TrainConfig {
+            spec: workload("resnet50", "v100").expect("spec"),
+            data_dir: "mine".into(),
+            files: None,
+            dataset_bytes: None,
+            epochs: 1,
+            read_threads: 1,
+            prefetch_batches: 1,
+            transfer_bytes: 4096,
+            inference: false,
+            seed: 1,
+            gen_jobs: 1,
+            regenerate: false,
+            existing: true,
+            min_steps: 1,
+            drop_caches: false,
+        };
+        target.mkdir_all("mine").await.expect("mkdir");
+        let empty = scan_existing(&*target, &cfg).await.expect_err("no files");
+        assert!(empty.to_string().contains("holds no .tfrecord files"), "{empty}");
+        // Three shards of 5, 7 and 6 records; the second with an index beside it.
+        for (name, records) in [("b.tfrecord", 5u64), ("a.tfrecord", 7), ("c.tfrecord", 6)] {
+            let ds = Dataset {
+                workload: "resnet50".into(),
+                format: Format::Tfrecord,
+                files: 1,
+                samples_per_file: records,
+                record_bytes: 1000,
+                record_stdev_bytes: 0,
+                seed: 1,
+                total_bytes: records * 1000,
+                names: Vec::new(),
+            };
+            let mut bytes = Vec::new();
+            let mut gen = FileGen::new(&ds, 0);
+            while let Some(piece) = gen.next_piece().expect("generate") {
+                bytes.extend_from_slice(&piece);
+            }
+            let mut w = target.create(&format!("mine/{name}")).await.expect("create");
+            w.write_at(0, Bytes::from(bytes)).await.expect("write");
+            w.close().await.expect("close");
+        }
+        let mut w = target.create("mine/a.tfrecord.idx").await.expect("create");
+        w.write_at(0, Bytes::from((0..7).map(|i| format!("{} 1016\n", i * 1016)).collect::<String>()))
+            .await
+            .expect("write");
+        w.close().await.expect("close");
+        let ds = scan_existing(&*target, &cfg).await.expect("scan");
+        assert_eq!(ds.names, ["a.tfrecord", "b.tfrecord", "c.tfrecord"]);
+        assert_eq!((ds.files, ds.samples_per_file), (3, 5), "the smallest file decides");
+        assert_eq!(ds.file_name(1), "b.tfrecord");
+        // A file cut short is refused by name (it has no index, so it is read).
+        let path = dir.path().join("mine/c.tfrecord");
+        let len = std::fs::metadata(&path).expect("stat").len();
+        std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 10).expect("truncate");
+        let err = scan_existing(&*target, &cfg).await.expect_err("cut file");
+        assert!(format!("{err:#}").contains("c.tfrecord"), "{err:#}");
     }
 }

@@ -102,6 +102,7 @@ fn tfrecord_files_read_back_with_the_tfrecord_package() {
         record_stdev_bytes: 3_000,
         seed: 9,
         total_bytes: 800_000,
+        names: Vec::new(),
     };
     write_dataset_file(&ds, &path);
     let out = run_python(TFRECORD_CHECK, &path);
@@ -139,6 +140,7 @@ fn npz_files_load_with_numpy() {
         record_stdev_bytes: 0,
         seed: 4,
         total_bytes: 1_000_000,
+        names: Vec::new(),
     };
     write_dataset_file(&ds, &path);
     let out = run_python(NPZ_CHECK, &path);

@@ -58,6 +58,7 @@ async fn a_cosmoflow_sweep_on_a_directory() {
         seed: 1,
         gen_jobs: 2,
         regenerate: false,
+        existing: false,
         min_steps: 5,
         drop_caches: false,
     };
@@ -77,4 +78,75 @@ async fn a_cosmoflow_sweep_on_a_directory() {
     let again = bench::train::train(target, &cfg, 2, None, world, false).await.expect("train");
     assert!(!again.generated);
     assert_eq!(again.runs[0].accelerators, 2);
+}
+
+/// `--existing`: a dataset made elsewhere (here: shards another run generated, renamed and
+/// moved) is trained on in place, and left exactly as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_on_an_existing_dataset_leaves_it_as_it_was() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let target: Arc<dyn Target> = Arc::new(bench::DirTarget::new(dir.path(), false).expect("target"));
+    let mut spec = bench::train::workload("cosmoflow", "h100").expect("spec");
+    spec.record_bytes = 50_000;
+    spec.record_stdev_bytes = 0;
+    let mut cfg = bench::train::TrainConfig {
+        spec,
+        data_dir: "gen".into(),
+        files: Some(12),
+        dataset_bytes: None,
+        epochs: 2,
+        read_threads: 2,
+        prefetch_batches: 2,
+        transfer_bytes: 1 << 20,
+        inference: false,
+        seed: 3,
+        gen_jobs: 2,
+        regenerate: false,
+        existing: false,
+        min_steps: 5,
+        drop_caches: false,
+    };
+    let world = Arc::new(World::single());
+    bench::train::ensure_dataset(target.clone(), &cfg, &world, false).await.expect("generate");
+    // The user's own set: shard files with their own names, no manifest.
+    std::fs::create_dir(dir.path().join("mine")).expect("mkdir");
+    for (i, e) in std::fs::read_dir(dir.path().join("gen/train")).expect("list").enumerate() {
+        let e = e.expect("entry");
+        std::fs::rename(e.path(), dir.path().join(format!("mine/part-{i:03}.tfrecord"))).expect("move");
+    }
+    std::fs::write(dir.path().join("mine/README"), b"not data").expect("write");
+    let before: Vec<(String, Vec<u8>)> = {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path().join("mine"))
+            .expect("list")
+            .map(|e| {
+                let e = e.expect("entry");
+                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read"))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    cfg.data_dir = "mine".into();
+    cfg.files = None;
+    cfg.existing = true;
+    let r = bench::train::train(target.clone(), &cfg, 2, None, world.clone(), false).await.expect("train");
+    assert!(!r.generated);
+    let ds = r.dataset.as_ref().expect("dataset");
+    assert_eq!((ds.files, ds.samples_per_file, ds.names.len()), (12, 1, 12));
+    let run = &r.runs[0];
+    assert_eq!(run.steps_per_epoch, 6, "12 one-sample files over 2 accelerators of batch 1");
+    assert_eq!(run.epochs.len(), 2);
+    assert!(run.au > 0.0 && run.au <= 1.0 + 1e-9, "AU {}", run.au);
+    let after: Vec<(String, Vec<u8>)> = {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path().join("mine"))
+            .expect("list")
+            .map(|e| {
+                let e = e.expect("entry");
+                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read"))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(before == after, "the existing dataset is unchanged (no manifest, nothing removed)");
 }

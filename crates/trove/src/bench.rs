@@ -223,6 +223,11 @@ struct TrainArgs {
     /// Only generate the dataset.
     #[arg(long)]
     generate_only: bool,
+    /// Train on the data files already in --data-path (every file with the workload's
+    /// extension, e.g. `trove dataset pack --format tfrecord` shards) instead of generating a
+    /// dataset; nothing there is written or removed.
+    #[arg(long, conflicts_with_all = ["regenerate", "generate_only", "files", "dataset_gib"])]
+    existing: bool,
     /// Dataset directory inside each target (default: train-WORKLOAD).
     #[arg(long)]
     data_path: Option<String>,
@@ -582,12 +587,15 @@ async fn run_train(a: TrainArgs, cluster: Option<String>) -> Result<()> {
         seed: a.seed,
         gen_jobs: a.gen_jobs,
         regenerate: a.regenerate,
+        existing: a.existing,
         min_steps: a.min_steps,
         drop_caches: drop,
     };
     let mut reports = Vec::new();
     let all = targets(&cluster, &a.common, false).await?;
-    for target in plan_datasets(all, &cfg, &world).await? {
+    // A dataset trained on in place is neither sized nor shared between targets.
+    let all = if a.existing { all } else { plan_datasets(all, &cfg, &world).await? };
+    for target in all {
         if show {
             eprintln!(
                 "{} × {} {} on {} ...",
@@ -714,6 +722,7 @@ async fn run_scan(a: ScanArgs, cluster: Option<String>) -> Result<()> {
                 seed: 42,
                 gen_jobs: 4,
                 regenerate: false,
+                existing: false,
                 min_steps: 1,
                 drop_caches: false,
             };

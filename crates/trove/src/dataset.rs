@@ -341,52 +341,6 @@ fn tar_header(name: &str, size: u64) -> Result<[u8; 512]> {
     Ok(h)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_field(out: &mut Vec<u8>, field: u32, body: &[u8]) {
-    put_varint(out, u64::from(field << 3 | 2));
-    put_varint(out, body.len() as u64);
-    out.extend_from_slice(body);
-}
-
-/// A `tf.train.Example` as TensorFlow's ImageNet scripts write it: `image/encoded` (bytes),
-/// `image/format` (bytes), `image/class/label` (int64).
-pub fn image_example(image: &[u8], label: i64) -> Vec<u8> {
-    let bytes_feature = |v: &[u8]| {
-        let mut list = Vec::with_capacity(v.len() + 8);
-        put_field(&mut list, 1, v);
-        let mut f = Vec::with_capacity(v.len() + 12);
-        put_field(&mut f, 1, &list);
-        f
-    };
-    let mut packed = Vec::new();
-    put_varint(&mut packed, label as u64);
-    let mut int_list = Vec::new();
-    put_field(&mut int_list, 1, &packed);
-    let mut label_feature = Vec::new();
-    put_field(&mut label_feature, 3, &int_list);
-    let mut features = Vec::with_capacity(image.len() + 96);
-    for (key, value) in [
-        (&b"image/encoded"[..], bytes_feature(image)),
-        (&b"image/format"[..], bytes_feature(b"jpeg")),
-        (&b"image/class/label"[..], label_feature),
-    ] {
-        let mut entry = Vec::with_capacity(value.len() + 24);
-        put_field(&mut entry, 1, key);
-        put_field(&mut entry, 2, &value);
-        put_field(&mut features, 1, &entry);
-    }
-    let mut ex = Vec::with_capacity(features.len() + 8);
-    put_field(&mut ex, 1, &features);
-    ex
-}
-
 /// One shard's bytes and its index text from `(key, image, label)` samples.
 pub fn build_shard(format: ShardFormat, samples: &[(String, Vec<u8>, u32)]) -> Result<(Vec<u8>, String)> {
     let mut out = BytesMut::new();
@@ -406,7 +360,7 @@ pub fn build_shard(format: ShardFormat, samples: &[(String, Vec<u8>, u32)]) -> R
         }
         ShardFormat::Tfrecord => {
             for (_, image, label) in samples {
-                let ex = image_example(image, i64::from(*label));
+                let ex = bench::tfrecord::image_example(image, i64::from(*label));
                 index.push_str(&format!("{} {}\n", out.len(), ex.len() + 16));
                 bench::tfrecord::frame_into(&mut out, &ex);
             }
