@@ -2,7 +2,9 @@
 
   python_loader.py per-core DIR N          images/s on one thread: Pillow + torchvision-style
                                            RandomResizedCrop(224) + flip vs trove.vision, on the
-                                           same files and the same crop boxes
+                                           same files and the same crop boxes; into uint8 HWC,
+                                           and into float32 CHW normalized as ToTensor +
+                                           Normalize do (the ImageNet training transform)
   python_loader.py loop SOURCE ROOT EPOCHS [LABEL]
                                            a training-style loop, no model: shuffled batches of
                                            64 read (16 in flight), decoded, cropped to 224,
@@ -44,24 +46,44 @@ def pillow_torchvision(data: bytes, seed: int) -> np.ndarray:
     return np.asarray(img)
 
 
+MEAN = np.array(vision.IMAGENET_MEAN, np.float32).reshape(3, 1, 1)
+STD = np.array(vision.IMAGENET_STD, np.float32).reshape(3, 1, 1)
+
+
+def pillow_torchvision_normalized(data: bytes, seed: int) -> np.ndarray:
+    """The same, then what torchvision's ToTensor + Normalize do: float32 CHW in [0, 1],
+    minus the mean, over the standard deviation (NumPy here; torch is not installed)."""
+    chw = pillow_torchvision(data, seed).transpose(2, 0, 1).astype(np.float32) / 255
+    return (chw - MEAN) / STD
+
+
 def per_core(directory: str, n: int) -> None:
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(directory) for f in fs if f.endswith(".jpg"))[:n]
     datas = [open(p, "rb").read() for p in paths]
     sizes = [vision.jpeg_size(d) for d in datas]
     info = {"images": len(datas), "mean_bytes": sum(map(len, datas)) / len(datas), "mean_width": float(np.mean([s[0] for s in sizes])), "mean_height": float(np.mean([s[1] for s in sizes]))}
-    pipelines = (("pillow+torchvision-style", pillow_torchvision), ("trove.vision", lambda d, s: vision.transform(d, size=SIZE, flip=0.5, seed=s)))
-    best = {name: 0.0 for name, _ in pipelines}
-    # Repetitions alternate between the pipelines, so a change in the machine's load (it is
-    # shared) hits both alike; the best repetition of each is reported.
-    for rep in range(5):
-        for name, fn in pipelines:
-            t = time.perf_counter()
-            for i, d in enumerate(datas):
-                fn(d, i + rep)
-            best[name] = max(best[name], len(datas) / (time.perf_counter() - t))
-    for name, _ in pipelines:
-        print(json.dumps({"bench": "per-core", "pipeline": name, "images_per_s": round(best[name], 1), **info}), flush=True)
-    print(json.dumps({"bench": "per-core", "ratio": round(best["trove.vision"] / best["pillow+torchvision-style"], 2)}), flush=True)
+    pairs = (
+        ("uint8", ("pillow+torchvision-style", pillow_torchvision), ("trove.vision", lambda d, s: vision.transform(d, size=SIZE, flip=0.5, seed=s))),
+        (
+            "float32-normalized",
+            ("pillow+torchvision-style+normalize", pillow_torchvision_normalized),
+            ("trove.vision normalize=True", lambda d, s: vision.transform(d, size=SIZE, flip=0.5, seed=s, normalize=True)),
+        ),
+    )
+    for output, *pipelines in pairs:
+        best = {name: 0.0 for name, _ in pipelines}
+        # Repetitions alternate between the pipelines, so a change in the machine's load (it is
+        # shared) hits both alike; the best repetition of each is reported.
+        for rep in range(5):
+            for name, fn in pipelines:
+                t = time.perf_counter()
+                for i, d in enumerate(datas):
+                    fn(d, i + rep)
+                best[name] = max(best[name], len(datas) / (time.perf_counter() - t))
+        for name, _ in pipelines:
+            print(json.dumps({"bench": "per-core", "output": output, "pipeline": name, "images_per_s": round(best[name], 1), **info}), flush=True)
+        ours, theirs = pipelines[1][0], pipelines[0][0]
+        print(json.dumps({"bench": "per-core", "output": output, "ratio": round(best[ours] / best[theirs], 2)}), flush=True)
 
 
 def drop_caches() -> bool:

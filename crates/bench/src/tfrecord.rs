@@ -53,33 +53,44 @@ fn put_len_field(out: &mut Vec<u8>, field: u32, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// A `Feature` holding one bytes value: `Feature { bytes_list (1): BytesList { value (1) } }`.
+fn bytes_feature(value: &[u8]) -> Vec<u8> {
+    let mut list = Vec::with_capacity(value.len() + 8);
+    put_len_field(&mut list, 1, value);
+    let mut feature = Vec::with_capacity(value.len() + 12);
+    put_len_field(&mut feature, 1, &list);
+    feature
+}
+
+/// A `Feature` holding one int64: `Feature { int64_list (3): Int64List { value (1): packed } }`.
+fn int64_feature(value: i64) -> Vec<u8> {
+    let mut packed = Vec::new();
+    put_varint(&mut packed, value as u64);
+    let mut list = Vec::new();
+    put_len_field(&mut list, 1, &packed);
+    let mut feature = Vec::new();
+    put_len_field(&mut feature, 3, &list);
+    feature
+}
+
+/// `Example { features (1): Features { feature (1): map entries { key (1), value (2) } } }`.
+fn example_of(features: &[(&[u8], Vec<u8>)]) -> Vec<u8> {
+    let mut map = Vec::with_capacity(features.iter().map(|(k, v)| k.len() + v.len() + 16).sum());
+    for (key, value) in features {
+        let mut entry = Vec::with_capacity(key.len() + value.len() + 8);
+        put_len_field(&mut entry, 1, key);
+        put_len_field(&mut entry, 2, value);
+        put_len_field(&mut map, 1, &entry);
+    }
+    let mut ex = Vec::with_capacity(map.len() + 8);
+    put_len_field(&mut ex, 1, &map);
+    ex
+}
+
 /// A serialized `tf.train.Example { features: { "image": bytes_list[image], "size":
 /// int64_list[size] } }`.
 pub fn example(image: &[u8], size: i64) -> Vec<u8> {
-    // Feature { bytes_list (1): BytesList { value (1): image } }
-    let mut bytes_list = Vec::with_capacity(image.len() + 8);
-    put_len_field(&mut bytes_list, 1, image);
-    let mut image_feature = Vec::with_capacity(image.len() + 12);
-    put_len_field(&mut image_feature, 1, &bytes_list);
-    // Feature { int64_list (3): Int64List { value (1): packed [size] } }
-    let mut packed = Vec::new();
-    put_varint(&mut packed, size as u64);
-    let mut int_list = Vec::new();
-    put_len_field(&mut int_list, 1, &packed);
-    let mut size_feature = Vec::new();
-    put_len_field(&mut size_feature, 3, &int_list);
-    // Features { feature (1): map entries { key (1), value (2) } }
-    let mut features = Vec::with_capacity(image.len() + 64);
-    for (key, value) in [(&b"image"[..], &image_feature), (&b"size"[..], &size_feature)] {
-        let mut entry = Vec::with_capacity(value.len() + 16);
-        put_len_field(&mut entry, 1, key);
-        put_len_field(&mut entry, 2, value);
-        put_len_field(&mut features, 1, &entry);
-    }
-    // Example { features (1) }
-    let mut ex = Vec::with_capacity(features.len() + 8);
-    put_len_field(&mut ex, 1, &features);
-    ex
+    example_of(&[(b"image", bytes_feature(image)), (b"size", int64_feature(size))])
 }
 
 /// Why a TFRecord stream is not valid.
@@ -206,33 +217,11 @@ impl Parser {
 /// A `tf.train.Example` as TensorFlow's ImageNet scripts write it: `image/encoded` (bytes),
 /// `image/format` (bytes), `image/class/label` (int64).
 pub fn image_example(image: &[u8], label: i64) -> Vec<u8> {
-    let bytes_feature = |v: &[u8]| {
-        let mut list = Vec::with_capacity(v.len() + 8);
-        put_len_field(&mut list, 1, v);
-        let mut f = Vec::with_capacity(v.len() + 12);
-        put_len_field(&mut f, 1, &list);
-        f
-    };
-    let mut packed = Vec::new();
-    put_varint(&mut packed, label as u64);
-    let mut int_list = Vec::new();
-    put_len_field(&mut int_list, 1, &packed);
-    let mut label_feature = Vec::new();
-    put_len_field(&mut label_feature, 3, &int_list);
-    let mut features = Vec::with_capacity(image.len() + 96);
-    for (key, value) in [
-        (&b"image/encoded"[..], bytes_feature(image)),
-        (&b"image/format"[..], bytes_feature(b"jpeg")),
-        (&b"image/class/label"[..], label_feature),
-    ] {
-        let mut entry = Vec::with_capacity(value.len() + 24);
-        put_len_field(&mut entry, 1, key);
-        put_len_field(&mut entry, 2, &value);
-        put_len_field(&mut features, 1, &entry);
-    }
-    let mut ex = Vec::with_capacity(features.len() + 8);
-    put_len_field(&mut ex, 1, &features);
-    ex
+    example_of(&[
+        (b"image/encoded", bytes_feature(image)),
+        (b"image/format", bytes_feature(b"jpeg")),
+        (b"image/class/label", int64_feature(label)),
+    ])
 }
 
 /// Reads the image's length and the `size` value (when there is one) back out of an Example: one

@@ -115,17 +115,7 @@ async fn training_on_an_existing_dataset_leaves_it_as_it_was() {
         std::fs::rename(e.path(), dir.path().join(format!("mine/part-{i:03}.tfrecord"))).expect("move");
     }
     std::fs::write(dir.path().join("mine/README"), b"not data").expect("write");
-    let before: Vec<(String, Vec<u8>)> = {
-        let mut v: Vec<_> = std::fs::read_dir(dir.path().join("mine"))
-            .expect("list")
-            .map(|e| {
-                let e = e.expect("entry");
-                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read"))
-            })
-            .collect();
-        v.sort();
-        v
-    };
+    let before = contents(&dir.path().join("mine"));
     cfg.data_dir = "mine".into();
     cfg.files = None;
     cfg.existing = true;
@@ -137,16 +127,19 @@ async fn training_on_an_existing_dataset_leaves_it_as_it_was() {
     assert_eq!(run.steps_per_epoch, 6, "12 one-sample files over 2 accelerators of batch 1");
     assert_eq!(run.epochs.len(), 2);
     assert!(run.au > 0.0 && run.au <= 1.0 + 1e-9, "AU {}", run.au);
-    let after: Vec<(String, Vec<u8>)> = {
-        let mut v: Vec<_> = std::fs::read_dir(dir.path().join("mine"))
-            .expect("list")
-            .map(|e| {
-                let e = e.expect("entry");
-                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read"))
-            })
-            .collect();
-        v.sort();
-        v
-    };
+    let after = contents(&dir.path().join("mine"));
     assert!(before == after, "the existing dataset is unchanged (no manifest, nothing removed)");
+}
+
+/// Every file of `dir` with its bytes, by name.
+fn contents(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| {
+            let e = e.expect("entry");
+            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read"))
+        })
+        .collect();
+    files.sort();
+    files
 }
