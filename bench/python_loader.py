@@ -51,10 +51,14 @@ STD = np.array(vision.IMAGENET_STD, np.float32).reshape(3, 1, 1)
 
 
 def pillow_torchvision_normalized(data: bytes, seed: int) -> np.ndarray:
-    """The same, then what torchvision's ToTensor + Normalize do: float32 CHW in [0, 1],
-    minus the mean, over the standard deviation (NumPy here; torch is not installed)."""
-    chw = pillow_torchvision(data, seed).transpose(2, 0, 1).astype(np.float32) / 255
-    return (chw - MEAN) / STD
+    """The same, then what torchvision's ToTensor + Normalize do, step for step in NumPy (torch
+    is not installed here): the uint8 image made CHW and contiguous, converted to float32,
+    scaled to [0, 1], then the mean subtracted and the standard deviation divided in place."""
+    chw = np.ascontiguousarray(pillow_torchvision(data, seed).transpose(2, 0, 1)).astype(np.float32)
+    chw *= 1 / 255
+    chw -= MEAN
+    chw /= STD
+    return chw
 
 
 def per_core(directory: str, n: int) -> None:

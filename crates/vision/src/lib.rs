@@ -13,8 +13,8 @@
 //! - Decoding is libjpeg-turbo 3 ([`turbo`]), the decoder Pillow itself uses, asked for only
 //!   the region of the image the crop keeps and, when the crop is at least twice the output in
 //!   both directions, scaled by 1/2, 1/4 or 1/8 in the DCT domain. A pure Rust decoder
-//!   (zune-jpeg, used until this was measured) decodes every pixel: 942 images/s against 1,418
-//!   with the cropped decode on the same files (Pillow: 620-665). Entropy decoding of the rows down to
+//!   (zune-jpeg, used until this was measured) decodes every pixel: 971 images/s against 1,429
+//!   with the cropped decode on the same files (Pillow: 620-692). Entropy decoding of the rows down to
 //!   the crop's bottom cannot be skipped by any decoder and is most of what remains. The price
 //!   is a C build of libjpeg-turbo (cmake and nasm) in every build of the workspace.
 //! - Crop and resize are one pass of fast_image_resize's convolution, ported from Pillow-SIMD:
