@@ -116,7 +116,8 @@ pub fn derive(rule: &IngestRule, data: &[u8]) -> Result<Vec<u8>, String> {
         vision::decode_rgb(data).map_err(|e| e.to_string())?;
         return Ok(data.to_vec());
     };
-    let image = vision::decode_rgb(data).map_err(|e| e.to_string())?;
+    // Decoded scaled down in the DCT domain when the variant is half the source or less.
+    let image = vision::decode_rgb_for(data, w, h).map_err(|e| e.to_string())?;
     let small = vision::resize(&image, w, h).map_err(|e| e.to_string())?;
     vision::encode_jpeg(&small, rule.quality).map_err(|e| e.to_string())
 }

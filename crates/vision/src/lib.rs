@@ -176,6 +176,28 @@ pub fn decode_rgb(jpeg: &[u8]) -> Result<Image, DecodeError> {
     Ok(Image { width: header.width, height: header.height, rgb })
 }
 
+/// Decodes a JPEG file for a resize to `width` x `height`: scaled down in the DCT domain by the
+/// largest of 1/2, 1/4 and 1/8 that keeps the image at least that size both ways (whole when
+/// none does), as Pillow's `draft` does before `thumbnail`. A 4000x3000 photo made into a
+/// 512-pixel variant is decoded at 1000x750, a sixteenth of the pixels.
+pub fn decode_rgb_for(jpeg: &[u8], width: u32, height: u32) -> Result<Image, DecodeError> {
+    let (header, denom, _, rgb) = turbo::decode_planned(jpeg, |h| {
+        check_size(h.width, h.height)?;
+        Ok::<_, DecodeError>((downscale_denominator(h.width, h.height, width, height), None))
+    })?;
+    Ok(Image { width: header.width.div_ceil(denom), height: header.height.div_ceil(denom), rgb })
+}
+
+/// The largest DCT-domain scale denominator (1, 2, 4 or 8) that keeps `width` x `height` at
+/// least `out_width` x `out_height`.
+fn downscale_denominator(width: u32, height: u32, out_width: u32, out_height: u32) -> u32 {
+    let mut denom = 1u32;
+    while denom < 8 && width / (denom * 2) >= out_width && height / (denom * 2) >= out_height {
+        denom *= 2;
+    }
+    denom
+}
+
 /// A rectangle of an image, in pixels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CropBox {
@@ -464,10 +486,7 @@ fn decode_plan(header: turbo::Header, crop: CropBox, out_width: u32, out_height:
         // Unusual chroma subsampling: libjpeg-turbo can only decode the whole image.
         return (1, None);
     };
-    let mut denom = 1u32;
-    while denom < 8 && crop.width / (denom * 2) >= out_width && crop.height / (denom * 2) >= out_height {
-        denom *= 2;
-    }
+    let denom = downscale_denominator(crop.width, crop.height, out_width, out_height);
     if crop == CropBox::full(header.width, header.height) {
         return (denom, None);
     }
@@ -804,5 +823,24 @@ mod tests {
         assert!(err.to_string().contains("JPEG"), "{err}");
         let t = Transform { crop: Crop::Full, out_width: 32, out_height: 32, flip_probability: 0.0, seed: 0 };
         assert!(decode_transform_into(cut, &t, &mut vec![0u8; t.out_bytes()]).is_err());
+    }
+
+    #[test]
+    fn a_decode_for_a_smaller_size_is_scaled_and_resizes_like_the_full_one() {
+        let jpeg = encode_jpeg(&synth_image(11, 1200, 900), 90).expect("encode");
+        let quarter = decode_rgb_for(&jpeg, 280, 210).expect("scaled");
+        assert_eq!((quarter.width, quarter.height), (300, 225), "1/4 keeps 280x210");
+        assert_eq!((quarter.rgb.len()), 300 * 225 * 3);
+        let reference = resize(&decode_rgb(&jpeg).expect("full"), 280, 210).expect("resize");
+        let ours = resize(&quarter, 280, 210).expect("resize");
+        let diff = mean_abs_diff(&ours.rgb, &reference.rgb);
+        assert!(diff < 2.0, "mean abs diff {diff}");
+        // No scale keeps a size larger than half the image: decoded whole.
+        let whole = decode_rgb_for(&jpeg, 601, 100).expect("whole");
+        assert_eq!((whole.width, whole.height), (1200, 900));
+        // Odd sizes round up, as libjpeg-turbo's scaled output does.
+        let odd = encode_jpeg(&synth_image(12, 333, 251), 90).expect("encode");
+        let eighth = decode_rgb_for(&odd, 40, 30).expect("scaled");
+        assert_eq!((eighth.width, eighth.height), (42, 32), "1/8 of 333x251, rounded up");
     }
 }
