@@ -183,7 +183,8 @@ pub fn decode_rgb(jpeg: &[u8]) -> Result<Image, DecodeError> {
 pub fn decode_rgb_for(jpeg: &[u8], width: u32, height: u32) -> Result<Image, DecodeError> {
     let (header, denom, _, rgb) = turbo::decode_planned(jpeg, |h| {
         check_size(h.width, h.height)?;
-        Ok::<_, DecodeError>((downscale_denominator(h.width, h.height, width, height), None))
+        let denom = if h.scalable { downscale_denominator(h.width, h.height, width, height) } else { 1 };
+        Ok::<_, DecodeError>((denom, None))
     })?;
     Ok(Image { width: header.width.div_ceil(denom), height: header.height.div_ceil(denom), rgb })
 }
@@ -486,7 +487,7 @@ fn decode_plan(header: turbo::Header, crop: CropBox, out_width: u32, out_height:
         // Unusual chroma subsampling: libjpeg-turbo can only decode the whole image.
         return (1, None);
     };
-    let denom = downscale_denominator(crop.width, crop.height, out_width, out_height);
+    let denom = if header.scalable { downscale_denominator(crop.width, crop.height, out_width, out_height) } else { 1 };
     if crop == CropBox::full(header.width, header.height) {
         return (denom, None);
     }
@@ -842,5 +843,114 @@ mod tests {
         let odd = encode_jpeg(&synth_image(12, 333, 251), 90).expect("encode");
         let eighth = decode_rgb_for(&odd, 40, 30).expect("scaled");
         assert_eq!((eighth.width, eighth.height), (42, 32), "1/8 of 333x251, rounded up");
+    }
+
+    fn encode_sampled(image: &Image, sampling: jpeg_encoder::SamplingFactor) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut encoder = jpeg_encoder::Encoder::new(&mut out, 90);
+        encoder.set_sampling_factor(sampling);
+        encoder
+            .encode(&image.rgb, image.width as u16, image.height as u16, jpeg_encoder::ColorType::Rgb)
+            .expect("encode");
+        out
+    }
+
+    /// Every chroma subsampling libjpeg-turbo names has its own iMCU width (8, 16 or 32
+    /// pixels): random crops of each decode without a misaligned region and match the full
+    /// decode.
+    #[test]
+    fn crops_decode_under_every_chroma_subsampling() {
+        use jpeg_encoder::SamplingFactor as S;
+        let src = synth_image(21, 203, 157);
+        for sampling in [S::R_4_4_4, S::R_4_2_2, S::R_4_2_0, S::R_4_4_0, S::R_4_1_1, S::R_4_4_1, S::R_4_1_0] {
+            let jpeg = encode_sampled(&src, sampling);
+            let full = decode_rgb(&jpeg).expect("decode");
+            for i in 0..25u64 {
+                let t = Transform {
+                    crop: Crop::Random { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) },
+                    out_width: 64,
+                    out_height: 48,
+                    flip_probability: 0.0,
+                    seed: i,
+                };
+                let mut ours = vec![0u8; t.out_bytes()];
+                let (crop, _) = decode_transform_into(&jpeg, &t, &mut ours)
+                    .unwrap_or_else(|e| panic!("{sampling:?} crop {i}: {e}"));
+                let rows = (crop.top..crop.top + crop.height).map(|y| {
+                    let start = (y as usize * 203 + crop.left as usize) * 3;
+                    &full.rgb[start..start + crop.width as usize * 3]
+                });
+                let cut = Image { width: crop.width, height: crop.height, rgb: rows.flatten().copied().collect() };
+                let reference = resize(&cut, 64, 48).expect("reference").rgb;
+                let diff = mean_abs_diff(&ours, &reference);
+                // Chroma upsampling at the region's edge differs most for the widest iMCUs; a box
+                // twice the output is decoded at half scale (4:1:1 and 4:4:1 never are), and a
+                // small box at half scale blown back up differs by up to a couple of levels.
+                let scaled = crop.width >= 128 && crop.height >= 96 && !matches!(sampling, S::R_4_1_1 | S::R_4_4_1);
+                let bound = if scaled { 2.5 } else { 0.3 * (64.0 / f64::from(crop.width.min(crop.height))).max(1.0) };
+                assert!(diff <= bound, "{sampling:?} crop {crop:?}: mean abs diff {diff}");
+            }
+        }
+    }
+
+    /// Damaged files (bytes flipped anywhere, cut anywhere, sizes changed) and whole ones under
+    /// random transforms: an error or an output of the asked size, never a panic or a
+    /// wrong-sized buffer. libjpeg-turbo is C, so this is the cheap, every-run check of the
+    /// wrapper's sizes and regions around it.
+    #[test]
+    fn damaged_files_under_random_transforms_never_panic() {
+        use jpeg_encoder::SamplingFactor as S;
+        let mut rng = SplitMix64::new(99);
+        let sources: Vec<Vec<u8>> = [S::R_4_2_0, S::R_4_4_4, S::R_4_1_1]
+            .into_iter()
+            .map(|s| encode_sampled(&synth_image(31, 97, 75), s))
+            .chain([encode_jpeg(&synth_image(32, 120, 90), 80).expect("encode")])
+            .collect();
+        let (mut decoded, mut refused) = (0, 0);
+        for round in 0..600u64 {
+            let mut data = sources[(round % sources.len() as u64) as usize].clone();
+            match rng.up_to(4) {
+                // Undamaged: the transform itself is what varies.
+                3.. => {}
+                0 => {
+                    for _ in 0..1 + rng.up_to(4) {
+                        let at = rng.up_to(data.len() as u32 - 1) as usize;
+                        data[at] = rng.next_u64() as u8;
+                    }
+                }
+                1 => data.truncate(rng.up_to(data.len() as u32) as usize),
+                2 => {
+                    // The frame header's sizes: a small file claiming a different size.
+                    if let Some(sof) = data.windows(2).position(|w| w == [0xff, 0xc0]) {
+                        let at = sof + 5 + rng.up_to(3) as usize;
+                        data[at] = rng.next_u64() as u8;
+                    }
+                }
+            }
+            let side = 1 + rng.up_to(300);
+            let t = Transform {
+                crop: if rng.up_to(2) == 0 {
+                    Crop::Random { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) }
+                } else {
+                    Crop::Center { fraction: 0.875 }
+                },
+                out_width: side,
+                out_height: 1 + rng.up_to(300),
+                flip_probability: 0.5,
+                seed: round,
+            };
+            let mut out = vec![0u8; t.out_bytes()];
+            match decode_transform_into(&data, &t, &mut out) {
+                Ok(_) => decoded += 1,
+                Err(_) => refused += 1,
+            }
+            if let Ok(img) = decode_rgb(&data) {
+                assert_eq!(img.rgb.len(), img.width as usize * img.height as usize * 3);
+            }
+            if let Ok(img) = decode_rgb_for(&data, side, side) {
+                assert_eq!(img.rgb.len(), img.width as usize * img.height as usize * 3);
+            }
+        }
+        assert!(decoded > 50 && refused > 50, "both outcomes exercised: {decoded} decoded, {refused} refused");
     }
 }
