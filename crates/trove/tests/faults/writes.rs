@@ -375,5 +375,15 @@ async fn nodes_are_marked_out_only_while_their_data_can_be_rebuilt() {
         out == 2 && s["chunks_misplaced"] == 0 && s["chunks_degraded"] == 0
     });
     assert!(cat(&cluster, "/a") == a);
-    assert!(chunks_of(&cluster, "/a").await.iter().all(|r| r.ec == EcScheme { k: 2, m: 2 } && r.missing == 0));
+    let chunks = chunks_of(&cluster, "/a").await;
+    let odd: Vec<_> = chunks
+        .iter()
+        .filter(|r| r.ec != EcScheme { k: 2, m: 2 } || r.missing != 0)
+        .map(|r| (r.id, r.ec, r.missing, r.placement.map_version))
+        .collect();
+    assert!(
+        odd.is_empty(),
+        "chunks not re-encoded to 2+2 whole (id, scheme, missing, map): {odd:?}; status {}",
+        cluster.status()
+    );
 }
