@@ -41,27 +41,8 @@ async fn ranks_gather_through_the_coordinator_and_results_dir() {
 async fn a_cosmoflow_sweep_on_a_directory() {
     let dir = tempfile::tempdir().expect("tmp");
     let target: Arc<dyn Target> = Arc::new(bench::DirTarget::new(dir.path(), false).expect("target"));
-    let mut spec = bench::train::workload("cosmoflow", "h100").expect("spec");
     // Small samples keep the test fast; the emulation is the same.
-    spec.record_bytes = 200_000;
-    spec.record_stdev_bytes = 10_000;
-    let cfg = bench::train::TrainConfig {
-        spec,
-        data_dir: "data".into(),
-        files: Some(40),
-        dataset_bytes: None,
-        epochs: 2,
-        read_threads: 2,
-        prefetch_batches: 2,
-        transfer_bytes: 1 << 20,
-        inference: false,
-        seed: 1,
-        gen_jobs: 2,
-        regenerate: false,
-        existing: false,
-        min_steps: 5,
-        drop_caches: false,
-    };
+    let cfg = cosmoflow("data", 40, 200_000, 10_000, 1);
     let world = Arc::new(World::single());
     let r = bench::train::train(target.clone(), &cfg, 1, Some(4), world.clone(), false).await.expect("train");
     assert!(r.generated);
@@ -86,26 +67,7 @@ async fn a_cosmoflow_sweep_on_a_directory() {
 async fn training_on_an_existing_dataset_leaves_it_as_it_was() {
     let dir = tempfile::tempdir().expect("tmp");
     let target: Arc<dyn Target> = Arc::new(bench::DirTarget::new(dir.path(), false).expect("target"));
-    let mut spec = bench::train::workload("cosmoflow", "h100").expect("spec");
-    spec.record_bytes = 50_000;
-    spec.record_stdev_bytes = 0;
-    let mut cfg = bench::train::TrainConfig {
-        spec,
-        data_dir: "gen".into(),
-        files: Some(12),
-        dataset_bytes: None,
-        epochs: 2,
-        read_threads: 2,
-        prefetch_batches: 2,
-        transfer_bytes: 1 << 20,
-        inference: false,
-        seed: 3,
-        gen_jobs: 2,
-        regenerate: false,
-        existing: false,
-        min_steps: 5,
-        drop_caches: false,
-    };
+    let mut cfg = cosmoflow("gen", 12, 50_000, 0, 3);
     let world = Arc::new(World::single());
     bench::train::ensure_dataset(target.clone(), &cfg, &world, false).await.expect("generate");
     // The user's own set: shard files with their own names, no manifest.
@@ -142,4 +104,29 @@ fn contents(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
         .collect();
     files.sort();
     files
+}
+
+/// CosmoFlow on H100 over `files` files of `record_bytes` (give or take `stdev_bytes`) in
+/// `data_dir`, 2 epochs, 2 readers; generated unless `existing` is set after.
+fn cosmoflow(data_dir: &str, files: u64, record_bytes: u64, stdev_bytes: u64, seed: u64) -> bench::train::TrainConfig {
+    let mut spec = bench::train::workload("cosmoflow", "h100").expect("spec");
+    spec.record_bytes = record_bytes;
+    spec.record_stdev_bytes = stdev_bytes;
+    bench::train::TrainConfig {
+        spec,
+        data_dir: data_dir.into(),
+        files: Some(files),
+        dataset_bytes: None,
+        epochs: 2,
+        read_threads: 2,
+        prefetch_batches: 2,
+        transfer_bytes: 1 << 20,
+        inference: false,
+        seed,
+        gen_jobs: 2,
+        regenerate: false,
+        existing: false,
+        min_steps: 5,
+        drop_caches: false,
+    }
 }

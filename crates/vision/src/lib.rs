@@ -751,6 +751,28 @@ mod tests {
         a.iter().zip(b).map(|(x, y)| f64::from(x.abs_diff(*y))).sum::<f64>() / a.len() as f64
     }
 
+    /// torchvision's RandomResizedCrop to `width` x `height`, no flip.
+    fn random_crop(width: u32, height: u32, seed: u64) -> Transform {
+        Transform {
+            crop: Crop::Random { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) },
+            out_width: width,
+            out_height: height,
+            flip_probability: 0.0,
+            seed,
+        }
+    }
+
+    /// The reference for a transform, in torchvision's order: cut the box out of the fully
+    /// decoded image, then resize it.
+    fn cut_then_resize(full: &Image, crop: CropBox, width: u32, height: u32) -> Vec<u8> {
+        let rows = (crop.top..crop.top + crop.height).map(|y| {
+            let start = (y as usize * full.width as usize + crop.left as usize) * 3;
+            &full.rgb[start..start + crop.width as usize * 3]
+        });
+        let cut = Image { width: crop.width, height: crop.height, rgb: rows.flatten().copied().collect() };
+        resize(&cut, width, height).expect("reference").rgb
+    }
+
     /// The region and scaled decodes give what a full decode then crop and resize gives:
     /// exactly at full scale, within rounding of the DCT-domain downscale otherwise.
     #[test]
@@ -760,22 +782,10 @@ mod tests {
             let full = decode_rgb(&jpeg).expect("decode");
             let mut saw_scaled = false;
             for i in 0..40u64 {
-                let t = Transform {
-                    crop: Crop::Random { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) },
-                    out_width: 224,
-                    out_height: 224,
-                    flip_probability: 0.0,
-                    seed: seed * 1000 + i,
-                };
+                let t = random_crop(224, 224, seed * 1000 + i);
                 let mut ours = vec![0u8; t.out_bytes()];
                 let (crop, _) = decode_transform_into(&jpeg, &t, &mut ours).expect("transform");
-                // torchvision's order: cut the box out, then resize it.
-                let rows = (crop.top..crop.top + crop.height).map(|y| {
-                    let start = (y as usize * w as usize + crop.left as usize) * 3;
-                    &full.rgb[start..start + crop.width as usize * 3]
-                });
-                let cut = Image { width: crop.width, height: crop.height, rgb: rows.flatten().copied().collect() };
-                let reference = resize(&cut, 224, 224).expect("reference").rgb;
+                let reference = cut_then_resize(&full, crop, 224, 224);
                 let diff = mean_abs_diff(&ours, &reference);
                 let scaled = crop.width >= 448 && crop.height >= 448;
                 saw_scaled |= scaled;
@@ -866,22 +876,11 @@ mod tests {
             let jpeg = encode_sampled(&src, sampling);
             let full = decode_rgb(&jpeg).expect("decode");
             for i in 0..25u64 {
-                let t = Transform {
-                    crop: Crop::Random { scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) },
-                    out_width: 64,
-                    out_height: 48,
-                    flip_probability: 0.0,
-                    seed: i,
-                };
+                let t = random_crop(64, 48, i);
                 let mut ours = vec![0u8; t.out_bytes()];
                 let (crop, _) = decode_transform_into(&jpeg, &t, &mut ours)
                     .unwrap_or_else(|e| panic!("{sampling:?} crop {i}: {e}"));
-                let rows = (crop.top..crop.top + crop.height).map(|y| {
-                    let start = (y as usize * 203 + crop.left as usize) * 3;
-                    &full.rgb[start..start + crop.width as usize * 3]
-                });
-                let cut = Image { width: crop.width, height: crop.height, rgb: rows.flatten().copied().collect() };
-                let reference = resize(&cut, 64, 48).expect("reference").rgb;
+                let reference = cut_then_resize(&full, crop, 64, 48);
                 let diff = mean_abs_diff(&ours, &reference);
                 // Chroma upsampling at the region's edge differs most for the widest iMCUs; a box
                 // twice the output is decoded at half scale (4:1:1 and 4:4:1 never are), and a
