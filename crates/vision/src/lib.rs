@@ -172,8 +172,7 @@ fn check_size(width: u32, height: u32) -> Result<(), DecodeError> {
 
 /// Decodes a JPEG file (baseline or progressive; grayscale, YCbCr or CMYK) into RGB.
 pub fn decode_rgb(jpeg: &[u8]) -> Result<Image, DecodeError> {
-    let (header, _, _, rgb) = turbo::decode_planned(jpeg, |h| check_size(h.width, h.height).map(|()| (1, None)))?;
-    Ok(Image { width: header.width, height: header.height, rgb })
+    Ok(turbo::decode_planned(jpeg, |h| check_size(h.width, h.height).map(|()| (1, None, ())))?.image)
 }
 
 /// Decodes a JPEG file for a resize to `width` x `height`: scaled down in the DCT domain by the
@@ -181,12 +180,12 @@ pub fn decode_rgb(jpeg: &[u8]) -> Result<Image, DecodeError> {
 /// none does), as Pillow's `draft` does before `thumbnail`. A 4000x3000 photo made into a
 /// 512-pixel variant is decoded at 1000x750, a sixteenth of the pixels.
 pub fn decode_rgb_for(jpeg: &[u8], width: u32, height: u32) -> Result<Image, DecodeError> {
-    let (header, denom, _, rgb) = turbo::decode_planned(jpeg, |h| {
+    let decoded = turbo::decode_planned(jpeg, |h| {
         check_size(h.width, h.height)?;
         let denom = if h.scalable { downscale_denominator(h.width, h.height, width, height) } else { 1 };
-        Ok::<_, DecodeError>((denom, None))
+        Ok::<_, DecodeError>((denom, None, ()))
     })?;
-    Ok(Image { width: header.width.div_ceil(denom), height: header.height.div_ceil(denom), rgb })
+    Ok(decoded.image)
 }
 
 /// The largest DCT-domain scale denominator (1, 2, 4 or 8) that keeps `width` x `height` at
@@ -450,30 +449,22 @@ pub fn decode_transform_into(
     if out.len() != transform.out_bytes() {
         return Err(TransformError::OutputSize { expected: transform.out_bytes(), got: out.len() }.into());
     }
-    let mut planned = None;
-    let (header, denom, region, rgb) = turbo::decode_planned(jpeg, |header| {
+    let decoded = turbo::decode_planned(jpeg, |header| {
         check_size(header.width, header.height)?;
         // Arguments are checked before the expensive decode.
         let (crop, flip) = transform.plan(header.width, header.height)?;
-        planned = Some((crop, flip));
-        Ok::<_, PipelineError>(decode_plan(header, crop, transform.out_width, transform.out_height))
+        let (denom, region) = decode_plan(header, crop, transform.out_width, transform.out_height);
+        Ok::<_, PipelineError>((denom, region, (crop, flip)))
     })?;
-    let Some((crop, flip)) = planned else {
-        return Err(DecodeError::Invalid("no crop was planned".into()).into());
-    };
-    let scale = f64::from(denom);
-    let (x0, y0, width, height) = match region {
-        Some(r) => (r.x, r.y, r.width, r.height),
-        None => (0, 0, header.width.div_ceil(denom), header.height.div_ceil(denom)),
-    };
+    let (crop, flip) = decoded.planned;
+    let (image, scale, (x0, y0)) = (decoded.image, f64::from(decoded.denom), decoded.origin);
     let left = f64::from(crop.left) / scale - f64::from(x0);
     let top = f64::from(crop.top) / scale - f64::from(y0);
     // The box in the decoded pixels, kept inside them (the scaled image is rounded up, so a box
     // reaching the image's edge can overhang it by less than a pixel).
-    let crop_width = (f64::from(crop.width) / scale).min(f64::from(width) - left);
-    let crop_height = (f64::from(crop.height) / scale).min(f64::from(height) - top);
-    let decoded = Image { width, height, rgb };
-    resize_box_into(&decoded, (left, top, crop_width, crop_height), transform.out_width, transform.out_height, out)?;
+    let crop_width = (f64::from(crop.width) / scale).min(f64::from(image.width) - left);
+    let crop_height = (f64::from(crop.height) / scale).min(f64::from(image.height) - top);
+    resize_box_into(&image, (left, top, crop_width, crop_height), transform.out_width, transform.out_height, out)?;
     if flip {
         flip_horizontal(out, transform.out_width);
     }

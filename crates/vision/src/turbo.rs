@@ -15,7 +15,7 @@ use std::ffi::{c_int, c_ulong, CStr};
 
 use turbojpeg_sys as tj;
 
-use crate::DecodeError;
+use crate::{DecodeError, Image};
 
 /// Largest working memory libjpeg may take for one image (progressive images buffer all their
 /// coefficients), in megabytes.
@@ -121,7 +121,7 @@ impl Instance {
 
     /// Decodes `region` of the image scaled by 1/`denom` (1, 2, 4 or 8), or all of it, into RGB.
     /// `header` must be what [`Instance::header`] just returned for `jpeg`.
-    fn decode(&self, jpeg: &[u8], header: Header, denom: u32, region: Option<Region>) -> Result<Vec<u8>, DecodeError> {
+    fn decode(&self, jpeg: &[u8], header: Header, denom: u32, region: Option<Region>) -> Result<Image, DecodeError> {
         let scaled = |side: u32| side.div_ceil(denom);
         let factor = tj::tjscalingfactor { num: 1, denom: denom as c_int };
         // SAFETY: a live instance; the factor is checked against libjpeg-turbo's list.
@@ -167,7 +167,7 @@ impl Instance {
         if header.cmyk {
             pixels = cmyk_to_rgb(&pixels);
         }
-        Ok(pixels)
+        Ok(Image { width, height, rgb: pixels })
     }
 }
 
@@ -206,19 +206,29 @@ pub(crate) fn header(jpeg: &[u8]) -> Result<Header, DecodeError> {
     with_instance(|i| i.header(jpeg))
 }
 
-/// Reads the headers, then lets `plan` choose a scale denominator and region from them, and
-/// decodes that. Returns the header, the denominator and the RGB pixels.
-/// The plan's own error is returned as it is.
-pub(crate) fn decode_planned<P, E>(jpeg: &[u8], plan: P) -> Result<(Header, u32, Option<Region>, Vec<u8>), E>
+/// What [`decode_planned`] decoded: the pixels, the scale they are at (1/`denom`), where they
+/// start in the scaled image, and what the plan returned besides.
+pub(crate) struct Decoded<T> {
+    pub image: Image,
+    pub denom: u32,
+    pub origin: (u32, u32),
+    pub planned: T,
+}
+
+/// Reads the headers, then lets `plan` choose a scale denominator, a region of the scaled image
+/// (`None`: all of it) and anything else the caller wants back, and decodes that. The plan's
+/// own error is returned as it is.
+pub(crate) fn decode_planned<T, E, P>(jpeg: &[u8], plan: P) -> Result<Decoded<T>, E>
 where
-    P: FnOnce(Header) -> Result<(u32, Option<Region>), E>,
+    P: FnOnce(Header) -> Result<(u32, Option<Region>, T), E>,
     E: From<DecodeError>,
 {
     with_instance(|i| {
         let header = i.header(jpeg)?;
-        let (denom, region) = plan(header)?;
-        let pixels = i.decode(jpeg, header, denom, region)?;
-        Ok((header, denom, region, pixels))
+        let (denom, region, planned) = plan(header)?;
+        let image = i.decode(jpeg, header, denom, region)?;
+        let origin = region.map_or((0, 0), |r| (r.x, r.y));
+        Ok(Decoded { image, denom, origin, planned })
     })
 }
 
@@ -240,22 +250,25 @@ mod tests {
         let jpeg = crate::encode_jpeg(&crate::synth_image(1, 100, 60), 90).expect("encode");
         let h = header(&jpeg).expect("header");
         assert_eq!((h.width, h.height, h.mcu_width, h.cmyk, h.scalable), (100, 60, Some(16), false, true));
-        let ok =
-            decode_planned::<_, DecodeError>(&jpeg, |_| Ok((1, Some(Region { x: 16, y: 3, width: 20, height: 7 }))))
-                .expect("aligned");
-        assert_eq!(ok.3.len(), 20 * 7 * 3);
-        let misaligned =
-            decode_planned::<_, DecodeError>(&jpeg, |_| Ok((1, Some(Region { x: 5, y: 0, width: 10, height: 10 }))));
+        let ok = decode_planned::<_, DecodeError, _>(&jpeg, |_| {
+            Ok((1, Some(Region { x: 16, y: 3, width: 20, height: 7 }), ()))
+        })
+        .expect("aligned");
+        assert_eq!((ok.image.width, ok.image.height, ok.image.rgb.len(), ok.origin), (20, 7, 20 * 7 * 3, (16, 3)));
+        let misaligned = decode_planned::<_, DecodeError, _>(&jpeg, |_| {
+            Ok((1, Some(Region { x: 5, y: 0, width: 10, height: 10 }), ()))
+        });
         assert!(matches!(misaligned, Err(DecodeError::Invalid(why)) if why.contains("divisible")), "misaligned region");
-        let outside =
-            decode_planned::<_, DecodeError>(&jpeg, |_| Ok((2, Some(Region { x: 0, y: 0, width: 51, height: 10 }))));
+        let outside = decode_planned::<_, DecodeError, _>(&jpeg, |_| {
+            Ok((2, Some(Region { x: 0, y: 0, width: 51, height: 10 }), ()))
+        });
         assert!(
             matches!(outside, Err(DecodeError::Invalid(why)) if why.contains("exceeds")),
             "region past the scaled width"
         );
         // Half scale: 50x30.
-        let half = decode_planned::<_, DecodeError>(&jpeg, |_| Ok((2, None))).expect("half");
-        assert_eq!(half.3.len(), 50 * 30 * 3);
+        let half = decode_planned::<_, DecodeError, _>(&jpeg, |_| Ok((2, None, ()))).expect("half");
+        assert_eq!((half.image.width, half.image.height, half.image.rgb.len(), half.denom), (50, 30, 50 * 30 * 3, 2));
     }
 
     /// A region's pixels are the full decode's, except where chroma upsampling at the region's
@@ -264,13 +277,13 @@ mod tests {
     fn a_region_holds_the_full_decodes_pixels_inside_its_edges() {
         let (w, h) = (300u32, 200u32);
         let jpeg = crate::encode_jpeg(&crate::synth_image(2, w, h), 90).expect("encode");
-        let (_, _, _, full) = decode_planned::<_, DecodeError>(&jpeg, |_| Ok((1, None))).expect("full");
+        let full = decode_planned::<_, DecodeError, _>(&jpeg, |_| Ok((1, None, ()))).expect("full").image.rgb;
         for r in [
             Region { x: 32, y: 17, width: 101, height: 90 },
             Region { x: 0, y: 0, width: 300, height: 7 },
             Region { x: 272, y: 150, width: 28, height: 50 },
         ] {
-            let (_, _, _, part) = decode_planned::<_, DecodeError>(&jpeg, |_| Ok((1, Some(r)))).expect("region");
+            let part = decode_planned::<_, DecodeError, _>(&jpeg, |_| Ok((1, Some(r), ()))).expect("region").image.rgb;
             assert_eq!(part.len(), (r.width * r.height * 3) as usize);
             let mut differing = 0;
             for y in 0..r.height {
