@@ -41,6 +41,26 @@
 mod txn;
 mod wal;
 
+/// The write-ahead log's encoder and decoder for the fuzz targets in `fuzz/`; built only with
+/// `--cfg fuzzing`, which cargo-fuzz sets.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    /// A record's writes: puts (`Some`) and deletes (`None`).
+    pub type Entries = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    /// Appends record `lsn` holding `entries` to `out`, as the engine writes it.
+    pub fn wal_encode(lsn: u64, entries: &[(Vec<u8>, Option<Vec<u8>>)], out: &mut Vec<u8>) {
+        crate::wal::encode(lsn, entries.iter().map(|(k, v)| (&k[..], v.as_deref())), out)
+    }
+
+    /// The records after checkpoint `applied` that replay takes from `log` (the bytes after the
+    /// file's header) and the offset just past them, or the damage replay reports.
+    pub fn wal_scan(log: &[u8], applied: u64) -> Result<(Vec<(u64, Entries)>, usize), String> {
+        let scan = crate::wal::scan(log, applied).map_err(|damage| damage.0)?;
+        Ok((scan.records.into_iter().map(|r| (r.lsn, r.entries)).collect(), scan.end))
+    }
+}
+
 use async_trait::async_trait;
 use kv::{KvEngine, KvError, KvTxn};
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};

@@ -55,6 +55,6 @@ mod server;
 
 pub use gateway::Gateway;
 pub use server::{
-    serve, Anonymous, Config, KeyPair, Listening, TlsConfig, BODY_IDLE_TIMEOUT_MS_DEFAULT, CONNECTIONS_MAX_DEFAULT,
-    CONNECTIONS_PER_CLIENT_MAX_DEFAULT, HEADER_TIMEOUT_MS_DEFAULT, XML_BODY_BYTES_MAX,
+    serve, service, Anonymous, Config, KeyPair, Listening, TlsConfig, BODY_IDLE_TIMEOUT_MS_DEFAULT,
+    CONNECTIONS_MAX_DEFAULT, CONNECTIONS_PER_CLIENT_MAX_DEFAULT, HEADER_TIMEOUT_MS_DEFAULT, XML_BODY_BYTES_MAX,
 };

@@ -13,7 +13,7 @@ use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
-use s3s::{s3_error, S3Result};
+use s3s::{s3_error, S3Result, S3};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -378,6 +378,22 @@ impl Listening {
     }
 }
 
+/// The S3 service (s3s) over `s3` with the gateway's access-key check, its policy for
+/// anonymous requests and its limit on XML bodies: what [`serve`] puts behind its HTTP front,
+/// and what the `s3_request` fuzz target (in `fuzz/`) calls with a back end of no operations.
+pub fn service(s3: impl S3, keys: &[KeyPair], anonymous: Anonymous) -> s3s::service::S3Service {
+    let keys = keys.iter().map(|k| (k.access_key.clone(), SecretKey::from(k.secret_key.clone()))).collect();
+    let mut s3_config = s3s::config::S3Config::default();
+    // The front reads every body that s3s would buffer, within this same limit.
+    s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
+    s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
+    let mut builder = S3ServiceBuilder::new(s3);
+    builder.set_auth(Keys(keys));
+    builder.set_access(Policy { anonymous });
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
+    builder.build()
+}
+
 /// Binds the configured address and prepares the service; [`Listening::run`] serves.
 pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, String> {
     config.validate()?;
@@ -385,23 +401,15 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
         Some(t) => Some(tls_acceptor(t)?),
         None => None,
     };
-    let keys = config.keys.iter().map(|k| (k.access_key.clone(), SecretKey::from(k.secret_key.clone()))).collect();
-    let mut s3_config = s3s::config::S3Config::default();
-    // The front reads every body that s3s would buffer, within this same limit.
-    s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
-    s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
     let client = gateway.client.clone();
-    let mut builder = S3ServiceBuilder::new(gateway);
-    builder.set_auth(Keys(keys));
-    builder.set_access(Policy { anonymous: config.anonymous });
-    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
+    let inner = service(gateway, &config.keys, config.anonymous);
     let listener =
         TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let body_stall = Duration::from_millis(config.body_idle_timeout_ms);
     let (per_client, total) = (config.connections_per_client_max, config.connections_max);
     Ok(Listening {
         listener,
-        front: Front { inner: builder.build(), client, body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
+        front: Front { inner, client, body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
         tls,
         limiter: ConnLimiter::new("S3 gateway", per_client, total),
         header_timeout: Duration::from_millis(config.header_timeout_ms),
