@@ -27,6 +27,7 @@ use crate::errors::{s3_error, OrS3, Target};
 use crate::gateway::{no_such_key, Gateway};
 use crate::names::parse_key;
 use crate::objmeta::{self, etag_for};
+use crate::versions::Versioned;
 use client::{ErrorCode, FileKind, Ino};
 use s3s::dto::ETagCondition;
 use s3s::{S3Error, S3ErrorCode, S3Result};
@@ -123,7 +124,8 @@ impl Gateway {
     }
 
     /// Moves the finished file `from_name` in `from_parent` onto `name` in `parent` as `how`
-    /// allows. On `Err` the file is still at `from_name` (its owner removes it).
+    /// allows; in a versioned bucket (`versioned`) what it replaces is kept (see
+    /// `versions.rs`). On `Err` the file is still at `from_name` (its owner removes it).
     pub(crate) async fn publish(
         &self,
         from_parent: Ino,
@@ -131,7 +133,16 @@ impl Gateway {
         parent: Ino,
         name: &str,
         how: Publish,
+        versioned: Option<&Versioned>,
     ) -> Result<(), PublishError> {
+        if let Some(v) = versioned {
+            let (expect, create_only) = match how {
+                Publish::Replace => (None, false),
+                Publish::CreateOnly => (None, true),
+                Publish::IfStill { ino, data_version } => (Some((ino, data_version)), false),
+            };
+            return self.publish_version(from_parent, from_name, parent, name, v, expect, create_only).await;
+        }
         match how {
             Publish::Replace => {
                 self.client.rename(from_parent, from_name, parent, name).await.map_err(PublishError::Wire)

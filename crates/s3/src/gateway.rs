@@ -16,6 +16,7 @@ use crate::errors::{s3_error, OrS3, Target};
 use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
 use crate::names::{self, parse_key};
 use crate::objmeta::{self, etag_for, s3_time, KeptHeaders, ObjectMeta, CONTENT_TYPE_DEFAULT, EMPTY_ETAG};
+use crate::versions::{self, Versioned};
 use bytes::Bytes;
 use client::{Attr, Client, ErrorCode, FileKind, Ino, WireError, ROOT_INO};
 use futures::{Stream, StreamExt};
@@ -215,6 +216,8 @@ pub(crate) struct WriteSpec<'a> {
     pub meta: &'a ObjectMeta,
     pub size_max: u64,
     pub publish: Publish,
+    /// Set for a write of a key in a versioned bucket.
+    pub versioned: Option<&'a Versioned>,
 }
 
 /// Checks the conditional headers of a GET or HEAD against the object's ETag and mtime.
@@ -410,7 +413,7 @@ impl Gateway {
             .await
             .or_s3(Target::ObjectWrite)?;
         spec.meta.store(&self.client, attr.ino).await.or_s3(Target::ObjectWrite)?;
-        self.publish(parent, tmp, parent, name, spec.publish).await.map_err(publish_error)?;
+        self.publish(parent, tmp, parent, name, spec.publish, spec.versioned).await.map_err(publish_error)?;
         Ok(Written { etag, attr, sum })
     }
 
@@ -454,28 +457,38 @@ impl Gateway {
     }
 
     /// Removes the object `key`; a missing one is not an error (S3 semantics). Directories
-    /// left empty up to the bucket are removed too, so their prefix disappears as in S3.
-    async fn delete_key(&self, bucket: &str, key: &str) -> S3Result<()> {
+    /// left empty up to the bucket are removed too, so their prefix disappears as in S3. In a
+    /// versioned bucket the object is kept as a noncurrent version behind a new delete marker,
+    /// whose id is returned.
+    async fn delete_key(&self, bucket: &str, key: &str) -> S3Result<Option<String>> {
         let parsed = parse_key(key)?;
         let bucket_attr = self.bucket(bucket).await?;
         let (dirs, name) = match parsed.name {
             Some(n) => (parsed.dirs.clone(), n),
             None => {
                 let mut d = parsed.dirs.clone();
-                let Some(last) = d.pop() else { return Ok(()) };
+                let Some(last) = d.pop() else { return Ok(None) };
                 (d, last)
             }
         };
         let parent = if dirs.is_empty() {
-            bucket_attr.ino
+            Some(bucket_attr.ino)
         } else {
             match self.client.resolve(&format!("/{bucket}/{}", dirs.join("/"))).await {
-                Ok(a) if a.kind == FileKind::Dir => a.ino,
-                Ok(_) => return Ok(()),
-                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => return Ok(()),
+                Ok(a) if a.kind == FileKind::Dir => Some(a.ino),
+                Ok(_) => None,
+                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => None,
                 Err(e) => return Err(s3_error(&e, Target::Object)),
             }
         };
+        if let Some(v) = self.versioned_write(bucket, key).await? {
+            let id = self.delete_with_marker(&v, parent, name).await?;
+            if parent.is_some() {
+                self.prune_empty_dirs(bucket, bucket_attr.ino, &dirs).await;
+            }
+            return Ok(Some(id));
+        }
+        let Some(parent) = parent else { return Ok(None) };
         let removed = if parsed.name.is_some() {
             self.client.unlink(parent, name).await
         } else {
@@ -489,14 +502,20 @@ impl Gateway {
                     ErrorCode::NotFound | ErrorCode::IsDir | ErrorCode::NotDir | ErrorCode::NotEmpty
                 ) =>
             {
-                return Ok(())
+                return Ok(None)
             }
             Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
         }
-        // Prune directories that became empty, innermost first; stop at the first that is not.
+        self.prune_empty_dirs(bucket, bucket_attr.ino, &dirs).await;
+        Ok(None)
+    }
+
+    /// Removes directories `dirs` of `bucket` that became empty, innermost first; stops at the
+    /// first that is not.
+    pub(crate) async fn prune_empty_dirs(&self, bucket: &str, bucket_ino: Ino, dirs: &[&str]) {
         for depth in (1..=dirs.len()).rev() {
             let up = if depth == 1 {
-                bucket_attr.ino
+                bucket_ino
             } else {
                 match self.client.resolve(&format!("/{bucket}/{}", dirs[..depth - 1].join("/"))).await {
                     Ok(a) => a.ino,
@@ -507,7 +526,6 @@ impl Gateway {
                 break;
             }
         }
-        Ok(())
     }
 
     /// Lists one page; the shared part of ListObjects and ListObjectsV2.
@@ -624,7 +642,7 @@ fn wants_url(e: Option<&EncodingType>) -> bool {
     e.is_some_and(|e| e.as_str() == EncodingType::URL)
 }
 
-fn owner() -> Owner {
+pub(crate) fn owner() -> Owner {
     Owner { display_name: Some("trove".into()), id: Some("trove".into()) }
 }
 
@@ -662,9 +680,16 @@ impl S3 for Gateway {
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket;
         self.bucket(&bucket).await?;
+        if self.has_stored_versions(&bucket).await? {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "The bucket you tried to delete is not empty: it holds noncurrent versions or delete markers"
+            ));
+        }
         self.client.rmdir(ROOT_INO, &bucket).await.or_s3(Target::Bucket)?;
         // Multipart uploads of a deleted bucket go with it.
         self.remove_uploads_of(&bucket).await;
+        self.remove_version_store(&bucket).await;
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
@@ -703,6 +728,53 @@ impl S3 for Gateway {
             Err(e) => return Err(s3_error(&e, Target::Bucket)),
         }
         Ok(S3Response::new(DeleteBucketCorsOutput::default()))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let dir = self.bucket(&input.bucket).await?;
+        let config = input.versioning_configuration;
+        if config.mfa_delete.as_ref().is_some_and(|m| m.as_str() == MFADelete::ENABLED) {
+            return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+        }
+        let status = match config.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::ENABLED) => "Enabled",
+            Some(BucketVersioningStatus::SUSPENDED) => "Suspended",
+            Some(other) => {
+                return Err(s3_error!(MalformedXML, "versioning status {other:?} is neither Enabled nor Suspended"))
+            }
+            None => return Err(s3_error!(MalformedXML, "the versioning configuration has no Status")),
+        };
+        // As in S3, there is no way back to never-enabled: Suspended is recorded even for a
+        // bucket that never had versioning, and then writes make null versions.
+        self.client
+            .setxattr(dir.ino, versions::XATTR_VERSIONING, status.as_bytes(), wire::XattrMode::Upsert)
+            .await
+            .or_s3(Target::Bucket)?;
+        Ok(S3Response::new(PutBucketVersioningOutput {}))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let dir = self.bucket(&req.input.bucket).await?;
+        let status = match self.versioning_of(dir.ino).await? {
+            versions::Mode::Off => None,
+            versions::Mode::Enabled => Some(BucketVersioningStatus::from_static(BucketVersioningStatus::ENABLED)),
+            versions::Mode::Suspended => Some(BucketVersioningStatus::from_static(BucketVersioningStatus::SUSPENDED)),
+        };
+        Ok(S3Response::new(GetBucketVersioningOutput { status, ..Default::default() }))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        Ok(S3Response::new(self.list_versions(req.input).await?))
     }
 
     async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
@@ -778,6 +850,7 @@ impl S3 for Gateway {
         let publish = self
             .write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref())
             .await?;
+        let versioned = self.versioned_write(&input.bucket, &input.key).await?;
         let spec = WriteSpec {
             expected_len,
             content_md5: input.content_md5.as_deref(),
@@ -785,6 +858,7 @@ impl S3 for Gateway {
             meta: &meta,
             size_max: PUT_BYTES_MAX,
             publish,
+            versioned: versioned.as_ref(),
         };
         let written =
             self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, input.body, spec).await?;
@@ -798,13 +872,14 @@ impl S3 for Gateway {
             checksum_sha1: sums.checksum_sha1,
             checksum_sha256: sums.checksum_sha256,
             checksum_type: Some(kind),
+            version_id: versions::shown_id(versioned.as_ref()),
             ..Default::default()
         }))
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let (attr, marker) = self.object(&input.bucket, &input.key).await?;
+        let (attr, marker, asked) = self.object_to_read(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         let stored = if !marker {
             objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)?
         } else {
@@ -862,13 +937,14 @@ impl S3 for Gateway {
             checksum_sha1: sums.checksum_sha1,
             checksum_sha256: sums.checksum_sha256,
             checksum_type: kind,
+            version_id: asked.or(stored.version_id),
             ..Default::default()
         }))
     }
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
-        let (attr, marker) = self.object(&input.bucket, &input.key).await?;
+        let (attr, marker, asked) = self.object_to_read(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         let stored = if !marker {
             objmeta::load(&self.client, attr.ino).await.or_s3(Target::Object)?
         } else {
@@ -907,16 +983,46 @@ impl S3 for Gateway {
             checksum_sha1: sums.checksum_sha1,
             checksum_sha256: sums.checksum_sha256,
             checksum_type: kind,
+            version_id: asked.or(stored.version_id),
             ..Default::default()
         }))
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        match &req.input.if_match {
-            Some(cond) => self.delete_if_match(&req.input.bucket, &req.input.key, cond).await?,
-            None => self.delete_key(&req.input.bucket, &req.input.key).await?,
+        let input = &req.input;
+        if let Some(id) = &input.version_id {
+            let was_marker = self.delete_version(&input.bucket, &input.key, id).await?;
+            return Ok(S3Response::new(DeleteObjectOutput {
+                delete_marker: Some(was_marker),
+                version_id: Some(id.clone()),
+                ..Default::default()
+            }));
         }
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let marker = match &input.if_match {
+            Some(cond) if self.versioned_write(&input.bucket, &input.key).await?.is_some() => {
+                // Versioned: nothing is removed for good, so checking first is enough.
+                let (attr, _) = self.object(&input.bucket, &input.key).await?;
+                let raw = objmeta::load_etag(&self.client, attr.ino).await.or_s3(Target::Object)?;
+                let etag = etag_for(&attr, raw.as_deref());
+                if !crate::conditions::etag_matches(cond, &etag) {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold: the object's ETag is {etag}"
+                    ));
+                }
+                self.delete_key(&input.bucket, &input.key).await?
+            }
+            Some(cond) => {
+                self.delete_if_match(&input.bucket, &input.key, cond).await?;
+                None
+            }
+            None => self.delete_key(&input.bucket, &input.key).await?,
+        };
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: marker.as_ref().map(|_| true),
+            version_id: marker,
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
@@ -929,17 +1035,29 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            match self.delete_key(&input.bucket, &obj.key).await {
-                Ok(()) => {
+            let done = match &obj.version_id {
+                Some(id) => self.delete_version(&input.bucket, &obj.key, id).await.map(|was_marker| DeletedObject {
+                    delete_marker: Some(was_marker),
+                    version_id: Some(id.clone()),
+                    ..Default::default()
+                }),
+                None => self.delete_key(&input.bucket, &obj.key).await.map(|marker| DeletedObject {
+                    delete_marker: marker.as_ref().map(|_| true),
+                    delete_marker_version_id: marker,
+                    ..Default::default()
+                }),
+            };
+            match done {
+                Ok(d) => {
                     if !quiet {
-                        deleted.push(DeletedObject { key: Some(obj.key), ..Default::default() });
+                        deleted.push(DeletedObject { key: Some(obj.key), ..d });
                     }
                 }
                 Err(e) => errors.push(s3s::dto::Error {
                     code: Some(e.code().as_str().to_string()),
                     key: Some(obj.key),
                     message: e.message().map(str::to_string),
-                    version_id: None,
+                    version_id: obj.version_id,
                 }),
             }
         }
@@ -948,10 +1066,14 @@ impl S3 for Gateway {
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let CopySource::Bucket { bucket: src_bucket, key: src_key, .. } = &input.copy_source else {
+        let CopySource::Bucket { bucket: src_bucket, key: src_key, version_id: src_version } = &input.copy_source
+        else {
             return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"));
         };
-        let (src, src_marker) = self.object(src_bucket, src_key).await?;
+        let (src, src_marker) = match src_version {
+            Some(id) => (self.version(src_bucket, src_key, id).await?.attr, false),
+            None => self.object(src_bucket, src_key).await?,
+        };
         if src_marker {
             return Err(no_such_key(src_key));
         }
@@ -991,14 +1113,16 @@ impl S3 for Gateway {
                 "a key ending in '/' names a directory and cannot be a copy target"
             ));
         };
-        let same = input.bucket == **src_bucket && input.key == **src_key;
-        if same {
-            if !replace {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata"
-                ));
-            }
+        let versioned = self.versioned_write(&input.bucket, &input.key).await?;
+        // In a versioned bucket a copy onto itself makes a new version like any other write.
+        let same = input.bucket == **src_bucket && input.key == **src_key && src_version.is_none();
+        if same && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata"
+            ));
+        }
+        if same && versioned.is_none() {
             meta.replace(&self.client, src.ino).await.or_s3(Target::ObjectWrite)?;
             return Ok(S3Response::new(CopyObjectOutput {
                 copy_object_result: Some(CopyObjectResult {
@@ -1028,6 +1152,7 @@ impl S3 for Gateway {
             meta: &meta,
             size_max: u64::MAX,
             publish: Publish::Replace,
+            versioned: versioned.as_ref(),
         };
         let written =
             self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, Some(body), spec).await?;
@@ -1037,6 +1162,8 @@ impl S3 for Gateway {
                 last_modified: Some(s3_time(written.attr.mtime)),
                 ..Default::default()
             }),
+            copy_source_version_id: src_version.as_ref().map(|v| v.to_string()),
+            version_id: versions::shown_id(versioned.as_ref()),
             ..Default::default()
         }))
     }

@@ -17,6 +17,10 @@
 //!   MD5-of-MD5s-N for multipart).
 //! - **Multipart uploads** live in the hidden `/.trove-s3/uploads/` until completed; completion
 //!   moves the parts' chunk records onto the object without copying data (see [`multipart`]).
+//! - **Versioning** (PutBucketVersioning): a versioned bucket keeps every version a write or
+//!   delete replaces, in the hidden `/.trove-s3/versions/`, behind the current file at the key;
+//!   GET, HEAD, DELETE and CopyObject take a `versionId`, DELETE leaves a delete marker, and
+//!   ListObjectVersions lists them (see [`versions`]).
 //! - **Conditional requests** (`If-Match`, `If-None-Match: *` on PUT, DELETE and
 //!   CompleteMultipartUpload) are atomic against concurrent writers (see `conditions.rs`); the
 //!   **additional checksums** are checked, kept and answered (see [`checksums`]).
@@ -52,6 +56,7 @@ pub mod names;
 pub mod objmeta;
 mod quiet;
 mod server;
+pub mod versions;
 
 pub use gateway::Gateway;
 pub use server::{

@@ -357,6 +357,7 @@ impl Gateway {
             meta: &ObjectMeta::default(),
             size_max: PART_BYTES_MAX,
             publish: Publish::Replace,
+            versioned: None,
         };
         let written = self.write_object(Dest::Dir(dir.ino), &part_name(input.part_number), input.body, spec).await?;
         let (sums, _) = written.sum.fields();
@@ -421,6 +422,7 @@ impl Gateway {
             meta: &ObjectMeta::default(),
             size_max: PART_BYTES_MAX,
             publish: Publish::Replace,
+            versioned: None,
         };
         let written = self.write_object(Dest::Dir(dir.ino), &part_name(input.part_number), Some(body), spec).await?;
         let (sums, _) = written.sum.fields();
@@ -679,7 +681,9 @@ impl Gateway {
             .write_condition(&input.bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref())
             .await?;
         let dir_path = format!("{}/{}", names::uploads_path(&input.bucket), input.upload_id);
-        let (etag, sum, copied) = self.complete_in(&input, &parsed.dirs, name, &dir, &dir_path, publish).await?;
+        let versioned = self.versioned_write(&input.bucket, &input.key).await?;
+        let (etag, sum, copied) =
+            self.complete_in(&input, &parsed.dirs, name, &dir, &dir_path, publish, versioned.as_ref()).await?;
         if let Err(e) = self.remove_upload(&input.bucket, &input.upload_id, dir.ino).await {
             tracing::warn!("upload {} completed but its directory could not be removed: {e}", input.upload_id);
         }
@@ -702,6 +706,7 @@ impl Gateway {
             checksum_sha1: sums.checksum_sha1,
             checksum_sha256: sums.checksum_sha256,
             checksum_type: kind,
+            version_id: crate::versions::shown_id(versioned.as_ref()),
             ..Default::default()
         };
         Ok((output, copied))
@@ -717,6 +722,7 @@ impl Gateway {
         dir: &Attr,
         dir_path: &str,
         publish: Publish,
+        versioned: Option<&crate::versions::Versioned>,
     ) -> S3Result<(String, Option<Sum>, u64)> {
         let requested = input.multipart_upload.as_ref().and_then(|m| m.parts.clone()).unwrap_or_default();
         let (algo, full_object) = self.upload_checksum(dir).await?;
@@ -794,7 +800,7 @@ impl Gateway {
         let mut attempt = 0;
         loop {
             let parent = self.ensure_dirs(&input.bucket, dirs).await?;
-            match self.publish(dir.ino, ASSEMBLY, parent, name, publish).await {
+            match self.publish(dir.ino, ASSEMBLY, parent, name, publish, versioned).await {
                 Ok(()) => return Ok((etag, sum, copied)),
                 Err(PublishError::Wire(e)) if matches!(e.code, ErrorCode::IsDir | ErrorCode::NotEmpty) => {
                     return Err(conflict(format!("{} is a prefix holding other objects", input.key)))

@@ -159,6 +159,8 @@ pub struct StoredMeta {
     pub etag_raw: Option<Vec<u8>>,
     /// The raw `user.s3.checksum` value, if any.
     pub checksum_raw: Option<Vec<u8>>,
+    /// The version id (`user.s3.version-id`) of a version made while versioning was on.
+    pub version_id: Option<String>,
 }
 
 /// Reads the S3 extended attributes of `ino`.
@@ -180,6 +182,8 @@ pub async fn load(client: &Client, ino: u64) -> Result<StoredMeta, WireError> {
             out.meta.content_type = Some(String::from_utf8_lossy(&value).into_owned());
         } else if name == crate::checksums::XATTR_CHECKSUM {
             out.checksum_raw = Some(value);
+        } else if name == crate::versions::XATTR_VERSION_ID {
+            out.version_id = Some(String::from_utf8_lossy(&value).into_owned());
         } else if let Some(k) = name.strip_prefix(XATTR_META_PREFIX) {
             out.meta.user.insert(k.to_string(), String::from_utf8_lossy(&value).into_owned());
         } else if let Some(k) = name.strip_prefix(XATTR_HEADER_PREFIX) {

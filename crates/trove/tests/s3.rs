@@ -139,6 +139,101 @@ fn boto3_conditional_writes_checksums_part_copies_and_kept_headers() {
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
 
+#[test]
+fn versioned_buckets_keep_every_version_for_boto3_awscli_and_the_namespace() {
+    need("aws");
+    let cluster = TestCluster::start(6, "4+2");
+    let gw = Gateway::s3(&cluster, "s3-versions", &[]);
+    let out = run(python(&gw).arg(suite_file("versioning_check.py")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "boto3 versioning checks failed:\n{stdout}\n{}\ngateway log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.log_text()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+
+    // awscli: enable, write twice, read the old version back by id.
+    let home = tempfile::tempdir().expect("home");
+    let (old, new) = (content(51, (1 << 20) + 3), content(52, 70_000));
+    std::fs::write(home.path().join("old"), &old).expect("write");
+    std::fs::write(home.path().join("new"), &new).expect("write");
+    run_ok(aws(&gw, home.path()).args(["s3", "mb", "s3://kept"]));
+    run_ok(aws(&gw, home.path()).args([
+        "s3api",
+        "put-bucket-versioning",
+        "--bucket",
+        "kept",
+        "--versioning-configuration",
+        "Status=Enabled",
+    ]));
+    let put = |file: &str| -> String {
+        let out = run_ok(
+            aws(&gw, home.path())
+                .args(["s3api", "put-object", "--bucket", "kept", "--key", "d/f.bin", "--body"])
+                .arg(home.path().join(file)),
+        );
+        let json: serde_json::Value = serde_json::from_str(&out).expect("put-object prints JSON");
+        json["VersionId"].as_str().expect("a version id").to_string()
+    };
+    let (old_id, new_id) = (put("old"), put("new"));
+    run_ok(
+        aws(&gw, home.path())
+            .args(["s3api", "get-object", "--bucket", "kept", "--key", "d/f.bin", "--version-id", &old_id])
+            .arg(home.path().join("back")),
+    );
+    assert!(std::fs::read(home.path().join("back")).expect("read") == old, "the old version reads back");
+    let listed = run_ok(aws(&gw, home.path()).args(["s3api", "list-object-versions", "--bucket", "kept"]));
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
+    let ids: Vec<(&str, bool)> = listed["Versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .map(|v| (v["VersionId"].as_str().unwrap_or_default(), v["IsLatest"].as_bool().unwrap_or_default()))
+        .collect();
+    assert_eq!(ids, [(new_id.as_str(), true), (old_id.as_str(), false)]);
+
+    // The namespace: the key's file is the current version; the old one is in the hidden
+    // version store, whole, with its id and S3 metadata; a delete marker hides the file.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let client = rt.block_on(cluster.client());
+    rt.block_on(async {
+        assert!(client.read_file("/kept/d/f.bin").await.expect("read") == new);
+        let store =
+            client.readdir(client.resolve("/.trove-s3/versions/kept").await.expect("store").ino).await.expect("ls");
+        assert_eq!(store.len(), 1, "one key dir: {store:?}");
+        let key_dir = store[0].attr.ino;
+        assert_eq!(client.getxattr(key_dir, "user.s3.key").await.expect("key"), b"d/f.bin");
+        let kept = client.readdir(key_dir).await.expect("ls");
+        assert_eq!(kept.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), [old_id.as_str()]);
+        assert!(
+            client.read_file(&format!("/.trove-s3/versions/kept/{}/{old_id}", store[0].name)).await.expect("read")
+                == old
+        );
+    });
+    run_ok(aws(&gw, home.path()).args(["s3", "rm", "s3://kept/d/f.bin"]));
+    rt.block_on(async {
+        let gone = client.resolve("/kept/d/f.bin").await.expect_err("hidden by the marker");
+        assert_eq!(gone.code, client::ErrorCode::NotFound);
+    });
+    let failed = aws_refused(
+        aws(&gw, home.path()).args(["s3api", "head-object", "--bucket", "kept", "--key", "d/f.bin"]),
+        "404",
+    );
+    assert!(failed.contains("Not Found"), "{failed}");
+    run_ok(aws(&gw, home.path()).args([
+        "s3api",
+        "head-object",
+        "--bucket",
+        "kept",
+        "--key",
+        "d/f.bin",
+        "--version-id",
+        &new_id,
+    ]));
+}
+
 /// Runs awscli expecting it to fail with S3 error `code`; returns its stderr.
 fn aws_refused(cmd: &mut Command, code: &str) -> String {
     let out = run(cmd);
