@@ -16,7 +16,9 @@
 //!   minutes by default as Linux's knfsd; clients reconnect transparently;
 //! - a client address may hold `connections_per_client_max` connections, the gateway
 //!   `connections_max`: the excess is closed at once (NFS has no way to say "busy"), with one
-//!   warning per 10 seconds at most.
+//!   warning per 10 seconds at most;
+//! - a client whose address is not in the export's `clients` list (when it has one) is closed
+//!   at once, before a byte reaches nfsserve, with the same warnings.
 //!
 //! The relay costs one more pass of every byte through a loopback socket. Deliberately absent:
 //! exclusivity of the loopback port. A local process can reach nfsserve there without these
@@ -39,6 +41,46 @@ const REFUSAL_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 /// Bytes relayed per read.
 const RELAY_BUFFER_BYTES: usize = 256 << 10;
 
+/// The client addresses an export admits: networks and single addresses (`10.0.0.0/8`,
+/// `192.168.1.5`, `fd00::/8`); empty admits every address. An IPv4 client reaching an IPv6
+/// socket (`::ffff:10.1.2.3`) is matched as its IPv4 address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowList(Vec<ipnet::IpNet>);
+
+impl AllowList {
+    /// Parses the entries of an export's `clients`; the error names the entry that is neither
+    /// an address nor a network.
+    pub fn parse(entries: &[String]) -> Result<AllowList, String> {
+        let mut nets = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let e = entry.trim();
+            let net = match e.parse::<ipnet::IpNet>() {
+                Ok(net) => net.trunc(),
+                Err(_) => match e.parse::<IpAddr>() {
+                    Ok(addr) => ipnet::IpNet::from(addr),
+                    Err(_) => {
+                        return Err(format!(
+                            "clients entry {entry:?} is neither an IP address nor a network (address/prefix length)"
+                        ))
+                    }
+                },
+            };
+            nets.push(net);
+        }
+        Ok(AllowList(nets))
+    }
+
+    /// Whether `client` may connect.
+    pub fn allows(&self, client: IpAddr) -> bool {
+        self.0.is_empty() || self.0.iter().any(|net| net.contains(&client.to_canonical()))
+    }
+
+    /// The entries, for messages.
+    pub fn describe(&self) -> String {
+        self.0.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// The limits of one export's connections.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -58,6 +100,7 @@ struct Counts {
 /// Open connections per client address and overall.
 struct Admission {
     limits: Limits,
+    allow: AllowList,
     export: String,
     counts: Mutex<Counts>,
 }
@@ -85,7 +128,9 @@ impl Admission {
     fn admit(self: &Arc<Self>, client: IpAddr) -> Option<Permit> {
         let mut c = self.counts.lock();
         let open = c.per_client.get(&client).copied().unwrap_or(0);
-        let why = if open >= self.limits.connections_per_client_max {
+        let why = if !self.allow.allows(client) {
+            format!("{client} is not in the export's clients ({})", self.allow.describe())
+        } else if open >= self.limits.connections_per_client_max {
             format!(
                 "{client} has {open} open (connections_per_client_max = {})",
                 self.limits.connections_per_client_max
@@ -104,7 +149,7 @@ impl Admission {
             c.last_warning = Some(now);
             drop(c);
             tracing::warn!(
-                "NFS export {}: closed {count} connection(s) over the limit since the last warning; the latest from {client}: {why}",
+                "NFS export {}: closed {count} connection(s) refused since the last warning; the latest from {client}: {why}",
                 self.export
             );
         }
@@ -129,10 +174,18 @@ fn timed_out(what: &str, after: Duration) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} for {} ms", after.as_millis()))
 }
 
-/// Accepts connections on `front` and relays each to nfsserve at `backend`, within `limits`.
-pub async fn serve(front: TcpListener, backend: SocketAddr, limits: Limits, export: String) -> io::Result<()> {
+/// Accepts connections on `front` from the clients `allow` admits and relays each to nfsserve
+/// at `backend`, within `limits`.
+pub async fn serve(
+    front: TcpListener,
+    backend: SocketAddr,
+    limits: Limits,
+    allow: AllowList,
+    export: String,
+) -> io::Result<()> {
     let admission = Arc::new(Admission {
         limits,
+        allow,
         export,
         counts: Mutex::new(Counts { per_client: HashMap::new(), total: 0, refused_unreported: 0, last_warning: None }),
     });
@@ -341,9 +394,40 @@ mod tests {
     }
 
     #[test]
+    fn allow_lists_admit_their_networks_and_addresses_only() {
+        let parse = |e: &[&str]| AllowList::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let ip = |s: &str| s.parse::<IpAddr>().expect("address");
+        let list = parse(&["10.1.0.0/16", " 192.168.7.9 ", "fd00::/8", "172.16.5.77/12"]).expect("parses");
+        for yes in ["10.1.200.3", "192.168.7.9", "fd12::1", "::ffff:10.1.0.1", "172.31.0.1"] {
+            assert!(list.allows(ip(yes)), "{yes}");
+        }
+        for no in ["10.2.0.1", "192.168.7.10", "fe80::1", "127.0.0.1", "::ffff:192.168.7.8"] {
+            assert!(!list.allows(ip(no)), "{no}");
+        }
+        assert!(parse(&[]).expect("empty").allows(ip("203.0.113.9")), "no list admits everyone");
+        let err = parse(&["10.0.0.0/8", "tenant-a"]).expect_err("not an address");
+        assert!(err.contains("\"tenant-a\""), "{err}");
+        assert!(parse(&["10.0.0.0/33"]).is_err(), "a prefix longer than the address");
+        let a = Arc::new(Admission {
+            limits: limits(),
+            allow: parse(&["127.0.0.2"]).expect("parses"),
+            export: "/".into(),
+            counts: Mutex::new(Counts {
+                per_client: HashMap::new(),
+                total: 0,
+                refused_unreported: 0,
+                last_warning: None,
+            }),
+        });
+        assert!(a.admit(ip("127.0.0.1")).is_none(), "an address not listed is refused");
+        assert!(a.admit(ip("127.0.0.2")).is_some());
+    }
+
+    #[test]
     fn connections_are_limited_per_client_and_overall() {
         let a = Arc::new(Admission {
             limits: limits(),
+            allow: AllowList::default(),
             export: "/".into(),
             counts: Mutex::new(Counts {
                 per_client: HashMap::new(),

@@ -9,9 +9,12 @@
 //!   Exports decide what a client mounts, not what a client that forges file handles can
 //!   reach (like Linux's `no_subtree_check`): they are not an isolation boundary between
 //!   tenants.
+//! - **Clients**: an export may list the addresses and networks allowed to connect (`clients`);
+//!   others are closed at once by the guard. This is the only access control an export has:
 //! - **Identity**: nfsserve 0.11 does not hand AUTH_UNIX credentials to the file system, so new
 //!   files belong to root (0:0) unless a SETATTR changes them, and permissions are not checked
-//!   by the gateway.
+//!   by the gateway. Root squash and uid mapping are therefore impossible here: an export is
+//!   for trusted networks only, and `clients` is how to say which.
 //!
 //! # Consistency
 //!
@@ -75,6 +78,10 @@ pub struct ExportConfig {
     /// Refuse every change.
     #[serde(default)]
     pub read_only: bool,
+    /// Client addresses and networks allowed to connect (`["10.0.0.0/8", "192.168.1.5"]`);
+    /// empty (the default): every client that can reach `listen`.
+    #[serde(default)]
+    pub clients: Vec<String>,
 }
 
 /// The gateway's configuration file (`trove nfs --config nfs.toml`).
@@ -90,6 +97,7 @@ pub struct ExportConfig {
 /// path = "/datasets"
 /// listen = "0.0.0.0:2049"
 /// read_only = true
+/// clients = ["10.0.0.0/8"]   # addresses or networks allowed; absent: all
 /// ```
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,6 +185,7 @@ pub struct Listening {
     /// nfsserve, on a loopback port of its own.
     backend: NFSTcpListener<metered::Metered<TroveNfs>>,
     limits: guard::Limits,
+    allow: guard::AllowList,
     pub path: String,
     pub read_only: bool,
 }
@@ -195,7 +204,7 @@ impl Listening {
         let backend = std::net::SocketAddr::from(([127, 0, 0, 1], self.backend.get_listen_port()));
         tokio::select! {
             r = self.backend.handle_forever() => r,
-            r = guard::serve(self.front, backend, self.limits, self.path.clone()) => r,
+            r = guard::serve(self.front, backend, self.limits, self.allow, self.path.clone()) => r,
         }
     }
 }
@@ -203,6 +212,7 @@ impl Listening {
 /// Resolves the export's directory and binds its address (and nfsserve's loopback one).
 pub async fn bind(client: client::Client, export: &ExportConfig, config: &Config) -> Result<Listening, String> {
     config.validate()?;
+    let allow = guard::AllowList::parse(&export.clients).map_err(|e| format!("export {}: {e}", export.path))?;
     let fs =
         TroveNfs::new(client, Export { path: export.path.clone(), read_only: export.read_only }, config.write_back_ms)
             .await?;
@@ -212,7 +222,14 @@ pub async fn bind(client: client::Client, export: &ExportConfig, config: &Config
     let backend = NFSTcpListener::bind("127.0.0.1:0", metered::Metered(fs))
         .await
         .map_err(|e| format!("cannot listen on a loopback port for export {}: {e}", export.path))?;
-    Ok(Listening { front, backend, limits: config.limits(), path: export.path.clone(), read_only: export.read_only })
+    Ok(Listening {
+        front,
+        backend,
+        limits: config.limits(),
+        allow,
+        path: export.path.clone(),
+        read_only: export.read_only,
+    })
 }
 
 #[cfg(test)]
@@ -222,9 +239,10 @@ mod tests {
     #[test]
     fn config_files_parse() {
         let c: Config = toml::from_str(
-            "cluster = \"dir\"\nwrite_back_ms = 50\n[[exports]]\npath = \"/a\"\nlisten = \"127.0.0.1:2049\"\nread_only = true\n[[exports]]\npath = \"/b\"\nlisten = \"127.0.0.1:2050\"\n",
+            "cluster = \"dir\"\nwrite_back_ms = 50\n[[exports]]\npath = \"/a\"\nlisten = \"127.0.0.1:2049\"\nread_only = true\n[[exports]]\npath = \"/b\"\nlisten = \"127.0.0.1:2050\"\nclients = [\"10.0.0.0/8\", \"192.168.1.5\"]\n",
         )
         .expect("parses");
+        assert_eq!((c.exports[0].clients.len(), c.exports[1].clients.len()), (0, 2));
         assert_eq!(c.write_back_ms, 50);
         assert_eq!(
             c.exports.iter().map(|e| (e.path.as_str(), e.read_only)).collect::<Vec<_>>(),

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct NfsArgs {
     /// TOML configuration: cluster, write_back_ms, timeouts and connection limits, [[exports]]
-    /// (path, listen, read_only).
+    /// (path, listen, read_only, clients).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to serve one export on, HOST:PORT (port 0 picks a free one).
@@ -26,6 +26,10 @@ pub struct NfsArgs {
     /// Export --export read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// Client addresses or networks allowed to connect to --listen, comma-separated
+    /// (10.0.0.0/8,192.168.1.5); others are closed at once [default: every client].
+    #[arg(long, value_delimiter = ',')]
+    pub clients: Vec<String>,
     /// Buffer writes and flush a file once idle this long (ms). 0 (the default) makes every
     /// WRITE durable before its reply, as the FILE_SYNC answer promises; see `nfsgw`.
     #[arg(long)]
@@ -55,7 +59,12 @@ pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
         None => nfsgw::Config::default(),
     };
     if let Some(listen) = args.listen {
-        config.exports.push(nfsgw::ExportConfig { path: args.export, listen, read_only: args.read_only });
+        config.exports.push(nfsgw::ExportConfig {
+            path: args.export,
+            listen,
+            read_only: args.read_only,
+            clients: args.clients,
+        });
     }
     if let Some(ms) = args.write_back_ms {
         config.write_back_ms = ms;

@@ -94,6 +94,41 @@ fn read_only_exports_serve_a_subtree_and_refuse_writes() {
     });
 }
 
+#[test]
+fn exports_admit_only_the_clients_they_list() {
+    need("nfs-ls");
+    let cluster = TestCluster::start(4, "2+1");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let client = rt.block_on(cluster.client());
+    rt.block_on(async { client.write_file("/shared.txt", b"for listed clients").await.expect("write") });
+    // The test's client connects from 127.0.0.1, which this export does not list.
+    let closed = Gateway::nfs(&cluster, "nfs-closed", "/", &["--clients", "127.0.0.2,10.0.0.0/8"]);
+    let out = run(Command::new("nfs-ls").arg(url(&closed, "/")));
+    assert!(!out.status.success(), "an unlisted client listed the export: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("shared.txt"));
+    let log = closed.log_text();
+    assert!(log.contains("127.0.0.1 is not in the export's clients (127.0.0.2/32, 10.0.0.0/8)"), "{log}");
+    // Listed by its network, it gets in.
+    let open = Gateway::nfs(&cluster, "nfs-open", "/", &["--clients", "127.0.0.0/8"]);
+    let ls = run_ok(Command::new("nfs-ls").arg(url(&open, "/")));
+    assert!(ls.contains("shared.txt"), "{ls}");
+    // A list entry that is not an address stops the gateway before it serves, naming it.
+    let bad = common::run(&[
+        "nfs",
+        "--cluster",
+        &cluster.meta_addr,
+        "--listen",
+        "127.0.0.1:0",
+        "--clients",
+        "10.0.0.0/8,lab-hosts",
+    ]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && stderr.contains("\"lab-hosts\" is neither an IP address nor a network"),
+        "{stderr}"
+    );
+}
+
 fn name(s: &str) -> filename3 {
     s.as_bytes().into()
 }
