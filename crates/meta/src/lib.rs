@@ -12,6 +12,7 @@
 //! pools), [`policies`] (file pool policies), [`quota`] (directory tree quotas), [`trash`] (deleted files kept for a while), [`snapshot`] (namespace versioning and snapshots), [`gc`], [`locks`] (byte-range locks under leases), and [`server`] (configuration, network serving, background
 //! tasks). [`MetaService`] here routes each call to its owner.
 
+pub mod audit;
 pub mod clone;
 pub mod cluster;
 pub mod events;
@@ -333,6 +334,22 @@ impl MetaService {
         &self.processes
     }
 
+    /// Answers a call that came over the network: as [`MetaService::call`], and an
+    /// administrative one is recorded in the event log with its caller and outcome (see
+    /// [`audit`]).
+    pub async fn call_from_network(&self, req: MetaCall) -> MetaResult {
+        let Some(what) = audit::describe(self.engine.as_ref(), &req.op).await else {
+            return self.call(req).await;
+        };
+        let node = match &req.op {
+            wire::MetaOp::SetNodeState { node, .. } => Some(*node),
+            _ => None,
+        };
+        let result = self.call(req).await;
+        audit::record(self, what, node, &result).await;
+        result
+    }
+
     /// Appends events to the cluster's event log.
     pub async fn record_events(&self, new: Vec<events::NewEvent>) -> Result<Vec<wire::Event>, WireError> {
         events::append(self.engine.as_ref(), new).await
@@ -517,6 +534,6 @@ impl wire::Handler for MetaService {
     type Reply = MetaReply;
 
     async fn handle(&self, req: MetaCall, _data: Bytes) -> (MetaResult, Bytes) {
-        (self.call(req).await, Bytes::new())
+        (self.call_from_network(req).await, Bytes::new())
     }
 }

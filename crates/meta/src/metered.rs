@@ -31,7 +31,7 @@ impl wire::Handler for MeteredService {
         let t = table();
         let started = t.start();
         let op = req.op.index();
-        let result = self.0.call(req).await;
+        let result = self.0.call_from_network(req).await;
         t.done(op, started, result.is_ok());
         (result, Bytes::new())
     }

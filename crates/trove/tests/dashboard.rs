@@ -5,7 +5,8 @@
 //! (nodes up and down, the node's `node_down` event, the health verdict). Set
 //! `TROVE_DASHBOARD_SCREENSHOTS=DIR` to keep the pictures (the README's come from here).
 //!
-//! Also the event log through `trove events`, with the same node going down and up.
+//! Also the event log through `trove events`, with the same node going down and up, and the
+//! audit trail of administrative commands in it.
 
 mod common;
 mod gw;
@@ -243,6 +244,43 @@ for i in range(int(sys.argv[1])):
     assert!(up["seq"].as_u64() > down["seq"].as_u64());
     drop(gw);
     mount.stop();
+}
+
+#[test]
+fn administrative_commands_are_recorded_with_their_caller_and_outcome() {
+    let cluster = TestCluster::start(4, "2+1");
+    let dir = cluster.dir_str();
+    run_ok(&["--cluster", &dir, "mkdir", "/projects"]);
+    run_ok(&["quota", "set", "/projects", "--bytes", "1G", "--cluster", &dir]);
+    run_ok(&["snapshot", "create", "/projects", "before", "--cluster", &dir]);
+    let refused = common::run(&["--cluster", &dir, "node", "drain", "9"]);
+    assert!(!refused.status.success(), "draining a node that does not exist succeeded");
+    // Reads and file operations are not administration.
+    run_ok(&["--cluster", &dir, "ls", "/projects"]);
+    let admin: Vec<serde_json::Value> = events(&cluster).into_iter().filter(|e| e["kind"] == "admin").collect();
+    let said: Vec<(&str, &str)> = admin
+        .iter()
+        .map(|e| (e["severity"].as_str().unwrap_or_default(), e["message"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(said.len(), 3, "{admin:#?}");
+    assert!(
+        said[0].0 == "Info" && said[0].1.starts_with("set the quota of /projects (bytes hard 1073741824"),
+        "{said:?}"
+    );
+    assert!(
+        said[1].0 == "Info" && said[1].1.starts_with("create snapshot before of /projects, asked from 127.0.0.1:"),
+        "{said:?}"
+    );
+    assert!(said.iter().take(2).all(|(_, m)| m.ends_with(": done")), "{said:?}");
+    assert!(
+        said[2].0 == "Warning"
+            && said[2].1.starts_with("set storage node 9 Draining, asked from 127.0.0.1:")
+            && said[2].1.contains(": refused: "),
+        "{said:?}"
+    );
+    assert_eq!(admin[2]["node"], 9);
+    let table = run_ok(&["events", "--cluster", &dir]);
+    assert!(table.lines().any(|l| l.contains("admin") && l.contains("create snapshot before of /projects")), "{table}");
 }
 
 #[test]

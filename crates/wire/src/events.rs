@@ -62,6 +62,8 @@ pub mod kind {
     pub const JOB_STARTED: &str = "job_started";
     pub const JOB_FINISHED: &str = "job_finished";
     pub const LEADER: &str = "leader";
+    /// An administrative operation asked over the network, done or refused (`meta::audit`).
+    pub const ADMIN: &str = "admin";
 }
 
 /// A process that exports metrics, as it announced itself to the metadata service.

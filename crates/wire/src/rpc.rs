@@ -592,6 +592,17 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+tokio::task_local! {
+    /// The address of the peer whose request the current task answers.
+    static PEER: std::net::SocketAddr;
+}
+
+/// The address of the peer whose request is being answered, inside [`Handler::handle`] (for
+/// audit records); `None` elsewhere.
+pub fn current_peer() -> Option<std::net::SocketAddr> {
+    PEER.try_with(|p| *p).ok()
+}
+
 /// Serves `handler` on every connection accepted from `listener`, forever.
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: Service, cluster: String) {
     loop {
@@ -606,7 +617,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: 
         let handler = handler.clone();
         let cluster = cluster.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, handler, service, &cluster).await {
+            if let Err(e) = serve_connection(stream, peer, handler, service, &cluster).await {
                 tracing::debug!("connection from {peer} ended: {e}");
             }
         });
@@ -615,6 +626,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: 
 
 async fn serve_connection<H: Handler>(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     handler: Arc<H>,
     service: Service,
     cluster: &str,
@@ -684,7 +696,7 @@ async fn serve_connection<H: Handler>(
         let read_at = Instant::now();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
-            let (result, data) = handler.handle(req, frame.data).await;
+            let (result, data) = PEER.scope(peer, handler.handle(req, frame.data)).await;
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
             let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
