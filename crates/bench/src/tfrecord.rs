@@ -94,7 +94,7 @@ pub fn example(image: &[u8], size: i64) -> Vec<u8> {
 }
 
 /// Why a TFRecord stream is not valid.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FrameError {
     /// The length field's CRC does not match: the stream is not at a record boundary or is damaged.
@@ -126,6 +126,10 @@ impl std::error::Error for FrameError {}
 
 /// An incremental TFRecord parser: feed it bytes as they arrive, it yields each complete
 /// record's data length after checking both CRCs. Keeps at most one partial record buffered.
+///
+/// What it yields does not depend on how the stream is cut into pieces: every record before
+/// the first damage is returned, and the damage is the answer to the feed that reaches it, or
+/// (when that feed also completed records) to every later feed and to [`Parser::finish`].
 #[derive(Default)]
 pub struct Parser {
     buf: BytesMut,
@@ -133,6 +137,8 @@ pub struct Parser {
     offset: u64,
     pub records: u64,
     pub data_bytes: u64,
+    /// The damage found, once found: the stream is not read past it.
+    failed: Option<FrameError>,
 }
 
 impl Parser {
@@ -143,8 +149,27 @@ impl Parser {
 
     /// Like [`Parser::feed`], without copying: records that lie whole inside `piece` are
     /// returned as slices of it; only a record split across pieces is assembled in a buffer.
-    pub fn feed_bytes(&mut self, mut piece: Bytes) -> std::result::Result<Vec<Bytes>, FrameError> {
+    pub fn feed_bytes(&mut self, piece: Bytes) -> std::result::Result<Vec<Bytes>, FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         let mut out = Vec::new();
+        match self.take_records(piece, &mut out) {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.failed = Some(e.clone());
+                // Records before the damage are valid: they go out first, the damage next time.
+                if out.is_empty() {
+                    Err(e)
+                } else {
+                    Ok(out)
+                }
+            }
+        }
+    }
+
+    /// Appends to `out` the records `piece` completes; stops at the first damage.
+    fn take_records(&mut self, mut piece: Bytes, out: &mut Vec<Bytes>) -> std::result::Result<(), FrameError> {
         // First finish a record left partial by the previous piece, copying only its bytes.
         while !self.buf.is_empty() && !piece.is_empty() {
             let need = if self.buf.len() < 12 {
@@ -160,7 +185,7 @@ impl Parser {
             }
         }
         if !self.buf.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         while piece.len() >= 12 {
             let total = self.record_len(&piece[..12])?;
@@ -171,7 +196,7 @@ impl Parser {
             out.push(self.check(record)?);
         }
         self.buf.extend_from_slice(&piece);
-        Ok(out)
+        Ok(())
     }
 
     /// Total framed length of the record whose 12 header bytes are `head`, after checking the
@@ -206,7 +231,9 @@ impl Parser {
 
     /// Checks that the stream ended on a record boundary.
     pub fn finish(&self) -> std::result::Result<(), FrameError> {
-        if self.buf.is_empty() {
+        if let Some(e) = &self.failed {
+            Err(e.clone())
+        } else if self.buf.is_empty() {
             Ok(())
         } else {
             Err(FrameError::Truncated { offset: self.offset })
@@ -313,6 +340,35 @@ mod tests {
         assert_eq!(crc32c::crc32c(&[0u8; 32]), 0x8a91_36aa);
         let c = 0x8a91_36aau32;
         assert_eq!(masked_crc(&[0u8; 32]), c.rotate_right(15).wrapping_add(0xa282_ead8));
+    }
+
+    /// Found by the `tfrecord` fuzz target: a feed that completed a record and then met damage
+    /// answered only the damage, so whole and piecewise reads of one stream differed.
+    #[test]
+    fn records_before_damage_come_out_however_the_stream_is_cut() {
+        let mut stream = BytesMut::new();
+        frame_into(&mut stream, &example(b"good", 1));
+        let good = stream.len();
+        stream.extend_from_slice(&[0x5a; 20]);
+        for piece in [1usize, 5, good, good + 3, stream.len()] {
+            let mut p = Parser::default();
+            let mut records = Vec::new();
+            let mut failed = None;
+            for c in stream.chunks(piece) {
+                match p.feed(c) {
+                    Ok(r) => records.extend(r),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            assert_eq!(records.len(), 1, "pieces of {piece}");
+            let at_end = p.finish().expect_err("the damage is reported");
+            assert_eq!(at_end, FrameError::LengthCrc { offset: good as u64 }, "pieces of {piece}");
+            assert!(failed.is_none_or(|e| e == at_end), "pieces of {piece}");
+            assert_eq!(p.feed(b"more").expect_err("nothing is read past damage"), at_end);
+        }
     }
 
     #[test]
