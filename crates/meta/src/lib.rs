@@ -226,6 +226,18 @@ impl MetaService {
                 self.cluster.set_node_state(engine, node, state, force).await
             }
             MetaOp::Announce { process } => self.processes.announce(process).map(|()| MetaReply::Ok),
+            MetaOp::ReportAuthFailures { front, refused, latest } => {
+                let cut = |s: String| s.chars().take(wire::AUDIT_TEXT_BYTES_MAX / 4).collect::<String>();
+                let (front, latest) = (cut(front), cut(latest));
+                let event = events::NewEvent {
+                    severity: wire::Severity::Warning,
+                    kind: wire::events::kind::AUTH_FAILURE,
+                    node: None,
+                    subject: front.clone(),
+                    message: format!("{front}: {refused} request(s) refused authentication; the latest: {latest}"),
+                };
+                self.record_events(vec![event]).await.map(|_| MetaReply::Ok)
+            }
             MetaOp::Processes => Ok(MetaReply::Processes(self.processes.list())),
             MetaOp::Events { after, limit, newest } => {
                 let (events, next) = events::read(engine, after, limit, newest).await?;

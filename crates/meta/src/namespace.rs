@@ -458,6 +458,7 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         | MetaOp::SetNodeState { .. }
         | MetaOp::NodeStates { .. }
         | MetaOp::Announce { .. }
+        | MetaOp::ReportAuthFailures { .. }
         | MetaOp::Processes
         | MetaOp::AllocChunksIn { .. }
         | MetaOp::SnapshotCreate { .. }

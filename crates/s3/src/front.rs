@@ -19,6 +19,11 @@
 //!   the allowing rule's `Access-Control-*` headers.
 //! - **Logs.** A 5xx answer is logged at WARN with its code and message, anything else at DEBUG
 //!   at most; s3s's own lines are held back (see `quiet.rs`).
+//! - **Audit.** Requests refused for failed authentication (bad signature, unknown access key,
+//!   unsigned where anonymous access is off, ...) are counted and reported to the cluster's
+//!   event log as one `auth_failure` event per [`AUTH_REPORT_INTERVAL`] at most, naming how
+//!   many and the latest (code, client address, access key): a flood of bad requests cannot
+//!   flood the log.
 
 use crate::conn::IdleBody;
 use crate::errors;
@@ -37,6 +42,63 @@ use tracing::instrument::WithSubscriber;
 /// 1 KiB, or of a completion listing 10,000 parts, fits with room to spare).
 pub const XML_BODY_BYTES_MAX: usize = 4 << 20;
 
+/// How often refused authentications are reported to the event log, at most.
+pub const AUTH_REPORT_INTERVAL: Duration = Duration::from_secs(5);
+/// The error codes of a request refused for failed authentication.
+const AUTH_FAILURE_CODES: [&str; 7] = [
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "AccessDenied",
+    "AuthorizationHeaderMalformed",
+    "AuthorizationQueryParametersError",
+    "RequestTimeTooSkewed",
+    "MissingSecurityHeader",
+];
+
+/// Refused authentications not yet reported: how many, and the latest.
+#[derive(Default)]
+pub struct AuthFailures(parking_lot::Mutex<(u64, String)>);
+
+impl AuthFailures {
+    fn note(&self, latest: String) {
+        let mut pending = self.0.lock();
+        pending.0 += 1;
+        pending.1 = latest;
+    }
+
+    fn take(&self) -> Option<(u64, String)> {
+        let mut pending = self.0.lock();
+        (pending.0 > 0).then(|| (std::mem::take(&mut pending.0), std::mem::take(&mut pending.1)))
+    }
+
+    /// Reports what accumulated every [`AUTH_REPORT_INTERVAL`], as `front` ("S3 gateway
+    /// ADDR"), until the process ends.
+    pub async fn report(self: Arc<Self>, client: client::Client, front: String) {
+        loop {
+            tokio::time::sleep(AUTH_REPORT_INTERVAL).await;
+            let Some((refused, latest)) = self.take() else { continue };
+            let op = wire::MetaOp::ReportAuthFailures { front: front.clone(), refused, latest };
+            if let Err(e) = client.meta(op).await {
+                tracing::warn!("{refused} refused authentication(s) could not be reported to the event log: {e}");
+            }
+        }
+    }
+}
+
+/// The access key a request was signed with (header or presigned URL), if it names one.
+fn access_key_of(parts: &http::request::Parts) -> Option<String> {
+    let from_header = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+        let rest = &v[v.find("Credential=")? + "Credential=".len()..];
+        Some(rest[..rest.find('/')?].to_string())
+    });
+    from_header.or_else(|| {
+        let query = parts.uri.query()?;
+        let rest = &query[query.find("X-Amz-Credential=")? + "X-Amz-Credential=".len()..];
+        let end = rest.find("%2F").or_else(|| rest.find('/')).unwrap_or(rest.len());
+        Some(rest[..end].to_string())
+    })
+}
+
 /// The service hyper calls for each request.
 #[derive(Clone)]
 pub struct Front {
@@ -47,6 +109,10 @@ pub struct Front {
     pub body_stall: Duration,
     /// Where requests run, so s3s's own log lines are held back.
     pub quiet: tracing::Dispatch,
+    /// The client of this connection.
+    pub peer: Option<std::net::SocketAddr>,
+    /// Refused authentications waiting to be reported.
+    pub auth_failures: Arc<AuthFailures>,
 }
 
 /// Whether a request's body is object data, streamed to the operation: a PUT of an object or
@@ -204,6 +270,7 @@ impl Front {
         }
         let method = parts.method.clone();
         let uri = parts.uri.clone();
+        let access_key = access_key_of(&parts);
         let expects =
             parts.headers.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let declared: Option<u64> = parts
@@ -233,6 +300,11 @@ impl Front {
             let text = resp.body().bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
             let (code, message) = code_and_message(&text);
             let (code, message) = (code.unwrap_or("-"), message.unwrap_or("-"));
+            if AUTH_FAILURE_CODES.contains(&code) {
+                let peer = self.peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+                let key = access_key.as_deref().map_or_else(|| "unsigned".to_string(), |k| format!("access key {k}"));
+                self.auth_failures.note(format!("{code} for {method} {} from {peer} ({key})", uri.path()));
+            }
             if status.is_server_error() {
                 tracing::warn!("{method} {}: answered {} {code}: {message}", uri.path(), status.as_u16());
             } else {

@@ -329,6 +329,11 @@ impl Listening {
         let h1 = Arc::new(http.clone().http1_only());
         let h2 = Arc::new(http.http2_only());
         let lingering = Arc::new(AtomicUsize::new(0));
+        let name = match self.listener.local_addr() {
+            Ok(a) => format!("S3 gateway {a}"),
+            Err(_) => "S3 gateway".to_string(),
+        };
+        tokio::spawn(self.front.auth_failures.clone().report(self.front.client.clone(), name));
         loop {
             let (stream, peer) = match self.listener.accept().await {
                 Ok(c) => c,
@@ -347,7 +352,8 @@ impl Listening {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let front = self.front.clone();
+            let mut front = self.front.clone();
+            front.peer = Some(peer);
             let (h1, h2) = (h1.clone(), h2.clone());
             let tls = self.tls.clone();
             let (header_timeout, body_stall) = (self.header_timeout, self.body_stall);
@@ -409,7 +415,14 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
     let (per_client, total) = (config.connections_per_client_max, config.connections_max);
     Ok(Listening {
         listener,
-        front: Front { inner, client, body_stall, quiet: crate::quiet::QuietS3s::dispatch() },
+        front: Front {
+            inner,
+            client,
+            body_stall,
+            quiet: crate::quiet::QuietS3s::dispatch(),
+            peer: None,
+            auth_failures: Arc::default(),
+        },
         tls,
         limiter: ConnLimiter::new("S3 gateway", per_client, total),
         header_timeout: Duration::from_millis(config.header_timeout_ms),

@@ -234,6 +234,55 @@ fn versioned_buckets_keep_every_version_for_boto3_awscli_and_the_namespace() {
     ]));
 }
 
+#[test]
+fn refused_authentications_are_reported_to_the_event_log() {
+    need("aws");
+    need("curl");
+    let cluster = TestCluster::start(4, "2+1");
+    let gw = Gateway::s3(&cluster, "s3-auth", &[]);
+    let home = tempfile::tempdir().expect("home");
+    run_ok(aws(&gw, home.path()).args(["s3", "mb", "s3://guarded"]));
+    // A wrong secret, an unknown key, and no signature at all (anonymous access is off).
+    aws_refused(
+        aws(&gw, home.path()).env("AWS_SECRET_ACCESS_KEY", "not-the-secret").args(["s3", "ls", "s3://guarded"]),
+        "SignatureDoesNotMatch",
+    );
+    aws_refused(
+        aws(&gw, home.path()).env("AWS_ACCESS_KEY_ID", "AKIDINTRUDER").args(["s3", "ls", "s3://guarded"]),
+        "InvalidAccessKeyId",
+    );
+    let status = run_ok(
+        Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}"]).arg(format!("{}/guarded", gw.url())),
+    );
+    assert_eq!(status, "403");
+    // One event for the three, within the report interval.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let event = loop {
+        let out = common::run_ok(&["events", "--cluster", &cluster.dir_str(), "--json", "-n", "200"]);
+        let found: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("an event per line"))
+            .filter(|e| e["kind"] == "auth_failure")
+            .collect();
+        let refused: u64 = found
+            .iter()
+            .filter_map(|e| e["message"].as_str()?.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if refused >= 3 {
+            break found.last().cloned().expect("an event");
+        }
+        assert!(std::time::Instant::now() < deadline, "refusals not reported: {found:#?}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let message = event["message"].as_str().unwrap_or_default();
+    assert_eq!(event["severity"], "Warning");
+    assert!(message.starts_with(&format!("S3 gateway {}: ", gw.addr)), "{message}");
+    assert!(
+        message.contains("AccessDenied for GET /guarded from 127.0.0.1:") && message.contains("(unsigned)"),
+        "{message}"
+    );
+}
+
 /// Runs awscli expecting it to fail with S3 error `code`; returns its stderr.
 fn aws_refused(cmd: &mut Command, code: &str) -> String {
     let out = run(cmd);

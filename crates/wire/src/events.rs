@@ -64,6 +64,8 @@ pub mod kind {
     pub const LEADER: &str = "leader";
     /// An administrative operation asked over the network, done or refused (`meta::audit`).
     pub const ADMIN: &str = "admin";
+    /// Requests a front end refused for failed authentication (`ReportAuthFailures`).
+    pub const AUTH_FAILURE: &str = "auth_failure";
 }
 
 /// A process that exports metrics, as it announced itself to the metadata service.

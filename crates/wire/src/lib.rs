@@ -28,6 +28,6 @@ pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 13;
+pub const PROTOCOL_VERSION: u16 = 14;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 13;
+pub const PROTOCOL_VERSION_MIN: u16 = 14;

@@ -19,6 +19,9 @@ pub enum Service {
     Storage,
 }
 
+/// Most bytes of each text a front end reports in `ReportAuthFailures` (longer is cut).
+pub const AUDIT_TEXT_BYTES_MAX: usize = 512;
+
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
@@ -553,6 +556,17 @@ pub enum MetaOp {
     RetainTree {
         ino: Ino,
         until_ms: u64,
+    },
+    /// A front end reports the requests it refused for failed authentication since its last
+    /// report (bad signatures, unknown access keys, unsigned requests where anonymous access
+    /// is off); the server records one `auth_failure` event. Answered with `Ok`.
+    ReportAuthFailures {
+        /// Which front end ("S3 gateway 10.0.0.5:9000"); at most [`AUDIT_TEXT_BYTES_MAX`].
+        front: String,
+        refused: u64,
+        /// The latest refusal: its code, client address and access key; at most
+        /// [`AUDIT_TEXT_BYTES_MAX`].
+        latest: String,
     },
 }
 

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 75] = [
+    pub const NAMES: [&'static str; 76] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -82,6 +82,7 @@ impl MetaOp {
         "AddIngestRule",
         "RemoveIngestRule",
         "RetainTree",
+        "ReportAuthFailures",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -162,6 +163,7 @@ impl MetaOp {
             MetaOp::AddIngestRule { .. } => 72,
             MetaOp::RemoveIngestRule { .. } => 73,
             MetaOp::RetainTree { .. } => 74,
+            MetaOp::ReportAuthFailures { .. } => 75,
         }
     }
 
