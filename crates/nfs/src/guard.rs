@@ -341,6 +341,20 @@ mod tests {
         }
     }
 
+    fn admission(allow: AllowList) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits: limits(),
+            allow,
+            export: "/".into(),
+            counts: Mutex::new(Counts {
+                per_client: HashMap::new(),
+                total: 0,
+                refused_unreported: 0,
+                last_warning: None,
+            }),
+        })
+    }
+
     fn record(payload: &[u8]) -> Vec<u8> {
         let mut out = (payload.len() as u32 | 1 << 31).to_be_bytes().to_vec();
         out.extend_from_slice(payload);
@@ -408,34 +422,14 @@ mod tests {
         let err = parse(&["10.0.0.0/8", "tenant-a"]).expect_err("not an address");
         assert!(err.contains("\"tenant-a\""), "{err}");
         assert!(parse(&["10.0.0.0/33"]).is_err(), "a prefix longer than the address");
-        let a = Arc::new(Admission {
-            limits: limits(),
-            allow: parse(&["127.0.0.2"]).expect("parses"),
-            export: "/".into(),
-            counts: Mutex::new(Counts {
-                per_client: HashMap::new(),
-                total: 0,
-                refused_unreported: 0,
-                last_warning: None,
-            }),
-        });
+        let a = admission(parse(&["127.0.0.2"]).expect("parses"));
         assert!(a.admit(ip("127.0.0.1")).is_none(), "an address not listed is refused");
         assert!(a.admit(ip("127.0.0.2")).is_some());
     }
 
     #[test]
     fn connections_are_limited_per_client_and_overall() {
-        let a = Arc::new(Admission {
-            limits: limits(),
-            allow: AllowList::default(),
-            export: "/".into(),
-            counts: Mutex::new(Counts {
-                per_client: HashMap::new(),
-                total: 0,
-                refused_unreported: 0,
-                last_warning: None,
-            }),
-        });
+        let a = admission(AllowList::default());
         let (x, y): (IpAddr, IpAddr) = ("10.0.0.1".parse().expect("ip"), "10.0.0.2".parse().expect("ip"));
         let x1 = a.admit(x).expect("first");
         let _x2 = a.admit(x).expect("second");

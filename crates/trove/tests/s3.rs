@@ -17,6 +17,26 @@ fn suite_file(name: &str) -> String {
     format!("{}/tests/s3/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Runs the boto3 check script `name` (in tests/s3/) against `gw`, and `tls` as its HTTPS
+/// endpoint if given; fails with the script's output and the gateway's log unless every check
+/// passed.
+fn run_checks(gw: &Gateway, name: &str, tls: Option<&Gateway>) {
+    let mut cmd = python(gw);
+    cmd.arg(suite_file(name));
+    if let Some(tls) = tls {
+        cmd.env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr));
+    }
+    let out = run(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{stdout}\n{}\ngateway log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.log_text()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
 #[test]
 fn awscli_cp_sync_ls_rm_and_a_200_mib_multipart_upload() {
     need("aws");
@@ -104,16 +124,7 @@ fn boto3_script_covers_the_api_auth_and_bad_requests() {
     let certs = tempfile::tempdir().expect("cert dir");
     let (cert, key) = self_signed(certs.path());
     let tls = Gateway::s3(&cluster, "s3-tls", &["--tls-cert", &cert, "--tls-key", &key, "--anonymous", "read"]);
-    let out =
-        run(python(&gw).arg(suite_file("boto3_check.py")).env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr)));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "boto3 checks failed:\n{stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.log_text()
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    run_checks(&gw, "boto3_check.py", Some(&tls));
 }
 
 #[test]
@@ -127,16 +138,7 @@ fn boto3_conditional_writes_checksums_part_copies_and_kept_headers() {
     let certs = tempfile::tempdir().expect("cert dir");
     let (cert, key) = self_signed(certs.path());
     let tls = Gateway::s3(&cluster, "s3-compat-tls", &["--tls-cert", &cert, "--tls-key", &key]);
-    let out =
-        run(python(&gw).arg(suite_file("compat_check.py")).env("S3_TLS_ENDPOINT", format!("https://{}", tls.addr)));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "boto3 compatibility checks failed:\n{stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.log_text()
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    run_checks(&gw, "compat_check.py", Some(&tls));
 }
 
 #[test]
@@ -144,15 +146,7 @@ fn versioned_buckets_keep_every_version_for_boto3_awscli_and_the_namespace() {
     need("aws");
     let cluster = TestCluster::start(6, "4+2");
     let gw = Gateway::s3(&cluster, "s3-versions", &[]);
-    let out = run(python(&gw).arg(suite_file("versioning_check.py")));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "boto3 versioning checks failed:\n{stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.log_text()
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    run_checks(&gw, "versioning_check.py", None);
 
     // awscli: enable, write twice, read the old version back by id.
     let home = tempfile::tempdir().expect("home");

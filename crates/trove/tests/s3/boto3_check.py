@@ -24,34 +24,14 @@ import botocore
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+
+import checks
+from checks import check, error_code, expect_error
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 CONFIG = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4")
 s3 = boto3.client("s3", endpoint_url=ENDPOINT, config=CONFIG)
-passed = 0
 MIB = 1 << 20
-
-
-def check(name, cond, detail=""):
-    global passed
-    if not cond:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}", flush=True)
-
-
-def error_code(fn):
-    try:
-        fn()
-    except ClientError as e:
-        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
-    return None, 200
-
-
-def expect_error(name, fn, code, status=None):
-    got, st = error_code(fn)
-    check(name, got == code and (status is None or st == status), f"expected {code} {status}, got {got} {st}")
 
 
 def md5(b):
@@ -351,4 +331,4 @@ s3.create_bucket(Bucket="boto-empty")
 s3.delete_bucket(Bucket="boto-empty")
 expect_error("deleted bucket is gone", lambda: s3.head_bucket(Bucket="boto-empty"), "404", 404)
 
-print(f"{passed} passed, 0 failed")
+print(checks.summary())

@@ -29,32 +29,13 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+import checks
+from checks import check, expect_error
+
 ENDPOINT = os.environ["S3_ENDPOINT"]
 CONFIG = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4")
 s3 = boto3.client("s3", endpoint_url=ENDPOINT, config=CONFIG)
-passed = 0
 MIB = 1 << 20
-
-
-def check(name, cond, detail=""):
-    global passed
-    if not cond:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}", flush=True)
-
-
-def error_code(fn):
-    try:
-        fn()
-    except ClientError as e:
-        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
-    return None, 200
-
-
-def expect_error(name, fn, code, status):
-    got, st = error_code(fn)
-    check(name, got == code and st == status, f"expected {code} {status}, got {got} {st}")
 
 
 def data(seed, n):
@@ -469,4 +450,4 @@ expect_error("cors configuration deleted", lambda: s3.get_bucket_cors(Bucket=B),
 st, _, body = options(f"/{B}/hdr/put.csv", {"Origin": "https://app.example.com", "Access-Control-Request-Method": "GET"})
 check("preflight without rules refused", st == 403 and "CORS is not enabled" in body, f"{st} {body}")
 
-print(f"{passed} passed, 0 failed")
+print(checks.summary())

@@ -15,35 +15,15 @@ import threading
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+
+import checks
+from checks import check, expect_error, failure
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 CONFIG = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4")
 s3 = boto3.client("s3", endpoint_url=ENDPOINT, config=CONFIG)
-passed = 0
 MIB = 1 << 20
 B = "versioned"
-
-
-def check(name, cond, detail=""):
-    global passed
-    if not cond:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}", flush=True)
-
-
-def failure(fn):
-    try:
-        fn()
-    except ClientError as e:
-        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"], e.response
-    return None, 200, None
-
-
-def expect_error(name, fn, code, status):
-    got, st, _ = failure(fn)
-    check(name, got == code and st == status, f"expected {code} {status}, got {got} {st}")
 
 
 def data(seed, n=1000):
@@ -223,4 +203,4 @@ check("no object is left either", s3.list_objects_v2(Bucket=B).get("KeyCount") =
 s3.delete_bucket(Bucket=B)
 check("the emptied bucket is deleted", B not in [b["Name"] for b in s3.list_buckets()["Buckets"]])
 
-print(f"{passed} passed, 0 failed")
+print(checks.summary())
