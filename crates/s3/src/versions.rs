@@ -32,10 +32,11 @@
 //!
 //! Writes and deletes through the mount or NFS replace and remove files without keeping
 //! versions (those protocols have no versions to show); snapshots cover them. Lifecycle rules
-//! that expire noncurrent versions, MFA delete and object lock are not implemented. A page of
-//! ListObjectVersions reads the names and keys of all of the bucket's key dirs (one attribute
-//! each) besides the page's own objects: it costs in proportion to the keys with noncurrent
-//! versions.
+//! that expire noncurrent versions, MFA delete and object lock are not implemented. Noncurrent
+//! versions live outside the bucket's directory, so a directory quota on the bucket does not
+//! count them. A page of ListObjectVersions reads the names and keys of all of the bucket's key
+//! dirs (one attribute each) besides the page's own objects: it costs in proportion to the keys
+//! with noncurrent versions.
 
 use crate::conditions::PublishError;
 use crate::errors::{s3_error, OrS3, Target};
