@@ -35,7 +35,9 @@ cd fuzz
 export CC=clang CFLAGS="-fsanitize-coverage=inline-8bit-counters,pc-table,trace-cmp -g"
 # libjpeg-turbo's build does not notice a change of CFLAGS: rebuild it so it surely has them.
 cargo clean --release --target "$(rustc -vV | sed -n 's/^host: //p')" -p turbojpeg-sys >/dev/null 2>&1 || true
-cargo fuzz build --release
+# Paths of the checkout are shown relative to it, so a recorded run names no machine's paths.
+root=$(cd .. && pwd)
+cargo fuzz build --release 2>&1 | sed "s#($root/#(#" >&2
 "target/$(rustc -vV | sed -n 's/^host: //p')/release/seeds" corpus
 mkdir -p logs
 run() {
