@@ -20,6 +20,10 @@
 //!   with 412 if the ETag differs. A write that lands on the key meanwhile wins over the
 //!   put-back, as it would have replaced the object anyway.
 //!
+//! In a versioned bucket (`versions.rs`) the same move keeps what it displaces: an
+//! unconditional write exchanges too, and the file that comes back under the temporary name is
+//! moved into the version store instead of being removed.
+//!
 //! GET and HEAD conditions (`If-Match`, `If-None-Match`, `If-(Un)Modified-Since`) need no
 //! atomicity and are `check_conditions` in `gateway.rs`.
 
@@ -28,6 +32,10 @@ use crate::gateway::{no_such_key, Gateway};
 use crate::names::parse_key;
 use crate::objmeta::{self, etag_for};
 use crate::versions::Versioned;
+
+/// How often a versioned write retries the exchange that replaces the current version when the
+/// key keeps appearing and disappearing under it.
+const PUBLISH_RACE_RETRY_COUNT_MAX: u32 = 8;
 use client::{ErrorCode, FileKind, Ino};
 use s3s::dto::ETagCondition;
 use s3s::{S3Error, S3ErrorCode, S3Result};
@@ -136,24 +144,51 @@ impl Gateway {
         versioned: Option<&Versioned>,
     ) -> Result<(), PublishError> {
         if let Some(v) = versioned {
-            let (expect, create_only) = match how {
-                Publish::Replace => (None, false),
-                Publish::CreateOnly => (None, true),
-                Publish::IfStill { ino, data_version } => (Some((ino, data_version)), false),
-            };
-            return self.publish_version(from_parent, from_name, parent, name, v, expect, create_only).await;
+            self.label_version(from_parent, from_name, v).await.map_err(PublishError::Wire)?;
         }
         match how {
-            Publish::Replace => {
-                self.client.rename(from_parent, from_name, parent, name).await.map_err(PublishError::Wire)
+            // Unversioned, the replaced file simply goes.
+            Publish::Replace if versioned.is_none() => {
+                return self.client.rename(from_parent, from_name, parent, name).await.map_err(PublishError::Wire)
             }
             Publish::CreateOnly => {
-                match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace).await {
-                    Ok(()) => Ok(()),
+                return match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace).await
+                {
+                    Ok(()) => {
+                        self.after_version_published(versioned).await;
+                        Ok(())
+                    }
                     Err(e) if e.code == ErrorCode::Exists => {
                         Err(PublishError::Condition(ConditionError::Failed(format!("{name} exists"))))
                     }
                     Err(e) => Err(PublishError::Wire(e)),
+                };
+            }
+            // Versioned: the replaced file comes back by exchange, to be kept.
+            Publish::Replace => {
+                let mut attempt = 0;
+                loop {
+                    match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await {
+                        Ok(()) => break,
+                        // Nothing at the key: the new version simply takes it.
+                        Err(e) if e.code == ErrorCode::NotFound => {
+                            match self
+                                .client
+                                .rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace)
+                                .await
+                            {
+                                Ok(()) => {
+                                    self.after_version_published(versioned).await;
+                                    return Ok(());
+                                }
+                                Err(e) if e.code == ErrorCode::Exists && attempt < PUBLISH_RACE_RETRY_COUNT_MAX => {
+                                    attempt += 1
+                                }
+                                Err(e) => return Err(PublishError::Wire(e)),
+                            }
+                        }
+                        Err(e) => return Err(PublishError::Wire(e)),
+                    }
                 }
             }
             Publish::IfStill { ino, data_version } => {
@@ -167,24 +202,37 @@ impl Gateway {
                 }
                 // The file that held the key is now at `from_name`.
                 let old = self.client.lookup(from_parent, from_name).await;
-                let same = matches!(&old, Ok(a) if a.ino == ino && a.data_version == data_version);
-                if same {
-                    if let Err(e) = self.client.unlink(from_parent, from_name).await {
-                        if e.code != ErrorCode::NotFound {
-                            tracing::warn!("cannot remove the replaced object {from_name} in {from_parent}: {e}");
-                        }
+                if !matches!(&old, Ok(a) if a.ino == ino && a.data_version == data_version) {
+                    // Lost a race: give the key back to the writer that won it.
+                    if let Err(e) =
+                        self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await
+                    {
+                        tracing::warn!("cannot undo a conditional write of {name} in {parent} that lost a race: {e}");
                     }
-                    return Ok(());
+                    return Err(PublishError::Condition(ConditionError::Conflict));
                 }
-                // Lost a race: give the key back to the writer that won it.
-                if let Err(e) =
-                    self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await
-                {
-                    tracing::warn!("cannot undo a conditional write of {name} in {parent} that lost a race: {e}");
-                }
-                Err(PublishError::Condition(ConditionError::Conflict))
             }
         }
+        // The replaced file is at `from_name`: kept as a version, or removed.
+        match versioned {
+            Some(v) => {
+                if let Err(e) = self.keep_version(from_parent, from_name, v).await {
+                    // The new version is in place; the old one stays at the temporary name,
+                    // where the listing's sweep finds it. Said rather than failing a write that
+                    // happened.
+                    tracing::warn!("the version of {} that {} replaced could not be kept: {e}", v.key, v.id);
+                }
+            }
+            None => {
+                if let Err(e) = self.client.unlink(from_parent, from_name).await {
+                    if e.code != ErrorCode::NotFound {
+                        tracing::warn!("cannot remove the replaced object {from_name} in {from_parent}: {e}");
+                    }
+                }
+            }
+        }
+        self.after_version_published(versioned).await;
+        Ok(())
     }
 
     /// DELETE with `If-Match`: removes `key` only while its ETag is accepted by `cond`.

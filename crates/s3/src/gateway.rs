@@ -481,7 +481,7 @@ impl Gateway {
                 Err(e) => return Err(s3_error(&e, Target::Object)),
             }
         };
-        if let Some(v) = self.versioned_write(bucket, key).await? {
+        if let Some(v) = self.versioned_write_in(bucket, bucket_attr.ino, key).await? {
             let id = self.delete_with_marker(&v, parent, name).await?;
             if parent.is_some() {
                 self.prune_empty_dirs(bucket, bucket_attr.ino, &dirs).await;

@@ -38,7 +38,6 @@
 //! dirs (one attribute each) besides the page's own objects: it costs in proportion to the keys
 //! with noncurrent versions.
 
-use crate::conditions::PublishError;
 use crate::errors::{s3_error, OrS3, Target};
 use crate::gateway::Gateway;
 use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
@@ -63,9 +62,6 @@ pub const XATTR_KEY: &str = "user.s3.key";
 pub const VERSIONS_DIR: &str = "versions";
 /// The version id of an object written while versioning was off or suspended.
 pub const NULL_VERSION: &str = "null";
-/// How often a write retries the exchange that replaces the current version when the key
-/// keeps appearing and disappearing under it.
-const PUBLISH_RACE_RETRY_COUNT_MAX: u32 = 8;
 
 /// A bucket's versioning state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,11 +154,24 @@ impl Gateway {
     /// What a write of `key` in `bucket` keeps: `None` when versioning was never enabled.
     pub(crate) async fn versioned_write(&self, bucket: &str, key: &str) -> S3Result<Option<Versioned>> {
         if key.ends_with('/') {
-            // Directory markers are directories, not versions of anything.
             return Ok(None);
         }
         let bucket_attr = self.bucket(bucket).await?;
-        let mode = self.versioning_of(bucket_attr.ino).await?;
+        self.versioned_write_in(bucket, bucket_attr.ino, key).await
+    }
+
+    /// [`Gateway::versioned_write`] for a caller that has the bucket's directory already.
+    pub(crate) async fn versioned_write_in(
+        &self,
+        bucket: &str,
+        bucket_ino: Ino,
+        key: &str,
+    ) -> S3Result<Option<Versioned>> {
+        if key.ends_with('/') {
+            // Directory markers are directories, not versions of anything.
+            return Ok(None);
+        }
+        let mode = self.versioning_of(bucket_ino).await?;
         let id = match mode {
             Mode::Off => return Ok(None),
             Mode::Enabled => new_version_id(),
@@ -219,7 +228,7 @@ impl Gateway {
     /// Moves the file `name` in `parent` (a version just replaced or deleted) into the store
     /// under its own id; a `null` version is dropped instead while versioning is suspended (a
     /// key has one null version).
-    async fn keep_version(&self, parent: Ino, name: &str, v: &Versioned) -> S3Result<()> {
+    pub(crate) async fn keep_version(&self, parent: Ino, name: &str, v: &Versioned) -> S3Result<()> {
         let attr = self.client.lookup(parent, name).await.or_s3(Target::ObjectWrite)?;
         let id = version_of(&self.client, attr.ino).await.or_s3(Target::ObjectWrite)?;
         if id == NULL_VERSION && v.mode == Mode::Suspended {
@@ -247,92 +256,30 @@ impl Gateway {
         Ok(())
     }
 
-    /// Labels the finished file `from_name` with the new version's id, moves it onto `name`
-    /// and keeps what it replaced. On `Err` the new file is still at `from_name`.
-    pub(crate) async fn publish_version(
+    /// Labels the finished file `from_name` in `from_parent` with the new version's id (a
+    /// suspended bucket's `null` version carries none).
+    pub(crate) async fn label_version(
         &self,
         from_parent: Ino,
         from_name: &str,
-        parent: Ino,
-        name: &str,
         v: &Versioned,
-        expect: Option<(Ino, u64)>,
-        create_only: bool,
-    ) -> Result<(), PublishError> {
-        let new = self.client.lookup(from_parent, from_name).await.map_err(PublishError::Wire)?;
+    ) -> Result<(), WireError> {
         if v.mode == Mode::Enabled {
-            self.client
-                .setxattr(new.ino, XATTR_VERSION_ID, v.id.as_bytes(), XattrMode::Upsert)
-                .await
-                .map_err(PublishError::Wire)?;
-        }
-        let keep_err = |e: S3Error| {
-            PublishError::Wire(WireError::new(
-                ErrorCode::Io,
-                e.message().unwrap_or("cannot keep a version").to_string(),
-            ))
-        };
-        if create_only {
-            return match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace).await {
-                Ok(()) => {
-                    if v.mode == Mode::Suspended {
-                        self.drop_stored_null(&v.bucket, &v.key).await.map_err(keep_err)?;
-                    }
-                    Ok(())
-                }
-                Err(e) if e.code == ErrorCode::Exists => {
-                    Err(PublishError::Condition(crate::conditions::ConditionError::Failed(format!("{name} exists"))))
-                }
-                Err(e) => Err(PublishError::Wire(e)),
-            };
-        }
-        let mut attempt = 0;
-        loop {
-            match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await {
-                Ok(()) => break,
-                // Nothing at the key: the new version simply takes it.
-                Err(e) if e.code == ErrorCode::NotFound && expect.is_none() => {
-                    match self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::NoReplace).await {
-                        Ok(()) => {
-                            if v.mode == Mode::Suspended {
-                                self.drop_stored_null(&v.bucket, &v.key).await.map_err(keep_err)?;
-                            }
-                            return Ok(());
-                        }
-                        Err(e) if e.code == ErrorCode::Exists && attempt < PUBLISH_RACE_RETRY_COUNT_MAX => {
-                            attempt += 1;
-                        }
-                        Err(e) => return Err(PublishError::Wire(e)),
-                    }
-                }
-                Err(e) if e.code == ErrorCode::NotFound => {
-                    return Err(PublishError::Condition(crate::conditions::ConditionError::Conflict))
-                }
-                Err(e) => return Err(PublishError::Wire(e)),
-            }
-        }
-        // The file that held the key is now at `from_name`.
-        if let Some((ino, data_version)) = expect {
-            let old = self.client.lookup(from_parent, from_name).await;
-            if !matches!(&old, Ok(a) if a.ino == ino && a.data_version == data_version) {
-                // Lost a race: give the key back to the writer that won it.
-                if let Err(e) =
-                    self.client.rename_mode(from_parent, from_name, parent, name, RenameMode::Exchange).await
-                {
-                    tracing::warn!("cannot undo a conditional write of {name} in {parent} that lost a race: {e}");
-                }
-                return Err(PublishError::Condition(crate::conditions::ConditionError::Conflict));
-            }
-        }
-        if let Err(e) = self.keep_version(from_parent, from_name, v).await {
-            // The new version is in place; the old one stays at the temporary name, where the
-            // listing's sweep finds it. Say so rather than fail a write that happened.
-            tracing::warn!("version of {} replaced by {} could not be kept: {e}", v.key, v.id);
-        }
-        if v.mode == Mode::Suspended {
-            self.drop_stored_null(&v.bucket, &v.key).await.map_err(keep_err)?;
+            let new = self.client.lookup(from_parent, from_name).await?;
+            self.client.setxattr(new.ino, XATTR_VERSION_ID, v.id.as_bytes(), XattrMode::Upsert).await?;
         }
         Ok(())
+    }
+
+    /// After a write took its key in a suspended bucket: it is now the key's null version, so
+    /// a null version in the store goes (a key has one). A failure is logged, not returned: the
+    /// write happened.
+    pub(crate) async fn after_version_published(&self, v: Option<&Versioned>) {
+        if let Some(v) = v.filter(|v| v.mode == Mode::Suspended) {
+            if let Err(e) = self.drop_stored_null(&v.bucket, &v.key).await {
+                tracing::warn!("the older null version of {} could not be removed: {e}", v.key);
+            }
+        }
     }
 
     /// DELETE without a version id in a versioned bucket: the current version (if any) goes
