@@ -313,7 +313,14 @@ impl Gateway {
 
     /// The stored (noncurrent) versions of `key`, newest first.
     async fn stored_versions(&self, bucket: &str, key: &str) -> S3Result<Vec<Version>> {
-        let Some(dir) = self.key_dir(bucket, key, false).await? else { return Ok(Vec::new()) };
+        match self.key_dir(bucket, key, false).await? {
+            Some(dir) => self.stored_versions_in(dir).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The versions in key dir `dir`, newest first.
+    async fn stored_versions_in(&self, dir: Ino) -> S3Result<Vec<Version>> {
         let mut out = Vec::new();
         for entry in self.client.readdir(dir).await.or_s3(Target::Object)? {
             if entry.attr.kind != FileKind::File || !valid_version_id(&entry.name) {
@@ -454,29 +461,27 @@ impl Gateway {
                 }
             }
         }
-        self.promote_newest(bucket, key).await?;
-        if self.current_version(bucket, key).await?.is_none() {
+        if !self.promote_newest(bucket, key, name, &parsed.dirs).await? {
             // The key's directories go when nothing else holds them, as after a plain DELETE.
             self.prune_empty_dirs(bucket, bucket_attr.ino, &parsed.dirs).await;
         }
         Ok(was_marker)
     }
 
-    /// Keeps the invariant that a newest version that is an object is at the key: if nothing
-    /// is at the key and the newest stored version is an object, it moves back there. Removes
-    /// a key dir left empty.
-    async fn promote_newest(&self, bucket: &str, key: &str) -> S3Result<()> {
-        let parsed = parse_key(key)?;
-        let Some(name) = parsed.name else { return Ok(()) };
-        let Some(dir) = self.key_dir(bucket, key, false).await? else { return Ok(()) };
-        let stored = self.stored_versions(bucket, key).await?;
-        if let Some(newest) = stored.first().filter(|v| !v.delete_marker) {
-            if self.current_version(bucket, key).await?.is_none() {
-                let parent = self.ensure_dirs(bucket, &parsed.dirs).await?;
+    /// Keeps the invariant that a newest version that is an object is at the key (`name` in
+    /// directories `dirs`): if nothing is there and the newest stored version is an object, it
+    /// moves back. Removes a key dir left empty. Returns whether an object is at the key.
+    async fn promote_newest(&self, bucket: &str, key: &str, name: &str, dirs: &[&str]) -> S3Result<bool> {
+        let mut at_key = self.current_version(bucket, key).await?.is_some();
+        let Some(dir) = self.key_dir(bucket, key, false).await? else { return Ok(at_key) };
+        if !at_key {
+            let stored = self.stored_versions_in(dir).await?;
+            if let Some(newest) = stored.first().filter(|v| !v.delete_marker) {
+                let parent = self.ensure_dirs(bucket, dirs).await?;
                 match self.client.rename_mode(dir, &newest.id, parent, name, RenameMode::NoReplace).await {
-                    Ok(()) => {}
-                    // A write got there first: it is newer anyway.
-                    Err(e) if e.code == ErrorCode::Exists => {}
+                    // Or a write got there first: it is newer anyway.
+                    Ok(()) => at_key = true,
+                    Err(e) if e.code == ErrorCode::Exists => at_key = true,
                     Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
                 }
             }
@@ -485,7 +490,7 @@ impl Gateway {
             // Fails while versions remain, which is the point.
             let _ = self.client.rmdir(store.ino, &key_dir_name(key)).await;
         }
-        Ok(())
+        Ok(at_key)
     }
 
     /// Whether the bucket's version store holds anything.
@@ -518,8 +523,8 @@ impl Gateway {
                 return Err(invalid_version(id));
             }
         }
-        // Keys with stored versions, by key.
-        let mut stored_keys: BTreeMap<String, ()> = BTreeMap::new();
+        // Keys with stored versions, with their key dirs.
+        let mut stored_keys: BTreeMap<String, Ino> = BTreeMap::new();
         if let Ok(store) = self.client.resolve(&versions_path(bucket)).await {
             for entry in self.client.readdir(store.ino).await.or_s3(Target::Object)? {
                 if entry.attr.kind != FileKind::Dir {
@@ -528,7 +533,7 @@ impl Gateway {
                 if let Ok(k) = self.client.getxattr(entry.attr.ino, XATTR_KEY).await {
                     let k = String::from_utf8_lossy(&k).into_owned();
                     if k.starts_with(&prefix) {
-                        stored_keys.insert(k, ());
+                        stored_keys.insert(k, entry.attr.ino);
                     }
                 }
             }
@@ -558,7 +563,7 @@ impl Gateway {
                 }
             }
         }
-        for k in stored_keys.into_keys() {
+        for k in stored_keys.keys().cloned() {
             // A key under a common prefix is listed as the prefix.
             let grouped = delimiter
                 .as_ref()
@@ -600,7 +605,9 @@ impl Gateway {
                 let id = version_of(&self.client, attr.ino).await.or_s3(Target::Object)?;
                 all.push(Version { id, attr, delete_marker: false });
             }
-            all.extend(self.stored_versions(bucket, &key).await?);
+            if let Some(&dir) = stored_keys.get(&key) {
+                all.extend(self.stored_versions_in(dir).await?);
+            }
             let mut skipping = key == key_marker && id_marker.is_some();
             for (i, v) in all.into_iter().enumerate() {
                 if skipping {
