@@ -33,12 +33,13 @@ export RUSTC_BOOTSTRAP=1
 cd fuzz
 # The same for every build and run below (a change would rebuild the C code of every crate).
 export CC=clang CFLAGS="-fsanitize-coverage=inline-8bit-counters,pc-table,trace-cmp -g"
+host=$(rustc -vV | sed -n 's/^host: //p')
 # libjpeg-turbo's build does not notice a change of CFLAGS: rebuild it so it surely has them.
-cargo clean --release --target "$(rustc -vV | sed -n 's/^host: //p')" -p turbojpeg-sys >/dev/null 2>&1 || true
+cargo clean --release --target "$host" -p turbojpeg-sys >/dev/null 2>&1 || true
 # Paths of the checkout are shown relative to it, so a recorded run names no machine's paths.
 root=$(cd .. && pwd)
 cargo fuzz build --release 2>&1 | sed "s#($root/#(#" >&2
-"target/$(rustc -vV | sed -n 's/^host: //p')/release/seeds" corpus
+"target/$host/release/seeds" corpus
 mkdir -p logs
 run() {
     local t=$1
@@ -46,23 +47,18 @@ run() {
     cargo fuzz run --release "$t" "corpus/$t" -- -max_total_time="$seconds" -timeout=10 \
         -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1 > "logs/$t.log" 2>&1
 }
-failed=0
+# At most $jobs targets at once; a target's verdict is read from its log below.
 running=0
-pids=()
-names=()
 for t in "${targets[@]}"; do
     run "$t" &
-    pids+=($!)
-    names+=("$t")
     running=$((running + 1))
     if [ "$running" -ge "$jobs" ]; then
         wait -n || true
         running=$((running - 1))
     fi
 done
-for i in "${!pids[@]}"; do
-    if ! wait "${pids[$i]}"; then :; fi
-done
+wait || true
+failed=0
 for t in "${targets[@]}"; do
     log="logs/$t.log"
     runs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
