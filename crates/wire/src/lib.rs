@@ -12,9 +12,11 @@ pub mod ingest;
 pub mod jobs;
 pub mod msg;
 mod opnames;
+pub mod pki;
 pub mod policy;
 pub mod rpc;
 pub mod stages;
+pub mod tls;
 pub mod traffic;
 pub mod types;
 

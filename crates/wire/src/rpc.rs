@@ -4,11 +4,17 @@
 //! Afterwards the client sends request frames and the server answers each with a response frame
 //! carrying the same id, in any order. Response bodies are `Result<Reply, WireError>` encoded
 //! with postcard, so every remote failure arrives as a stable [`crate::ErrorCode`].
+//!
+//! With a TLS credential ([`crate::tls`]) the connection is a mutual TLS 1.3 session begun
+//! before the hello; the server learns the client's [`Role`] from its certificate and handlers
+//! read it with [`current_role`]. A TLS server answers a plaintext Trove hello with a TLS alert,
+//! so the client can say what is wrong.
 
 use crate::error::WireError;
 use crate::frame::{self, Frame, FrameKind};
 use crate::msg::{Hello, Service};
 use crate::stages::{self, Stage};
+use crate::tls::{Role, TlsChoice, TlsContext};
 use crate::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -17,11 +23,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf, ReadHalf, WriteHalf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
@@ -94,6 +102,90 @@ impl OutFrame {
     }
 }
 
+type TlsStream = tokio_rustls::TlsStream<TcpStream>;
+
+/// The read side of a connection.
+enum Source {
+    Plain(OwnedReadHalf),
+    Tls(ReadHalf<TlsStream>),
+}
+
+impl AsyncRead for Source {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Source::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            Source::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+/// The write side of a connection, before its outbox takes it.
+enum Sink {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream>),
+}
+
+impl Sink {
+    /// Writes `bytes` out now (the hello).
+    async fn write_now(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.write_all(bytes).await,
+            Sink::Tls(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+        }
+    }
+}
+
+/// Splits a connected stream, in TLS when a credential is given: a client's handshake checks
+/// the server holds a node certificate of a trusted authority.
+async fn client_halves(stream: TcpStream, tls: Option<&TlsContext>) -> std::io::Result<(Source, Sink)> {
+    match tls {
+        None => {
+            let (r, w) = stream.into_split();
+            Ok((Source::Plain(r), Sink::Plain(w)))
+        }
+        Some(ctx) => {
+            let name = rustls::pki_types::ServerName::try_from(Role::Node.dns_name())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let s = ctx.connector().connect(name, stream).await?;
+            let (r, w) = tokio::io::split(TlsStream::Client(s));
+            Ok((Source::Tls(r), Sink::Tls(w)))
+        }
+    }
+}
+
+/// What probably causes the TLS failure `text` of a client.
+fn tls_failure_hint(text: &str) -> &'static str {
+    if text.contains("UnknownIssuer") || text.contains("BadSignature") {
+        "the server's certificate is not from an authority this process's credential trusts (a server of another cluster?)"
+    } else if text.contains("NotValidForName") || text.contains("extended key usage") {
+        "the server's certificate is not a node certificate"
+    } else if text.contains("alert") {
+        "the server refused this process's certificate (a credential of another cluster, or an outdated one?)"
+    } else if text.contains("reset") || text.contains("eof") || text.contains("early") {
+        "the server closed the connection: does it run without TLS?"
+    } else {
+        "see the reason"
+    }
+}
+
+/// Says why a TLS handshake as a client failed, with what probably causes it.
+fn client_handshake_failure(e: &std::io::Error, ctx: &TlsContext) -> String {
+    let text = e.to_string();
+    format!("the TLS handshake failed: {text}: {} (credential {})", tls_failure_hint(&text), ctx.dir().display())
+}
+
+/// Where frames are written.
+enum OutSock {
+    /// Written by whichever task sends, with non-blocking writes.
+    Plain(OwnedWriteHalf),
+    /// Written by the writer task only (TLS records are encrypted in user space, and writes of
+    /// the TLS stream are not non-blocking); `None` once the outbox is dropped.
+    Tls(tokio::sync::Mutex<Option<WriteHalf<TlsStream>>>),
+}
+
 /// Frames on their way out on one socket, written whole and in order. The task that sends a
 /// frame while nothing is waiting writes it itself, with non-blocking writes: no hand-off to
 /// another task (each costs a wake-up, often of another thread, per message). What does not
@@ -102,7 +194,7 @@ impl OutFrame {
 /// never interleaved with another: the one being written stays at the head of the queue until
 /// it is all out, and a sender writes itself only when the queue is empty.
 struct Outbox {
-    sock: OwnedWriteHalf,
+    sock: OutSock,
     state: Mutex<OutState>,
     /// Wakes the writer task; kept apart so the task can wait without keeping the outbox (and
     /// the socket) alive.
@@ -124,8 +216,12 @@ const FRAMES_PER_WRITE_MAX: usize = 64;
 
 impl Outbox {
     /// An outbox on `sock`, and the writer task that drains what senders could not write.
-    fn start(sock: OwnedWriteHalf, on_fail: Box<dyn Fn(&str) + Send + Sync>) -> Arc<Outbox> {
+    fn start(sink: Sink, on_fail: Box<dyn Fn(&str) + Send + Sync>) -> Arc<Outbox> {
         let wake = Arc::new(Notify::new());
+        let sock = match sink {
+            Sink::Plain(w) => OutSock::Plain(w),
+            Sink::Tls(w) => OutSock::Tls(tokio::sync::Mutex::new(Some(w))),
+        };
         let outbox = Arc::new(Outbox { sock, state: Mutex::new(OutState::default()), wake: wake.clone(), on_fail });
         tokio::spawn(drain_outbox(Arc::downgrade(&outbox), wake));
         outbox
@@ -139,10 +235,10 @@ impl Outbox {
         if let Some(e) = &st.failed {
             return Err(e.clone());
         }
-        if st.queue.is_empty() {
+        if let (true, OutSock::Plain(sock)) = (st.queue.is_empty(), &self.sock) {
             let mut done = 0;
             while done < frame.len() {
-                match self.sock.try_write_vectored(&frame.slices(done)) {
+                match sock.try_write_vectored(&frame.slices(done)) {
                     Ok(0) => break,
                     Ok(n) => done += n,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -172,8 +268,12 @@ impl Outbox {
 
     /// Writes queued frames until the queue is empty or the socket fails.
     async fn drain(&self) -> Result<(), String> {
+        let sock = match &self.sock {
+            OutSock::Plain(sock) => sock,
+            OutSock::Tls(half) => return self.drain_tls(half).await,
+        };
         loop {
-            if let Err(e) = self.sock.writable().await {
+            if let Err(e) = sock.writable().await {
                 return Err(e.to_string());
             }
             let mut st = self.state.lock();
@@ -185,7 +285,7 @@ impl Outbox {
             for (i, f) in st.queue.iter().take(FRAMES_PER_WRITE_MAX).enumerate() {
                 slices.extend(f.slices(if i == 0 { written } else { 0 }).into_iter().filter(|s| !s.is_empty()));
             }
-            let result = self.sock.try_write_vectored(&slices);
+            let result = sock.try_write_vectored(&slices);
             drop(slices);
             match result {
                 Ok(n) => {
@@ -214,10 +314,57 @@ impl Outbox {
     }
 }
 
+impl Outbox {
+    /// Writes queued frames through TLS until the queue is empty or the stream fails.
+    async fn drain_tls(&self, half: &tokio::sync::Mutex<Option<WriteHalf<TlsStream>>>) -> Result<(), String> {
+        let mut guard = half.lock().await;
+        let Some(w) = guard.as_mut() else { return Err("connection closed".into()) };
+        loop {
+            let batch: Vec<OutFrame> = {
+                let mut st = self.state.lock();
+                if st.queue.is_empty() {
+                    return Ok(());
+                }
+                let n = st.queue.len().min(FRAMES_PER_WRITE_MAX);
+                st.queue.drain(..n).collect()
+            };
+            let written = async {
+                for f in &batch {
+                    w.write_all(&f.head_and_body).await?;
+                    if !f.data.is_empty() {
+                        w.write_all(&f.data).await?;
+                    }
+                }
+                w.flush().await
+            };
+            if let Err(e) = written.await {
+                let reason = e.to_string();
+                let mut st = self.state.lock();
+                st.failed = Some(reason.clone());
+                st.queue.clear();
+                return Err(reason);
+            }
+            for at in batch.iter().filter_map(|f| f.answered) {
+                stages::record(Stage::RpcServerReply, at);
+            }
+        }
+    }
+}
+
 impl Drop for Outbox {
     fn drop(&mut self) {
         // The writer task waits holding only the wake-up: let it see the outbox is gone.
         self.wake.notify_one();
+        // A TLS stream's halves share the socket, which stays open while the reader holds its
+        // half: close the session (close_notify, then the socket's write side) so the peer
+        // sees the end, as a plain write half's drop does.
+        if let OutSock::Tls(half) = &mut self.sock {
+            if let (Some(mut w), Ok(rt)) = (half.get_mut().take(), tokio::runtime::Handle::try_current()) {
+                rt.spawn(async move {
+                    let _ = w.shutdown().await;
+                });
+            }
+        }
     }
 }
 
@@ -268,9 +415,19 @@ fn hello(service: Service, cluster: &str) -> Hello {
 impl Connection {
     /// Connects to `addr`, checks it is the expected service and speaks a compatible version.
     /// Returns the server's hello (which names its cluster).
+    /// Uses the process's installed TLS credential, if any ([`crate::tls::install`]).
     pub async fn connect(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
+        Self::connect_with(addr, service, crate::tls::installed().as_deref()).await
+    }
+
+    /// As [`Connection::connect`], in TLS with `tls` (plaintext with `None`).
+    pub async fn connect_with(
+        addr: &str,
+        service: Service,
+        tls: Option<&TlsContext>,
+    ) -> Result<(Connection, Hello), RpcError> {
         let connected = AtomicBool::new(false);
-        let fut = Self::connect_inner(addr, service, &connected);
+        let fut = Self::connect_inner(addr, service, tls, &connected);
         match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
             Ok(r) => r,
             Err(_) => {
@@ -293,6 +450,7 @@ impl Connection {
     async fn connect_inner(
         addr: &str,
         service: Service,
+        tls: Option<&TlsContext>,
         connected: &AtomicBool,
     ) -> Result<(Connection, Hello), RpcError> {
         let connect_err = |reason: String| RpcError::Connect { addr: addr.into(), reason };
@@ -306,12 +464,28 @@ impl Connection {
         })?;
         connected.store(true, Ordering::Relaxed);
         stream.set_nodelay(true).ok();
-        let (rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = match (client_halves(stream, tls).await, tls) {
+            (Ok(halves), _) => halves,
+            (Err(e), Some(ctx)) => return Err(connect_err(client_handshake_failure(&e, ctx))),
+            (Err(e), None) => return Err(connect_err(e.to_string())),
+        };
         let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let ours = hello(service, "");
         let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
-        wr.write_all(&bytes).await.map_err(|e| connect_err(e.to_string()))?;
-        let frame = read_hello(&mut rd, addr, service).await?;
+        wr.write_now(&bytes).await.map_err(|e| connect_err(e.to_string()))?;
+        // In TLS 1.3 the server checks the client's certificate after the client's side of the
+        // handshake is done: a refusal arrives as an alert in place of the hello.
+        let frame = read_hello(&mut rd, addr, service).await.map_err(|e| match (e, tls) {
+            (RpcError::Connect { addr, reason }, Some(ctx)) if reason.contains("alert") => RpcError::Connect {
+                addr,
+                reason: format!(
+                    "the TLS handshake failed: {reason}: {} (credential {})",
+                    tls_failure_hint(&reason),
+                    ctx.dir().display()
+                ),
+            },
+            (e, _) => e,
+        })?;
         if frame.header.kind != FrameKind::Hello {
             return Err(RpcError::Protocol { addr: addr.into(), reason: "expected a hello frame".into() });
         }
@@ -512,7 +686,7 @@ pub fn describe_foreign(seen: &[u8]) -> String {
         format!("it answers like an SSH server ({:?})", first_line())
     } else if seen.len() >= 2 && matches!(seen[0], 0x15 | 0x16) && seen[1] == 0x03 {
         // A TLS record: an alert (21) or handshake (22), protocol major version 3.
-        "it answers like a TLS server (it expects an encrypted connection)".to_string()
+        "it answers like a TLS server (it expects an encrypted connection: a Trove cluster with TLS needs its credential, `--credentials DIR` or the cluster's directory)".to_string()
     } else if seen.starts_with(b"-ERR") || seen.starts_with(b"-NOAUTH") {
         format!("it answers like a Redis server ({:?})", first_line())
     } else if seen.len() >= 5 && seen[0] == b'E' && seen[5..].starts_with(b"S") {
@@ -538,12 +712,19 @@ pub fn describe_foreign(seen: &[u8]) -> String {
 pub struct Peer {
     addr: String,
     service: Service,
+    tls: TlsChoice,
     conn: tokio::sync::Mutex<Option<Connection>>,
 }
 
 impl Peer {
+    /// A peer reached with the process's installed TLS credential, if any.
     pub fn new(addr: impl Into<String>, service: Service) -> Peer {
-        Peer { addr: addr.into(), service, conn: tokio::sync::Mutex::new(None) }
+        Peer::with_tls(addr, service, TlsChoice::Installed)
+    }
+
+    /// A peer reached with the credential `tls` chooses.
+    pub fn with_tls(addr: impl Into<String>, service: Service, tls: TlsChoice) -> Peer {
+        Peer { addr: addr.into(), service, tls, conn: tokio::sync::Mutex::new(None) }
     }
 
     pub fn addr(&self) -> &str {
@@ -558,7 +739,7 @@ impl Peer {
                 return Ok(c.clone());
             }
         }
-        let (c, _) = Connection::connect(&self.addr, self.service).await?;
+        let (c, _) = Connection::connect_with(&self.addr, self.service, self.tls.resolve().as_deref()).await?;
         *guard = Some(c.clone());
         Ok(c)
     }
@@ -592,19 +773,50 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// Who asked the request being answered.
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    addr: std::net::SocketAddr,
+    /// The role of its certificate; `None` on a plaintext connection.
+    role: Option<Role>,
+}
+
 tokio::task_local! {
-    /// The address of the peer whose request the current task answers.
-    static PEER: std::net::SocketAddr;
+    /// The peer whose request the current task answers.
+    static PEER: Caller;
 }
 
 /// The address of the peer whose request is being answered, inside [`Handler::handle`] (for
 /// audit records); `None` elsewhere.
 pub fn current_peer() -> Option<std::net::SocketAddr> {
-    PEER.try_with(|p| *p).ok()
+    PEER.try_with(|p| p.addr).ok()
 }
 
-/// Serves `handler` on every connection accepted from `listener`, forever.
+/// The role of the certificate of the peer whose request is being answered, inside
+/// [`Handler::handle`]; `None` elsewhere and on plaintext connections.
+pub fn current_role() -> Option<Role> {
+    PEER.try_with(|p| p.role).ok().flatten()
+}
+
+/// A TLS alert record (fatal, protocol_version): what a TLS server answers a plaintext Trove
+/// hello with, so that the client reports a TLS server instead of a closed connection.
+const TLS_REFUSAL: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46];
+
+/// Serves `handler` on every connection accepted from `listener`, forever, with the process's
+/// installed TLS credential, if any ([`crate::tls::install`]).
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: Service, cluster: String) {
+    serve_with(listener, handler, service, cluster, TlsChoice::Installed).await
+}
+
+/// As [`serve`], with the credential `tls` chooses (looked up again for every connection, so a
+/// reloaded credential applies to the next one).
+pub async fn serve_with<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    service: Service,
+    cluster: String,
+    tls: TlsChoice,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -616,23 +828,62 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, service: 
         };
         let handler = handler.clone();
         let cluster = cluster.clone();
+        let tls = tls.resolve();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, peer, handler, service, &cluster).await {
+            stream.set_nodelay(true).ok();
+            let (rd, wr, role) = match tls {
+                None => {
+                    let (r, w) = stream.into_split();
+                    (Source::Plain(r), Sink::Plain(w), None)
+                }
+                Some(ctx) => match accept_tls(stream, &ctx).await {
+                    Ok(halves) => halves,
+                    Err(reason) => {
+                        tracing::warn!("refused a connection from {peer}: {reason}");
+                        return;
+                    }
+                },
+            };
+            let caller = Caller { addr: peer, role };
+            if let Err(e) = serve_connection(rd, wr, caller, handler, service, &cluster).await {
                 tracing::debug!("connection from {peer} ended: {e}");
             }
         });
     }
 }
 
+/// The TLS server's side of a handshake: the client must present a certificate of a trusted
+/// authority and of a Trove role. A plaintext Trove client is answered with a TLS alert.
+async fn accept_tls(stream: TcpStream, ctx: &TlsContext) -> Result<(Source, Sink, Option<Role>), String> {
+    let mut first = [0u8; 4];
+    let peeked = tokio::time::timeout(CONNECT_TIMEOUT, stream.peek(&mut first)).await;
+    if let Ok(Ok(n)) = peeked {
+        if n > 0 && first[..n] == frame::MAGIC[..n] {
+            let mut stream = stream;
+            let _ = stream.write_all(&TLS_REFUSAL).await;
+            return Err("it speaks plaintext, and this service requires TLS".into());
+        }
+    }
+    let accepted = tokio::time::timeout(CONNECT_TIMEOUT, ctx.acceptor().accept(stream))
+        .await
+        .map_err(|_| "no TLS handshake within the connect timeout".to_string())?
+        .map_err(|e| format!("the TLS handshake failed: {e}"))?;
+    let role = accepted.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(crate::tls::role_of);
+    let Some(role) = role else {
+        return Err("its certificate is of no Trove role".into());
+    };
+    let (r, w) = tokio::io::split(TlsStream::Server(accepted));
+    Ok((Source::Tls(r), Sink::Tls(w), Some(role)))
+}
+
 async fn serve_connection<H: Handler>(
-    stream: TcpStream,
-    peer: std::net::SocketAddr,
+    rd: Source,
+    mut wr: Sink,
+    caller: Caller,
     handler: Arc<H>,
     service: Service,
     cluster: &str,
 ) -> Result<(), String> {
-    stream.set_nodelay(true).ok();
-    let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     // A peer that never completes its hello must not hold the connection forever.
     let first = match tokio::time::timeout(CONNECT_TIMEOUT, frame::read_frame(&mut rd)).await {
@@ -648,7 +899,7 @@ async fn serve_connection<H: Handler>(
     // Always answer with our hello so the peer can explain a mismatch to its user.
     let ours = hello(service, cluster);
     let bytes = frame::encode(1, FrameKind::Hello, 0, &encode_body(&ours), 0);
-    wr.write_all(&bytes).await.map_err(|e| e.to_string())?;
+    wr.write_now(&bytes).await.map_err(|e| e.to_string())?;
     let version = PROTOCOL_VERSION.min(theirs.version_max);
     if version < theirs.version_min || theirs.service != service {
         return Err(format!(
@@ -696,7 +947,7 @@ async fn serve_connection<H: Handler>(
         let read_at = Instant::now();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
-            let (result, data) = PEER.scope(peer, handler.handle(req, frame.data)).await;
+            let (result, data) = PEER.scope(caller, handler.handle(req, frame.data)).await;
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
             let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
