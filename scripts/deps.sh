@@ -28,6 +28,8 @@ command -v rclone >/dev/null 2>&1 || need_pkgs+=(rclone)
 command -v s3cmd >/dev/null 2>&1 || need_pkgs+=(s3cmd)
 command -v nfs-ls >/dev/null 2>&1 || need_pkgs+=(libnfs-utils)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+# The security test captures the cluster's loopback traffic to show no plaintext crosses it.
+command -v tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
 # The metrics test scrapes every role with a real Prometheus server (promtool comes with it);
 # the dashboard test renders the dashboard in headless Chromium.
 command -v prometheus >/dev/null 2>&1 || need_pkgs+=(prometheus)

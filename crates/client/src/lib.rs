@@ -93,6 +93,9 @@ pub struct ClientOptions {
     /// Whether reads record access times (relatime, batched; see `atime.rs`). Off: like a
     /// `noatime` mount, reads leave atimes alone.
     pub atime: bool,
+    /// The TLS credential the client reaches the cluster with: by default the one installed
+    /// for the process (`wire::tls::install`), none meaning plaintext.
+    pub tls: wire::tls::TlsChoice,
 }
 
 impl Default for ClientOptions {
@@ -106,6 +109,7 @@ impl Default for ClientOptions {
             node_retry_after: Duration::from_secs(2),
             write_retry_deadline: Duration::from_secs(20),
             atime: true,
+            tls: wire::tls::TlsChoice::Installed,
         }
     }
 }
@@ -164,9 +168,9 @@ pub(crate) struct NodeHandle {
 pub const NODE_FULL_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 impl NodeHandle {
-    fn new(addr: String) -> NodeHandle {
+    fn new(addr: String, tls: wire::tls::TlsChoice) -> NodeHandle {
         NodeHandle {
-            peer: Peer::new(addr, Service::Storage),
+            peer: Peer::with_tls(addr, Service::Storage, tls),
             failed_at: parking_lot::Mutex::new(None),
             full_at: parking_lot::Mutex::new(None),
         }
@@ -209,7 +213,7 @@ impl Client {
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
-            .map(|a| Peer::new(a, Service::Meta))
+            .map(|a| Peer::with_tls(a, Service::Meta, options.tls.clone()))
             .collect();
         if metas.is_empty() {
             return Err(WireError::new(ErrorCode::Invalid, format!("no metadata service address in {meta_addr:?}")));
@@ -790,7 +794,7 @@ impl Client {
         for n in &fetched {
             let stale = nodes.get(&n.id).map(|h| h.peer.addr() != n.addr).unwrap_or(true);
             if stale {
-                nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone())));
+                nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone(), self.inner.options.tls.clone())));
             }
         }
         for (id, state) in states {

@@ -5,8 +5,10 @@
 //! whether it was done or refused, with the reason. `trove events`, the dashboard and the
 //! events API show them with the rest.
 //!
-//! Deliberately absent: reads and file operations (too many to log as events), and a name for
-//! the caller beyond its address: the cluster's protocol has no user credentials yet.
+//! The caller is named by its address and, on a TLS connection, the role of its credential.
+//!
+//! Deliberately absent: reads and file operations (too many to log as events), and the name in
+//! the caller's certificate: roles, not persons, are what credentials carry.
 
 use crate::{events::NewEvent, namespace::path_of, MetaService};
 use kv::KvEngine;
@@ -61,7 +63,11 @@ pub async fn describe(engine: &dyn KvEngine, op: &MetaOp) -> Option<String> {
 
 /// Records the outcome of the administrative operation `what` asked by `peer`.
 pub async fn record(service: &MetaService, what: String, node: Option<wire::NodeId>, result: &MetaResult) {
-    let peer = wire::rpc::current_peer().map_or_else(|| "this process".to_string(), |p| p.to_string());
+    let peer = match (wire::rpc::current_peer(), wire::rpc::current_role()) {
+        (Some(p), Some(role)) => format!("{p} with a {} credential", role.name()),
+        (Some(p), None) => format!("{p} (plaintext)"),
+        (None, _) => "this process".to_string(),
+    };
     let (severity, message) = match result {
         Ok(_) => (Severity::Info, format!("{what}, asked from {peer}: done")),
         Err(e) => (Severity::Warning, format!("{what}, asked from {peer}: refused: {e}")),

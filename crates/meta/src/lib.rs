@@ -349,7 +349,22 @@ impl MetaService {
     /// Answers a call that came over the network: as [`MetaService::call`], and an
     /// administrative one is recorded in the event log with its caller and outcome (see
     /// [`audit`]).
+    ///
+    /// On a TLS connection the caller's certificate decides what it may ask: only nodes
+    /// register and report as storage nodes, and only nodes and administrators administer
+    /// (see [`wire::tls::Role`]). A plaintext connection may ask everything.
     pub async fn call_from_network(&self, req: MetaCall) -> MetaResult {
+        let role = wire::rpc::current_role();
+        let node_only = matches!(req.op, wire::MetaOp::RegisterNode { .. } | wire::MetaOp::Heartbeat { .. });
+        if node_only && role.is_some_and(|r| r != wire::tls::Role::Node) {
+            return Err(WireError::new(
+                wire::ErrorCode::PermissionDenied,
+                format!(
+                    "only storage nodes register and send heartbeats; this caller holds a {} credential",
+                    role.map_or("", |r| r.name())
+                ),
+            ));
+        }
         let Some(what) = audit::describe(self.engine.as_ref(), &req.op).await else {
             return self.call(req).await;
         };
@@ -357,7 +372,13 @@ impl MetaService {
             wire::MetaOp::SetNodeState { node, .. } => Some(*node),
             _ => None,
         };
-        let result = self.call(req).await;
+        let result = match role {
+            Some(r) if !r.may_administer() => Err(WireError::new(
+                wire::ErrorCode::PermissionDenied,
+                format!("{what} needs the admin credential; this caller holds a {} credential", r.name()),
+            )),
+            _ => self.call(req).await,
+        };
         audit::record(self, what, node, &result).await;
         result
     }

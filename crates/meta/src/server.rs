@@ -97,6 +97,14 @@ pub struct MetaConfig {
     pub impact_window: Option<String>,
     #[serde(default = "default_window_bytes_per_s")]
     pub window_bytes_per_s: u64,
+    /// The credential directory (`ca.pem`, `cert.pem`, `key.pem`: see `wire::tls`) this
+    /// service serves and calls other services with, in mutual TLS. The `trove` binary
+    /// refuses a config with neither this nor `plaintext = true`.
+    #[serde(default)]
+    pub tls: Option<PathBuf>,
+    /// Serve and call other services in plaintext, unauthenticated: on trusted networks only.
+    #[serde(default)]
+    pub plaintext: bool,
     /// Where to serve metrics (`/metrics`) and the dashboard (`/`), "HOST:PORT"; none: no
     /// metrics are recorded. Served by the `trove` binary.
     #[serde(default)]

@@ -77,6 +77,8 @@ impl<T: Element> WritableBuffer<T> {
 #[pyclass(module = "trove._native", name = "Client", frozen)]
 pub struct Client {
     addr: String,
+    /// How connections are made (the TLS credential).
+    options: client::ClientOptions,
     connection: Mutex<Option<(u32, client::Client)>>,
 }
 
@@ -99,9 +101,10 @@ impl Client {
             }
         }
         let addr = self.addr.clone();
+        let options = self.options.clone();
         let rt2 = rt.clone();
         let c = py
-            .detach(move || rt2.block_on(client::Client::connect(&addr)))
+            .detach(move || rt2.block_on(client::Client::connect_with(&addr, options)))
             .map_err(|e| os_error(e, &format!("trove cluster at {}", self.addr)))?;
         *self.connection.lock() = Some((me, c.clone()));
         Ok((rt, c))
@@ -210,13 +213,23 @@ async fn write_atomic(c: &client::Client, path: &str, data: &[u8]) -> client::Re
 #[pymethods]
 impl Client {
     /// Connects to the cluster whose metadata service is at `addr` (`HOST:PORT`, or several
-    /// comma-separated).
+    /// comma-separated), in TLS with the credential in the directory `credentials` (ca.pem,
+    /// cert.pem, key.pem), or in plaintext without one.
     #[new]
-    fn new(py: Python<'_>, addr: &str) -> PyResult<Self> {
+    #[pyo3(signature = (addr, credentials=None))]
+    fn new(py: Python<'_>, addr: &str, credentials: Option<&str>) -> PyResult<Self> {
         if addr.trim().is_empty() {
             return Err(value_error("no metadata service address given"));
         }
-        let me = Client { addr: addr.to_string(), connection: Mutex::new(None) };
+        let tls = match credentials {
+            Some(dir) => Some(
+                wire::tls::TlsContext::load(std::path::Path::new(dir))
+                    .map_err(|e| value_error(format!("cannot use the TLS credential in {dir}: {e}")))?,
+            ),
+            None => None,
+        };
+        let options = client::ClientOptions { tls: wire::tls::TlsChoice::Explicit(tls), ..Default::default() };
+        let me = Client { addr: addr.to_string(), options, connection: Mutex::new(None) };
         me.conn(py)?;
         Ok(me)
     }
@@ -411,7 +424,7 @@ impl Client {
             "rb" | "r" => {
                 let (_, c) = self.conn(py)?;
                 let h = self.call(py, path, |c| async move { c.open_path(&p).await })?;
-                Ok(File::new(self.addr.clone(), path, None, c, h))
+                Ok(File::new(self.addr.clone(), self.options.clone(), path, None, c, h))
             }
             "wb" | "w" => {
                 let (dir, name) = split_parent(path);
@@ -433,7 +446,7 @@ impl Client {
                     }
                     c.create_path(&t, 0o644).await
                 })?;
-                Ok(File::new(self.addr.clone(), path, Some(tmp), c, h))
+                Ok(File::new(self.addr.clone(), self.options.clone(), path, Some(tmp), c, h))
             }
             other => Err(PyValueError::new_err(format!("mode {other:?} is not supported: use \"rb\" or \"wb\""))),
         }
@@ -482,6 +495,7 @@ struct OpenFile {
 #[pyclass(module = "trove._native", name = "File", frozen)]
 pub struct File {
     addr: String,
+    options: client::ClientOptions,
     path: String,
     ino: u64,
     /// For a file opened for writing: the temporary name its bytes go to until `close`.
@@ -508,9 +522,17 @@ impl From<client::WireError> for FileError {
 }
 
 impl File {
-    fn new(addr: String, path: &str, tmp: Option<String>, client: client::Client, handle: client::FileHandle) -> File {
+    fn new(
+        addr: String,
+        options: client::ClientOptions,
+        path: &str,
+        tmp: Option<String>,
+        client: client::Client,
+        handle: client::FileHandle,
+    ) -> File {
         File {
             addr,
+            options,
             path: path.to_string(),
             ino: handle.ino(),
             tmp,
@@ -546,7 +568,7 @@ impl File {
             }
             if state.open.is_none() {
                 let (client, handle) = rt.block_on(async {
-                    let c = client::Client::connect(&self.addr).await?;
+                    let c = client::Client::connect_with(&self.addr, self.options.clone()).await?;
                     let h = c.open(self.ino).await?;
                     Ok::<_, client::WireError>((c, h))
                 })?;

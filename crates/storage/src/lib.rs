@@ -79,6 +79,14 @@ pub struct StorageConfig {
     /// the default pool. A pool no node named before is made when its first node registers.
     #[serde(default)]
     pub pool: String,
+    /// The credential directory (`ca.pem`, `cert.pem`, `key.pem`: see `wire::tls`) this
+    /// service serves and calls other services with, in mutual TLS. The `trove` binary
+    /// refuses a config with neither this nor `plaintext = true`.
+    #[serde(default)]
+    pub tls: Option<PathBuf>,
+    /// Serve and call other services in plaintext, unauthenticated: on trusted networks only.
+    #[serde(default)]
+    pub plaintext: bool,
     /// Where to serve metrics (`/metrics`), "HOST:PORT"; none: no metrics are recorded.
     #[serde(default)]
     pub metrics_listen: Option<String>,

@@ -9,6 +9,9 @@
 //!                           DIR/meta/meta.redb.wal the engine's write-ahead log
 //! DIR/node-I/storage.toml   storage node I's config;  DIR/node-I/drive0 its drive
 //! DIR/logs/*.log            each process's output
+//! DIR/tls/, DIR/meta/tls/, DIR/node-I/tls/
+//!                           the authority and credentials (see `credentials`), unless
+//!                           started with --plaintext
 //! ```
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -75,6 +78,40 @@ pub enum ClusterCmd {
         #[arg(long, value_name = "FILE")]
         object: Option<PathBuf>,
     },
+    /// Issues a credential (ca.pem, cert.pem, key.pem) from a local cluster's authority, for a
+    /// process on another machine: a mount or gateway (`client`: files, no administration),
+    /// an administrator (`admin`), or a service (`node`). Use it with `--credentials DIR`.
+    Issue {
+        /// The cluster's directory (as given to `cluster start`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// What the credential may do: client, admin or node.
+        #[arg(long, value_parser = parse_role)]
+        role: wire::tls::Role,
+        /// The holder's name, written into the certificate.
+        #[arg(long)]
+        name: String,
+        /// The directory to write the credential into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Replaces a running local cluster's authority and every credential it issued, without
+    /// stopping anything: the new authority is trusted beside the old one, every credential
+    /// is issued again, then the old one is trusted no more. Credentials issued with `issue`
+    /// to other machines must be issued again.
+    RotateCa {
+        /// The cluster's directory (as given to `cluster start`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// How long each step waits for the processes to load the change (ms).
+        #[arg(long, default_value_t = 3000)]
+        step_ms: u64,
+    },
+}
+
+/// Parses `--role`.
+fn parse_role(text: &str) -> Result<wire::tls::Role, String> {
+    wire::tls::Role::parse(text).ok_or_else(|| format!("{text:?} is not a role: client, admin or node"))
 }
 
 #[derive(Args, Clone)]
@@ -134,6 +171,11 @@ pub struct StartArgs {
     /// disk, so this bounds what they may fill).
     #[arg(long, default_value_t = 0)]
     pub reserve_bytes: u64,
+    /// Run without TLS and authentication on the cluster's own links (every process then
+    /// accepts anyone who reaches its port): for trusted networks only. By default a new
+    /// cluster gets an authority and every process a credential (DIR/tls).
+    #[arg(long)]
+    pub plaintext: bool,
     /// Start the roles without metrics exporters (by default each gets a port of its own,
     /// recorded in cluster.toml, for `trove stats`, the dashboard and Prometheus).
     #[arg(long)]
@@ -437,6 +479,40 @@ pub fn spawn_role(role: &str, config: &Path, log: &Path) -> Result<std::process:
     Ok(child)
 }
 
+/// The config line choosing a process's transport: its credential, or plaintext.
+fn transport_line(tls: Option<&Path>) -> String {
+    match tls {
+        Some(dir) => format!("tls = {:?}\n", dir.display().to_string()),
+        None => "plaintext = true\n".to_string(),
+    }
+}
+
+/// Issues the node credential of the process whose directory is `proc_dir` (`name` in its
+/// certificate) when the cluster in `dir` has TLS; returns the credential's directory.
+fn node_credential(dir: &Path, proc_dir: &Path, name: &str) -> Result<Option<PathBuf>> {
+    if !crate::credentials::has_tls(dir) {
+        return Ok(None);
+    }
+    let out = proc_dir.join(crate::credentials::TLS_DIR);
+    crate::credentials::issue(dir, wire::tls::Role::Node, name, &out)?;
+    Ok(Some(out))
+}
+
+/// A config written before services had to choose their transport ran in plaintext: it says
+/// so now, so that the cluster starts again as it ran.
+fn keep_plaintext(config: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
+    let table: toml::Table = toml::from_str(&text).with_context(|| format!("{} is not TOML", config.display()))?;
+    if table.contains_key("tls") || table.contains_key("plaintext") {
+        return Ok(());
+    }
+    // Top-level keys go before the first table.
+    let at = text.find("\n[").map_or(text.len(), |i| i + 1);
+    let updated = format!("{}plaintext = true\n{}", &text[..at], &text[at..]);
+    std::fs::write(config, updated).with_context(|| format!("cannot write {}", config.display()))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn meta_config(
     dir: &Path,
     addr: &str,
@@ -445,6 +521,7 @@ fn meta_config(
     ec: EcScheme,
     chunk_bytes: u32,
     args: &StartArgs,
+    tls: Option<&Path>,
 ) -> String {
     let engine_line = match (args.engine, &args.postgres_url) {
         (EngineKind::Postgres, Some(url)) => format!("postgres = {url:?}"),
@@ -470,7 +547,8 @@ fn meta_config(
         extra.push_str(&format!("tier_bytes_per_s = {rate}\n"));
     }
     let metrics = metrics_line(metrics);
-    format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{extra}\n[engine]\n{engine_line}\n")
+    let transport = transport_line(tls);
+    format!("listen = {addr:?}\n{metrics}cluster = {cluster:?}\ndefault_ec = \"{ec}\"\nchunk_bytes = {chunk_bytes}\n{transport}{extra}\n[engine]\n{engine_line}\n")
 }
 
 /// A storage node's configuration: a drive in its directory, or with `object` (an `[object]`
@@ -486,6 +564,7 @@ fn storage_config(
     reserve_bytes: u64,
     pool: &str,
     object: Option<&str>,
+    tls: Option<&Path>,
 ) -> String {
     let drive = dir.join(format!("node-{index}")).join("drive0");
     let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
@@ -493,7 +572,11 @@ fn storage_config(
         Some(table) => (String::new(), format!("\n{table}\n")),
         None => (format!("drives = [{:?}]\n", drive.display().to_string()), String::new()),
     };
-    format!("listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\n{drives}reserve_bytes = {reserve_bytes}\n{pool}{object}", metrics_line(metrics))
+    format!(
+        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\n{drives}reserve_bytes = {reserve_bytes}\n{pool}{}{object}",
+        metrics_line(metrics),
+        transport_line(tls)
+    )
 }
 
 /// A started local cluster and the child processes this process owns (the demo and tests
@@ -515,6 +598,12 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         if state.meta.running() || state.nodes.iter().any(Proc::running) {
             bail!("the cluster in {} is already running (metadata at {})", dir.display(), state.meta.addr);
         }
+        if !crate::credentials::has_tls(&dir) {
+            for config in std::iter::once(&state.meta.config).chain(state.nodes.iter().map(|n| &n.config)) {
+                keep_plaintext(config)?;
+            }
+        }
+        crate::credentials::install_for_command(dir.to_str(), None)?;
         let child = spawn_role("meta", &state.meta.config, &state.meta.log)?;
         state.meta.set_child(&child);
         children.push(child);
@@ -546,10 +635,16 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         for sub in ["meta", "logs"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
+        if !args.plaintext {
+            crate::credentials::create(&dir, &cluster)?;
+        }
+        crate::credentials::install_for_command(dir.to_str(), None)?;
+        let meta_tls = node_credential(&dir, &dir.join("meta"), "meta")?;
         let meta_cfg = dir.join("meta").join("meta.toml");
         let meta_log = dir.join("logs").join("meta.log");
         let spawned = spawn_bound("meta", &meta_log, !args.no_metrics, |addr, metrics| {
-            std::fs::write(&meta_cfg, meta_config(&dir, addr, metrics, &cluster, args.ec, args.chunk_bytes, args))?;
+            let text = meta_config(&dir, addr, metrics, &cluster, args.ec, args.chunk_bytes, args, meta_tls.as_deref());
+            std::fs::write(&meta_cfg, text)?;
             Ok(meta_cfg.clone())
         })
         .await?;
@@ -562,10 +657,22 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
             std::fs::create_dir_all(node_dir.join("drive0"))?;
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
+            let tls = node_credential(&dir, &node_dir, &format!("node-{i}"))?;
             let spawned = spawn_bound("storage", &log, !args.no_metrics, |addr, metrics| {
                 std::fs::write(
                     &cfg,
-                    storage_config(&dir, i, addr, metrics, &meta_addr, &cluster, args.reserve_bytes, pool, None),
+                    storage_config(
+                        &dir,
+                        i,
+                        addr,
+                        metrics,
+                        &meta_addr,
+                        &cluster,
+                        args.reserve_bytes,
+                        pool,
+                        None,
+                        tls.as_deref(),
+                    ),
                 )?;
                 Ok(cfg.clone())
             })
@@ -752,6 +859,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             Ok(())
         }
         ClusterCmd::RestartMeta { dir } => {
+            crate::credentials::install_for_command(dir.to_str(), None)?;
             let began = Instant::now();
             let mut state = State::load(&dir)?;
             state.meta.signal(rustix::process::Signal::TERM);
@@ -803,6 +911,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             };
             let mut state = State::load(&dir)?;
             let dir = dir.canonicalize()?;
+            crate::credentials::install_for_command(dir.to_str(), None)?;
             let i = state.nodes.len() + 1;
             let node_dir = dir.join(format!("node-{i}"));
             if object.is_some() {
@@ -812,6 +921,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             }
             let cfg = node_dir.join("storage.toml");
             let log = dir.join("logs").join(format!("node-{i}.log"));
+            let tls = node_credential(&dir, &node_dir, &format!("node-{i}"))?;
             // A node added to a cluster whose roles export metrics exports them too.
             let export = state.meta.metrics.is_some();
             let spawned = spawn_bound("storage", &log, export, |addr, metrics| {
@@ -827,6 +937,7 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
                         state.reserve_bytes,
                         &pool,
                         object.as_deref(),
+                        tls.as_deref(),
                     ),
                 )?;
                 Ok(cfg.clone())
@@ -841,7 +952,21 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             wait_added(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
             Ok(())
         }
+        ClusterCmd::Issue { dir, role, name, out } => {
+            if !crate::credentials::has_tls(&dir) {
+                bail!("the cluster in {} runs without TLS: it has no authority to issue from", dir.display());
+            }
+            crate::credentials::issue(&dir, role, &name, &out)?;
+            println!("issued a {} credential for {name} into {}", role.name(), out.display());
+            Ok(())
+        }
+        ClusterCmd::RotateCa { dir, step_ms } => {
+            crate::credentials::rotate(&dir, Duration::from_millis(step_ms)).await?;
+            println!("the cluster in {} has a new authority; every credential in it was issued again", dir.display());
+            Ok(())
+        }
         ClusterCmd::RestartNode { dir, node } => {
+            crate::credentials::install_for_command(dir.to_str(), None)?;
             let mut state = State::load(&dir)?;
             let child = restart_node(&dir, &mut state, node)?;
             println!("restarted storage node {node} (pid {})", child.id());

@@ -10,6 +10,7 @@ mod bench;
 mod clone;
 mod cluster;
 mod cmds;
+mod credentials;
 mod data;
 mod dataset;
 mod demo;
@@ -43,6 +44,11 @@ struct Cli {
     /// their name.
     #[arg(long, short = 'c', env = "TROVE_CLUSTER", value_name = "CLUSTER")]
     cluster: Option<String>,
+    /// The TLS credential (a directory of ca.pem, cert.pem and key.pem, as `trove cluster
+    /// issue` writes) to reach the cluster with. Default: the admin credential of a local
+    /// cluster directory given as the cluster, else none (plaintext).
+    #[arg(long, env = "TROVE_CREDENTIALS", value_name = "DIR")]
+    credentials: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -386,12 +392,16 @@ fn main() {
 async fn run(cli: Cli) -> Result<()> {
     // The cluster of the commands that take one (see `main`).
     let cluster = cli.cluster;
+    if cli.command.cluster_opt().is_some() {
+        credentials::install_for_command(cluster.as_deref(), cli.credentials.as_deref())?;
+    }
     match cli.command {
-        Command::Meta { config } => {
-            let text = std::fs::read_to_string(&config)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
+        Command::Meta { config: path } => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
             let config: meta::MetaConfig =
-                toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", config.display()))?;
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad metadata config {}: {e}", path.display()))?;
+            credentials::install_for_service(config.tls.as_deref(), config.plaintext, &path)?;
             let settings = jobs::Settings::of(&config).map_err(|e| anyhow::anyhow!("bad metadata config: {e}"))?;
             // Bound before the service starts, so that a taken port fails the start.
             let exporter = match &config.metrics_listen {
@@ -408,11 +418,12 @@ async fn run(cli: Cli) -> Result<()> {
             })
             .await
         }
-        Command::Node(NodeCmd::Add { config }) | Command::Storage { config } => {
-            let text = std::fs::read_to_string(&config)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
+        Command::Node(NodeCmd::Add { config: path }) | Command::Storage { config: path } => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
             let config: storage::StorageConfig =
-                toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad storage config {}: {e}", config.display()))?;
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad storage config {}: {e}", path.display()))?;
+            credentials::install_for_service(config.tls.as_deref(), config.plaintext, &path)?;
             if config.metrics_listen.is_some() {
                 telemetry::bridge_wire();
             }

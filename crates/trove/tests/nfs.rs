@@ -116,7 +116,7 @@ fn exports_admit_only_the_clients_they_list() {
     let bad = common::run(&[
         "nfs",
         "--cluster",
-        &cluster.meta_addr,
+        &cluster.dir_str(),
         "--listen",
         "127.0.0.1:0",
         "--clients",

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from . import _native
 
-__all__ = ["Client", "File", "resolve_cluster", "default_client"]
+__all__ = ["Client", "File", "resolve_cluster", "resolve_credentials", "default_client"]
 
 
 def resolve_cluster(cluster: str | None = None) -> str:
@@ -33,6 +33,21 @@ def resolve_cluster(cluster: str | None = None) -> str:
     if ":" in cluster:
         return cluster
     raise ValueError(f"{cluster!r} is neither HOST:PORT nor a directory holding cluster.toml")
+
+
+def resolve_credentials(cluster: str | None = None, credentials: str | None = None) -> str | None:
+    """The TLS credential directory (ca.pem, cert.pem, key.pem) to reach ``cluster`` with:
+    ``credentials``, else the ``TROVE_CREDENTIALS`` environment variable, else the admin
+    credential of a local cluster directory that has one, else None (plaintext)."""
+    credentials = credentials or os.environ.get("TROVE_CREDENTIALS")
+    if credentials:
+        return credentials
+    cluster = cluster or os.environ.get("TROVE_CLUSTER")
+    if cluster:
+        admin = os.path.join(cluster, "tls", "admin")
+        if os.path.isfile(os.path.join(admin, "cert.pem")):
+            return admin
+    return None
 
 
 def _norm(path: str) -> str:
@@ -122,14 +137,15 @@ class Client:
     Paths are absolute within the cluster ("/datasets/imagenet/train"). Errors are ``OSError``
     subclasses (``FileNotFoundError``, ``FileExistsError``, ``NotADirectoryError``, ...)."""
 
-    def __init__(self, cluster: str | None = None):
+    def __init__(self, cluster: str | None = None, credentials: str | None = None):
+        self.credentials = resolve_credentials(cluster, credentials)
         self.cluster = resolve_cluster(cluster)
-        self._c = _native.Client(self.cluster)
+        self._c = _native.Client(self.cluster, self.credentials)
 
     def __reduce__(self):
         # A pickled client (DataLoader with the spawn start method) connects again where it
         # is unpickled.
-        return (Client, (self.cluster,))
+        return (Client, (self.cluster, self.credentials))
 
     def __repr__(self) -> str:
         return f"trove.Client({self.cluster!r})"

@@ -124,8 +124,18 @@ impl TestCluster {
         }
     }
 
+    /// A client in this process, with the cluster's admin credential (plaintext for a cluster
+    /// started with --plaintext).
     pub async fn client(&self) -> client::Client {
-        client::Client::connect(&self.meta_addr).await.expect("client connects")
+        let options = client::ClientOptions { tls: self.tls(), ..Default::default() };
+        client::Client::connect_with(&self.meta_addr, options).await.expect("client connects")
+    }
+
+    /// The cluster's admin credential, as a client option.
+    pub fn tls(&self) -> wire::tls::TlsChoice {
+        let admin = self.path().join("tls").join("admin");
+        let ctx = admin.exists().then(|| wire::tls::TlsContext::load(&admin).expect("the admin credential loads"));
+        wire::tls::TlsChoice::Explicit(ctx)
     }
 }
 

@@ -65,7 +65,14 @@ impl Gateway {
 
     fn start(cluster: &TestCluster, name: &str, args: &[&str], marker: &str) -> Gateway {
         let log = cluster.path().join(format!("{name}.log"));
-        let mut child = trove()
+        // Gateways reach the cluster as other machines' would: with a client credential (files,
+        // no administration) and its metadata address.
+        let mut cmd = trove();
+        let client = cluster.path().join("tls").join("client");
+        if client.exists() {
+            cmd.env("TROVE_CREDENTIALS", &client);
+        }
+        let mut child = cmd
             .args(args)
             .env("TROVE_LOG", "warn")
             .stdout(Stdio::piped())

@@ -827,7 +827,7 @@ impl Lab {
     fn start_metas(&mut self) {
         for i in 0..self.metas.len() {
             let mut cfg = format!(
-                "# metadata host {name} of lab {tag}\nlisten = \"0.0.0.0:{META_PORT}\"\ncluster = {cluster:?}\ndefault_ec = {ec:?}\ndown_after_ms = {down}\nengine = {{ postgres = {url:?} }}\n",
+                "# metadata host {name} of lab {tag}\nlisten = \"0.0.0.0:{META_PORT}\"\ncluster = {cluster:?}\ndefault_ec = {ec:?}\ndown_after_ms = {down}\nplaintext = true\nengine = {{ postgres = {url:?} }}\n",
                 name = self.metas[i].name,
                 tag = self.tag,
                 cluster = self.opts.cluster,
@@ -871,7 +871,7 @@ impl Lab {
             let drive = h.dir.join("drive0");
             std::fs::create_dir_all(&drive).expect("drive dir");
             let cfg = format!(
-                "# storage host {name} of lab {tag}\nlisten = \"0.0.0.0:{STORAGE_PORT}\"\nadvertise = \"{ip}:{STORAGE_PORT}\"\ndrives = [{drive:?}]\nmeta = {meta:?}\ncluster = {cluster:?}\nheartbeat_ms = {hb}\n",
+                "# storage host {name} of lab {tag}\nlisten = \"0.0.0.0:{STORAGE_PORT}\"\nadvertise = \"{ip}:{STORAGE_PORT}\"\ndrives = [{drive:?}]\nmeta = {meta:?}\ncluster = {cluster:?}\nheartbeat_ms = {hb}\nplaintext = true\n",
                 name = h.name,
                 tag = self.tag,
                 ip = h.ip,
