@@ -25,6 +25,8 @@ pub use file::{FileHandle, FirstChunks};
 pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
 pub use wire::stages::StageTotal;
+/// TLS credentials for [`ClientOptions::tls`], so front ends need not depend on `wire`.
+pub use wire::tls;
 pub use wire::{Attr, DirEntry, EcScheme, ErrorCode, FileKind, Ino, SetAttr, StatFs, WireError, ROOT_INO};
 
 use parking_lot::RwLock;

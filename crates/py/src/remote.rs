@@ -223,12 +223,12 @@ impl Client {
         }
         let tls = match credentials {
             Some(dir) => Some(
-                wire::tls::TlsContext::load(std::path::Path::new(dir))
+                client::tls::TlsContext::load(std::path::Path::new(dir))
                     .map_err(|e| value_error(format!("cannot use the TLS credential in {dir}: {e}")))?,
             ),
             None => None,
         };
-        let options = client::ClientOptions { tls: wire::tls::TlsChoice::Explicit(tls), ..Default::default() };
+        let options = client::ClientOptions { tls: client::tls::TlsChoice::Explicit(tls), ..Default::default() };
         let me = Client { addr: addr.to_string(), options, connection: Mutex::new(None) };
         me.conn(py)?;
         Ok(me)

@@ -78,6 +78,17 @@ pub enum ClusterCmd {
         #[arg(long, value_name = "FILE")]
         object: Option<PathBuf>,
     },
+    /// Makes a cluster authority for a cluster of hosts (deploy/examples): DIR/tls/ca (keep it
+    /// private), DIR/tls/trust.pem, and an admin and a client credential (DIR/tls/admin,
+    /// DIR/tls/client). `cluster issue --dir DIR` then issues each host's credential.
+    InitCa {
+        /// The directory to make the authority in.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The cluster's name, written into the authority's certificate.
+        #[arg(long)]
+        name: String,
+    },
     /// Issues a credential (ca.pem, cert.pem, key.pem) from a local cluster's authority, for a
     /// process on another machine: a mount or gateway (`client`: files, no administration),
     /// an administrator (`admin`), or a service (`node`). Use it with `--credentials DIR`.
@@ -950,6 +961,19 @@ pub async fn run(cmd: ClusterCmd) -> Result<()> {
             state.save(&dir)?;
             println!("added storage node {i} (pid {pid})");
             wait_added(&state, i).await.map_err(|e| anyhow!("node {i} started but {e}"))?;
+            Ok(())
+        }
+        ClusterCmd::InitCa { dir, name } => {
+            if crate::credentials::has_tls(&dir) {
+                bail!("{} already holds an authority", dir.display());
+            }
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            crate::credentials::create(&dir, &name)?;
+            println!(
+                "made an authority for cluster {name} in {}; issue credentials with `trove cluster issue --dir {}`",
+                crate::credentials::authority_dir(&dir).display(),
+                dir.display()
+            );
             Ok(())
         }
         ClusterCmd::Issue { dir, role, name, out } => {

@@ -16,6 +16,10 @@
 //! tails of every host are printed); a detached watchdog tears it down if the test process dies
 //! without unwinding (SIGKILL), and `Lab::start` first removes what a dead earlier run left.
 //!
+//! Every link is mutual TLS: the lab makes its authority with `trove cluster init-ca`, each
+//! host gets a node credential from `trove cluster issue`, and the test process's commands and
+//! clients use the admin credential.
+//!
 //! Needs root and iproute2 (`ip netns`); PostgreSQL comes from `scripts/postgres.sh`.
 //!
 //! Storage hosts can be added to a running lab ([`Lab::add_storage`]: `trove node add`).
@@ -404,6 +408,7 @@ impl Lab {
             subnet.1,
             lab.hosts().count()
         ));
+        lab.make_authority();
         lab.start_postgres();
         lab.start_metas();
         lab.start_storages();
@@ -468,7 +473,7 @@ impl Lab {
 
     pub async fn client_with(&self, meta: usize, options: client::ClientOptions) -> client::Client {
         let addr = self.meta(meta).addr();
-        match client::Client::connect_with(&addr, options).await {
+        match client::Client::connect_with(&addr, self.with_admin(options)).await {
             Ok(c) => c,
             Err(e) => panic!("client cannot connect to {} ({addr}): {e}\n{}", self.meta(meta).name, self.logs()),
         }
@@ -484,7 +489,7 @@ impl Lab {
     /// first that answers and fails over between them).
     pub async fn client_of(&self, which: &[usize], options: client::ClientOptions) -> client::Client {
         let addrs = self.meta_addrs(which);
-        match client::Client::connect_with(&addrs, options).await {
+        match client::Client::connect_with(&addrs, self.with_admin(options)).await {
             Ok(c) => c,
             Err(e) => self.fail(&format!("client cannot connect to metadata hosts {addrs}: {e}")),
         }
@@ -601,7 +606,7 @@ impl Lab {
     pub fn cli(&self, meta: usize, args: &[&str], timeout: Duration) -> Result<Output, String> {
         let addr = self.meta(meta).addr();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_trove"));
-        cmd.arg("--cluster").arg(&addr).args(args);
+        cmd.arg("--credentials").arg(self.admin_credential()).arg("--cluster").arg(&addr).args(args);
         run_with_timeout(cmd, timeout).map_err(|e| format!("trove --cluster {addr} {}: {e}", args.join(" ")))
     }
 
@@ -824,16 +829,57 @@ impl Lab {
         self.log(&format!("PostgreSQL up at {}", self.pg_url));
     }
 
+    /// The lab's cluster authority (`trove cluster init-ca`) in its directory, whose admin
+    /// credential the test process's commands and clients use.
+    fn make_authority(&self) {
+        let dir = self.dir().to_str().expect("utf-8 path").to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+            .args(["cluster", "init-ca", "--dir", &dir, "--name", &self.opts.cluster])
+            .output()
+            .expect("trove runs");
+        if !out.status.success() {
+            self.fail(&format!("trove cluster init-ca failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+
+    /// Issues host `h`'s node credential (`trove cluster issue`) into its directory; returns
+    /// the config line naming it.
+    fn node_credential(&self, h: &Host) -> String {
+        let out_dir = h.dir.join("tls");
+        let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+            .args(["cluster", "issue", "--dir", self.dir().to_str().expect("utf-8 path"), "--role", "node"])
+            .args(["--name", &h.name, "--out", out_dir.to_str().expect("utf-8 path")])
+            .output()
+            .expect("trove runs");
+        if !out.status.success() {
+            self.fail(&format!("trove cluster issue for {} failed: {}", h.name, String::from_utf8_lossy(&out.stderr)));
+        }
+        format!("tls = {:?}\n", out_dir.to_str().expect("utf-8 path"))
+    }
+
+    /// The admin credential of the lab's authority.
+    pub fn admin_credential(&self) -> PathBuf {
+        self.dir().join("tls").join("admin")
+    }
+
+    /// `options` with the lab's admin credential.
+    fn with_admin(&self, options: client::ClientOptions) -> client::ClientOptions {
+        let ctx = wire::tls::TlsContext::load(&self.admin_credential())
+            .unwrap_or_else(|e| self.fail(&format!("the lab's admin credential: {e}")));
+        client::ClientOptions { tls: wire::tls::TlsChoice::Explicit(Some(ctx)), ..options }
+    }
+
     fn start_metas(&mut self) {
         for i in 0..self.metas.len() {
             let mut cfg = format!(
-                "# metadata host {name} of lab {tag}\nlisten = \"0.0.0.0:{META_PORT}\"\ncluster = {cluster:?}\ndefault_ec = {ec:?}\ndown_after_ms = {down}\nplaintext = true\nengine = {{ postgres = {url:?} }}\n",
+                "# metadata host {name} of lab {tag}\nlisten = \"0.0.0.0:{META_PORT}\"\ncluster = {cluster:?}\ndefault_ec = {ec:?}\ndown_after_ms = {down}\n{tls}engine = {{ postgres = {url:?} }}\n",
                 name = self.metas[i].name,
                 tag = self.tag,
                 cluster = self.opts.cluster,
                 ec = self.opts.ec,
                 down = self.opts.down_after_ms,
                 url = self.pg_url,
+                tls = self.node_credential(&self.metas[i]),
             );
             // Where other hosts reach it (it listens on 0.0.0.0), when this build has the setting.
             let advertise = format!("advertise = \"{}\"\n", self.metas[i].addr());
@@ -871,13 +917,14 @@ impl Lab {
             let drive = h.dir.join("drive0");
             std::fs::create_dir_all(&drive).expect("drive dir");
             let cfg = format!(
-                "# storage host {name} of lab {tag}\nlisten = \"0.0.0.0:{STORAGE_PORT}\"\nadvertise = \"{ip}:{STORAGE_PORT}\"\ndrives = [{drive:?}]\nmeta = {meta:?}\ncluster = {cluster:?}\nheartbeat_ms = {hb}\nplaintext = true\n",
+                "# storage host {name} of lab {tag}\nlisten = \"0.0.0.0:{STORAGE_PORT}\"\nadvertise = \"{ip}:{STORAGE_PORT}\"\ndrives = [{drive:?}]\nmeta = {meta:?}\ncluster = {cluster:?}\nheartbeat_ms = {hb}\n{tls}",
                 name = h.name,
                 tag = self.tag,
                 ip = h.ip,
                 drive = drive.to_str().expect("utf-8 path"),
                 cluster = self.opts.cluster,
                 hb = self.opts.heartbeat_ms,
+                tls = self.node_credential(h),
             ) + &self.opts.storage_extra;
             if let Err(e) = storage::StorageConfig::from_toml(&cfg) {
                 self.fail(&format!("the lab's storage.toml does not parse: {e:#}\n{cfg}"));

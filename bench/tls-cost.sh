@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What TLS costs the cluster's own links: one build, two local 6-node 4+2 clusters side by side,
+# one started with --plaintext and one with TLS (the default: mutual TLS 1.3, AES-GCM). ROUNDS
+# rounds alternate the order (plain/tls, tls/plain, ...); each writes JOBS x QD files of
+# FILE_SIZE through the client library (`trove bench io`, 1 MiB requests, one pass) and reads
+# them back with the page cache dropped first, so every byte crosses loopback TCP from the
+# storage nodes' drives. Prints every round, the medians, the TLS/plaintext ratios, and the CPU
+# time (user + system, from /proc) the variant's Trove processes and the benchmark spent per GiB
+# read, which the neighbours' load moves less than throughput. The load average is printed
+# before and after: the machine is shared.
+#
+#   bench/record.sh tls-cost bench/tls-cost.sh
+#
+# Needs root (drop_caches) and python3. Tunables: FILE_SIZE (default 256M), JOBS (default 4),
+# QD (default 4), ROUNDS (default 6), WORK (default /var/tmp/trove-bench-tls-cost).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+T=${TROVE:-$here/../target/release/trove}
+file_size=${FILE_SIZE:-256M}
+jobs=${JOBS:-4}
+qd=${QD:-4}
+rounds=${ROUNDS:-6}
+work=${WORK:-/var/tmp/trove-bench-tls-cost}
+[ "$(id -u)" -eq 0 ] || { echo "run as root (dropping caches)" >&2; exit 1; }
+
+cleanup() {
+    for v in plain tls; do "$T" cluster stop --dir "$work/$v" >/dev/null 2>&1 || true; done
+    rm -rf "$work"
+}
+rm -rf "$work"
+trap cleanup EXIT
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$T" cluster start --dir "$work/plain" --nodes 6 --ec 4+2 --scrub-interval-ms 0 --no-metrics --plaintext >/dev/null
+"$T" cluster start --dir "$work/tls" --nodes 6 --ec 4+2 --scrub-interval-ms 0 --no-metrics >/dev/null
+
+# Clock ticks of user and system time of the variant's role processes (their configs are under
+# its directory).
+role_ticks() {
+    local total=0 p f
+    for p in $(pgrep -f "$work/$1/"); do
+        f=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null) || continue
+        set -- $f
+        total=$((total + ${12} + ${13}))
+    done
+    echo "$total"
+}
+
+# Runs a command, its output into the file $1, and prints the CPU seconds it took.
+timed() {
+    python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)' "$@"
+}
+
+# One round of variant $1 under the cluster directory $2: prints "write_MBps read_MBps
+# read_cpu_s bytes", the CPU time being what the read cost the roles and the reader together.
+round() {
+    local v=$1 root=$2 before after reader
+    "$T" bench io --cluster "$work/$v" --root "$root" --pattern write --jobs "$jobs" --qd "$qd" \
+        --file-size "$file_size" --runtime 0 --keep --json -q > "$work/$v.write.json"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    before=$(role_ticks "$v")
+    reader=$(timed "$work/$v.read.json" "$T" bench io --cluster "$work/$v" --root "$root" --pattern read \
+        --jobs "$jobs" --qd "$qd" --file-size "$file_size" --runtime 0 --json -q)
+    after=$(role_ticks "$v")
+    python3 - "$work/$v.write.json" "$work/$v.read.json" "$((after - before))" "$reader" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+w = json.load(open(sys.argv[1]))["io"][0]
+r = json.load(open(sys.argv[2]))["io"][0]
+cpu = int(sys.argv[3]) / int(sys.argv[5]) + float(sys.argv[4])
+print(f'{w["bytes_per_s"]/1e6:.1f} {r["bytes_per_s"]/1e6:.1f} {cpu:.2f} {r["bytes"]}')
+EOF
+    "$T" rm --cluster "$work/$v" -r "$root" >/dev/null
+}
+
+printf '%-6s %-6s %12s %12s %16s\n' round var "write MB/s" "read MB/s" "read CPU s/GiB"
+declare -A w r c
+for i in $(seq "$rounds"); do
+    if [ $((i % 2)) -eq 1 ]; then order="plain tls"; else order="tls plain"; fi
+    for v in $order; do
+        read -r wm rm secs bytes < <(round "$v" "/bench-$i")
+        cpu=$(python3 -c "print(f'{$secs/($bytes/2**30):.3f}')")
+        printf '%-6s %-6s %12s %12s %16s\n' "$i" "$v" "$wm" "$rm" "$cpu"
+        w[$v]+="$wm "; r[$v]+="$rm "; c[$v]+="$cpu "
+    done
+done
+python3 - "${w[plain]}" "${w[tls]}" "${r[plain]}" "${r[tls]}" "${c[plain]}" "${c[tls]}" <<'EOF'
+import statistics as st, sys
+wp, wt, rp, rt, cp, ct = ([float(x) for x in a.split()] for a in sys.argv[1:])
+print()
+print(f"median write MB/s: plaintext {st.median(wp):.1f}, TLS {st.median(wt):.1f}: TLS/plaintext {st.median(wt)/st.median(wp):.3f}")
+print(f"median read MB/s:  plaintext {st.median(rp):.1f}, TLS {st.median(rt):.1f}: TLS/plaintext {st.median(rt)/st.median(rp):.3f}")
+print(f"median read CPU s/GiB: plaintext {st.median(cp):.3f}, TLS {st.median(ct):.3f}: TLS/plaintext {st.median(ct)/st.median(cp):.3f}")
+EOF
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
