@@ -271,6 +271,7 @@ pub async fn run_with<G>(
         "metadata service of cluster {:?} listening on {bound} (advertised as {advertise})",
         config.cluster
     );
+    let _reporting = AbortOnDrop(tokio::spawn(report_refusals(service.clone(), advertise.clone())));
     let _guard = on_ready(service.clone(), advertise);
     let serving = serve(listener, service.clone(), config.cluster);
     tokio::select! {
@@ -283,6 +284,28 @@ pub async fn run_with<G>(
         }
     }
     Ok(())
+}
+
+/// Records the connections this server refused at the TLS handshake in the event log
+/// (`auth_failure`), every [`wire::rpc::REFUSAL_REPORT_INTERVAL`] at most.
+async fn report_refusals(service: Arc<MetaService>, addr: String) {
+    loop {
+        tokio::time::sleep(wire::rpc::REFUSAL_REPORT_INTERVAL).await;
+        let Some((refused, latest)) = wire::rpc::take_refusals() else { continue };
+        let op = wire::MetaOp::ReportAuthFailures { front: format!("metadata service {addr}"), refused, latest };
+        if let Err(e) = service.call(wire::MetaCall { request_id: 0, op }).await {
+            tracing::warn!("{refused} refused connection(s) could not be recorded in the event log: {e}");
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// SIGTERM or SIGINT.

@@ -250,6 +250,7 @@ pub async fn run_until(config: StorageConfig, shutdown: impl Future<Output = ()>
         None => None,
     };
     let server = AbortOnDrop(tokio::spawn(serve_on(listener, service.clone(), config.cluster.clone())));
+    let _reporting = AbortOnDrop(tokio::spawn(report_refusals(config.meta_addrs(), advertise.clone())));
     // One membership loop per metadata server: each one hears this node's heartbeats, so
     // whichever leads the cluster manager knows its liveness (registration is by uuid, so all
     // of them agree on its id).
@@ -290,6 +291,34 @@ pub async fn run_until(config: StorageConfig, shutdown: impl Future<Output = ()>
     match refused {
         Some(e) => bail!("the metadata service refused this node: {}", e.message),
         None => Ok(()),
+    }
+}
+
+/// Reports the connections this node refused at the TLS handshake to the event log, through
+/// the first metadata server that takes the report, every
+/// [`wire::rpc::REFUSAL_REPORT_INTERVAL`] at most.
+async fn report_refusals(metas: Vec<String>, addr: String) {
+    let peers: Vec<wire::Peer> = metas.iter().map(|m| wire::Peer::new(m.clone(), wire::Service::Meta)).collect();
+    loop {
+        tokio::time::sleep(wire::rpc::REFUSAL_REPORT_INTERVAL).await;
+        let Some((refused, latest)) = wire::rpc::take_refusals() else { continue };
+        let op = wire::MetaOp::ReportAuthFailures { front: format!("storage node {addr}"), refused, latest };
+        let call = wire::MetaCall { request_id: 0, op };
+        let mut last = String::new();
+        let mut reported = false;
+        for peer in &peers {
+            match peer.call::<wire::MetaCall, wire::MetaReply>(&call, bytes::Bytes::new(), Duration::from_secs(5)).await
+            {
+                Ok(_) => {
+                    reported = true;
+                    break;
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        if !reported {
+            tracing::warn!("{refused} refused connection(s) could not be recorded in the event log: {last}");
+        }
     }
 }
 

@@ -95,6 +95,16 @@ pub fn install_for_command(cluster: Option<&str>, explicit: Option<&Path>) -> Re
     Ok(())
 }
 
+/// Installs the admin credential of `cluster` when it is a local cluster directory and no
+/// credential is installed yet: for commands that learn their cluster after `main` installed
+/// one (a mount's first argument, a gateway's config).
+pub fn install_if_none(cluster: &str) -> Result<()> {
+    if wire::tls::installed().is_none() {
+        install_for_command(Some(cluster), None)?;
+    }
+    Ok(())
+}
+
 /// Installs the credential of a service from its config's `tls` and `plaintext` (`what`
 /// names the config in errors).
 pub fn install_for_service(tls: Option<&Path>, plaintext: bool, what: &Path) -> Result<()> {

@@ -98,6 +98,9 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     let Some(cluster) = cluster else {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), or set TROVE_CLUSTER");
     };
+    // A cluster directory given in the first form brings its admin credential, as `--cluster`
+    // does (an explicit `--credentials` was installed already).
+    crate::credentials::install_if_none(&cluster)?;
     let addr = crate::cluster::meta_addr_of(&cluster)?;
     // Check the mount point before connecting, so its problems are reported first and fast.
     mount::check_mount_point(&mount_point)?;

@@ -77,6 +77,22 @@ async fn strangers_and_other_clusters_are_refused_by_every_port_and_administrati
     assert!(meta_log.contains("refused a connection from 127.0.0.1"), "{meta_log}");
     assert!(meta_log.contains("speaks plaintext") && meta_log.contains("TLS handshake failed"), "{meta_log}");
 
+    // ... and the event log has them as authentication failures, from every port.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = run_ok(&["--cluster", &cluster.dir_str(), "events", "--json"]);
+        let from = |who: &str| {
+            events.lines().any(|l| {
+                l.contains(who) && l.contains("refused authentication") && l.contains("a connection from 127.0.0.1")
+            })
+        };
+        if from("\"metadata service 127.0.0.1") && from("\"storage node 127.0.0.1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "refused connections missing from the event log:\n{events}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     // No credential, or another cluster's, reaches no data through the command line either.
     for creds in [None, Some(intruder.as_path()), Some(sneaky.as_path())] {
         let out = trove_as(creds, &cluster, &["cat", "/known"]);

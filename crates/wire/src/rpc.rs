@@ -798,6 +798,22 @@ pub fn current_role() -> Option<Role> {
     PEER.try_with(|p| p.role).ok().flatten()
 }
 
+/// How often services report the connections their TLS servers refused to the event log.
+pub const REFUSAL_REPORT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Connections the TLS servers of this process refused and not yet reported: how many, and
+/// the latest with its peer and reason.
+static REFUSED: Mutex<(u64, String)> = Mutex::new((0, String::new()));
+
+/// The connections this process's TLS servers refused since the last call (how many, and the
+/// latest, with its peer and reason); `None` when there were none. Services report them to the
+/// event log every [`REFUSAL_REPORT_INTERVAL`], so a flood of strangers makes one event per
+/// interval, not one per connection.
+pub fn take_refusals() -> Option<(u64, String)> {
+    let mut refused = REFUSED.lock();
+    (refused.0 > 0).then(|| (std::mem::take(&mut refused.0), std::mem::take(&mut refused.1)))
+}
+
 /// A TLS alert record (fatal, protocol_version): what a TLS server answers a plaintext Trove
 /// hello with, so that the client reports a TLS server instead of a closed connection.
 const TLS_REFUSAL: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46];
@@ -840,6 +856,9 @@ pub async fn serve_with<H: Handler>(
                     Ok(halves) => halves,
                     Err(reason) => {
                         tracing::warn!("refused a connection from {peer}: {reason}");
+                        let mut refused = REFUSED.lock();
+                        refused.0 += 1;
+                        refused.1 = format!("a connection from {peer}: {reason}");
                         return;
                     }
                 },

@@ -40,6 +40,12 @@ pub const CERT_FILE: &str = "cert.pem";
 pub const KEY_FILE: &str = "key.pem";
 /// How often a watched credential's files are checked for changes.
 pub const RELOAD_POLL: Duration = Duration::from_secs(1);
+/// How many times a credential whose key does not fit its certificate is read again.
+const MISMATCH_RETRIES: u32 = 20;
+/// The pause before reading it again.
+const MISMATCH_RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How the reason of an unusable credential starts when its key does not fit the certificate.
+const KEY_MISMATCH: &str = "the key does not fit the certificate";
 
 /// What a certificate allows its holder to do in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -185,20 +191,34 @@ fn load(dir: &Path) -> Result<Loaded, TlsError> {
         .map_err(|e| unusable(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain.clone(), key.clone_key())
-        .map_err(|e| unusable(format!("the key does not fit the certificate: {e}")))?;
+        .map_err(|e| unusable(format!("{KEY_MISMATCH}: {e}")))?;
     let client = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| unusable(e.to_string()))?
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
-        .map_err(|e| unusable(format!("the key does not fit the certificate: {e}")))?;
+        .map_err(|e| unusable(format!("{KEY_MISMATCH}: {e}")))?;
     Ok(Loaded { client: Arc::new(client), server: Arc::new(server), role, stamp })
 }
 
 impl TlsContext {
-    /// Loads the credential in `dir` (see the module documentation for its files).
+    /// Loads the credential in `dir` (see the module documentation for its files). A
+    /// credential being issued again is written file by file: a key that does not fit the
+    /// certificate (read between the two writes) is read again a few times before it is an
+    /// error.
     pub fn load(dir: &Path) -> Result<Arc<TlsContext>, TlsError> {
-        let loaded = load(dir)?;
+        let mut attempt = 0;
+        let loaded = loop {
+            match load(dir) {
+                Err(TlsError::Unusable { reason, .. })
+                    if reason.starts_with(KEY_MISMATCH) && attempt < MISMATCH_RETRIES =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(MISMATCH_RETRY_PAUSE);
+                }
+                other => break other?,
+            }
+        };
         Ok(Arc::new(TlsContext { dir: dir.to_path_buf(), current: RwLock::new(Arc::new(loaded)) }))
     }
 
