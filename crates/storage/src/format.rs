@@ -22,21 +22,46 @@
 //!   36+4n       data (data length bytes); the file ends exactly here
 //! ```
 //!
+//! Shard file format v2 is v1 sealed for encryption at rest ([`crate::crypt`]): the same
+//! fields at the same offsets up to byte 28, then
+//!
+//! ```text
+//!     28     4  crc32c of the (plaintext) block crc table, as in v1
+//!     32     4  id of the drive's data key that sealed the file, u32
+//!     36     8  nonce prefix, random per file
+//!     44     4  crc32c of bytes 0..44
+//!     48  4n+16 the block crc table, sealed (AES-256-GCM, nonce = prefix ‖ 0xffffffff), and its tag
+//! 64+4n         per block: the block sealed (nonce = prefix ‖ block index u32), then its 16-byte
+//!               tag; the file ends after the last block's tag
+//! ```
+//!
+//! Every sealed part's associated data is the 48 header bytes, so nothing can be moved between
+//! files or positions, nor the header edited, without failing authentication. Block crcs are
+//! still checked after opening: they are what ties the plaintext end to end to the writer.
+//!
 //! Why this shape: the fixed header is checked by its own crc before any length in it is
 //! trusted, so a corrupt file can never make the reader allocate or seek absurdly. The table crc
 //! is the same value the metadata service keeps per shard (`ChunkRecord::table_crcs`), tying the
 //! stored blocks end to end to what the writer computed. Per-block crcs let a ranged read verify
 //! only the blocks it returns.
 
+use crate::crypt::{ShardSeal, TAG_BYTES};
+use ring::aead::LessSafeKey;
 use std::fmt;
 use wire::{EcScheme, ShardInfo, ShardKey, SHARD_BLOCK_BYTES};
 
 /// The first four bytes of every shard file.
 pub const MAGIC: [u8; 4] = *b"TRSH";
-/// The format version this build writes (and the only one it reads).
+/// The format version of plaintext shard files.
 pub const FORMAT_VERSION: u16 = 1;
-/// Size of the fixed part of the header, before the block crc table.
+/// The format version of sealed (encrypted) shard files.
+pub const FORMAT_VERSION_SEALED: u16 = 2;
+/// Size of the fixed part of a version 1 header, before the block crc table.
 pub const FIXED_HEADER_BYTES: usize = 36;
+/// Size of the fixed part of a version 2 header.
+pub const SEALED_HEADER_BYTES: usize = 48;
+/// The largest fixed header of any version.
+pub const HEADER_BYTES_MAX: usize = SEALED_HEADER_BYTES;
 /// Largest shard accepted: a shard must fit in one frame's data section, since `GetShard` may
 /// return all of it at once.
 pub const SHARD_BYTES_MAX: u32 = wire::frame::DATA_BYTES_MAX;
@@ -51,7 +76,9 @@ pub enum FormatError {
     Truncated { need: u64, have: u64 },
     #[error("bad magic {0:02x?} (not a shard file)")]
     BadMagic([u8; 4]),
-    #[error("unsupported shard format version {0} (this build reads version {FORMAT_VERSION})")]
+    #[error(
+        "unsupported shard format version {0} (this build reads versions {FORMAT_VERSION} and {FORMAT_VERSION_SEALED})"
+    )]
     BadVersion(u16),
     #[error("header checksum mismatch")]
     HeaderChecksum,
@@ -69,6 +96,23 @@ pub enum FormatError {
     Length { expected: u64, have: u64 },
     #[error("block {block} (bytes {start}..{end} of the data) fails its checksum")]
     BlockChecksum { block: u32, start: u64, end: u64 },
+    /// Not damage: the file is sealed with a data key this node does not hold.
+    #[error("sealed with data key {key_id}, which this node does not hold (no [encryption] key, or another one)")]
+    NoKey { key_id: u32 },
+    #[error("the sealed block crc table fails authentication (damaged, or sealed with another key)")]
+    TableAuth,
+    #[error("sealed block {block} (bytes {start}..{end} of the data) fails authentication (damaged, or moved)")]
+    BlockAuth { block: u32, start: u64, end: u64 },
+}
+
+/// How a version 2 file is sealed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sealing {
+    /// The drive's data key that sealed it.
+    pub key_id: u32,
+    pub nonce_prefix: [u8; 8],
+    /// The header's 48 bytes: every sealed part's associated data.
+    pub header: [u8; SEALED_HEADER_BYTES],
 }
 
 /// The decoded fixed header of a shard file.
@@ -82,6 +126,8 @@ pub struct ShardHeader {
     pub blocks: u32,
     /// crc32c of the block crc table.
     pub table_crc: u32,
+    /// Version 2: how the file is sealed; `None` for a plaintext (version 1) file.
+    pub sealing: Option<Sealing>,
 }
 
 impl fmt::Display for ShardHeader {
@@ -150,6 +196,31 @@ pub fn encode_header(info: &ShardInfo) -> Vec<u8> {
     out
 }
 
+/// Encodes a sealed (version 2) shard file: the header with its sealed block crc table, and
+/// the sealed data, with data key `key_id` (`key`) and the file's random `nonce_prefix`. The
+/// caller has checked `info` with [`check_info`] and `data` against it.
+pub fn encode_sealed(
+    info: &ShardInfo,
+    data: &[u8],
+    key_id: u32,
+    key: &LessSafeKey,
+    nonce_prefix: [u8; 8],
+) -> (Vec<u8>, Vec<u8>) {
+    let plain = encode_header(info);
+    let mut header = [0u8; SEALED_HEADER_BYTES];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&FORMAT_VERSION_SEALED.to_le_bytes());
+    header[6..32].copy_from_slice(&plain[6..32]);
+    header[32..36].copy_from_slice(&key_id.to_le_bytes());
+    header[36..44].copy_from_slice(&nonce_prefix);
+    let crc = crc32c::crc32c(&header[..44]);
+    header[44..48].copy_from_slice(&crc.to_le_bytes());
+    let seal = ShardSeal { key, nonce_prefix, header: &header };
+    let mut head = header.to_vec();
+    head.extend_from_slice(&seal.seal_table(&plain[FIXED_HEADER_BYTES..]));
+    (head, seal.seal_data(data, BLOCK_BYTES as usize))
+}
+
 fn u32_at(buf: &[u8], at: usize) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&buf[at..at + 4]);
@@ -171,12 +242,28 @@ impl ShardHeader {
         // The version is read before the checksum: a later version may place its checksum
         // elsewhere, and "unsupported version" is the useful message then.
         let version = u16::from_le_bytes([buf[4], buf[5]]);
-        if version != FORMAT_VERSION {
-            return Err(FormatError::BadVersion(version));
-        }
-        if crc32c::crc32c(&buf[..32]) != u32_at(buf, 32) {
-            return Err(FormatError::HeaderChecksum);
-        }
+        let sealing = match version {
+            FORMAT_VERSION => {
+                if crc32c::crc32c(&buf[..32]) != u32_at(buf, 32) {
+                    return Err(FormatError::HeaderChecksum);
+                }
+                None
+            }
+            FORMAT_VERSION_SEALED => {
+                if buf.len() < SEALED_HEADER_BYTES {
+                    return Err(FormatError::Truncated { need: SEALED_HEADER_BYTES as u64, have: buf.len() as u64 });
+                }
+                if crc32c::crc32c(&buf[..44]) != u32_at(buf, 44) {
+                    return Err(FormatError::HeaderChecksum);
+                }
+                let mut nonce_prefix = [0u8; 8];
+                nonce_prefix.copy_from_slice(&buf[36..44]);
+                let mut header = [0u8; SEALED_HEADER_BYTES];
+                header.copy_from_slice(&buf[..SEALED_HEADER_BYTES]);
+                Some(Sealing { key_id: u32_at(buf, 32), nonce_prefix, header })
+            }
+            other => return Err(FormatError::BadVersion(other)),
+        };
         if buf[17..20] != [0, 0, 0] {
             return Err(FormatError::Reserved);
         }
@@ -195,39 +282,94 @@ impl ShardHeader {
         if blocks != block_count(len) {
             return Err(FormatError::BlockCount { len, blocks });
         }
-        Ok(ShardHeader { key, ec, len, blocks, table_crc: u32_at(buf, 28) })
+        Ok(ShardHeader { key, ec, len, blocks, table_crc: u32_at(buf, 28), sealing })
     }
 
-    /// Bytes of the block crc table.
+    /// Bytes of the fixed header (36 plaintext, 48 sealed).
+    pub fn fixed_bytes(&self) -> usize {
+        if self.sealing.is_some() {
+            SEALED_HEADER_BYTES
+        } else {
+            FIXED_HEADER_BYTES
+        }
+    }
+
+    /// Bytes each sealed part carries besides its content (its tag; 0 plaintext).
+    fn tag_bytes(&self) -> usize {
+        if self.sealing.is_some() {
+            TAG_BYTES
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the block crc table as stored (sealed: with its tag).
     pub fn table_bytes(&self) -> usize {
-        4 * self.blocks as usize
+        4 * self.blocks as usize + self.tag_bytes()
     }
 
     /// Offset of the first data byte in the file.
     pub fn data_offset(&self) -> u64 {
-        (FIXED_HEADER_BYTES + self.table_bytes()) as u64
+        (self.fixed_bytes() + self.table_bytes()) as u64
+    }
+
+    /// Bytes of the data as stored (sealed: each block's tag after it).
+    pub fn stored_len(&self) -> u64 {
+        u64::from(self.len) + (self.blocks as usize * self.tag_bytes()) as u64
     }
 
     /// The exact size of a valid file with this header.
     pub fn file_bytes(&self) -> u64 {
-        self.data_offset() + u64::from(self.len)
+        self.data_offset() + self.stored_len()
     }
 
-    /// Decodes the block crc table from `buf` (exactly the table bytes or more) and checks it
-    /// against the header's table crc.
-    pub fn decode_table(&self, buf: &[u8]) -> Result<Vec<u32>, FormatError> {
+    /// Where whole blocks holding data bytes `start .. stop` are stored (`start` a block
+    /// boundary, `stop` one or the end of the data): their offset from the start of the
+    /// stored data, and their stored length.
+    pub fn stored_span(&self, start: u32, stop: u32) -> (u64, usize) {
+        let unit = u64::from(BLOCK_BYTES) + self.tag_bytes() as u64;
+        let first = u64::from(start / BLOCK_BYTES);
+        let plain = stop.saturating_sub(start) as usize;
+        (first * unit, plain + plain.div_ceil(BLOCK_BYTES as usize) * self.tag_bytes())
+    }
+
+    /// Decodes the block crc table from `buf` (exactly the stored table bytes or more) and
+    /// checks it against the header's table crc; a sealed table is opened with `key` first.
+    pub fn decode_table(&self, buf: &[u8], key: Option<&LessSafeKey>) -> Result<Vec<u32>, FormatError> {
         let need = self.table_bytes();
         if buf.len() < need {
             return Err(FormatError::Truncated {
                 need: self.data_offset(),
-                have: (FIXED_HEADER_BYTES + buf.len()) as u64,
+                have: (self.fixed_bytes() + buf.len()) as u64,
             });
         }
-        let table = &buf[..need];
+        let opened;
+        let table = match &self.sealing {
+            None => &buf[..need],
+            Some(sealing) => {
+                let key = key.ok_or(FormatError::NoKey { key_id: sealing.key_id })?;
+                let seal = ShardSeal { key, nonce_prefix: sealing.nonce_prefix, header: &sealing.header };
+                opened = seal.open_table(&buf[..need]).ok_or(FormatError::TableAuth)?;
+                &opened[..]
+            }
+        };
         if crc32c::crc32c(table) != self.table_crc {
             return Err(FormatError::TableChecksum);
         }
         Ok(table.chunks_exact(4).map(|c| u32_at(c, 0)).collect())
+    }
+
+    /// Opens whole stored blocks in place, the first being block `first` (plaintext files:
+    /// nothing to do); returns the plaintext's length, at the start of `stored`.
+    pub fn open_blocks(&self, key: Option<&LessSafeKey>, first: u32, stored: &mut [u8]) -> Result<usize, FormatError> {
+        let Some(sealing) = &self.sealing else { return Ok(stored.len()) };
+        let key = key.ok_or(FormatError::NoKey { key_id: sealing.key_id })?;
+        let seal = ShardSeal { key, nonce_prefix: sealing.nonce_prefix, header: &sealing.header };
+        seal.open_blocks(first, stored, BLOCK_BYTES as usize).map_err(|block| {
+            let start = u64::from(block) * u64::from(BLOCK_BYTES);
+            let end = (start + u64::from(BLOCK_BYTES)).min(u64::from(self.len));
+            FormatError::BlockAuth { block, start, end }
+        })
     }
 
     /// The [`ShardInfo`] this header and its table describe.
@@ -237,23 +379,27 @@ impl ShardHeader {
 }
 
 /// Decodes the header and block crc table from the start of a shard file (`buf` may hold more,
-/// e.g. the whole file). This is the fuzzing entry point: it must never panic.
-pub fn decode_header(buf: &[u8]) -> Result<(ShardHeader, Vec<u32>), FormatError> {
+/// e.g. the whole file), opening a sealed table with `key`. This is the fuzzing entry point: it
+/// must never panic.
+pub fn decode_header(buf: &[u8], key: Option<&LessSafeKey>) -> Result<(ShardHeader, Vec<u32>), FormatError> {
     let header = ShardHeader::decode(buf)?;
-    let table = header.decode_table(&buf[FIXED_HEADER_BYTES..])?;
+    let table = header.decode_table(buf.get(header.fixed_bytes()..).unwrap_or(&[]), key)?;
     Ok((header, table))
 }
 
-/// Validates a whole shard file held in memory: header, table, exact length and every block.
-/// Used by tests and the fuzz target; the store validates incrementally from disk instead.
-pub fn verify_file(buf: &[u8]) -> Result<ShardInfo, FormatError> {
-    let (header, table) = decode_header(buf)?;
+/// Validates a whole shard file held in memory: header, table, exact length and every block
+/// (a sealed file opened with `key`); returns its info and plaintext data. Used by tests and
+/// the fuzz target; the store validates incrementally from disk instead.
+pub fn verify_file(buf: &[u8], key: Option<&LessSafeKey>) -> Result<(ShardInfo, Vec<u8>), FormatError> {
+    let (header, table) = decode_header(buf, key)?;
     if buf.len() as u64 != header.file_bytes() {
         return Err(FormatError::Length { expected: header.file_bytes(), have: buf.len() as u64 });
     }
-    let data = &buf[header.data_offset() as usize..];
-    verify_blocks(data, 0, &table)?;
-    Ok(header.info(table))
+    let mut data = buf[header.data_offset() as usize..].to_vec();
+    let plain = header.open_blocks(key, 0, &mut data)?;
+    data.truncate(plain);
+    verify_blocks(&data, 0, &table)?;
+    Ok((header.info(table), data))
 }
 
 /// Checks consecutive blocks of `data`, the first being block `first`, against `table`.
@@ -335,8 +481,8 @@ mod tests {
             let (info, file) = shard(len, len as u64);
             assert_eq!(check_info(&info), Ok(()));
             assert_eq!(file.len(), FIXED_HEADER_BYTES + 4 * info.block_crcs.len() + len);
-            assert_eq!(verify_file(&file), Ok(info.clone()), "len {len}");
-            let (h, table) = decode_header(&file).expect("valid header");
+            assert_eq!(verify_file(&file, None).map(|(i, _)| i), Ok(info.clone()), "len {len}");
+            let (h, table) = decode_header(&file, None).expect("valid header");
             assert_eq!(h.table_crc, table_crc(&table));
             assert_eq!(h.key, info.key);
         }
@@ -365,7 +511,7 @@ mod tests {
             for x in [0x01u8, 0x80, 0xff] {
                 let mut bad = file.clone();
                 bad[pos] ^= x;
-                assert!(verify_file(&bad).is_err(), "change at {pos} accepted");
+                assert!(verify_file(&bad, None).is_err(), "change at {pos} accepted");
             }
         }
     }
@@ -377,7 +523,7 @@ mod tests {
         file[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
         let crc = crc32c::crc32c(&file[..32]);
         file[32..36].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode_header(&file), Err(FormatError::TooLarge(u32::MAX)));
+        assert_eq!(decode_header(&file, None), Err(FormatError::TooLarge(u32::MAX)));
     }
 
     #[test]
@@ -407,12 +553,102 @@ mod tests {
                 buf[32..36].copy_from_slice(&crc.to_le_bytes());
             }
             // Whatever is accepted must be exactly what the encoder would write.
-            if let Ok((header, table)) = decode_header(&buf) {
+            if let Ok((header, table)) = decode_header(&buf, None) {
                 let encoded = encode_header(&header.info(table));
                 assert_eq!(&encoded[..], &buf[..encoded.len()]);
             }
-            let _ = verify_file(&buf);
+            let _ = verify_file(&buf, None);
         }
+    }
+
+    fn data_key(byte: u8) -> LessSafeKey {
+        LessSafeKey::new(ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &[byte; 32]).expect("key"))
+    }
+
+    fn sealed(len: usize, seed: u64, key: &LessSafeKey) -> (ShardInfo, Vec<u8>, Vec<u8>) {
+        let (info, plain_file) = shard(len, seed);
+        let data = plain_file[plain_file.len() - len..].to_vec();
+        let (mut file, stored) = encode_sealed(&info, &data, 7, key, [seed as u8; 8]);
+        file.extend_from_slice(&stored);
+        (info, file, data)
+    }
+
+    #[test]
+    fn sealed_files_roundtrip_and_show_no_plaintext() {
+        let key = data_key(1);
+        for len in [0usize, 1, 65535, 65536, 65537, 3 * 65536 + 7] {
+            let (info, file, data) = sealed(len, len as u64 + 1, &key);
+            let blocks = info.block_crcs.len();
+            assert_eq!(file.len(), SEALED_HEADER_BYTES + 4 * blocks + 16 + len + 16 * blocks, "len {len}");
+            assert_eq!(verify_file(&file, Some(&key)), Ok((info.clone(), data.clone())), "len {len}");
+            let (h, table) = decode_header(&file, Some(&key)).expect("header");
+            assert_eq!((h.key, h.len, h.table_crc), (info.key, info.len, table_crc(&table)));
+            assert_eq!(h.sealing.map(|s| s.key_id), Some(7));
+            // Without the key: not damage, but a missing key; with another: refused.
+            assert_eq!(decode_header(&file, None).err(), Some(FormatError::NoKey { key_id: 7 }));
+            assert_eq!(decode_header(&file, Some(&data_key(2))).err(), Some(FormatError::TableAuth));
+            // Samples of the plaintext, 32 bytes each, are nowhere in the file.
+            for at in (0..len.saturating_sub(32)).step_by(len / 16 + 1) {
+                let sample = &data[at..at + 32];
+                assert!(!file.windows(32).any(|w| w == sample), "len {len}: plaintext at {at} shows");
+            }
+        }
+    }
+
+    #[test]
+    fn sealed_layout_matches_the_documented_table() {
+        let key = data_key(3);
+        let (info, file, _) = sealed(70_000, 9, &key);
+        assert_eq!(&file[0..4], b"TRSH");
+        assert_eq!(&file[4..6], &2u16.to_le_bytes());
+        assert_eq!(&file[8..16], &info.key.chunk.to_le_bytes());
+        assert_eq!(&file[20..24], &70_000u32.to_le_bytes());
+        assert_eq!(&file[24..28], &2u32.to_le_bytes());
+        assert_eq!(&file[28..32], &table_crc(&info.block_crcs).to_le_bytes());
+        assert_eq!(&file[32..36], &7u32.to_le_bytes());
+        assert_eq!(&file[36..44], &[9u8; 8]);
+        assert_eq!(&file[44..48], &crc32c::crc32c(&file[..44]).to_le_bytes());
+        let (h, _) = decode_header(&file, Some(&key)).expect("header");
+        assert_eq!(h.data_offset(), 48 + 8 + 16);
+        assert_eq!(h.stored_span(65536, 70_000), (65536 + 16, 4464 + 16));
+    }
+
+    #[test]
+    fn every_single_byte_change_of_a_small_sealed_file_is_detected() {
+        let key = data_key(4);
+        let (_, file, _) = sealed(300, 5, &key);
+        for pos in 0..file.len() {
+            let mut bad = file.clone();
+            bad[pos] ^= 0x01;
+            assert!(verify_file(&bad, Some(&key)).is_err(), "change at {pos} accepted");
+        }
+    }
+
+    /// Model: ranges of blocks read from a sealed file and opened are the plaintext file's.
+    #[test]
+    fn sealed_block_ranges_open_to_the_plaintext() {
+        let key = data_key(5);
+        let len = 5 * BLOCK_BYTES as usize + 1234;
+        let (info, file, data) = sealed(len, 21, &key);
+        let (h, _) = decode_header(&file, Some(&key)).expect("header");
+        let stored = &file[h.data_offset() as usize..];
+        let bs = BLOCK_BYTES as usize;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+        for _ in 0..100 {
+            let first = rng.gen_range(0..info.block_crcs.len());
+            let last = rng.gen_range(first..info.block_crcs.len());
+            let (start, stop) = ((first * bs) as u32, (((last + 1) * bs).min(len)) as u32);
+            let (at, n) = h.stored_span(start, stop);
+            let mut buf = stored[at as usize..at as usize + n].to_vec();
+            let plain = h.open_blocks(Some(&key), first as u32, &mut buf).expect("opens");
+            assert_eq!(&buf[..plain], &data[start as usize..stop as usize]);
+            verify_blocks(&buf[..plain], first as u32, &info.block_crcs).expect("crcs hold");
+        }
+        // Two blocks swapped: refused.
+        let unit = bs + TAG_BYTES;
+        let mut swapped = stored[..2 * unit].to_vec();
+        swapped.rotate_left(unit);
+        assert!(matches!(h.open_blocks(Some(&key), 0, &mut swapped), Err(FormatError::BlockAuth { block: 0, .. })));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! open a [`ShardStore`], wrap it in a [`StorageService`] and call [`serve_on`]; no metadata
 //! service is needed.
 
+pub mod crypt;
 pub mod format;
 pub mod metered;
 pub mod object;
@@ -94,6 +95,20 @@ pub struct StorageConfig {
     /// pool; its identity is kept there too).
     #[serde(default)]
     pub object: Option<ObjectConfig>,
+    /// Encryption at rest: every new shard is sealed with the drives' data keys, which the key
+    /// file's key wraps (see [`crypt`]). Give every node of a pool the same setting to have an
+    /// encrypted pool.
+    #[serde(default)]
+    pub encryption: Option<EncryptionConfig>,
+}
+
+/// `[encryption]` of a storage node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// The key-encryption key: a file of 64 hexadecimal digits (`trove storage keygen`),
+    /// readable by the node only.
+    pub key_file: PathBuf,
 }
 
 impl StorageConfig {
@@ -125,6 +140,9 @@ impl StorageConfig {
                 bail!("a node with [object] must name its object pool (pool = \"NAME\"), not the default pool");
             }
             object.validate()?;
+            if self.encryption.is_some() {
+                bail!("[encryption] is for nodes with drives; an object pool's shards are kept in its bucket, which the object store encrypts (its server-side encryption)");
+            }
         } else if self.drives.is_empty() {
             bail!("no drives configured: `drives` needs at least one directory (or [object] for a node of an object pool)");
         }
@@ -150,7 +168,11 @@ impl StorageConfig {
 
     /// The store configuration part.
     pub fn store_config(&self) -> StoreConfig {
-        StoreConfig { drives: self.drives.clone(), reserve_bytes: self.reserve_bytes }
+        StoreConfig {
+            drives: self.drives.clone(),
+            reserve_bytes: self.reserve_bytes,
+            key_file: self.encryption.as_ref().map(|e| e.key_file.clone()),
+        }
     }
 }
 

@@ -500,7 +500,7 @@ impl ObjectShards {
             match self.s3.get(&self.shard_path(key)).await {
                 Ok(got) => {
                     let body = got.bytes().await.map_err(|e| self.request_error("put", key, &e))?;
-                    match format::verify_file(&body) {
+                    match format::verify_file(&body, None).map(|(info, _)| info) {
                         Ok(stored) if stored.key != key => tracing::warn!(
                             "{key}: replacing damaged object: it holds {}",
                             stored.key
@@ -642,7 +642,7 @@ impl ObjectShards {
                     return Err(self.corrupt(key, &FormatError::Length { expected: header.file_bytes(), have: size }));
                 }
                 let table = header
-                    .decode_table(head.get(FIXED_HEADER_BYTES..).unwrap_or(&[]))
+                    .decode_table(head.get(FIXED_HEADER_BYTES..).unwrap_or(&[]), None)
                     .map_err(|e| self.corrupt(key, &e))?;
                 let mut headers = self.headers.lock();
                 if headers.len() >= HEADERS_KEPT_MAX {

@@ -20,11 +20,16 @@
 //! lives: after a drive is added, the hash points some existing keys at the new drive, but the
 //! index still knows they are on the old one. Cost: about 30 bytes of memory per shard.
 //!
+//! Encryption at rest: with a key file (`StoreConfig::key_file`), each drive's data keys
+//! ([`crate::crypt::Keyring`], created at the first open) seal every new shard (format version
+//! 2); shards written before stay plaintext (version 1) until rewritten, and both are read.
+//!
 //! Every method here does blocking file I/O; async callers run them in `spawn_blocking`
 //! (see [`crate::service`]).
 
-use crate::format::{self, FormatError, ShardHeader, FIXED_HEADER_BYTES};
-use bytes::Bytes;
+use crate::crypt::{Kek, Keyring};
+use crate::format::{self, FormatError, ShardHeader, HEADER_BYTES_MAX};
+use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -96,6 +101,9 @@ pub struct StoreConfig {
     /// Puts that would leave less than this many bytes free on a drive are refused with
     /// `NoSpace`. 0 leaves the limit to the file system (a full disk still answers `NoSpace`).
     pub reserve_bytes: u64,
+    /// The key-encryption key's file: new shards are sealed (encryption at rest) with each
+    /// drive's data keys, which it wraps. `None`: shards are written in plaintext.
+    pub key_file: Option<PathBuf>,
 }
 
 /// Why the store could not open: always names the drive.
@@ -115,6 +123,8 @@ struct Drive {
     /// process restarts: a drive that returned EIO or went read-only is not trusted with new
     /// shards again without an operator looking at it.
     error: Mutex<String>,
+    /// The drive's data keys, with encryption at rest.
+    keys: Option<Keyring>,
     /// Holds an exclusive `flock` on `<drive>/lock` for as long as the store is open, so two
     /// storage processes never share a drive.
     _lock: File,
@@ -222,6 +232,13 @@ impl Drive {
     }
 
     /// Records that the drive is failing if `e` says so; returns the error for chaining.
+    /// The data key that opens the sealed file with `header` (`None` for a plaintext one, or
+    /// when this drive does not hold the key).
+    fn key_of(&self, header: &ShardHeader) -> Option<&ring::aead::LessSafeKey> {
+        let sealing = header.sealing.as_ref()?;
+        self.keys.as_ref()?.key(sealing.key_id)
+    }
+
     fn note_error(&self, e: &io::Error, what: &str) {
         if is_drive_failure(e) {
             let mut err = self.error.lock();
@@ -251,7 +268,7 @@ impl Drive {
     }
 
     /// Creates, locks, probes and scans one drive. Returns the drive and the shards found on it.
-    fn open(root: &Path) -> Result<(Drive, Vec<ShardKey>), OpenError> {
+    fn open(root: &Path, kek: Option<&Kek>) -> Result<(Drive, Vec<ShardKey>), OpenError> {
         let fail = |what: &str, e: io::Error| OpenError { drive: root.to_path_buf(), reason: format!("{what}: {e}") };
         fs::create_dir_all(root).map_err(|e| fail("cannot create the drive directory", e))?;
         let lock = OpenOptions::new()
@@ -280,6 +297,21 @@ impl Drive {
             fs::remove_file(&probe)
         })()
         .map_err(|e| fail("cannot write", e))?;
+        let keyring = match kek {
+            Some(kek) => Some(
+                Keyring::open_or_create(root, kek)
+                    .map_err(|e| OpenError { drive: root.to_path_buf(), reason: e.to_string() })?,
+            ),
+            None => {
+                if root.join(crate::crypt::KEYRING_FILE).exists() {
+                    tracing::warn!(
+                        "drive {} has a keyring, and this node no [encryption] key file: its sealed shards cannot be read",
+                        root.display()
+                    );
+                }
+                None
+            }
+        };
 
         let shards_dir = root.join("shards");
         let mut created = false;
@@ -333,6 +365,7 @@ impl Drive {
             shards_dir,
             shards: AtomicU64::new(keys.len() as u64),
             error: Mutex::new(String::new()),
+            keys: keyring,
             _lock: lock,
         };
         Ok((drive, keys))
@@ -349,10 +382,16 @@ impl ShardStore {
         if config.drives.len() > usize::from(u16::MAX) {
             return Err(OpenError { drive: first.clone(), reason: "too many drives".into() });
         }
+        let kek = match &config.key_file {
+            Some(path) => {
+                Some(Kek::from_file(path).map_err(|e| OpenError { drive: first.clone(), reason: e.to_string() })?)
+            }
+            None => None,
+        };
         let mut drives: Vec<Drive> = Vec::with_capacity(config.drives.len());
         let mut index = BTreeMap::new();
         for path in &config.drives {
-            let (drive, keys) = Drive::open(path)?;
+            let (drive, keys) = Drive::open(path, kek.as_ref())?;
             let d = drives.len() as u16;
             for key in keys {
                 if let Some(&other) = index.get(&key) {
@@ -455,8 +494,8 @@ impl ShardStore {
             return Err(werr!(Io, "put {key}: no healthy drive ({})", self.drive_errors()));
         }
 
-        let header = format::encode_header(info);
-        let file_bytes = header.len() as u64 + data.len() as u64;
+        let plain_header = format::encode_header(info);
+        let file_bytes = plain_header.len() as u64 + data.len() as u64;
         let mut no_space = Vec::new();
         let mut io_errors = Vec::new();
         for d in candidates {
@@ -479,7 +518,15 @@ impl ShardStore {
                     }
                 }
             }
-            match self.write_file(drive, key, &header, data) {
+            let written = match &drive.keys {
+                None => self.write_file(drive, key, &plain_header, data),
+                Some(keys) => {
+                    let (id, data_key) = keys.active();
+                    let (head, stored) = format::encode_sealed(info, data, id, data_key, rand::random());
+                    self.write_file(drive, key, &head, &stored)
+                }
+            };
+            match written {
                 Ok(()) => {
                     // A file kept open may be the one the rename just replaced.
                     self.open_files.forget(key);
@@ -564,10 +611,13 @@ impl ShardStore {
         // Same header: make sure the stored data is intact too, so a retried put also repairs
         // a shard that rotted (rare, and the read is what a scrub would do anyway).
         match read_range(&file, &header, 0, header.len) {
-            Ok(data) => match format::verify_blocks(&data, 0, &table) {
-                Ok(()) => Ok(Existing::Same),
-                Err(e) => Ok(Existing::Damaged(e.to_string())),
-            },
+            Ok(mut data) => {
+                let opened = header.open_blocks(drive.key_of(&header), 0, &mut data).map(|n| data.truncate(n));
+                match opened.and_then(|()| format::verify_blocks(&data, 0, &table)) {
+                    Ok(()) => Ok(Existing::Same),
+                    Err(e) => Ok(Existing::Damaged(e.to_string())),
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(Existing::Damaged("truncated".into())),
             Err(e) => {
                 drive.note_error(&e, "read");
@@ -588,7 +638,7 @@ impl ShardStore {
             Err(e) => return Err(io_err(e)),
         };
         let file_len = file.metadata().map_err(io_err)?.len();
-        let mut fixed = [0u8; FIXED_HEADER_BYTES];
+        let mut fixed = [0u8; HEADER_BYTES_MAX];
         let got = read_up_to(&file, &mut fixed, 0).map_err(io_err)?;
         let header = ShardHeader::decode(&fixed[..got]).map_err(Opened::Corrupt)?;
         if header.key != key {
@@ -599,8 +649,14 @@ impl ShardStore {
         }
         // Bounded by the validated header: at most 4 KiB for the largest shard.
         let mut table_buf = vec![0u8; header.table_bytes()];
-        let got = read_up_to(&file, &mut table_buf, FIXED_HEADER_BYTES as u64).map_err(io_err)?;
-        let table = header.decode_table(&table_buf[..got]).map_err(Opened::Corrupt)?;
+        let got = read_up_to(&file, &mut table_buf, header.fixed_bytes() as u64).map_err(io_err)?;
+        let table = match header.decode_table(&table_buf[..got], drive.key_of(&header)) {
+            Ok(table) => table,
+            Err(e @ FormatError::NoKey { .. }) => {
+                return Err(Opened::Io(werr!(Unavailable, "{key}: cannot read {}: {e}", path.display())))
+            }
+            Err(e) => return Err(Opened::Corrupt(e)),
+        };
         Ok((file, header, table))
     }
 
@@ -741,10 +797,14 @@ impl ShardStore {
         let file_len = file.metadata().map_err(io_err)?.len();
         // The header and table, whose size the file's length gives (checked against the header
         // below), and the first blocks' data if the caller wants them.
-        let table_guess =
-            4 * file_len.saturating_sub(FIXED_HEADER_BYTES as u64).div_ceil(u64::from(format::BLOCK_BYTES) + 4);
-        let head_guess = (FIXED_HEADER_BYTES as u64 + table_guess).min(HEAD_BYTES_MAX);
-        let head_len = head_guess.saturating_add(first_blocks_end.unwrap_or(0)).min(file_len);
+        // A table entry per 64 KiB of the file is at least one per block, in either version.
+        let table_guess = 4 * file_len.div_ceil(u64::from(format::BLOCK_BYTES)) + crate::crypt::TAG_BYTES as u64;
+        let head_guess = (HEADER_BYTES_MAX as u64 + table_guess).min(HEAD_BYTES_MAX);
+        // The first blocks as stored: with their tags when sealed.
+        let first_stored = first_blocks_end.map(|end| {
+            end.saturating_add(end.div_ceil(u64::from(format::BLOCK_BYTES)) * crate::crypt::TAG_BYTES as u64)
+        });
+        let head_len = head_guess.saturating_add(first_stored.unwrap_or(0)).min(file_len);
         let head = read_exact(&file, 0, head_len as usize, file_len, Wait::Block)?;
         let header = ShardHeader::decode(&head).map_err(corrupt_file)?;
         if header.key != key {
@@ -758,10 +818,15 @@ impl ShardStore {
         if file_len != header.file_bytes() {
             return Err(corrupt_file(FormatError::Length { expected: header.file_bytes(), have: file_len }));
         }
-        let table_end = FIXED_HEADER_BYTES + header.table_bytes();
-        let table = header
-            .decode_table(head.get(FIXED_HEADER_BYTES..table_end.min(head.len())).unwrap_or(&[]))
-            .map_err(corrupt_file)?;
+        let table_end = header.fixed_bytes() + header.table_bytes();
+        let table_bytes = head.get(header.fixed_bytes()..table_end.min(head.len())).unwrap_or(&[]);
+        let table = match header.decode_table(table_bytes, drive.key_of(&header)) {
+            Ok(table) => table,
+            Err(e @ FormatError::NoKey { .. }) => {
+                return Err(ReadFail::Error(werr!(Unavailable, "{key}: cannot read {}: {e}", path.display())))
+            }
+            Err(e) => return Err(corrupt_file(e)),
+        };
         let data_offset = header.data_offset() as usize;
         let first_blocks = (first_blocks_end.is_some() && head.len() > data_offset).then(|| head.slice(data_offset..));
         let open = self.open_files.insert(key, OpenShard { file, header, table, cold_reads: AtomicU32::new(0) });
@@ -810,17 +875,37 @@ impl ShardStore {
         let stop = (end.div_ceil(block) * block).min(header.len).max(start);
         stages::record(Stage::StorageOpen, opening);
         let reading = Instant::now();
-        let data = match first_blocks {
-            Some(head) if head.len() >= stop as usize => head.slice(start as usize..stop as usize),
+        let (at, stored_len) = header.stored_span(start, stop);
+        let stored = match first_blocks {
+            Some(head) if head.len() as u64 >= at + stored_len as u64 => {
+                head.slice(at as usize..at as usize + stored_len)
+            }
             _ => {
-                let from = header.data_offset() + u64::from(start);
-                read_exact(&open.file, from, (stop - start) as usize, header.file_bytes(), wait).map_err(|e| {
+                let from = header.data_offset() + at;
+                read_exact(&open.file, from, stored_len, header.file_bytes(), wait).map_err(|e| {
                     if let ReadFail::Error(_) = e {
                         // Not kept open after a failure: the next read looks at the file afresh.
                         self.open_files.forget(key);
                     }
                     e
                 })?
+            }
+        };
+        let data = if header.sealing.is_none() {
+            stored
+        } else {
+            let mut buf = BytesMut::from(&stored[..]);
+            match header.open_blocks(self.drives[d].key_of(&header), first, &mut buf) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    buf.freeze()
+                }
+                Err(e) => {
+                    self.open_files.forget(key);
+                    let err = corrupt(key, &self.drives[d].path_of(key), &e);
+                    tracing::warn!("{err}");
+                    return Err(ReadFail::Error(err));
+                }
             }
         };
         // Reads that may wait are the ones the page cache could not answer (see `Wait`).
@@ -830,7 +915,7 @@ impl ShardStore {
             let _ = rustix::fs::fadvise(
                 &open.file,
                 header.data_offset(),
-                std::num::NonZeroU64::new(u64::from(header.len)),
+                std::num::NonZeroU64::new(header.stored_len()),
                 rustix::fs::Advice::WillNeed,
             );
         }
@@ -968,8 +1053,9 @@ enum ReadFail {
 }
 
 /// Largest header plus block table a shard file can have (a 64 MiB shard has 1024 blocks).
-const HEAD_BYTES_MAX: u64 =
-    FIXED_HEADER_BYTES as u64 + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64);
+const HEAD_BYTES_MAX: u64 = HEADER_BYTES_MAX as u64
+    + 4 * (format::SHARD_BYTES_MAX as u64).div_ceil(format::BLOCK_BYTES as u64)
+    + crate::crypt::TAG_BYTES as u64;
 
 /// Reads `len` bytes at `pos` of a file `file_len` bytes long. Short only where the file ends
 /// (the caller's checks then find it too short). With [`Wait::NoWait`] it reads only what the
@@ -1099,11 +1185,13 @@ fn read_up_to(file: &File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
 /// Reads `len` data bytes starting at data offset `start` into a fresh buffer. Reading through
 /// `read_to_end` into reserved capacity avoids zero-filling a buffer that is overwritten anyway.
 fn read_range(file: &File, header: &ShardHeader, start: u32, len: u32) -> io::Result<Vec<u8>> {
+    // As stored: a sealed file's blocks with their tags (`start` is a block boundary).
+    let (at, len) = header.stored_span(start, start.saturating_add(len).min(header.len));
     let mut f = file;
-    f.seek(SeekFrom::Start(header.data_offset() + u64::from(start)))?;
-    let mut data = Vec::with_capacity(len as usize);
-    f.take(u64::from(len)).read_to_end(&mut data)?;
-    if data.len() != len as usize {
+    f.seek(SeekFrom::Start(header.data_offset() + at))?;
+    let mut data = Vec::with_capacity(len);
+    f.take(len as u64).read_to_end(&mut data)?;
+    if data.len() != len {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "shard file is shorter than its header says"));
     }
     Ok(data)
@@ -1118,7 +1206,8 @@ mod tests {
     #[test]
     fn drives_on_one_file_system_report_one_device() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0 };
+        let config =
+            StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0, key_file: None };
         let store = ShardStore::open(&config).expect("store opens");
         let drives = store.stat();
         assert_eq!(drives.len(), 2);

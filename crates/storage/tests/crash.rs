@@ -39,8 +39,8 @@ fn crash_child_process() {
         return;
     };
     let start: u64 = std::env::var(START_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let store =
-        ShardStore::open(&StoreConfig { drives: vec![dir.into()], reserve_bytes: 0 }).expect("child opens the store");
+    let store = ShardStore::open(&StoreConfig { drives: vec![dir.into()], reserve_bytes: 0, key_file: None })
+        .expect("child opens the store");
     let mut out = std::io::stdout().lock();
     for i in start.. {
         let (info, data) = numbered(i);
@@ -94,7 +94,9 @@ fn acknowledged_shards_survive_sigkill_mid_stream() {
         assert!(!acked.is_empty(), "child acknowledged nothing in round {round}");
 
         temps_seen += temp_files(dir.path()).len();
-        let store = ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0 }).unwrap();
+        let store =
+            ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, key_file: None })
+                .unwrap();
         assert!(temp_files(dir.path()).is_empty(), "temp files survived the reopen");
         for &i in &acked {
             let (info, data) = numbered(i);

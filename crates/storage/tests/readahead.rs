@@ -10,7 +10,8 @@ use std::path::Path;
 use storage::{ShardStore, StoreConfig};
 
 fn open(drives: &[&Path]) -> ShardStore {
-    let config = StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0 };
+    let config =
+        StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0, key_file: None };
     ShardStore::open(&config).expect("store opens")
 }
 

@@ -187,6 +187,10 @@ pub struct StartArgs {
     /// cluster gets an authority and every process a credential (DIR/tls).
     #[arg(long)]
     pub plaintext: bool,
+    /// Encrypt every shard the storage nodes write (encryption at rest, AES-256-GCM): the
+    /// key-encryption key is made in DIR/keys/kek and named in every node's `[encryption]`.
+    #[arg(long)]
+    pub encrypt: bool,
     /// Start the roles without metrics exporters (by default each gets a port of its own,
     /// recorded in cluster.toml, for `trove stats`, the dashboard and Prometheus).
     #[arg(long)]
@@ -509,6 +513,12 @@ fn node_credential(dir: &Path, proc_dir: &Path, name: &str) -> Result<Option<Pat
     Ok(Some(out))
 }
 
+/// The key file of a local cluster with encryption at rest (`DIR/keys/kek`), if it has one.
+pub fn key_file_of(dir: &Path) -> Option<PathBuf> {
+    let path = dir.join("keys").join("kek");
+    path.exists().then_some(path)
+}
+
 /// A config written before services had to choose their transport ran in plaintext: it says
 /// so now, so that the cluster starts again as it ran.
 fn keep_plaintext(config: &Path) -> Result<()> {
@@ -577,6 +587,11 @@ fn storage_config(
     object: Option<&str>,
     tls: Option<&Path>,
 ) -> String {
+    // Encryption at rest is for nodes with drives; the cluster's key file, when it has one.
+    let encryption = match (object, key_file_of(dir)) {
+        (None, Some(kek)) => format!("\n[encryption]\nkey_file = {:?}\n", kek.display().to_string()),
+        _ => String::new(),
+    };
     let drive = dir.join(format!("node-{index}")).join("drive0");
     let pool = if pool.is_empty() { String::new() } else { format!("pool = {pool:?}\n") };
     let (drives, object) = match object {
@@ -584,7 +599,7 @@ fn storage_config(
         None => (format!("drives = [{:?}]\n", drive.display().to_string()), String::new()),
     };
     format!(
-        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\n{drives}reserve_bytes = {reserve_bytes}\n{pool}{}{object}",
+        "listen = {addr:?}\n{}meta = {meta:?}\ncluster = {cluster:?}\n{drives}reserve_bytes = {reserve_bytes}\n{pool}{}{object}{encryption}",
         metrics_line(metrics),
         transport_line(tls)
     )
@@ -648,6 +663,13 @@ pub async fn start(args: &StartArgs, quiet: bool) -> Result<Started> {
         }
         if !args.plaintext {
             crate::credentials::create(&dir, &cluster)?;
+        }
+        if args.encrypt {
+            let keys = dir.join("keys");
+            std::fs::create_dir_all(&keys).with_context(|| format!("cannot create {}", keys.display()))?;
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700))?;
+            storage::crypt::Kek::generate_file(&keys.join("kek"))?;
         }
         crate::credentials::install_for_command(dir.to_str(), None)?;
         let meta_tls = node_credential(&dir, &dir.join("meta"), "meta")?;

@@ -172,6 +172,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         ingest_interval_ms: None,
         reserve_bytes: 0,
         plaintext: false,
+        encrypt: false,
         no_metrics: true,
     };
     let mut started = cluster::start(&start, args.json).await.context("cannot start the demo cluster")?;

@@ -14,6 +14,7 @@ mod credentials;
 mod data;
 mod dataset;
 mod demo;
+mod encryption;
 mod ingest;
 mod job;
 mod mount;
@@ -115,6 +116,9 @@ enum Command {
     /// Starts, stops and injects faults into a local cluster of separate processes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCmd),
+    /// Encryption at rest: make a key file, re-key a stopped storage node's drives.
+    #[command(subcommand)]
+    Encryption(encryption::EncryptionCmd),
     /// Storage node lifecycle: drain (move data off while serving), undrain, remove, add.
     #[command(subcommand)]
     Node(NodeCmd),
@@ -329,6 +333,7 @@ impl Command {
             Command::Meta { .. }
             | Command::Storage { .. }
             | Command::Cluster(_)
+            | Command::Encryption(_)
             | Command::Node(NodeCmd::Add { .. })
             | Command::Umount(_)
             | Command::Demo(_) => return None,
@@ -342,6 +347,7 @@ impl Command {
             Command::Meta { .. } => "meta",
             Command::Storage { .. } => "storage",
             Command::Cluster(_) => "cluster",
+            Command::Encryption(_) => "encryption",
             Command::Node(NodeCmd::Add { .. }) => "node add",
             Command::Umount(_) => "umount",
             Command::Demo(_) => "demo",
@@ -430,6 +436,7 @@ async fn run(cli: Cli) -> Result<()> {
             storage::run(config).await
         }
         Command::Cluster(cmd) => cluster::run(cmd).await,
+        Command::Encryption(cmd) => encryption::run(cmd),
         Command::Demo(args) => demo::run(args).await,
         Command::Dataset { cmd, .. } => dataset::run(cmd, cluster).await,
         Command::S3 { args, .. } => s3::run(args, cluster).await,

@@ -304,3 +304,85 @@ async fn the_authority_is_replaced_under_load_and_the_old_credentials_are_refuse
     let trust = std::fs::read_to_string(cluster.path().join("node-2/tls/ca.pem")).expect("trust");
     assert_eq!(trust, std::fs::read_to_string(issued).expect("ca"), "node 2 trusts exactly the new authority");
 }
+
+#[test]
+fn shards_at_rest_hold_no_plaintext_open_only_with_their_key_and_read_back_after_a_rekey() {
+    let cluster = TestCluster::start_with(6, "4+2", &["--encrypt"]);
+    let dir = cluster.dir_str();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let marker = format!("at-rest-{:016x}-", rand::random::<u64>());
+    let file = marked_file(scratch.path(), &marker, 3 << 20);
+    run_ok(&["--cluster", &dir, "put", file.to_str().expect("utf-8"), "/secret"]);
+    let content = std::fs::read(&file).expect("read");
+
+    // Every shard on every drive is sealed (format version 2) and holds none of the file.
+    let shards = cluster.shard_files();
+    assert_eq!(shards.len(), 6, "one chunk of 4+2: {shards:?}");
+    for shard in &shards {
+        let bytes = std::fs::read(shard).expect("shard");
+        assert_eq!(&bytes[4..6], &2u16.to_le_bytes(), "{} is not sealed", shard.display());
+        assert!(!contains(&bytes, marker.as_bytes()), "{} holds the file's content", shard.display());
+    }
+    let keyring = cluster.path().join("node-1/drive0/keyring");
+    assert!(keyring.exists(), "the drive has no keyring");
+
+    // Re-keying needs the node stopped.
+    let new_key = cluster.path().join("keys/kek-2");
+    run_ok(&["encryption", "keygen", "--out", new_key.to_str().expect("utf-8")]);
+    let config = |n: usize| cluster.path().join(format!("node-{n}/storage.toml")).to_str().expect("utf-8").to_string();
+    let rekey = |n: usize| {
+        run(&[
+            "encryption",
+            "rekey",
+            "--config",
+            &config(n),
+            "--new-key-file",
+            new_key.to_str().expect("utf-8"),
+            "--new-data-key",
+        ])
+    };
+    let busy = rekey(2);
+    assert!(!busy.status.success() && stderr(&busy).contains("stop it first"), "{}", stderr(&busy));
+
+    // Node 1 stopped and re-keyed: its old key opens nothing now.
+    cluster.kill_node(1);
+    let out = rekey(1);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = cluster.path().join("logs/node-1.log");
+    let logged_before = std::fs::read_to_string(&log).expect("log").len();
+    let _ = run(&["cluster", "restart-node", "--dir", &dir, "--node", "1"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&log).expect("log");
+        if text[logged_before..].contains("does not open the keyring") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 1 started with the old key: {}", &text[logged_before..]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // With the new key it starts, and with two other nodes down every read needs its shards.
+    let text = std::fs::read_to_string(config(1)).expect("config");
+    let old_key = cluster.path().join("keys/kek");
+    let text = text.replace(old_key.to_str().expect("utf-8"), new_key.to_str().expect("utf-8"));
+    std::fs::write(config(1), text).expect("config");
+    cluster.restart_node(1);
+    cluster.wait_status(Duration::from_secs(30), "every node up", |s| {
+        s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
+    });
+    cluster.kill_node(2);
+    cluster.kill_node(3);
+    let back = scratch.path().join("back");
+    run_ok(&["--cluster", &dir, "get", "/secret", back.to_str().expect("utf-8")]);
+    assert!(std::fs::read(&back).expect("read") == content, "the file read back differs");
+    // New shards on node 1 are sealed with its new data key (id 2).
+    let f2 = marked_file(scratch.path(), &marker, 1 << 20);
+    run_ok(&["--cluster", &dir, "put", f2.to_str().expect("utf-8"), "/secret2"]);
+    let ids: Vec<u32> = common::shard_files_in(&cluster.path().join("node-1"))
+        .iter()
+        .map(|p| {
+            let b = std::fs::read(p).expect("shard");
+            u32::from_le_bytes([b[32], b[33], b[34], b[35]])
+        })
+        .collect();
+    assert!(ids.contains(&1) && ids.contains(&2), "node 1's shards are sealed with keys {ids:?}");
+}
