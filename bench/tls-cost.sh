@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# What TLS costs the cluster's own links: one build, two local 6-node 4+2 clusters side by side,
-# one started with --plaintext and one with TLS (the default: mutual TLS 1.3, AES-GCM). ROUNDS
-# rounds alternate the order (plain/tls, tls/plain, ...); each writes JOBS x QD files of
+# What TLS and encryption at rest cost: one build, three local 6-node 4+2 clusters side by side:
+# `plain` started with --plaintext, `tls` with TLS (the default: mutual TLS 1.3, AES-GCM), and
+# `sealed` with TLS and --encrypt (every shard sealed with AES-256-GCM on the drives). ROUNDS
+# rounds rotate the order (plain/tls/sealed, tls/sealed/plain, ...); each writes JOBS x QD files of
 # FILE_SIZE through the client library (`trove bench io`, 1 MiB requests, one pass) and reads
 # them back with the page cache dropped first, so every byte crosses loopback TCP from the
-# storage nodes' drives. Prints every round, the medians, the TLS/plaintext ratios, and the CPU
+# storage nodes' drives. Prints every round, the medians, the ratios to plaintext, and the CPU
 # time (user + system, from /proc) the variant's Trove processes and the benchmark spent per GiB
 # read, which the neighbours' load moves less than throughput. The load average is printed
 # before and after: the machine is shared.
@@ -24,7 +25,7 @@ work=${WORK:-/var/tmp/trove-bench-tls-cost}
 [ "$(id -u)" -eq 0 ] || { echo "run as root (dropping caches)" >&2; exit 1; }
 
 cleanup() {
-    for v in plain tls; do "$T" cluster stop --dir "$work/$v" >/dev/null 2>&1 || true; done
+    for v in plain tls sealed; do "$T" cluster stop --dir "$work/$v" >/dev/null 2>&1 || true; done
     rm -rf "$work"
 }
 rm -rf "$work"
@@ -32,6 +33,7 @@ trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$T" cluster start --dir "$work/plain" --nodes 6 --ec 4+2 --scrub-interval-ms 0 --no-metrics --plaintext >/dev/null
 "$T" cluster start --dir "$work/tls" --nodes 6 --ec 4+2 --scrub-interval-ms 0 --no-metrics >/dev/null
+"$T" cluster start --dir "$work/sealed" --nodes 6 --ec 4+2 --scrub-interval-ms 0 --no-metrics --encrypt >/dev/null
 
 # Clock ticks of user and system time of the variant's role processes (their configs are under
 # its directory).
@@ -78,21 +80,25 @@ EOF
 
 printf '%-6s %-6s %12s %12s %16s\n' round var "write MB/s" "read MB/s" "read CPU s/GiB"
 declare -A w r c
+variants=(plain tls sealed)
 for i in $(seq "$rounds"); do
-    if [ $((i % 2)) -eq 1 ]; then order="plain tls"; else order="tls plain"; fi
-    for v in $order; do
+    for k in 0 1 2; do
+        v=${variants[$(( (i - 1 + k) % 3 ))]}
         read -r wm rm secs bytes < <(round "$v" "/bench-$i")
         cpu=$(python3 -c "print(f'{$secs/($bytes/2**30):.3f}')")
         printf '%-6s %-6s %12s %12s %16s\n' "$i" "$v" "$wm" "$rm" "$cpu"
         w[$v]+="$wm "; r[$v]+="$rm "; c[$v]+="$cpu "
     done
 done
-python3 - "${w[plain]}" "${w[tls]}" "${r[plain]}" "${r[tls]}" "${c[plain]}" "${c[tls]}" <<'EOF'
+python3 - "${w[plain]}" "${w[tls]}" "${w[sealed]}" "${r[plain]}" "${r[tls]}" "${r[sealed]}" \
+    "${c[plain]}" "${c[tls]}" "${c[sealed]}" <<'EOF'
 import statistics as st, sys
-wp, wt, rp, rt, cp, ct = ([float(x) for x in a.split()] for a in sys.argv[1:])
+v = [[float(x) for x in a.split()] for a in sys.argv[1:]]
+names = ["plaintext", "TLS", "TLS + at rest"]
 print()
-print(f"median write MB/s: plaintext {st.median(wp):.1f}, TLS {st.median(wt):.1f}: TLS/plaintext {st.median(wt)/st.median(wp):.3f}")
-print(f"median read MB/s:  plaintext {st.median(rp):.1f}, TLS {st.median(rt):.1f}: TLS/plaintext {st.median(rt)/st.median(rp):.3f}")
-print(f"median read CPU s/GiB: plaintext {st.median(cp):.3f}, TLS {st.median(ct):.3f}: TLS/plaintext {st.median(ct)/st.median(cp):.3f}")
+for title, rows in (("write MB/s", v[0:3]), ("read MB/s", v[3:6]), ("read CPU s/GiB", v[6:9])):
+    meds = [st.median(r) for r in rows]
+    print(f"median {title}: " + ", ".join(f"{n} {m:.3f}" for n, m in zip(names, meds))
+          + f"; TLS/plaintext {meds[1]/meds[0]:.3f}, TLS + at rest/plaintext {meds[2]/meds[0]:.3f}")
 EOF
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -100,6 +100,21 @@ impl Garage {
             assert!(started.elapsed() < START_TIMEOUT, "garage did not start: {}", garage.log());
             std::thread::sleep(Duration::from_millis(200));
         };
+        // `node id` reads the key file; the layout commands need the server's RPC port, which
+        // may open later: `status` answers once it does.
+        loop {
+            let out = garage.cli().arg("status").output().expect("garage runs");
+            if out.status.success() {
+                break;
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "garage's RPC does not answer: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                garage.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
         run_ok(garage.cli().args(["layout", "assign", "-z", "dc1", "-c", "1G", &node]));
         run_ok(garage.cli().args(["layout", "apply", "--version", "1"]));
         let key = run_ok(garage.cli().args(["key", "create", "trove-test"]));
