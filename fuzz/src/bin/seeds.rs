@@ -51,6 +51,21 @@ fn main() {
     let mut file = storage::format::encode_header(&info);
     file.extend_from_slice(&data);
     write(&dir, "shard_file", "shard-70000", &file);
+    // The same shard sealed with the data key the target opens sealed files with, and a
+    // keyring wrapped by the key-encryption key it opens keyrings with (0x42 bytes, both).
+    let data_key = ring::aead::LessSafeKey::new(
+        ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &[0x42; 32]).expect("a 32-byte key"),
+    );
+    let (mut sealed, stored) = storage::format::encode_sealed(&info, &data, 1, &data_key, [9; 8]);
+    sealed.extend_from_slice(&stored);
+    write(&dir, "shard_file", "sealed-70000", &sealed);
+    let drive = std::env::temp_dir().join(format!("trove-seed-keyring-{}", std::process::id()));
+    std::fs::create_dir_all(&drive).expect("temp dir");
+    let kek = storage::crypt::Kek::parse_hex(&"42".repeat(32)).expect("a valid key");
+    storage::crypt::Keyring::open_or_create(&drive, &kek).expect("keyring");
+    let keyring = std::fs::read(drive.join(storage::crypt::KEYRING_FILE)).expect("keyring file");
+    write(&dir, "shard_file", "keyring", &keyring);
+    let _ = std::fs::remove_dir_all(&drive);
 
     // Write-ahead log records after checkpoint 2: mode byte, applied (u64 LE), records.
     let mut wal = vec![0u8];

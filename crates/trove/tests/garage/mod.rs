@@ -102,19 +102,7 @@ impl Garage {
         };
         // `node id` reads the key file; the layout commands need the server's RPC port, which
         // may open later: `status` answers once it does.
-        loop {
-            let out = garage.cli().arg("status").output().expect("garage runs");
-            if out.status.success() {
-                break;
-            }
-            assert!(
-                started.elapsed() < START_TIMEOUT,
-                "garage's RPC does not answer: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                garage.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        garage.wait_for(started, "garage's RPC", |g| g.cli().arg("status").output().expect("garage runs"));
         run_ok(garage.cli().args(["layout", "assign", "-z", "dc1", "-c", "1G", &node]));
         run_ok(garage.cli().args(["layout", "apply", "--version", "1"]));
         let key = run_ok(garage.cli().args(["key", "create", "trove-test"]));
@@ -123,20 +111,26 @@ impl Garage {
         run_ok(garage.cli().args(["bucket", "create", bucket]));
         run_ok(garage.cli().args(["bucket", "allow", "--read", "--write", "--owner", bucket, "--key", "trove-test"]));
         // The S3 API answers once the layout is in force.
+        garage.wait_for(started, "garage's S3 API", |g| g.boto(&["list", bucket, ""]));
+        garage
+    }
+
+    /// Runs `attempt` until it succeeds; fails the test, with `what` and Garage's log, when
+    /// it has not by [`START_TIMEOUT`] after `started`.
+    fn wait_for(&self, started: Instant, what: &str, attempt: impl Fn(&Garage) -> Output) {
         loop {
-            let out = garage.boto(&["list", bucket, ""]);
+            let out = attempt(self);
             if out.status.success() {
-                break;
+                return;
             }
             assert!(
                 started.elapsed() < START_TIMEOUT,
-                "garage's S3 API does not answer: {}\n{}",
+                "{what} does not answer: {}\n{}",
                 String::from_utf8_lossy(&out.stderr),
-                garage.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        garage
     }
 
     /// The `garage` command line on this server.
