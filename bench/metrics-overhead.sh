@@ -70,15 +70,8 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # Clock ticks of user and system time of every process whose command line names the variant's
 # directory (its roles' configurations, the mount point); fio and bench meta have exited when
 # it is read.
-cpu_ticks() {
-    local total=0 p f
-    for p in $(pgrep -f "$work/$1/"); do
-        f=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null) || continue
-        set -- $f
-        total=$((total + ${12} + ${13}))
-    done
-    echo "$total"
-}
+source "$here/proc-lib.sh"
+cpu_ticks() { proc_ticks "$work/$1/"; }
 hz=$(getconf CLK_TCK)
 fio_mbs() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["io_bytes"]/(j["read"]["runtime"]/1000)/1e6))'; }
 creates() {

@@ -37,15 +37,8 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Clock ticks of user and system time of the variant's role processes (their configs are under
 # its directory).
-role_ticks() {
-    local total=0 p f
-    for p in $(pgrep -f "$work/$1/"); do
-        f=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null) || continue
-        set -- $f
-        total=$((total + ${12} + ${13}))
-    done
-    echo "$total"
-}
+source "$here/proc-lib.sh"
+role_ticks() { proc_ticks "$work/$1/"; }
 
 # Runs a command, its output into the file $1, and prints the CPU seconds it took.
 timed() {

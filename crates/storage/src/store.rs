@@ -231,7 +231,6 @@ impl Drive {
         self.error.lock().is_empty()
     }
 
-    /// Records that the drive is failing if `e` says so; returns the error for chaining.
     /// The data key that opens the sealed file with `header` (`None` for a plaintext one, or
     /// when this drive does not hold the key).
     fn key_of(&self, header: &ShardHeader) -> Option<&ring::aead::LessSafeKey> {
@@ -239,6 +238,7 @@ impl Drive {
         self.keys.as_ref()?.key(sealing.key_id)
     }
 
+    /// Records that the drive is failing if `e` says so; returns the error for chaining.
     fn note_error(&self, e: &io::Error, what: &str) {
         if is_drive_failure(e) {
             let mut err = self.error.lock();
@@ -894,7 +894,9 @@ impl ShardStore {
         let data = if header.sealing.is_none() {
             stored
         } else {
-            let mut buf = BytesMut::from(&stored[..]);
+            // Opened in place: a buffer read just now is this read's alone; only bytes that
+            // came with the header (shared with the open file's first read) are copied.
+            let mut buf = stored.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
             match header.open_blocks(self.drives[d].key_of(&header), first, &mut buf) {
                 Ok(n) => {
                     buf.truncate(n);

@@ -1065,6 +1065,27 @@ pub async fn wait_node_up(state: &State, _node: usize) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// A storage config written before the transport had to be chosen starts again in
+    /// plaintext, as it ran; one that chose is left alone.
+    #[test]
+    fn configs_from_before_tls_keep_running_in_plaintext() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("storage.toml");
+        let old = "listen = \"127.0.0.1:1\"\nmeta = \"127.0.0.1:2\"\ncluster = \"c\"\n\n[object]\nbucket = \"b\"\n";
+        std::fs::write(&path, old).expect("write");
+        keep_plaintext(&path).expect("migrates");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let table: toml::Table = toml::from_str(&text).expect("still TOML");
+        assert_eq!(table.get("plaintext").and_then(toml::Value::as_bool), Some(true), "{text}");
+        assert!(table["object"].get("plaintext").is_none(), "the key went into a table: {text}");
+        keep_plaintext(&path).expect("again");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text, "a second pass changes nothing");
+        let chose = "listen = \"x\"\ntls = \"/etc/trove/tls\"\n";
+        std::fs::write(&path, chose).expect("write");
+        keep_plaintext(&path).expect("no change");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), chose);
+    }
+
     #[test]
     fn a_process_is_known_by_its_pid_and_its_start_time() {
         // Fields 3 (state) and 22 (start time) of a stat line, with a command name holding
