@@ -377,6 +377,42 @@ impl Client {
         self.meta_attr(MetaOp::Mkdir { parent, name: name.to_string(), mode, uid, gid }).await
     }
 
+    /// Resolves `path` checking POSIX permissions as `caller`: search on every directory on
+    /// the way and `want` on what it names (`PermissionDenied` names where it failed).
+    pub async fn resolve_as(
+        &self,
+        path: &str,
+        caller: &wire::identity::Caller,
+        want: wire::identity::Access,
+    ) -> Result<Attr> {
+        self.meta_attr(MetaOp::ResolveAs { path: path.to_string(), caller: caller.clone(), want: want.bits() }).await
+    }
+
+    /// Changes the cluster's tenants, users or S3 keys (needs the admin credential).
+    pub async fn change_identity(&self, change: wire::identity::IdentityChange) -> Result<wire::identity::Identities> {
+        match self.meta(MetaOp::ChangeIdentity { change }).await? {
+            MetaReply::Identities(i) => Ok(i),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The cluster's tenants, users and S3 keys (without secrets).
+    pub async fn identities(&self) -> Result<wire::identity::Identities> {
+        match self.meta(MetaOp::ListIdentities).await? {
+            MetaReply::Identities(i) => Ok(i),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// An S3 access key's secret and whom it acts as (`None`: no such key); refused to client
+    /// credentials.
+    pub async fn lookup_s3_key(&self, access_key: &str) -> Result<Option<wire::identity::S3KeyGrant>> {
+        match self.meta(MetaOp::LookupS3Key { access_key: access_key.to_string() }).await? {
+            MetaReply::S3Key(k) => Ok(k.map(|k| *k)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub async fn symlink(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
         let (uid, gid) = ids();
         self.meta_attr(MetaOp::Symlink { parent, name: name.to_string(), target: target.to_string(), uid, gid }).await
@@ -896,6 +932,9 @@ fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::ListPools
             | MetaOp::ListPolicies
             | MetaOp::ListIngestRules
+            | MetaOp::ListIdentities
+            | MetaOp::LookupS3Key { .. }
+            | MetaOp::ResolveAs { .. }
             | MetaOp::Announce { .. }
             | MetaOp::Processes
             | MetaOp::Events { .. }

@@ -1,6 +1,6 @@
 //! The audit trail of administration: every operation that changes how the cluster is run
 //! (node states, pools and their options, file pool policies, ingest rules, jobs, quotas,
-//! snapshots and retention, trash restores and purges) is recorded in the event log as an
+//! snapshots and retention, trash restores and purges, tenants, users and S3 keys) is recorded in the event log as an
 //! `admin` event when it is answered over the network: what was asked, from which address, and
 //! whether it was done or refused, with the reason. `trove events`, the dashboard and the
 //! events API show them with the rest.
@@ -13,6 +13,7 @@
 use crate::{events::NewEvent, namespace::path_of, MetaService};
 use kv::KvEngine;
 use wire::events::kind;
+use wire::identity::IdentityChange;
 use wire::{JobAction, MetaOp, MetaResult, Severity};
 
 /// What an administrative operation asks, in words; `None` for every other operation.
@@ -57,8 +58,24 @@ pub async fn describe(engine: &dyn KvEngine, op: &MetaOp) -> Option<String> {
             format!("retain snapshot {name} of {} until {until_ms} ms", path(*root).await)
         }
         MetaOp::RetainTree { ino, until_ms } => format!("retain {} until {until_ms} ms", path(*ino).await),
+        MetaOp::ChangeIdentity { change } => describe_identity(change),
         _ => return None,
     })
+}
+
+/// An identity change in words (never a secret).
+fn describe_identity(change: &IdentityChange) -> String {
+    match change {
+        IdentityChange::AddTenant { name, gid, path, .. } => format!("add tenant {name} (group {gid}, {path})"),
+        IdentityChange::RemoveTenant { name } => format!("remove tenant {name}"),
+        IdentityChange::AddUser { name, uid, gid, tenant, .. } => match tenant {
+            Some(t) => format!("add user {name} (uid {uid}, gid {gid}) to tenant {t}"),
+            None => format!("add user {name} (uid {uid}, gid {gid})"),
+        },
+        IdentityChange::RemoveUser { name } => format!("remove user {name}"),
+        IdentityChange::AddS3Key { user, access_key, .. } => format!("add S3 key {access_key} for user {user}"),
+        IdentityChange::RemoveS3Key { access_key } => format!("remove S3 key {access_key}"),
+    }
 }
 
 /// Records the outcome of the administrative operation `what` asked by `peer`.

@@ -94,6 +94,12 @@ pub mod prefix {
     pub const INGEST: u8 = b'd';
     /// `w` + ino: the retention date of an inode in a locked (WORM) tree.
     pub const RETAIN: u8 = b'w';
+    /// `t` + name: a tenant.
+    pub const TENANT: u8 = b't';
+    /// `u` + name: a user.
+    pub const USER: u8 = b'u';
+    /// `k` + access key: an S3 access key, its secret and its user.
+    pub const S3_KEY: u8 = b'k';
 }
 
 /// Names of the id counters under [`prefix::COUNTER`].
@@ -343,6 +349,14 @@ pub fn policies() -> Vec<u8> {
 /// The key of the ingest rules (one record: they are few and read as a whole).
 pub fn ingest_rules() -> Vec<u8> {
     vec![prefix::INGEST]
+}
+
+/// The key of an identity record: `kind` ([`prefix::TENANT`], [`prefix::USER`],
+/// [`prefix::S3_KEY`]) and its name.
+pub fn identity(kind: u8, name: &str) -> Vec<u8> {
+    let mut key = with_prefix(kind, name.len());
+    key.extend_from_slice(name.as_bytes());
+    key
 }
 
 /// The key of inode `ino`'s retention mark (WORM).
@@ -595,6 +609,15 @@ pub struct IngestListRec {
     pub rules: Vec<wire::IngestRule>,
 }
 
+/// An S3 access key (`k` + access key): whom it acts as and the secret requests are signed
+/// with (kept as given: SigV4 needs the secret itself, not a hash of it).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3KeyRec {
+    pub user: String,
+    pub secret_key: String,
+    pub created_ms: u64,
+}
+
 /// What a pool stores its chunks on, as its record keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PoolRecKind {
@@ -796,6 +819,9 @@ impl Record for ChunkRecord {}
 impl Record for wire::Event {}
 impl Record for PolicyListRec {}
 impl Record for IngestListRec {}
+impl Record for wire::identity::Tenant {}
+impl Record for wire::identity::User {}
+impl Record for S3KeyRec {}
 impl Record for RetainRec {}
 impl Record for wire::JobInfo {}
 impl Record for QuotaRec {}

@@ -17,6 +17,7 @@ pub mod clone;
 pub mod cluster;
 pub mod events;
 pub mod gc;
+pub mod identity;
 pub mod ingest;
 pub mod jobs;
 pub mod keys;
@@ -361,6 +362,15 @@ impl MetaService {
                 wire::ErrorCode::PermissionDenied,
                 format!(
                     "only storage nodes register and send heartbeats; this caller holds a {} credential",
+                    role.map_or("", |r| r.name())
+                ),
+            ));
+        }
+        if matches!(req.op, wire::MetaOp::LookupS3Key { .. }) && role.is_some_and(|r| !r.may_read_s3_secrets()) {
+            return Err(WireError::new(
+                wire::ErrorCode::PermissionDenied,
+                format!(
+                    "S3 key secrets are for S3 gateways (a gateway, admin or node credential); this caller holds a {} credential",
                     role.map_or("", |r| r.name())
                 ),
             ));

@@ -10,6 +10,7 @@
 //! caller's credentials. Validation of names, kinds and invariants (a directory's `nlink`, its
 //! parent pointer, chunk records within the file size) is here.
 
+use crate::identity;
 use crate::ingest;
 use crate::jobs;
 use crate::keys::{self, DentryRec, DirTimesRec, GcRec, InodeRec, RequestRec, Stat};
@@ -21,6 +22,7 @@ use crate::store::{self, abort, fail, get, put, transact, TxResult};
 use crate::trash;
 use kv::{KvEngine, KvTxn};
 use std::collections::HashMap;
+use wire::identity::{permits as identity_permits, Access, Caller};
 use wire::{
     Attr, ChunkRecord, DirEntry, EcScheme, FileKind, Ino, MetaOp, MetaReply, PoolId, RenameMode, SetAttr, Timestamp,
     WireError, XattrMode, NAME_BYTES_MAX, ROOT_INO, SYMLINK_BYTES_MAX, XATTR_VALUE_BYTES_MAX,
@@ -94,6 +96,7 @@ pub fn is_mutation(op: &MetaOp) -> bool {
             | MetaOp::RemovePolicy { .. }
             | MetaOp::AddIngestRule { .. }
             | MetaOp::RemoveIngestRule { .. }
+            | MetaOp::ChangeIdentity { .. }
             | MetaOp::RetainTree { .. }
             | MetaOp::SetFilePool { .. }
             | MetaOp::ControlJob { .. }
@@ -418,6 +421,17 @@ pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<Meta
         MetaOp::ListIngestRules => Ok(MetaReply::IngestRules(ingest::read(txn).await?)),
         MetaOp::AddIngestRule { rule } => Ok(MetaReply::IngestRules(ingest::add(txn, rule.clone()).await?)),
         MetaOp::RemoveIngestRule { name } => Ok(MetaReply::IngestRules(ingest::remove(txn, name).await?)),
+        MetaOp::ChangeIdentity { change } => {
+            Ok(MetaReply::Identities(identity::change(txn, ctx.now_ms, change).await?))
+        }
+        MetaOp::ListIdentities => Ok(MetaReply::Identities(identity::list(txn).await?)),
+        MetaOp::ResolveAs { path, caller, want } => {
+            let rec = resolve_walk(txn, path, Some((caller, Access::from_bits(*want)))).await?;
+            Ok(MetaReply::Attr(with_dir_times(txn, rec.attr).await?))
+        }
+        MetaOp::LookupS3Key { access_key } => {
+            Ok(MetaReply::S3Key(identity::lookup_key(txn, access_key).await?.map(Box::new)))
+        }
         MetaOp::AbandonChunks { ino, chunks } => abandon_chunks(txn, ctx, *ino, chunks).await,
         MetaOp::SetFilePool { ino, pool, ec } => set_file_pool(txn, ctx, *ino, pool, *ec).await,
         MetaOp::TouchAtimes { inos, atime } => touch_atimes(txn, inos, *atime).await,
@@ -765,6 +779,34 @@ async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {
 
 /// The inode a slash-separated path from the root names (following no symlinks).
 pub(crate) async fn resolve_rec(txn: &mut dyn KvTxn, path: &str) -> TxResult<InodeRec> {
+    resolve_walk(txn, path, None).await
+}
+
+/// Refuses `caller` access `want` to `rec` (at path `walked`) unless POSIX permissions allow it.
+fn check_access(rec: &InodeRec, walked: &str, caller: &Caller, want: Access) -> TxResult<()> {
+    let a = &rec.attr;
+    if !identity_permits(caller, a.uid, a.gid, a.mode, want) {
+        fail!(
+            PermissionDenied,
+            "uid {} may not {} {walked:?} (mode {:04o}, owner {}:{})",
+            caller.uid,
+            match (want.read, want.write, want.exec, a.kind == FileKind::Dir) {
+                (false, false, true, true) => "search".to_string(),
+                (true, false, _, true) => "list".to_string(),
+                (false, true, _, true) => "change entries of".to_string(),
+                _ => format!("have {} access to", want.letters()),
+            },
+            a.mode & 0o7777,
+            a.uid,
+            a.gid
+        );
+    }
+    Ok(())
+}
+
+/// As [`resolve_rec`], checking permissions as `caller` when given: search on every directory
+/// walked, and the access asked on what the path names.
+async fn resolve_walk(txn: &mut dyn KvTxn, path: &str, caller: Option<(&Caller, Access)>) -> TxResult<InodeRec> {
     if path.len() > PATH_BYTES_MAX {
         fail!(NameTooLong, "path of {} bytes exceeds the limit of {PATH_BYTES_MAX}", path.len());
     }
@@ -791,12 +833,18 @@ pub(crate) async fn resolve_rec(txn: &mut dyn KvTxn, path: &str) -> TxResult<Ino
             );
         }
         check_name(component).map_err(abort)?;
+        if let Some((caller, _)) = caller {
+            check_access(&current, &walked, caller, Access::X)?;
+        }
         let dir = current.attr.ino;
         let Some(entry) = get_dentry(txn, dir, component).await? else {
             fail!(NotFound, "no entry {component:?} in directory {walked:?}");
         };
         current = load_child(txn, dir, component, entry).await?;
         walked = format!("{}/{component}", walked.trim_end_matches('/'));
+    }
+    if let Some((caller, want)) = caller {
+        check_access(&current, &walked, caller, want)?;
     }
     Ok(current)
 }

@@ -245,7 +245,13 @@ impl Gateway {
         let parent = if parsed.dirs.is_empty() {
             bucket_attr.ino
         } else {
-            match self.client.resolve(&format!("/{bucket}/{}", parsed.dirs.join("/"))).await {
+            match crate::scope::resolve(
+                &self.client,
+                &format!("/{bucket}/{}", parsed.dirs.join("/")),
+                wire::identity::Access::X,
+            )
+            .await
+            {
                 Ok(a) if a.kind == FileKind::Dir => a.ino,
                 Ok(_) => return Err(no_such_key(key)),
                 Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => return Err(no_such_key(key)),

@@ -85,18 +85,58 @@ impl AuthFailures {
     }
 }
 
-/// The access key a request was signed with (header or presigned URL), if it names one.
+/// The access key a request was signed with (header or presigned URL, signature version 4 or
+/// 2), if it names one. The request's scope is chosen by it, and the access check makes sure
+/// it is the key s3s verified.
 fn access_key_of(authorization: Option<&HeaderValue>, uri: &Uri) -> Option<String> {
-    let from_header = authorization.and_then(|v| v.to_str().ok()).and_then(|v| {
-        let rest = &v[v.find("Credential=")? + "Credential=".len()..];
-        Some(rest[..rest.find('/')?].to_string())
-    });
-    from_header.or_else(|| {
-        let query = uri.query()?;
-        let rest = &query[query.find("X-Amz-Credential=")? + "X-Amz-Credential=".len()..];
-        let end = rest.find("%2F").or_else(|| rest.find('/')).unwrap_or(rest.len());
-        Some(rest[..end].to_string())
-    })
+    if let Some(v) = authorization.and_then(|v| v.to_str().ok()) {
+        if let Some(at) = v.find("Credential=") {
+            let rest = &v[at + "Credential=".len()..];
+            return Some(rest[..rest.find('/')?].to_string());
+        }
+        // Signature version 2: "AWS KEY:SIGNATURE".
+        if let Some(rest) = v.strip_prefix("AWS ") {
+            return Some(rest[..rest.rfind(':')?].trim().to_string());
+        }
+        return None;
+    }
+    let query = uri.query()?;
+    for pair in query.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "X-Amz-Credential" => {
+                let value = percent_decode(value);
+                return Some(value.split('/').next().unwrap_or_default().to_string());
+            }
+            "AWSAccessKeyId" => return Some(percent_decode(value)),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `%XX` escapes (and `+` as a space) of a query value decoded; malformed escapes kept.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The service hyper calls for each request.
@@ -105,6 +145,8 @@ pub struct Front {
     pub inner: s3s::service::S3Service,
     /// For the buckets' CORS rules (see [`crate::cors`]).
     pub client: client::Client,
+    /// Whom access keys act as: each request runs in its key's scope ([`crate::scope`]).
+    pub principals: Arc<crate::principals::Principals>,
     /// `body_idle_timeout_ms`.
     pub body_stall: Duration,
     /// Where requests run, so s3s's own log lines are held back.
@@ -250,6 +292,20 @@ impl Front {
     }
 
     async fn handle(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
+        let claimed = access_key_of(req.headers().get(http::header::AUTHORIZATION), req.uri());
+        let scope = match &claimed {
+            Some(key) => match self.principals.get(key).await {
+                Ok(Some(p)) => p.scope.clone(),
+                // Unknown: s3s refuses it with InvalidAccessKeyId.
+                Ok(None) => crate::scope::Scope::root(),
+                Err(e) => return error_response(e),
+            },
+            None => self.principals.anonymous(),
+        };
+        crate::scope::run(scope, self.handle_in_scope(req)).await
+    }
+
+    async fn handle_in_scope(self, req: Request<Incoming>) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
         let metered = crate::metered::Request::new(&parts.method, &parts.uri, &parts.headers);
         let bucket = bucket_of(&parts.uri);
@@ -354,6 +410,14 @@ mod tests {
             .expect("uri");
         assert_eq!(access_key_of(None, &presigned).as_deref(), Some("AKIDURL"));
         assert_eq!(access_key_of(None, &uri), None, "unsigned");
+        let v2: Uri = "/b/k?AWSAccessKeyId=trove-test-key&Signature=x%2By&Expires=1".parse().expect("uri");
+        assert_eq!(access_key_of(None, &v2).as_deref(), Some("trove-test-key"));
+        let v2_header = HeaderValue::from_static("AWS AKID2:c2lnbmF0dXJl");
+        assert_eq!(access_key_of(Some(&v2_header), &uri).as_deref(), Some("AKID2"));
+        // A name inside another parameter's value is not a parameter.
+        let tricky: Uri = "/b/k?prefix=X-Amz-Credential%3DEVIL&X-Amz-Credential=GOOD%2F2026".parse().expect("uri");
+        assert_eq!(access_key_of(None, &tricky).as_deref(), Some("GOOD"));
+        assert_eq!(percent_decode("a%2Fb+c%zz%4"), "a/b c%zz%4");
     }
 
     #[test]

@@ -17,8 +17,9 @@ use crate::list::{self, Item, Query, KEYS_PER_PAGE_MAX};
 use crate::names::{self, parse_key};
 use crate::objmeta::{self, etag_for, s3_time, KeptHeaders, ObjectMeta, CONTENT_TYPE_DEFAULT, EMPTY_ETAG};
 use crate::versions::{self, Versioned};
+use crate::{acl, scope};
 use bytes::Bytes;
-use client::{Attr, Client, ErrorCode, FileKind, Ino, WireError, ROOT_INO};
+use client::{Attr, Client, ErrorCode, FileKind, Ino, WireError};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use s3s::dto::*;
@@ -28,6 +29,7 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use wire::identity::Access;
 
 /// Largest object a single PUT may create, as S3 allows.
 pub const PUT_BYTES_MAX: u64 = 5 << 30;
@@ -196,8 +198,18 @@ async fn remove_tmp(client: &Client, parent: Ino, name: &str) {
 pub(crate) enum Dest<'a> {
     /// This directory (multipart parts).
     Dir(Ino),
-    /// The directory of a key, created if missing.
-    Key { bucket: &'a str, dirs: &'a [&'a str] },
+    /// The directory of a key, created if missing; the object gets permission bits `mode`.
+    Key { bucket: &'a str, dirs: &'a [&'a str], mode: u32 },
+}
+
+impl Dest<'_> {
+    /// The permission bits of the file written.
+    fn mode(&self) -> u32 {
+        match self {
+            Dest::Dir(_) => 0o644,
+            Dest::Key { mode, .. } => *mode,
+        }
+    }
 }
 
 /// What a written object ended as.
@@ -273,11 +285,20 @@ impl Gateway {
 
     /// The directory of `bucket`.
     pub(crate) async fn bucket(&self, bucket: &str) -> S3Result<Attr> {
-        match self.client.resolve(&names::bucket_path(bucket)).await {
+        match scope::resolve(&self.client, &names::bucket_path(bucket), Access::X).await {
             Ok(a) if a.kind == FileKind::Dir => Ok(a),
             Ok(_) => Err(no_such_bucket(bucket)),
             Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => Err(no_such_bucket(bucket)),
             Err(e) => Err(s3_error(&e, Target::Bucket)),
+        }
+    }
+
+    /// Refuses unless the request's user owns `attr` (what changing a bucket's or object's
+    /// settings needs, as chmod does).
+    pub(crate) fn owned(&self, attr: &Attr, what: &str) -> S3Result<()> {
+        match &scope::current().user {
+            Some(u) if u.uid != attr.uid => Err(access_denied(&format!("does not own {what}"))),
+            _ => Ok(()),
         }
     }
 
@@ -286,7 +307,7 @@ impl Gateway {
     pub(crate) async fn object(&self, bucket: &str, key: &str) -> S3Result<(Attr, bool)> {
         let parsed = parse_key(key)?;
         let path = format!("/{bucket}/{}", parsed.rel_path());
-        match self.client.resolve(&path).await {
+        match scope::resolve(&self.client, &path, Access::R).await {
             Ok(a) => match (a.kind, parsed.name) {
                 (FileKind::File, Some(_)) | (FileKind::Dir, None) => Ok((a, parsed.name.is_none())),
                 _ => {
@@ -305,7 +326,7 @@ impl Gateway {
     /// The directory `dirs` below `bucket`, created with its parents if missing.
     pub(crate) async fn ensure_dirs(&self, bucket: &str, dirs: &[&str]) -> S3Result<Ino> {
         let path = format!("/{bucket}/{}", dirs.join("/"));
-        match self.client.resolve(&path).await {
+        match scope::resolve(&self.client, &path, Access::WX).await {
             Ok(a) if a.kind == FileKind::Dir => return Ok(a.ino),
             Ok(_) => return Err(conflict(format!("{path} is an object, not a prefix"))),
             Err(e) if e.code == ErrorCode::NotFound => {}
@@ -315,14 +336,21 @@ impl Gateway {
             }
             Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
         }
-        let mut cur = self.bucket(bucket).await?.ino;
+        let scope = scope::current();
+        let mut cur = self.bucket(bucket).await?;
         for d in dirs {
-            let found = match self.client.lookup(cur, d).await {
+            if !scope.permits(&cur, Access::X) {
+                return Err(access_denied(&format!("may not search the directory above {d:?} in {path}")));
+            }
+            let found = match self.client.lookup(cur.ino, d).await {
                 Ok(a) => a,
-                Err(e) if e.code == ErrorCode::NotFound => match self.client.mkdir(cur, d, 0o755).await {
+                Err(e) if e.code == ErrorCode::NotFound && !scope.permits(&cur, Access::WX) => {
+                    return Err(access_denied(&format!("may not create {d:?} in {path}")));
+                }
+                Err(e) if e.code == ErrorCode::NotFound => match scope::mkdir(&self.client, cur.ino, d, 0o755).await {
                     Ok(a) => a,
                     Err(e) if e.code == ErrorCode::Exists => {
-                        self.client.lookup(cur, d).await.or_s3(Target::ObjectWrite)?
+                        self.client.lookup(cur.ino, d).await.or_s3(Target::ObjectWrite)?
                     }
                     Err(e) => return Err(s3_error(&e, Target::ObjectWrite)),
                 },
@@ -331,9 +359,12 @@ impl Gateway {
             if found.kind != FileKind::Dir {
                 return Err(conflict(format!("{d:?} in {path} is an object, not a prefix")));
             }
-            cur = found.ino;
+            cur = found;
         }
-        Ok(cur)
+        if !scope.permits(&cur, Access::WX) {
+            return Err(access_denied(&format!("may not write into {path}")));
+        }
+        Ok(cur.ino)
     }
 
     /// Writes `body` as the new content of `name` in directory `parent`: into a temporary file,
@@ -364,9 +395,9 @@ impl Gateway {
         loop {
             let parent = match dest {
                 Dest::Dir(ino) => ino,
-                Dest::Key { bucket, dirs } => self.ensure_dirs(bucket, dirs).await?,
+                Dest::Key { bucket, dirs, .. } => self.ensure_dirs(bucket, dirs).await?,
             };
-            match self.client.create(parent, tmp, 0o644, true).await {
+            match scope::create(&self.client, parent, tmp, dest.mode(), true).await {
                 Ok(created) => return Ok((parent, created)),
                 // A DELETE removed the directory it emptied between the two calls: make it again.
                 Err(e)
@@ -472,15 +503,29 @@ impl Gateway {
             }
         };
         let parent = if dirs.is_empty() {
-            Some(bucket_attr.ino)
+            Some(bucket_attr.clone())
         } else {
-            match self.client.resolve(&format!("/{bucket}/{}", dirs.join("/"))).await {
-                Ok(a) if a.kind == FileKind::Dir => Some(a.ino),
+            match scope::resolve(&self.client, &format!("/{bucket}/{}", dirs.join("/")), Access::X).await {
+                Ok(a) if a.kind == FileKind::Dir => Some(a),
                 Ok(_) => None,
                 Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => None,
                 Err(e) => return Err(s3_error(&e, Target::Object)),
             }
         };
+        let scope = scope::current();
+        if let Some(dir) = &parent {
+            if !scope.permits(dir, Access::WX) {
+                return Err(access_denied(&format!("may not remove entries of the directory holding {key:?}")));
+            }
+            if scope.user.is_some() && dir.mode & 0o1000 != 0 {
+                if let Ok(entry) = self.client.lookup(dir.ino, name).await {
+                    if scope.sticky_refuses(dir, &entry) {
+                        return Err(access_denied(&format!("{key:?} is another user's, in a sticky directory")));
+                    }
+                }
+            }
+        }
+        let parent = parent.map(|a| a.ino);
         if let Some(v) = self.versioned_write_in(bucket, bucket_attr.ino, key).await? {
             let id = self.delete_with_marker(&v, parent, name).await?;
             if parent.is_some() {
@@ -517,7 +562,11 @@ impl Gateway {
             let up = if depth == 1 {
                 bucket_ino
             } else {
-                match self.client.resolve(&format!("/{bucket}/{}", dirs[..depth - 1].join("/"))).await {
+                match self
+                    .client
+                    .resolve(&scope::current().path(&format!("/{bucket}/{}", dirs[..depth - 1].join("/"))))
+                    .await
+                {
                     Ok(a) => a.ino,
                     Err(_) => break,
                 }
@@ -538,6 +587,9 @@ impl Gateway {
         max_keys: Option<i32>,
     ) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, bool, Option<String>)> {
         let bucket_attr = self.bucket(bucket).await?;
+        if !scope::current().permits(&bucket_attr, Access::RX) {
+            return Err(access_denied(&format!("may not list bucket {bucket:?}")));
+        }
         let limit = max_keys.map(|m| m.clamp(0, KEYS_PER_PAGE_MAX as i32) as usize).unwrap_or(KEYS_PER_PAGE_MAX);
         let page = list::list(&self.client, bucket_attr.ino, &Query { prefix, delimiter, after, limit }).await?;
         let last = page.items.last().map(|i| i.key().to_string());
@@ -643,16 +695,36 @@ fn wants_url(e: Option<&EncodingType>) -> bool {
 }
 
 pub(crate) fn owner() -> Owner {
-    Owner { display_name: Some("trove".into()), id: Some("trove".into()) }
+    let name = scope::current().owner_name();
+    Owner { display_name: Some(name.clone()), id: Some(name) }
+}
+
+/// The owner S3 shows for a file: the request's user by name if it is theirs, else its uid.
+fn owner_of(attr: &Attr) -> Owner {
+    let scope = scope::current();
+    let name = match &scope.user {
+        Some(u) if u.uid == attr.uid => u.name.clone(),
+        Some(_) => format!("uid:{}", attr.uid),
+        None => scope.owner_name(),
+    };
+    Owner { display_name: Some(name.clone()), id: Some(name) }
+}
+
+/// AccessDenied, saying what the request's user may not do.
+pub(crate) fn access_denied(what: &str) -> S3Error {
+    let who = scope::current().user.as_ref().map_or_else(|| "this request".to_string(), |u| format!("user {}", u.name));
+    S3Error::with_message(S3ErrorCode::AccessDenied, format!("{who} {what}"))
 }
 
 #[async_trait::async_trait]
 impl S3 for Gateway {
     async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
-        let entries = self.client.readdir(ROOT_INO).await.or_s3(Target::Bucket)?;
+        let scope = scope::current();
+        let entries = self.client.readdir(scope.root_ino).await.or_s3(Target::Bucket)?;
         let buckets = entries
             .into_iter()
             .filter(|e| e.attr.kind == FileKind::Dir && s3s::path::check_bucket_name(&e.name))
+            .filter(|e| scope.permits(&e.attr, Access::RX))
             .map(|e| Bucket {
                 name: Some(e.name),
                 creation_date: Some(s3_time(e.attr.crtime)),
@@ -664,7 +736,19 @@ impl S3 for Gateway {
 
     async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
         let bucket = req.input.bucket;
-        match self.client.mkdir(ROOT_INO, &bucket, 0o755).await {
+        let scope = scope::current();
+        let mode = match &req.input.acl {
+            Some(acl) => acl::bucket_mode(acl)?,
+            None if scope.user.is_some() => acl::BUCKET_MODE_PRIVATE,
+            None => 0o755,
+        };
+        if scope.user.is_some() {
+            let root = self.client.getattr(scope.root_ino).await.or_s3(Target::Bucket)?;
+            if !scope.permits(&root, Access::WX) {
+                return Err(access_denied("may not create buckets here"));
+            }
+        }
+        match scope::mkdir(&self.client, scope.root_ino, &bucket, mode).await {
             Ok(_) => {}
             Err(e) if e.code == ErrorCode::Exists => {
                 return Err(S3Error::with_message(
@@ -686,16 +770,79 @@ impl S3 for Gateway {
                 "The bucket you tried to delete is not empty: it holds noncurrent versions or delete markers"
             ));
         }
-        self.client.rmdir(ROOT_INO, &bucket).await.or_s3(Target::Bucket)?;
+        let scope = scope::current();
+        if scope.user.is_some() {
+            let root = self.client.getattr(scope.root_ino).await.or_s3(Target::Bucket)?;
+            let dir = self.bucket(&bucket).await?;
+            if !scope.permits(&root, Access::WX) || scope.sticky_refuses(&root, &dir) {
+                return Err(access_denied(&format!("may not delete bucket {bucket:?} (it is not theirs)")));
+            }
+        }
+        self.client.rmdir(scope.root_ino, &bucket).await.or_s3(Target::Bucket)?;
         // Multipart uploads of a deleted bucket go with it.
         self.remove_uploads_of(&bucket).await;
         self.remove_version_store(&bucket).await;
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
+    async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let dir = self.bucket(&req.input.bucket).await?;
+        let owner = owner_of(&dir);
+        let grants = acl::grants(&owner, dir.mode);
+        Ok(S3Response::new(GetBucketAclOutput { grants: Some(grants), owner: Some(owner) }))
+    }
+
+    async fn put_bucket_acl(&self, req: S3Request<PutBucketAclInput>) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let input = req.input;
+        let dir = self.bucket(&input.bucket).await?;
+        let Some(canned) = &input.acl else {
+            return Err(s3_error!(
+                NotImplemented,
+                "only canned ACLs (x-amz-acl) are supported: Trove keeps ACLs as POSIX modes"
+            ));
+        };
+        let mode = acl::bucket_mode(canned)?;
+        self.owned(&dir, &format!("bucket {:?}", input.bucket))?;
+        let set = wire::SetAttr { mode: Some((dir.mode & !0o777) | mode), ..Default::default() };
+        self.client.setattr(dir.ino, set).await.or_s3(Target::Bucket)?;
+        Ok(S3Response::new(PutBucketAclOutput {}))
+    }
+
+    async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let (attr, _) = self.object(&req.input.bucket, &req.input.key).await?;
+        let owner = owner_of(&attr);
+        let grants = acl::grants(&owner, attr.mode);
+        Ok(S3Response::new(GetObjectAclOutput { grants: Some(grants), owner: Some(owner), ..Default::default() }))
+    }
+
+    async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let input = req.input;
+        let Some(canned) = &input.acl else {
+            return Err(s3_error!(
+                NotImplemented,
+                "only canned ACLs (x-amz-acl) are supported: Trove keeps ACLs as POSIX modes"
+            ));
+        };
+        let mode = acl::object_mode(Some(canned))?;
+        let path = format!("/{}/{}", input.bucket, parse_key(&input.key)?.rel_path());
+        let attr = match scope::resolve(&self.client, &path, Access { read: false, write: false, exec: false }).await {
+            Ok(a) => a,
+            Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {
+                self.bucket(&input.bucket).await?;
+                return Err(no_such_key(&input.key));
+            }
+            Err(e) => return Err(s3_error(&e, Target::Object)),
+        };
+        self.owned(&attr, &format!("object {:?}", input.key))?;
+        let set = wire::SetAttr { mode: Some((attr.mode & !0o777) | mode), ..Default::default() };
+        self.client.setattr(attr.ino, set).await.or_s3(Target::ObjectWrite)?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
     async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
         let input = req.input;
         let dir = self.bucket(&input.bucket).await?;
+        self.owned(&dir, &format!("bucket {:?}", input.bucket))?;
         let rules = crate::cors::from_request(&input.cors_configuration.cors_rules)?;
         let value = crate::cors::encode(&rules);
         self.client
@@ -722,6 +869,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketCorsInput>,
     ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
         let dir = self.bucket(&req.input.bucket).await?;
+        self.owned(&dir, &format!("bucket {:?}", req.input.bucket))?;
         match self.client.removexattr(dir.ino, crate::cors::XATTR_CORS).await {
             Ok(()) => {}
             Err(e) if e.code == ErrorCode::NoAttr => {}
@@ -736,6 +884,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         let input = req.input;
         let dir = self.bucket(&input.bucket).await?;
+        self.owned(&dir, &format!("bucket {:?}", input.bucket))?;
         let config = input.versioning_configuration;
         if config.mfa_delete.as_ref().is_some_and(|m| m.as_str() == MFADelete::ENABLED) {
             return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
@@ -774,6 +923,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let dir = self.bucket(&req.input.bucket).await?;
+        if !scope::current().permits(&dir, Access::RX) {
+            return Err(access_denied(&format!("may not list bucket {:?}", req.input.bucket)));
+        }
         Ok(S3Response::new(self.list_versions(req.input).await?))
     }
 
@@ -831,7 +984,7 @@ impl S3 for Gateway {
             let last = dirs.pop();
             let parent = self.ensure_dirs(&input.bucket, &dirs).await?;
             if let Some(last) = last {
-                match self.client.mkdir(parent, last, 0o755).await {
+                match scope::mkdir(&self.client, parent, last, 0o755).await {
                     Ok(_) => {}
                     Err(e) if e.code == ErrorCode::Exists => {
                         let a = self.client.lookup(parent, last).await.or_s3(Target::ObjectWrite)?;
@@ -860,8 +1013,10 @@ impl S3 for Gateway {
             publish,
             versioned: versioned.as_ref(),
         };
-        let written =
-            self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, input.body, spec).await?;
+        let mode = acl::object_mode(input.acl.as_ref())?;
+        let written = self
+            .write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs, mode }, name, input.body, spec)
+            .await?;
         let (sums, kind) = written.sum.fields();
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(written.etag)),
@@ -1154,8 +1309,10 @@ impl S3 for Gateway {
             publish: Publish::Replace,
             versioned: versioned.as_ref(),
         };
-        let written =
-            self.write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs }, name, Some(body), spec).await?;
+        let mode = acl::object_mode(input.acl.as_ref())?;
+        let written = self
+            .write_object(Dest::Key { bucket: &input.bucket, dirs: &parsed.dirs, mode }, name, Some(body), spec)
+            .await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(ETag::Strong(written.etag)),

@@ -42,6 +42,7 @@
 //! [`XML_BODY_BYTES_MAX`] (400 MaxMessageLengthExceeded). Client mistakes are 4xx answers with
 //! S3's code and a message, logged at DEBUG at most (see `conn.rs`, `front.rs`, `quiet.rs`).
 
+pub mod acl;
 pub mod checksums;
 mod conditions;
 pub mod conn;
@@ -54,7 +55,9 @@ pub mod metered;
 pub mod multipart;
 pub mod names;
 pub mod objmeta;
+pub mod principals;
 mod quiet;
+pub mod scope;
 mod server;
 pub mod versions;
 

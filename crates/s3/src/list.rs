@@ -229,7 +229,8 @@ pub async fn list(client: &Client, bucket_ino: Ino, q: &Query<'_>) -> S3Result<P
                         page.items.push(Item::Prefix(key));
                     }
                 }
-            } else {
+            } else if crate::scope::current().permits(&entry.attr, wire::identity::Access::RX) {
+                // A directory the user may not list keeps its keys out, as `ls -R` would.
                 let next = Level::start(client, entry.attr.ino, key, q).await?;
                 stack.push(next);
             }

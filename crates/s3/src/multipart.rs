@@ -25,7 +25,7 @@
 use crate::checksums::{self, Algo, Sum, Wanted, XATTR_CHECKSUM, XATTR_UPLOAD_CHECKSUM};
 use crate::conditions::{Publish, PublishError};
 use crate::errors::{s3_error, OrS3, Target};
-use crate::gateway::{conflict, no_such_key, publish_error, read_stream, Dest, Gateway, WriteSpec};
+use crate::gateway::{access_denied, conflict, no_such_key, publish_error, read_stream, Dest, Gateway, WriteSpec};
 use crate::names::{self, parse_key};
 use crate::objmeta::{self, etag_for, s3_time, KeptHeaders, ObjectMeta};
 use client::{Attr, ErrorCode, FileKind, Ino, WireError};
@@ -33,6 +33,7 @@ use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
 use std::sync::Arc;
+use wire::identity::Access;
 use wire::{MetaOp, MetaReply, Timestamp, XattrMode};
 
 /// Most parts an upload may have, as in S3.
@@ -208,6 +209,10 @@ impl Gateway {
         if stored != key.as_bytes() {
             return Err(no_such_upload(id));
         }
+        // An upload is its initiator's (the owner of its directory).
+        if crate::scope::current().user.as_ref().is_some_and(|u| u.uid != dir.uid) {
+            return Err(access_denied(&format!("may not use upload {id}, which another user started")));
+        }
         Ok(dir)
     }
 
@@ -238,13 +243,20 @@ impl Gateway {
         let bucket = self.bucket(&input.bucket).await?;
         // Parts take the layout of the directory the object will land in (or its nearest
         // existing ancestor), so the completed object has it.
-        let layout = match self.client.resolve(&format!("/{}/{}", input.bucket, parsed.dir_path())).await {
+        let layout = match self
+            .client
+            .resolve(&crate::scope::current().path(&format!("/{}/{}", input.bucket, parsed.dir_path())))
+            .await
+        {
             Ok(a) if a.kind == FileKind::Dir => a,
-            _ => bucket,
+            _ => bucket.clone(),
         };
         let uploads = self.client.mkdir_p(&names::uploads_path(&input.bucket)).await.or_s3(Target::ObjectWrite)?;
         let id = names::hex(&rand::random::<[u8; 16]>());
-        let dir = self.client.mkdir(uploads.ino, &id, 0o700).await.or_s3(Target::ObjectWrite)?;
+        if !crate::scope::current().permits(&bucket, Access::WX) {
+            return Err(access_denied(&format!("may not write into bucket {:?}", input.bucket)));
+        }
+        let dir = crate::scope::mkdir(&self.client, uploads.ino, &id, 0o700).await.or_s3(Target::ObjectWrite)?;
         let setup = async {
             self.client.set_layout(dir.ino, layout.ec, layout.chunk_bytes, wire::LayoutCheck::Copied).await?;
             self.client.setxattr(dir.ino, XATTR_UPLOAD_KEY, input.key.as_bytes(), XattrMode::Create).await?;
@@ -486,7 +498,10 @@ impl Gateway {
         &self,
         input: ListMultipartUploadsInput,
     ) -> S3Result<ListMultipartUploadsOutput> {
-        self.bucket(&input.bucket).await?;
+        let bucket = self.bucket(&input.bucket).await?;
+        if !crate::scope::current().permits(&bucket, Access::RX) {
+            return Err(access_denied(&format!("may not list bucket {:?}", input.bucket)));
+        }
         let entries = match self.client.resolve(&names::uploads_path(&input.bucket)).await {
             Ok(a) if a.kind == FileKind::Dir => self.client.readdir(a.ino).await.or_s3(Target::Upload)?,
             Ok(_) => Vec::new(),
@@ -580,7 +595,8 @@ impl Gateway {
                 tracing::warn!("cannot remove upload {} of deleted bucket {bucket}: {err}", e.name);
             }
         }
-        if let Ok(root) = self.client.resolve(&format!("/{}/{}", names::STATE_DIR, names::UPLOADS_DIR)).await {
+        let root = crate::scope::current().path(&format!("/{}/{}", names::STATE_DIR, names::UPLOADS_DIR));
+        if let Ok(root) = self.client.resolve(&root).await {
             let _ = self.client.rmdir(root.ino, bucket).await;
         }
     }
@@ -743,7 +759,8 @@ impl Gateway {
                 return Err(checksums::ChecksumError::Mismatch(algo).into());
             }
         }
-        let mut assembly = self.client.create(dir.ino, ASSEMBLY, 0o644, false).await.or_s3(Target::Upload)?;
+        let mut assembly =
+            crate::scope::create(&self.client, dir.ino, ASSEMBLY, 0o644, false).await.or_s3(Target::Upload)?;
         let chunk_bytes = u64::from(assembly.chunk_bytes);
         let mut offset = 0u64;
         let mut copied = 0u64;

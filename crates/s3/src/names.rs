@@ -123,14 +123,15 @@ pub fn is_tmp(name: &str) -> bool {
     client::is_tmp_name(name) || name.starts_with(LEGACY_TMP_PREFIX)
 }
 
-/// The absolute path of a bucket's directory.
+/// The path of a bucket's directory from the namespace's root (see [`crate::scope`]).
 pub fn bucket_path(bucket: &str) -> String {
     format!("/{bucket}")
 }
 
-/// The absolute path of the directory holding a bucket's multipart uploads.
+/// The absolute path of the directory holding a bucket's multipart uploads, in the namespace of
+/// the request being answered.
 pub fn uploads_path(bucket: &str) -> String {
-    format!("/{STATE_DIR}/{UPLOADS_DIR}/{bucket}")
+    crate::scope::current().path(&format!("/{STATE_DIR}/{UPLOADS_DIR}/{bucket}"))
 }
 
 /// Lower-case hexadecimal of `bytes`.

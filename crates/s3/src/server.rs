@@ -7,6 +7,7 @@
 use crate::conn::{ConnLimiter, Refusal, TimedIo};
 use crate::errors;
 use crate::front::Front;
+use crate::principals::Principals;
 use crate::Gateway;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
@@ -15,7 +16,6 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
 use s3s::{s3_error, S3Result, S3};
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -181,14 +181,18 @@ impl Config {
     }
 }
 
-/// The configured access keys. Unlike s3s's `SimpleAuth`, an unknown key is answered with
-/// AWS's InvalidAccessKeyId (not NotSignedUp) and a message naming it.
-struct Keys(HashMap<String, SecretKey>);
+/// The accepted access keys (configured, and the cluster's). Unlike s3s's `SimpleAuth`, an
+/// unknown key is answered with AWS's InvalidAccessKeyId (not NotSignedUp) and a message
+/// naming it.
+struct Keys(Arc<Principals>);
 
 #[async_trait::async_trait]
 impl S3Auth for Keys {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        self.0.get(access_key).cloned().ok_or_else(|| errors::unknown_access_key(access_key))
+        match self.0.get(access_key).await? {
+            Some(p) => Ok(p.secret.clone()),
+            None => Err(self.0.unknown(access_key)),
+        }
     }
 }
 
@@ -198,14 +202,33 @@ const READ_OPERATIONS: &[&str] =
 
 struct Policy {
     anonymous: Anonymous,
+    principals: Arc<Principals>,
 }
 
 #[async_trait::async_trait]
 impl S3Access for Policy {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        if cx.credentials().is_some() {
-            // s3s verified the signature against the key's secret.
-            return Ok(());
+        let scope = crate::scope::current();
+        if let Some(c) = cx.credentials() {
+            // s3s verified the signature against the key's secret. The request runs in the
+            // scope the front chose from the key the request claims; it must be this key's.
+            let verified = c.access_key.as_str();
+            if scope.access_key.as_deref() == Some(verified) {
+                return Ok(());
+            }
+            // A configured key in a form the front does not read (a browser POST upload) acts
+            // with the gateway's own rights, which is the scope a request without a claimed key
+            // gets.
+            if scope.access_key.is_none() && scope.user.is_none() && self.principals.is_configured(verified) {
+                return Ok(());
+            }
+            return Err(s3_error!(
+                AccessDenied,
+                "access key {verified} signed this request, but it names another key (or its key where the gateway does not read it, as in a browser POST form, which cluster S3 keys cannot sign)"
+            ));
+        }
+        if scope.access_key.is_some() {
+            return Err(s3_error!(AccessDenied, "an unsigned request cannot act for an access key"));
         }
         match self.anonymous {
             Anonymous::ReadWrite => Ok(()),
@@ -388,14 +411,19 @@ impl Listening {
 /// anonymous requests and its limit on XML bodies: what [`serve`] puts behind its HTTP front,
 /// and what the `s3_request` fuzz target (in `fuzz/`) calls with a back end of no operations.
 pub fn service(s3: impl S3, keys: &[KeyPair], anonymous: Anonymous) -> s3s::service::S3Service {
-    let keys = keys.iter().map(|k| (k.access_key.clone(), SecretKey::from(k.secret_key.clone()))).collect();
+    let principals = Principals::new(keys.iter().map(|k| (k.access_key.clone(), k.secret_key.clone())), None);
+    service_with(s3, Arc::new(principals), anonymous)
+}
+
+/// As [`service`], with the accepted keys given as [`Principals`].
+pub fn service_with(s3: impl S3, principals: Arc<Principals>, anonymous: Anonymous) -> s3s::service::S3Service {
     let mut s3_config = s3s::config::S3Config::default();
     // The front reads every body that s3s would buffer, within this same limit.
     s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
     s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
     let mut builder = S3ServiceBuilder::new(s3);
-    builder.set_auth(Keys(keys));
-    builder.set_access(Policy { anonymous });
+    builder.set_auth(Keys(principals.clone()));
+    builder.set_access(Policy { anonymous, principals });
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
     builder.build()
 }
@@ -408,7 +436,17 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
         None => None,
     };
     let client = gateway.client.clone();
-    let inner = service(gateway, &config.keys, config.anonymous);
+    let mut principals =
+        Principals::new(config.keys.iter().map(|k| (k.access_key.clone(), k.secret_key.clone())), Some(client.clone()));
+    match config.anonymous {
+        Anonymous::Read => principals = principals.anonymous_as_nobody(),
+        Anonymous::ReadWrite => tracing::info!(
+            "anonymous read-write access: unsigned requests act with the gateway's own rights over the whole namespace, tenants' directories included"
+        ),
+        Anonymous::Off => {}
+    }
+    let principals = Arc::new(principals);
+    let inner = service_with(gateway, principals.clone(), config.anonymous);
     let listener =
         TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let body_stall = Duration::from_millis(config.body_idle_timeout_ms);
@@ -418,6 +456,7 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
         front: Front {
             inner,
             client,
+            principals,
             body_stall,
             quiet: crate::quiet::QuietS3s::dispatch(),
             peer: None,

@@ -83,9 +83,10 @@ pub(crate) struct Versioned {
     pub id: String,
 }
 
-/// The absolute path of a bucket's version store.
+/// The absolute path of a bucket's version store, in the namespace of the request being
+/// answered.
 pub fn versions_path(bucket: &str) -> String {
-    format!("/{}/{VERSIONS_DIR}/{bucket}", names::STATE_DIR)
+    crate::scope::current().path(&format!("/{}/{VERSIONS_DIR}/{bucket}", names::STATE_DIR))
 }
 
 /// The name of the key dir holding `key`'s versions.
@@ -365,6 +366,10 @@ impl Gateway {
             Err(e) if e.code == ErrorCode::NotFound => return Err(no_such_version(key, id)),
             Err(e) => return Err(s3_error(&e, Target::Object)),
         };
+        // A kept version keeps its file's owner and mode: it is read as that file would be.
+        if !crate::scope::current().permits(&attr, wire::identity::Access::R) {
+            return Err(crate::gateway::access_denied(&format!("may not read version {id} of {key:?}")));
+        }
         if is_delete_marker(&self.client, attr.ino).await.or_s3(Target::Object)? {
             let mut e = S3Error::with_message(
                 S3ErrorCode::MethodNotAllowed,
@@ -419,6 +424,10 @@ impl Gateway {
         let parsed = parse_key(key)?;
         let Some(name) = parsed.name else { return Err(invalid_version(id)) };
         let bucket_attr = self.bucket(bucket).await?;
+        // Removing a version for good is a delete in the bucket.
+        if !crate::scope::current().permits(&bucket_attr, wire::identity::Access::WX) {
+            return Err(crate::gateway::access_denied(&format!("may not delete versions in bucket {bucket:?}")));
+        }
         let mut was_marker = false;
         let mut removed_current = false;
         if let Some(current) = self.current_version(bucket, key).await? {
@@ -504,7 +513,9 @@ impl Gateway {
 
     /// Removes a deleted bucket's (empty) version store.
     pub(crate) async fn remove_version_store(&self, bucket: &str) {
-        if let Ok(parent) = self.client.resolve(&format!("/{}/{VERSIONS_DIR}", names::STATE_DIR)).await {
+        if let Ok(parent) =
+            self.client.resolve(&crate::scope::current().path(&format!("/{}/{VERSIONS_DIR}", names::STATE_DIR))).await
+        {
             let _ = self.client.rmdir(parent.ino, bucket).await;
         }
     }

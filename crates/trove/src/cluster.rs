@@ -122,7 +122,7 @@ pub enum ClusterCmd {
 
 /// Parses `--role`.
 fn parse_role(text: &str) -> Result<wire::tls::Role, String> {
-    wire::tls::Role::parse(text).ok_or_else(|| format!("{text:?} is not a role: client, admin or node"))
+    wire::tls::Role::parse(text).ok_or_else(|| format!("{text:?} is not a role: client, gateway, admin or node"))
 }
 
 #[derive(Args, Clone)]

@@ -46,6 +46,11 @@ pub fn client_dir(cluster_dir: &Path) -> PathBuf {
     cluster_dir.join(TLS_DIR).join("client")
 }
 
+/// A local cluster's S3 gateway credential.
+pub fn gateway_dir(cluster_dir: &Path) -> PathBuf {
+    cluster_dir.join(TLS_DIR).join("gateway")
+}
+
 /// Whether the local cluster in `dir` runs with TLS.
 pub fn has_tls(cluster_dir: &Path) -> bool {
     authority_dir(cluster_dir).exists()
@@ -64,6 +69,7 @@ pub fn create(cluster_dir: &Path, cluster: &str) -> Result<()> {
     write_whole(&cluster_dir.join(TLS_DIR).join(TRUST_FILE), ca.cert_pem().as_bytes(), false)?;
     ca.issue(Role::Admin, "admin", ca.cert_pem(), &admin_dir(cluster_dir))?;
     ca.issue(Role::Client, "client", ca.cert_pem(), &client_dir(cluster_dir))?;
+    ca.issue(Role::Gateway, "gateway", ca.cert_pem(), &gateway_dir(cluster_dir))?;
     Ok(())
 }
 
@@ -105,6 +111,17 @@ pub fn install_if_none(cluster: &str) -> Result<()> {
     Ok(())
 }
 
+/// As [`install_if_none`] for an S3 gateway: a local cluster directory's gateway credential
+/// (which may read S3 keys' secrets and administer nothing), or its admin credential where an
+/// older cluster has none.
+pub fn install_gateway_if_none(cluster: &str) -> Result<()> {
+    let dir = gateway_dir(Path::new(cluster));
+    if wire::tls::installed().is_none() && has_tls(Path::new(cluster)) && dir.join(CA_FILE).exists() {
+        wire::tls::install(Some(load_watched(&dir)?));
+    }
+    install_if_none(cluster)
+}
+
 /// Installs the credential of a service from its config's `tls` and `plaintext` (`what`
 /// names the config in errors).
 pub fn install_for_service(tls: Option<&Path>, plaintext: bool, what: &Path) -> Result<()> {
@@ -137,6 +154,7 @@ fn credentials_of(cluster_dir: &Path, state: &crate::cluster::State) -> Vec<(Pat
     let mut out = vec![
         (admin_dir(cluster_dir), Role::Admin, "admin".to_string()),
         (client_dir(cluster_dir), Role::Client, "client".to_string()),
+        (gateway_dir(cluster_dir), Role::Gateway, "gateway".to_string()),
         (cluster_dir.join("meta").join(TLS_DIR), Role::Node, "meta".to_string()),
     ];
     for i in 1..=state.nodes.len() {

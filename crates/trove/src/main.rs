@@ -15,6 +15,7 @@ mod data;
 mod dataset;
 mod demo;
 mod encryption;
+mod identity;
 mod ingest;
 mod job;
 mod mount;
@@ -219,6 +220,15 @@ enum Command {
     /// Deleted files kept for `trash_days`: list, restore, purge.
     #[command(subcommand)]
     Trash(quota::TrashCmd),
+    /// Tenants: namespaces of their own for their users' S3 keys, with a quota.
+    #[command(subcommand)]
+    Tenant(identity::TenantCmd),
+    /// Users known to the cluster (uid, groups, tenant), whom S3 keys act as.
+    #[command(subcommand)]
+    User(identity::UserCmd),
+    /// S3 access keys bound to users: create (shows the secret once), list, remove.
+    #[command(subcommand, name = "s3-key")]
+    S3Key(identity::S3KeyCmd),
     /// Snapshots of directory trees: create, list, delete, diff, restore.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
@@ -323,6 +333,9 @@ impl Command {
             Command::Job(cmd) => cmd.cluster(),
             Command::Quota(cmd) => cmd.cluster(),
             Command::Trash(cmd) => cmd.cluster(),
+            Command::Tenant(cmd) => cmd.cluster(),
+            Command::User(cmd) => cmd.cluster(),
+            Command::S3Key(cmd) => cmd.cluster(),
             Command::Snapshot(cmd) => cmd.cluster(),
             Command::Clone(args) => &args.cluster,
             Command::Retain(args) => &args.cluster,
@@ -477,6 +490,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Job(cmd) => job::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Quota(cmd) => quota::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Trash(cmd) => quota::run_trash(cmd, &cmds::connect(cluster).await?).await,
+        Command::Tenant(cmd) => identity::run_tenant(cmd, &cmds::connect(cluster).await?).await,
+        Command::User(cmd) => identity::run_user(cmd, &cmds::connect(cluster).await?).await,
+        Command::S3Key(cmd) => identity::run_key(cmd, &cmds::connect(cluster).await?).await,
         Command::Snapshot(cmd) => snapshot::run(cmd, &cmds::connect(cluster).await?).await,
         Command::Clone(args) => clone::run(args, &cmds::connect(cluster).await?).await,
         Command::Retain(args) => snapshot::retain(args, &cmds::connect(cluster).await?).await,

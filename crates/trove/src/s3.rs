@@ -108,7 +108,7 @@ pub async fn run(args: S3Args, cluster: Option<String>) -> Result<()> {
     let Some(cluster) = cluster.or(config.cluster.clone()) else {
         bail!("no cluster given: pass --cluster HOST:PORT (or a local cluster directory), set TROVE_CLUSTER, or set `cluster` in the config");
     };
-    crate::credentials::install_if_none(&cluster)?;
+    crate::credentials::install_gateway_if_none(&cluster)?;
     let addr = crate::cluster::meta_addr_of(&cluster)?;
     let exporter = crate::telemetry::bind(&args.metrics)?;
     let client =

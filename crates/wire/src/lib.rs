@@ -8,6 +8,7 @@ pub mod crc;
 pub mod error;
 pub mod events;
 pub mod frame;
+pub mod identity;
 pub mod ingest;
 pub mod jobs;
 pub mod msg;

@@ -5,6 +5,7 @@
 
 use crate::error::WireError;
 use crate::events::{Event, ProcessInfo};
+use crate::identity::{Caller, Identities, IdentityChange, S3KeyGrant};
 use crate::ingest::IngestRule;
 use crate::jobs::{JobAction, JobInfo};
 use crate::policy::FilePolicy;
@@ -568,6 +569,26 @@ pub enum MetaOp {
         /// [`AUDIT_TEXT_BYTES_MAX`].
         latest: String,
     },
+    /// Changes the cluster's tenants, users or S3 keys (an administrative operation); answered
+    /// with `MetaReply::Identities`, all of them as changed.
+    ChangeIdentity {
+        change: IdentityChange,
+    },
+    /// The tenants, users and S3 keys (never a secret); answered with `MetaReply::Identities`.
+    ListIdentities,
+    /// An S3 access key's secret and whom it acts as, for the S3 gateway; answered with
+    /// `MetaReply::S3Key` (`None`: no such key). Refused to client credentials.
+    LookupS3Key {
+        access_key: String,
+    },
+    /// Resolves a path as `Resolve` does, checking POSIX permissions as `caller`: search
+    /// (execute) on every directory walked and `want` ([`crate::identity::Access::bits`]) on
+    /// what the path names. Refused with `PermissionDenied` naming the path where it failed.
+    ResolveAs {
+        path: String,
+        caller: Caller,
+        want: u8,
+    },
 }
 
 /// Answers of the metadata service, one variant per kind of result.
@@ -688,6 +709,10 @@ pub enum MetaReply {
         inodes: u64,
         until_ms: u64,
     },
+    /// The answer to `ChangeIdentity` and `ListIdentities`.
+    Identities(Identities),
+    /// The answer to `LookupS3Key`.
+    S3Key(Option<Box<S3KeyGrant>>),
 }
 
 /// One chunk record found by `ScanChunks`, with what the data mover needs to judge it.

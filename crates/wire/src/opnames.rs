@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 76] = [
+    pub const NAMES: [&'static str; 80] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -83,6 +83,10 @@ impl MetaOp {
         "RemoveIngestRule",
         "RetainTree",
         "ReportAuthFailures",
+        "ChangeIdentity",
+        "ListIdentities",
+        "LookupS3Key",
+        "ResolveAs",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -164,6 +168,10 @@ impl MetaOp {
             MetaOp::RemoveIngestRule { .. } => 73,
             MetaOp::RetainTree { .. } => 74,
             MetaOp::ReportAuthFailures { .. } => 75,
+            MetaOp::ChangeIdentity { .. } => 76,
+            MetaOp::ListIdentities => 77,
+            MetaOp::LookupS3Key { .. } => 78,
+            MetaOp::ResolveAs { .. } => 79,
         }
     }
 
@@ -246,6 +254,14 @@ mod tests {
             MetaOp::RetainTree { ino: 1, until_ms: 1 },
             MetaOp::SetPool { ino: 1, pool: "flash".into() },
             MetaOp::RenewLease { session: 1, lease_ms: 1 },
+            MetaOp::ChangeIdentity { change: crate::identity::IdentityChange::RemoveUser { name: "u".into() } },
+            MetaOp::ListIdentities,
+            MetaOp::LookupS3Key { access_key: "K".into() },
+            MetaOp::ResolveAs {
+                path: "/".into(),
+                caller: crate::identity::Caller { uid: 1, gid: 1, groups: vec![] },
+                want: 4,
+            },
         ];
         for op in &meta {
             assert_eq!(op.name(), debug_name(op));

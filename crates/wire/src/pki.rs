@@ -142,7 +142,7 @@ impl Authority {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = match role {
             Role::Node => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
-            Role::Admin | Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+            Role::Admin | Role::Client | Role::Gateway => vec![ExtendedKeyUsagePurpose::ClientAuth],
         };
         let key = KeyPair::generate().map_err(|e| PkiError::Generate(e.to_string()))?;
         let cert = params.signed_by(&key, &self.issuer).map_err(|e| PkiError::Generate(e.to_string()))?;

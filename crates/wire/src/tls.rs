@@ -54,12 +54,14 @@ pub enum Role {
     Node,
     /// An administrator: files and administration.
     Admin,
-    /// A mount, gateway or SDK client: files only.
+    /// A mount or SDK client: files only.
     Client,
+    /// An S3 gateway: files, and the S3 keys' secrets it checks signatures with.
+    Gateway,
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Node, Role::Admin, Role::Client];
+    pub const ALL: [Role; 4] = [Role::Node, Role::Admin, Role::Client, Role::Gateway];
 
     /// The DNS name a certificate of this role is valid for.
     pub fn dns_name(self) -> &'static str {
@@ -67,6 +69,7 @@ impl Role {
             Role::Node => "node.trove",
             Role::Admin => "admin.trove",
             Role::Client => "client.trove",
+            Role::Gateway => "gateway.trove",
         }
     }
 
@@ -76,10 +79,11 @@ impl Role {
             Role::Node => "node",
             Role::Admin => "admin",
             Role::Client => "client",
+            Role::Gateway => "gateway",
         }
     }
 
-    /// The role named `name` ("node", "admin", "client").
+    /// The role named `name` ("node", "admin", "client", "gateway").
     pub fn parse(name: &str) -> Option<Role> {
         Role::ALL.into_iter().find(|r| r.name() == name)
     }
@@ -88,6 +92,11 @@ impl Role {
     /// quotas, snapshots, retention, trash).
     pub fn may_administer(self) -> bool {
         matches!(self, Role::Node | Role::Admin)
+    }
+
+    /// Whether the role may read the secrets of S3 access keys (to check signatures).
+    pub fn may_read_s3_secrets(self) -> bool {
+        matches!(self, Role::Node | Role::Admin | Role::Gateway)
     }
 }
 

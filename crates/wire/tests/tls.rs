@@ -24,6 +24,7 @@ impl Handler for WhoAsks {
             Some(Role::Node) => 1,
             Some(Role::Admin) => 2,
             Some(Role::Client) => 3,
+            Some(Role::Gateway) => 4,
         };
         (Ok(StorageReply::Deleted { count }), data)
     }
@@ -88,6 +89,7 @@ async fn only_credentials_of_the_cluster_get_through_and_the_server_sees_their_r
     assert_eq!(role_seen(&addr, Some(&pki.ours(Role::Node, "peer"))).await.expect("node"), 1);
     assert_eq!(role_seen(&addr, Some(&pki.ours(Role::Admin, "admin"))).await.expect("admin"), 2);
     assert_eq!(role_seen(&addr, Some(&pki.ours(Role::Client, "client"))).await.expect("client"), 3);
+    assert_eq!(role_seen(&addr, Some(&pki.ours(Role::Gateway, "s3gw"))).await.expect("gateway"), 4);
 
     // Plaintext: the server answers with a TLS alert, and the client says so.
     let e = refusal(role_seen(&addr, None).await);

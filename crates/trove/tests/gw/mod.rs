@@ -63,14 +63,36 @@ impl Gateway {
         Gateway::start(cluster, name, &args, "listening on ")
     }
 
+    /// `trove s3` as [`Gateway::s3`], reaching the cluster with the credential in `credential`
+    /// (the cluster's S3 keys need a gateway credential).
+    pub fn s3_with_credential(cluster: &TestCluster, name: &str, credential: &Path, extra: &[&str]) -> Gateway {
+        let mut args = vec![
+            "s3",
+            "--cluster",
+            &cluster.meta_addr,
+            "--listen",
+            "127.0.0.1:0",
+            "--access-key",
+            ACCESS_KEY,
+            "--secret-key",
+            SECRET_KEY,
+        ];
+        args.extend_from_slice(extra);
+        Gateway::start_as(cluster, name, &args, "://", credential)
+    }
+
     fn start(cluster: &TestCluster, name: &str, args: &[&str], marker: &str) -> Gateway {
-        let log = cluster.path().join(format!("{name}.log"));
         // Gateways reach the cluster as other machines' would: with a client credential (files,
         // no administration) and its metadata address.
-        let mut cmd = trove();
         let client = cluster.path().join("tls").join("client");
-        if client.exists() {
-            cmd.env("TROVE_CREDENTIALS", &client);
+        Gateway::start_as(cluster, name, args, marker, &client)
+    }
+
+    fn start_as(cluster: &TestCluster, name: &str, args: &[&str], marker: &str, credential: &Path) -> Gateway {
+        let log = cluster.path().join(format!("{name}.log"));
+        let mut cmd = trove();
+        if credential.exists() {
+            cmd.env("TROVE_CREDENTIALS", credential);
         }
         let mut child = cmd
             .args(args)

@@ -1,0 +1,135 @@
+"""Two tenants through one S3 gateway, with boto3: every cross-tenant attempt is refused or
+sees only its own tenant, and inside a tenant, POSIX permissions (set by canned ACLs) decide
+what another user may do.
+
+Environment: S3_ENDPOINT; ALICE, BOB (tenant acme) and CAROL (tenant globex), each
+"ACCESS_KEY:SECRET". Prints "ok" and what it checked; fails with the first surprise.
+"""
+
+import os
+import sys
+import urllib.error
+import urllib.request
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+ENDPOINT = os.environ["S3_ENDPOINT"]
+
+
+def client(who):
+    access, secret = os.environ[who].split(":", 1)
+    return boto3.client(
+        "s3",
+        endpoint_url=ENDPOINT,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+alice, bob, carol = client("ALICE"), client("BOB"), client("CAROL")
+checked = []
+
+
+def refused(what, call, *codes):
+    try:
+        out = call()
+    except ClientError as e:
+        code = e.response["Error"]["Code"]
+        if code not in codes:
+            sys.exit(f"{what}: expected {codes}, got {code}: {e.response['Error'].get('Message')}")
+        checked.append(f"{what}: {code}")
+        return
+    sys.exit(f"{what}: expected {codes}, but it succeeded: {out}")
+
+
+SECRET = b"acme's secret bytes " * 1000
+
+# Each tenant has its own namespace: both may have a bucket called "data".
+alice.create_bucket(Bucket="data")
+alice.create_bucket(Bucket="acme-only")
+alice.put_object(Bucket="data", Key="a/x.bin", Body=SECRET)
+alice.put_object(Bucket="acme-only", Key="k", Body=SECRET)
+carol.create_bucket(Bucket="data")
+carol.put_object(Bucket="data", Key="globex.txt", Body=b"carol's")
+
+# Carol sees her tenant only: guessing keys, buckets and upload ids finds nothing of acme's.
+names = [b["Name"] for b in carol.list_buckets()["Buckets"]]
+assert names == ["data"], names
+keys = [o["Key"] for o in carol.list_objects_v2(Bucket="data").get("Contents", [])]
+assert keys == ["globex.txt"], keys
+refused("carol GET data/a/x.bin", lambda: carol.get_object(Bucket="data", Key="a/x.bin"), "NoSuchKey")
+refused("carol HEAD data/a/x.bin", lambda: carol.head_object(Bucket="data", Key="a/x.bin"), "404")
+refused("carol GET acme-only/k", lambda: carol.get_object(Bucket="acme-only", Key="k"), "NoSuchBucket")
+refused("carol HEAD acme-only", lambda: carol.head_bucket(Bucket="acme-only"), "404")
+refused("carol LIST acme-only", lambda: carol.list_objects_v2(Bucket="acme-only"), "NoSuchBucket")
+refused("carol PUT acme-only/k", lambda: carol.put_object(Bucket="acme-only", Key="k", Body=b"x"), "NoSuchBucket")
+refused("carol DELETE acme-only", lambda: carol.delete_bucket(Bucket="acme-only"), "NoSuchBucket")
+refused(
+    "carol copies acme-only/k",
+    lambda: carol.copy_object(Bucket="data", Key="stolen", CopySource={"Bucket": "acme-only", "Key": "k"}),
+    "NoSuchBucket",
+)
+# Carol's key cannot reach acme's data by presigned URL either.
+url = carol.generate_presigned_url("get_object", Params={"Bucket": "acme-only", "Key": "k"}, ExpiresIn=300)
+try:
+    urllib.request.urlopen(url).read()
+    sys.exit("carol's presigned URL read acme's object")
+except urllib.error.HTTPError as e:
+    body = e.read()
+    assert e.code == 404 and b"NoSuchBucket" in body and SECRET[:20] not in body, (e.code, body)
+    checked.append("carol presigned GET acme-only/k: 404 NoSuchBucket")
+# Multipart uploads: alice's upload is invisible and unusable to carol.
+up = alice.create_multipart_upload(Bucket="data", Key="big.bin")["UploadId"]
+refused("carol lists acme-only's uploads", lambda: carol.list_multipart_uploads(Bucket="acme-only"), "NoSuchBucket")
+mine = carol.list_multipart_uploads(Bucket="data").get("Uploads", [])
+assert mine == [], mine
+refused(
+    "carol uploads a part into alice's upload",
+    lambda: carol.upload_part(Bucket="data", Key="big.bin", UploadId=up, PartNumber=1, Body=b"x"),
+    "NoSuchUpload",
+)
+refused("carol lists alice's parts", lambda: carol.list_parts(Bucket="data", Key="big.bin", UploadId=up), "NoSuchUpload")
+# Alice's presigned URL, by contrast, is alice's grant and works.
+url = alice.generate_presigned_url("get_object", Params={"Bucket": "acme-only", "Key": "k"}, ExpiresIn=300)
+assert urllib.request.urlopen(url).read() == SECRET
+
+# Inside acme: bob is in the tenant's group, but alice's buckets are private (0700).
+refused("bob GET data/a/x.bin (private bucket)", lambda: bob.get_object(Bucket="data", Key="a/x.bin"), "AccessDenied")
+refused("bob LIST data (private bucket)", lambda: bob.list_objects_v2(Bucket="data"), "AccessDenied")
+refused("bob PUT data/b (private bucket)", lambda: bob.put_object(Bucket="data", Key="b", Body=b"x"), "AccessDenied")
+assert [b["Name"] for b in bob.list_buckets()["Buckets"]] == [], "bob lists none of alice's private buckets"
+refused("bob sets alice's bucket ACL", lambda: bob.put_bucket_acl(Bucket="data", ACL="public-read"), "AccessDenied")
+refused("bob deletes alice's bucket", lambda: bob.delete_bucket(Bucket="acme-only"), "AccessDenied")
+refused("bob uses alice's upload", lambda: bob.list_parts(Bucket="data", Key="big.bin", UploadId=up), "AccessDenied")
+# public-read opens the bucket to the tenant (0755): bob reads and lists, and still may not write.
+alice.put_bucket_acl(Bucket="data", ACL="public-read")
+acl = alice.get_bucket_acl(Bucket="data")
+assert acl["Owner"]["ID"] == "alice", acl
+assert any(g["Permission"] == "READ" for g in acl["Grants"]), acl
+assert bob.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET
+assert [o["Key"] for o in bob.list_objects_v2(Bucket="data")["Contents"]] == ["a/x.bin"]
+refused("bob PUT into a public-read bucket", lambda: bob.put_object(Bucket="data", Key="b", Body=b"x"), "AccessDenied")
+refused("bob DELETE in a public-read bucket", lambda: bob.delete_object(Bucket="data", Key="a/x.bin"), "AccessDenied")
+# An object written private (0600) stays alice's even in a readable bucket.
+alice.put_object(Bucket="data", Key="diary.txt", Body=b"private", ACL="private")
+refused("bob GET a private object", lambda: bob.get_object(Bucket="data", Key="diary.txt"), "AccessDenied")
+oacl = alice.get_object_acl(Bucket="data", Key="diary.txt")
+assert len(oacl["Grants"]) == 1 and oacl["Owner"]["ID"] == "alice", oacl
+# bob's own bucket is his; public-read-write lets alice write into it.
+bob.create_bucket(Bucket="bobs", ACL="public-read-write")
+alice.put_object(Bucket="bobs", Key="from-alice", Body=b"hi")
+assert bob.get_object(Bucket="bobs", Key="from-alice")["Body"].read() == b"hi"
+refused("an ACL POSIX modes cannot say", lambda: alice.put_object_acl(Bucket="data", Key="diary.txt", ACL="bucket-owner-read"), "NotImplemented")
+
+etag = alice.upload_part(Bucket="data", Key="big.bin", UploadId=up, PartNumber=1, Body=b"multipart " * 100)["ETag"]
+alice.complete_multipart_upload(
+    Bucket="data", Key="big.bin", UploadId=up, MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]}
+)
+assert bob.get_object(Bucket="data", Key="big.bin")["Body"].read() == b"multipart " * 100
+print("ok")
+for line in checked:
+    print(line)
