@@ -56,6 +56,8 @@ pub struct Gateway {
     pub(crate) region: Option<String>,
     /// Multipart completions in progress, by upload id: one at a time per upload.
     pub(crate) completing: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Buckets' policies as last read (shared with the access check, see [`crate::policy`]).
+    pub(crate) policies: Arc<crate::policy::PolicyCache>,
 }
 
 pub(crate) fn no_such_key(key: &str) -> S3Error {
@@ -280,7 +282,7 @@ fn time_secs(t: &Timestamp) -> i64 {
 impl Gateway {
     /// A gateway over `client`; `region` is what GetBucketLocation answers.
     pub fn new(client: Client, region: Option<String>) -> Gateway {
-        Gateway { client, region, completing: parking_lot::Mutex::new(HashMap::new()) }
+        Gateway { client, region, completing: parking_lot::Mutex::new(HashMap::new()), policies: Arc::default() }
     }
 
     /// The directory of `bucket`.
@@ -837,6 +839,56 @@ impl S3 for Gateway {
         let set = wire::SetAttr { mode: Some((attr.mode & !0o777) | mode), ..Default::default() };
         self.client.setattr(attr.ino, set).await.or_s3(Target::ObjectWrite)?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        let bucket = &req.input.bucket;
+        let dir = self.bucket(bucket).await?;
+        self.owned(&dir, &format!("bucket {bucket:?}"))?;
+        match self.client.getxattr(dir.ino, crate::policy::XATTR_POLICY).await {
+            Ok(raw) => {
+                Ok(S3Response::new(GetBucketPolicyOutput { policy: Some(String::from_utf8_lossy(&raw).into_owned()) }))
+            }
+            Err(e) if e.code == ErrorCode::NoAttr => {
+                Err(S3Error::with_message(S3ErrorCode::NoSuchBucketPolicy, format!("bucket {bucket:?} has no policy")))
+            }
+            Err(e) => Err(s3_error(&e, Target::Bucket)),
+        }
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        let input = req.input;
+        let dir = self.bucket(&input.bucket).await?;
+        self.owned(&dir, &format!("bucket {:?}", input.bucket))?;
+        crate::policy::BucketPolicy::parse(&input.policy, &input.bucket)?;
+        self.client
+            .setxattr(dir.ino, crate::policy::XATTR_POLICY, input.policy.as_bytes(), wire::XattrMode::Upsert)
+            .await
+            .or_s3(Target::Bucket)?;
+        self.policies.forget(scope::current().root_ino, &input.bucket);
+        Ok(S3Response::new(PutBucketPolicyOutput {}))
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        let bucket = &req.input.bucket;
+        let dir = self.bucket(bucket).await?;
+        self.owned(&dir, &format!("bucket {bucket:?}"))?;
+        match self.client.removexattr(dir.ino, crate::policy::XATTR_POLICY).await {
+            Ok(()) => {}
+            Err(e) if e.code == ErrorCode::NoAttr => {}
+            Err(e) => return Err(s3_error(&e, Target::Bucket)),
+        }
+        self.policies.forget(scope::current().root_ino, bucket);
+        Ok(S3Response::new(DeleteBucketPolicyOutput {}))
     }
 
     async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {

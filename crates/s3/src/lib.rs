@@ -55,6 +55,7 @@ pub mod metered;
 pub mod multipart;
 pub mod names;
 pub mod objmeta;
+pub mod policy;
 pub mod principals;
 mod quiet;
 pub mod scope;

@@ -7,6 +7,7 @@
 use crate::conn::{ConnLimiter, Refusal, TimedIo};
 use crate::errors;
 use crate::front::Front;
+use crate::policy::PolicyCache;
 use crate::principals::Principals;
 use crate::Gateway;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -203,6 +204,50 @@ const READ_OPERATIONS: &[&str] =
 struct Policy {
     anonymous: Anonymous,
     principals: Arc<Principals>,
+    /// Buckets' policies, and the client that reads them (`None`: none are checked).
+    policies: Option<(client::Client, Arc<PolicyCache>)>,
+}
+
+/// Operations the bucket's owner may always do, whatever its policy says (so no policy locks
+/// its owner out; the operations check ownership themselves).
+const POLICY_MANAGEMENT: &[&str] = &["GetBucketPolicy", "PutBucketPolicy", "DeleteBucketPolicy"];
+
+impl Policy {
+    /// Refuses the request if its bucket's policy denies it (see [`crate::policy`]).
+    async fn check_bucket_policy(&self, cx: &S3AccessContext<'_>) -> S3Result<()> {
+        let Some((client, cache)) = &self.policies else { return Ok(()) };
+        let scope = crate::scope::current();
+        if scope.user.is_none() && scope.access_key.is_some() {
+            return Ok(()); // A configured key: the operator's.
+        }
+        let op = cx.s3_op().name();
+        if POLICY_MANAGEMENT.contains(&op) {
+            return Ok(());
+        }
+        let (bucket, key) = match cx.s3_path() {
+            s3s::path::S3Path::Root => return Ok(()),
+            s3s::path::S3Path::Bucket { bucket } => (bucket.as_ref(), None),
+            s3s::path::S3Path::Object { bucket, key } => (bucket.as_ref(), Some(key.as_ref())),
+        };
+        let Some(policy) = cache.get(client, &scope, bucket).await? else { return Ok(()) };
+        let tenant = scope.user.as_ref().and_then(|u| u.tenant.as_deref());
+        let action = crate::policy::action_of(op);
+        let denied = if op == "DeleteObjects" {
+            policy.denies_any_key(&scope, tenant, &action, bucket)
+        } else {
+            let resource = match key {
+                Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
+                None => format!("arn:aws:s3:::{bucket}"),
+            };
+            policy.denies(&scope, tenant, &action, &resource)
+        };
+        match denied {
+            Some(statement) => {
+                Err(s3_error!(AccessDenied, "{action} is denied by the policy of bucket {bucket} ({statement})"))
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -214,13 +259,13 @@ impl S3Access for Policy {
             // scope the front chose from the key the request claims; it must be this key's.
             let verified = c.access_key.as_str();
             if scope.access_key.as_deref() == Some(verified) {
-                return Ok(());
+                return self.check_bucket_policy(cx).await;
             }
             // A configured key in a form the front does not read (a browser POST upload) acts
             // with the gateway's own rights, which is the scope a request without a claimed key
             // gets.
             if scope.access_key.is_none() && scope.user.is_none() && self.principals.is_configured(verified) {
-                return Ok(());
+                return self.check_bucket_policy(cx).await;
             }
             return Err(s3_error!(
                 AccessDenied,
@@ -231,8 +276,8 @@ impl S3Access for Policy {
             return Err(s3_error!(AccessDenied, "an unsigned request cannot act for an access key"));
         }
         match self.anonymous {
-            Anonymous::ReadWrite => Ok(()),
-            Anonymous::Read if READ_OPERATIONS.contains(&cx.s3_op().name()) => Ok(()),
+            Anonymous::ReadWrite => self.check_bucket_policy(cx).await,
+            Anonymous::Read if READ_OPERATIONS.contains(&cx.s3_op().name()) => self.check_bucket_policy(cx).await,
             Anonymous::Read => {
                 Err(s3_error!(AccessDenied, "anonymous access is read-only; sign the request with an access key"))
             }
@@ -412,18 +457,24 @@ impl Listening {
 /// and what the `s3_request` fuzz target (in `fuzz/`) calls with a back end of no operations.
 pub fn service(s3: impl S3, keys: &[KeyPair], anonymous: Anonymous) -> s3s::service::S3Service {
     let principals = Principals::new(keys.iter().map(|k| (k.access_key.clone(), k.secret_key.clone())), None);
-    service_with(s3, Arc::new(principals), anonymous)
+    service_with(s3, Arc::new(principals), anonymous, None)
 }
 
-/// As [`service`], with the accepted keys given as [`Principals`].
-pub fn service_with(s3: impl S3, principals: Arc<Principals>, anonymous: Anonymous) -> s3s::service::S3Service {
+/// As [`service`], with the accepted keys given as [`Principals`], and buckets' policies
+/// checked with `policies` when given.
+pub fn service_with(
+    s3: impl S3,
+    principals: Arc<Principals>,
+    anonymous: Anonymous,
+    policies: Option<(client::Client, Arc<PolicyCache>)>,
+) -> s3s::service::S3Service {
     let mut s3_config = s3s::config::S3Config::default();
     // The front reads every body that s3s would buffer, within this same limit.
     s3_config.xml_max_body_size = XML_BODY_BYTES_MAX;
     s3_config.post_object_max_file_size = XML_BODY_BYTES_MAX as u64;
     let mut builder = S3ServiceBuilder::new(s3);
     builder.set_auth(Keys(principals.clone()));
-    builder.set_access(Policy { anonymous, principals });
+    builder.set_access(Policy { anonymous, principals, policies });
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(s3_config))));
     builder.build()
 }
@@ -446,7 +497,8 @@ pub async fn serve(gateway: Gateway, config: &Config) -> Result<Listening, Strin
         Anonymous::Off => {}
     }
     let principals = Arc::new(principals);
-    let inner = service_with(gateway, principals.clone(), config.anonymous);
+    let policies = Some((client.clone(), gateway.policies.clone()));
+    let inner = service_with(gateway, principals.clone(), config.anonymous, policies);
     let listener =
         TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let body_stall = Duration::from_millis(config.body_idle_timeout_ms);

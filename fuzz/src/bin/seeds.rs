@@ -92,6 +92,10 @@ fn main() {
         write(&dir, "s3_request", name, &input);
     }
 
+    // Bucket policies: the resource key asked about, a newline, the policy's JSON.
+    let policy = r#"{"Version":"2012-10-17","Statement":[{"Sid":"NoDeletes","Effect":"Deny","Principal":"*","Action":["s3:DeleteObject"],"Resource":"arn:aws:s3:::data/*"},{"Effect":"Deny","Principal":{"AWS":["arn:aws:iam::acme:user/bob","carol","arn:aws:iam::acme:root"]},"Action":"s3:Get*","Resource":["arn:aws:s3:::data/a/?/*","arn:aws:s3:::data"]}]}"#;
+    write(&dir, "bucket_policy", "deny-two", format!("a/b/c.bin\n{policy}").as_bytes());
+
     // TFRecords: a raw framed stream (mode 0), and payloads to be framed (mode 1).
     let image = vision::encode_jpeg(&vision::synth_image(1, 24, 16), 80).expect("encodes");
     let mut stream = BytesMut::new();

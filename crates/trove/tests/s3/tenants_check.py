@@ -6,6 +6,7 @@ Environment: S3_ENDPOINT; ALICE, BOB (tenant acme) and CAROL (tenant globex), ea
 "ACCESS_KEY:SECRET". Prints "ok" and what it checked; fails with the first surprise.
 """
 
+import json
 import os
 import sys
 import urllib.error
@@ -124,6 +125,37 @@ bob.create_bucket(Bucket="bobs", ACL="public-read-write")
 alice.put_object(Bucket="bobs", Key="from-alice", Body=b"hi")
 assert bob.get_object(Bucket="bobs", Key="from-alice")["Body"].read() == b"hi"
 refused("an ACL POSIX modes cannot say", lambda: alice.put_object_acl(Bucket="data", Key="diary.txt", ACL="bucket-owner-read"), "NotImplemented")
+
+# Bucket policies may only deny; only the bucket's owner sets them; they bind the owner too.
+deny = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Sid": "BobNotInA", "Effect": "Deny", "Principal": {"AWS": ["arn:aws:iam::acme:user/bob"]},
+         "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/a/*"},
+        {"Sid": "NoDeletes", "Effect": "Deny", "Principal": "*", "Action": ["s3:DeleteObject"],
+         "Resource": "arn:aws:s3:::data/*"},
+    ],
+}
+refused("bob sets alice's bucket policy", lambda: bob.put_bucket_policy(Bucket="data", Policy=json.dumps(deny)), "AccessDenied")
+allow = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/*"}]}
+refused("an Allow policy", lambda: alice.put_bucket_policy(Bucket="data", Policy=json.dumps(allow)), "MalformedPolicy")
+refused("no policy yet", lambda: alice.get_bucket_policy(Bucket="data"), "NoSuchBucketPolicy")
+alice.put_bucket_policy(Bucket="data", Policy=json.dumps(deny))
+assert json.loads(alice.get_bucket_policy(Bucket="data")["Policy"]) == deny
+alice.put_object(Bucket="data", Key="scratch.txt", Body=b"x")
+refused("bob GET under a denied prefix", lambda: bob.get_object(Bucket="data", Key="a/x.bin"), "AccessDenied")
+assert bob.get_object(Bucket="data", Key="scratch.txt")["Body"].read() == b"x"
+refused("alice DELETE while deletes are denied", lambda: alice.delete_object(Bucket="data", Key="scratch.txt"), "AccessDenied")
+refused(
+    "alice DeleteObjects while deletes are denied",
+    lambda: alice.delete_objects(Bucket="data", Delete={"Objects": [{"Key": "scratch.txt"}]}),
+    "AccessDenied",
+)
+assert alice.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET, "the deny names bob only"
+alice.delete_bucket_policy(Bucket="data")
+alice.delete_object(Bucket="data", Key="scratch.txt")
+assert bob.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET
+checked.append("bucket policies: deny by user and prefix, deny deletes to all (owner included), Allow refused")
 
 etag = alice.upload_part(Bucket="data", Key="big.bin", UploadId=up, PartNumber=1, Body=b"multipart " * 100)["ETag"]
 alice.complete_multipart_upload(
