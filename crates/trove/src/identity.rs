@@ -4,7 +4,8 @@
 //!
 //! `tenant create` makes the tenant's directory before recording the tenant: owned by root and
 //! the tenant's group, mode 1770 (the group's users may make buckets, the sticky bit keeps them
-//! from removing each other's, and nobody else may enter), with the tenant's quota on it. If
+//! from removing each other's, and nobody else may enter), with the tenant's quota on it; the
+//! default parent, `/tenants`, gets mode 0711, so that nobody but root can list the tenants. If
 //! recording fails, the directory it made is removed again.
 
 use crate::cmds::ClusterOpt;
@@ -16,6 +17,9 @@ use wire::identity::{Identities, IdentityChange, TENANTS_DIR};
 /// The mode of a tenant's directory: the tenant's group may enter and make entries, the
 /// sticky bit keeps users from removing each other's, others may not enter.
 pub const TENANT_DIR_MODE: u32 = 0o1770;
+/// The mode of the default parent of tenants' directories: everyone may pass through it to
+/// their own tenant's, nobody but root may list which tenants there are.
+pub const TENANTS_DIR_MODE: u32 = 0o711;
 /// Characters of a generated access key (after its `TK` prefix).
 const ACCESS_KEY_CHARS: usize = 18;
 /// Characters of a generated secret key (as AWS's).
@@ -163,6 +167,14 @@ pub async fn run_tenant(cmd: TenantCmd, client: &Client) -> Result<()> {
             let parent =
                 if parent_path.is_empty() { client.resolve("/").await } else { client.mkdir_p(parent_path).await }
                     .map_err(|e| anyhow!("cannot make {parent_path}: {e}"))?;
+            if parent_path == TENANTS_DIR && parent.mode & 0o777 != TENANTS_DIR_MODE {
+                // Users may pass through to their tenant's directory, not list the others.
+                let set = wire::SetAttr { mode: Some((parent.mode & !0o777) | TENANTS_DIR_MODE), ..Default::default() };
+                client
+                    .setattr(parent.ino, set)
+                    .await
+                    .map_err(|e| anyhow!("cannot set the mode of {TENANTS_DIR}: {e}"))?;
+            }
             let dir = client
                 .mkdir_as(parent.ino, leaf, TENANT_DIR_MODE, 0, gid)
                 .await

@@ -105,7 +105,7 @@ fn tenants_are_separate_namespaces_on_every_protocol_and_users_are_judged_by_pos
 
     let made = run_ok(&["tenant", "create", "acme", "--gid", "5001", "--quota-bytes", "64M", c[0], c[1]]);
     assert!(made.contains("/tenants/acme"), "{made}");
-    run_ok(&["tenant", "create", "globex", "--gid", "5002", c[0], c[1]]);
+    run_ok(&["tenant", "create", "globex", "--gid", "5002", "--quota-bytes", "1M", c[0], c[1]]);
     // A second tenant on the same group is refused, and leaves no directory behind.
     let out = run(&["tenant", "create", "initech", "--gid", "5001", c[0], c[1]]);
     let text = String::from_utf8_lossy(&out.stderr);
@@ -152,7 +152,13 @@ fn tenants_are_separate_namespaces_on_every_protocol_and_users_are_judged_by_pos
 
     // Unsigned requests on a gateway with anonymous read access act as nobody: they read what
     // others may read in the root namespace, and never enter a tenant.
-    let open = Gateway::s3_with_credential(&cluster, "s3-anonymous", &gateway_cred, &["--anonymous", "read"]);
+    // (This gateway is given the cluster's directory and finds its gateway credential there.)
+    let open = Gateway::s3_on_dir(&cluster, "s3-anonymous", &["--anonymous", "read"]);
+    assert_eq!(list_buckets(&open, &carol).as_deref(), Ok("data"), "cluster keys work on a gateway of a directory");
+    // The tenant's quota holds its users' S3 writes.
+    let big = "s3.put_object(Bucket='data', Key='big', Body=b'x' * (2 << 20))";
+    let why = boto3(&open, &carol, big).expect_err("over globex's 1 MiB quota");
+    assert!(why.starts_with("QuotaExceeded"), "{why}");
     run_ok(&["mkdir", "/public", c[0], c[1]]);
     let readme = cluster.path().join("readme.txt");
     std::fs::write(&readme, b"for everyone").expect("write");
@@ -196,6 +202,10 @@ fn tenants_are_separate_namespaces_on_every_protocol_and_users_are_judged_by_pos
     assert!(!ok && why.contains("Permission denied"), "carol through the mount: {why}");
     let (ok, why) = as_user(6101, 6101, "5002", &["ls", mount.join("tenants/acme").to_str().expect("path")]);
     assert!(!ok && why.contains("Permission denied"), "carol lists acme: {why}");
+    let (ok, why) = as_user(6101, 6101, "5002", &["ls", mount.join("tenants").to_str().expect("path")]);
+    assert!(!ok && why.contains("Permission denied"), "carol lists the tenants: {why}");
+    let listed = std::fs::metadata(mount.join("tenants")).expect("tenants");
+    assert_eq!(listed.mode() & 0o777, 0o711);
     let (ok, text) = as_user(6002, 6002, "5001", &["cat", path]);
     assert!(ok && text.starts_with("acme's secret bytes"), "bob through the mount: {text}");
     let diary = mount.join("tenants/acme/data/diary.txt");

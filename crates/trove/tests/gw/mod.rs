@@ -81,6 +81,25 @@ impl Gateway {
         Gateway::start_as(cluster, name, &args, "://", credential)
     }
 
+    /// `trove s3` given the local cluster's directory as its cluster and no credential: it
+    /// takes the directory's own (its gateway credential), as an operator's would.
+    pub fn s3_on_dir(cluster: &TestCluster, name: &str, extra: &[&str]) -> Gateway {
+        let dir = cluster.dir_str();
+        let mut args = vec![
+            "s3",
+            "--cluster",
+            &dir,
+            "--listen",
+            "127.0.0.1:0",
+            "--access-key",
+            ACCESS_KEY,
+            "--secret-key",
+            SECRET_KEY,
+        ];
+        args.extend_from_slice(extra);
+        Gateway::start_as(cluster, name, &args, "://", Path::new("/nonexistent"))
+    }
+
     fn start(cluster: &TestCluster, name: &str, args: &[&str], marker: &str) -> Gateway {
         // Gateways reach the cluster as other machines' would: with a client credential (files,
         // no administration) and its metadata address.
