@@ -30,6 +30,7 @@ pub enum TenantCmd {
     /// Makes a tenant: a directory of its own (default /tenants/NAME) that its users' S3 keys
     /// see as the whole namespace, with an optional quota.
     Create {
+        /// The tenant's name (lower-case letters, digits, '-', '_', '.').
         name: String,
         /// The tenant's group: its directory belongs to it and its users are put in it.
         #[arg(long)]
@@ -48,6 +49,7 @@ pub enum TenantCmd {
     },
     /// Lists the tenants.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -55,6 +57,7 @@ pub enum TenantCmd {
     },
     /// Forgets a tenant without users (its directory and files stay).
     Remove {
+        /// The tenant's name.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
@@ -65,7 +68,9 @@ pub enum TenantCmd {
 pub enum UserCmd {
     /// Adds a user (a uid, a primary group and supplementary groups), optionally of a tenant.
     Add {
+        /// The user's name (lower-case letters, digits, '-', '_', '.').
         name: String,
+        /// The user's uid (not 0; unique in the cluster).
         #[arg(long)]
         uid: u32,
         /// Primary group; default: the tenant's group, else the uid.
@@ -82,6 +87,7 @@ pub enum UserCmd {
     },
     /// Lists the users.
     List {
+        /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -89,6 +95,7 @@ pub enum UserCmd {
     },
     /// Forgets a user who holds no S3 key (their files keep their uid).
     Remove {
+        /// The user's name.
         name: String,
         #[command(flatten)]
         cluster: ClusterOpt,
@@ -99,6 +106,7 @@ pub enum UserCmd {
 pub enum S3KeyCmd {
     /// Makes an access key and secret for a user; the secret is shown only now.
     Create {
+        /// The user the key acts as.
         #[arg(long)]
         user: String,
         /// Print JSON (access_key, secret_key, user).
@@ -109,6 +117,7 @@ pub enum S3KeyCmd {
     },
     /// Lists the access keys and their users (never the secrets).
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -117,6 +126,7 @@ pub enum S3KeyCmd {
     /// Removes an access key: requests signed with it are refused (within 10 s on every
     /// gateway).
     Remove {
+        /// The access key to remove.
         access_key: String,
         #[command(flatten)]
         cluster: ClusterOpt,
