@@ -9,7 +9,25 @@
 //! (sealed) by the KEK, so that a drive together with the KEK is readable anywhere, and
 //! replacing the KEK (`trove storage rekey`) rewrites one small file per drive and no data.
 //!
-//! Keyring file, version 1 (integers little-endian):
+//! A node may instead leave its KEK in an external key management service: with
+//! `[encryption] kms_command = ["/usr/local/bin/trove-kms", ...]` the data keys are wrapped and
+//! unwrapped by that plug-in, and the KEK never reaches the node (envelope encryption, as with
+//! Vault's transit engine or a cloud KMS's Encrypt/Decrypt). The plug-in interface:
+//!
+//! - the node runs the command with its configured arguments followed by `wrap ID` or
+//!   `unwrap ID` (ID: the data key's id, decimal, for the KMS to bind as context);
+//! - `wrap` reads the data key as 64 hexadecimal digits and a newline on standard input, and
+//!   prints the wrapped key as one line of printable ASCII (at most [`WRAPPED_BYTES_MAX`]
+//!   bytes) on standard output;
+//! - `unwrap` reads that line on standard input and prints the 64 hexadecimal digits;
+//! - it exits 0 on success; anything else (an exit status other than 0, output that is not as
+//!   above, no answer within [`KMS_TIMEOUT`]) is an error naming the command, its status and
+//!   the start of what it wrote on standard error;
+//! - it runs at keyring opening (node start: one `unwrap` per data key) and at re-keying (one
+//!   `wrap` per data key), never per shard. A key the KMS unwraps to other bytes than it
+//!   wrapped is caught by the keyring's check value for it.
+//!
+//! Keyring file, version 1, a key file's (integers little-endian):
 //! ```text
 //! offset  size  field
 //!      0     4  magic b"TRKR"
@@ -19,6 +37,21 @@
 //!               16-byte tag (AES-256-GCM, associated data b"trove data key" ‖ id)
 //!  8+64c     4  crc32c of bytes 0 .. 8+64c
 //! ```
+//! Keyring file, version 2, a KMS plug-in's:
+//! ```text
+//! offset  size  field
+//!      0     4  magic b"TRKR"
+//!      4     2  version (2), u16
+//!      6     2  count c of data keys, u16, 1 ..= KEYS_MAX
+//!      8     …  per key: id u32; check value, 16 bytes (HMAC-SHA256 of b"trove key check" ‖ id
+//!               under the data key, cut to 16 bytes); length l, u16, 1 ..= WRAPPED_BYTES_MAX;
+//!               the wrapped key, l bytes of printable ASCII as the plug-in printed it
+//!      …     4  crc32c of every byte before
+//! ```
+//! Version history: 1, the first (key files only); 2 added for KMS plug-ins, written only by
+//! them (a key file's keyring stays version 1; re-keying from one to the other rewrites the
+//! keyring in the new one's version).
+//!
 //! The newest key (the last) seals new shards; older ones still open the shards they sealed.
 //! Ids are unique within a keyring and grow.
 //!
@@ -27,8 +60,8 @@
 //! (chunk id, shard index, lengths, key id), so a block moved to another file or position, or a
 //! header edited, fails authentication like a damaged byte does.
 //!
-//! Deliberately absent: an external KMS (the KEK comes from a file; a KMS would supply the same
-//! 32 bytes), and encryption of object pools' shards (their bucket's own encryption covers
+//! Deliberately absent: a KMS client of our own (the plug-in is the interface; a local file is
+//! the built-in implementation), and encryption of object pools' shards (their bucket's own encryption covers
 //! them; such a node refuses `[encryption]`).
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
@@ -42,8 +75,17 @@ pub const TAG_BYTES: usize = 16;
 pub const KEYS_MAX: usize = 1024;
 /// The keyring file of a drive.
 pub const KEYRING_FILE: &str = "keyring";
+/// Longest wrapped key a KMS plug-in may print, in bytes.
+pub const WRAPPED_BYTES_MAX: usize = 4096;
+/// How long a KMS plug-in may take to answer one call.
+pub const KMS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most bytes of a failed plug-in's standard error quoted in the error.
+const KMS_STDERR_BYTES_MAX: usize = 512;
 const MAGIC: [u8; 4] = *b"TRKR";
 const VERSION: u16 = 1;
+const VERSION_KMS: u16 = 2;
+const CHECK_BYTES: usize = 16;
+const CHECK_CONTEXT: &[u8] = b"trove key check";
 const ENTRY_BYTES: usize = 4 + 12 + KEY_BYTES + TAG_BYTES;
 const WRAP_AAD: &[u8] = b"trove data key";
 
@@ -65,6 +107,12 @@ pub enum CryptError {
     Full { path: PathBuf },
     #[error("the system's random source failed")]
     Random,
+    #[error("the KMS plug-in {command} failed: {reason}")]
+    Kms { command: String, reason: String },
+    #[error("the KMS plug-in {command} unwrapped data key {id} of {path} to another key than it wrapped (another KMS key, or a damaged keyring)")]
+    KmsMismatch { command: String, path: PathBuf, id: u32 },
+    #[error("the keyring {path} is wrapped by {found}, and this node is configured with {configured}: re-key it (trove encryption rekey) or configure the other")]
+    WrapKind { path: PathBuf, found: &'static str, configured: &'static str },
 }
 
 fn random<const N: usize>() -> Result<[u8; N], CryptError> {
@@ -78,10 +126,147 @@ fn aes_key(bytes: &[u8; KEY_BYTES]) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).expect("32 bytes make an AES-256 key"))
 }
 
-/// A key-encryption key.
-pub struct Kek(LessSafeKey);
+/// An external key management service reached through a plug-in command (see the module
+/// documentation for the interface).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KmsPlugin {
+    /// The program and its arguments, before `wrap ID` / `unwrap ID`.
+    pub argv: Vec<String>,
+}
+
+impl KmsPlugin {
+    fn name(&self) -> String {
+        self.argv.first().cloned().unwrap_or_default()
+    }
+
+    fn fail(&self, reason: String) -> CryptError {
+        CryptError::Kms { command: self.name(), reason }
+    }
+
+    /// Runs `op ID` with `input` and a newline on standard input; returns the first line of
+    /// standard output, checked to be printable ASCII of at most [`WRAPPED_BYTES_MAX`] bytes.
+    fn call(&self, op: &str, id: u32, input: &str) -> Result<String, CryptError> {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let Some((program, args)) = self.argv.split_first() else {
+            return Err(self.fail("kms_command is empty".into()));
+        };
+        let mut child = Command::new(program)
+            .args(args)
+            .args([op, &id.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| self.fail(format!("cannot run it: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A plug-in that exits without reading is judged by its status below.
+            let _ = stdin.write_all(format!("{input}\n").as_bytes());
+        }
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let output = match rx.recv_timeout(KMS_TIMEOUT) {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => return Err(self.fail(format!("cannot wait for it: {e}"))),
+            Err(_) => {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+                return Err(self.fail(format!("no answer to {op} {id} within {} s; killed", KMS_TIMEOUT.as_secs())));
+            }
+        };
+        if !output.status.success() {
+            let mut err = String::from_utf8_lossy(&output.stderr).trim().to_string();
+            if err.len() > KMS_STDERR_BYTES_MAX {
+                let mut cut = KMS_STDERR_BYTES_MAX;
+                while !err.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                err.truncate(cut);
+            }
+            return Err(self.fail(format!("{op} {id}: {}: {err}", output.status)));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text.lines().next().unwrap_or("").trim().to_string();
+        if line.is_empty() || line.len() > WRAPPED_BYTES_MAX || !line.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(self.fail(format!(
+                "{op} {id}: it printed no line of 1 to {WRAPPED_BYTES_MAX} printable ASCII characters"
+            )));
+        }
+        Ok(line)
+    }
+}
+
+enum Wrap {
+    /// A key file's key.
+    Local(LessSafeKey),
+    Kms(KmsPlugin),
+}
+
+/// A key-encryption key: a key file's, or one an external KMS keeps (reached through its
+/// plug-in).
+pub struct Kek(Wrap);
+
+/// The check value of data key `key` with id `id` (keyring version 2).
+fn check_value(id: u32, key: &[u8; KEY_BYTES]) -> [u8; CHECK_BYTES] {
+    let tag = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key),
+        &[CHECK_CONTEXT, &id.to_le_bytes()].concat(),
+    );
+    let mut out = [0u8; CHECK_BYTES];
+    out.copy_from_slice(&tag.as_ref()[..CHECK_BYTES]);
+    out
+}
+
+fn hex_of(key: &[u8; KEY_BYTES]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn key_of_hex(hex: &str) -> Option<[u8; KEY_BYTES]> {
+    if hex.len() != 2 * KEY_BYTES {
+        return None;
+    }
+    let mut key = [0u8; KEY_BYTES];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
+}
+
+/// Where a node's key-encryption key comes from (`[encryption]` of its configuration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// A key file (`key_file`).
+    File(PathBuf),
+    /// A KMS plug-in (`kms_command`: the program and its arguments).
+    Kms(Vec<String>),
+}
 
 impl Kek {
+    /// The KEK `source` names: a key file read, or a KMS plug-in to call.
+    pub fn from_source(source: &KeySource) -> Result<Kek, CryptError> {
+        match source {
+            KeySource::File(path) => Kek::from_file(path),
+            KeySource::Kms(argv) => Ok(Kek::kms(argv.clone())),
+        }
+    }
+
+    /// The KEK an external KMS keeps, reached through the plug-in `argv`.
+    pub fn kms(argv: Vec<String>) -> Kek {
+        Kek(Wrap::Kms(KmsPlugin { argv }))
+    }
+
+    /// What wraps keys, in words.
+    fn kind(&self) -> &'static str {
+        match self.0 {
+            Wrap::Local(_) => "a key file",
+            Wrap::Kms(_) => "a KMS plug-in",
+        }
+    }
+
     /// Reads the KEK from a key file (64 hex digits; surrounding whitespace ignored).
     pub fn from_file(path: &Path) -> Result<Kek, CryptError> {
         let text = std::fs::read_to_string(path)
@@ -99,7 +284,7 @@ impl Kek {
             *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("x"), 16)
                 .map_err(|_| format!("character {} is not a hexadecimal digit", 2 * i + 1))?;
         }
-        Ok(Kek(aes_key(&key)))
+        Ok(Kek(Wrap::Local(aes_key(&key))))
     }
 
     /// Writes a new random KEK to `path` (mode 0600; it must not exist).
@@ -159,13 +344,23 @@ impl Keyring {
             return Err(damaged("not a keyring (bad magic)".into()));
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != VERSION {
-            return Err(damaged(format!("keyring version {version}; this build reads version {VERSION}")));
-        }
         let count = usize::from(u16::from_le_bytes([bytes[6], bytes[7]]));
+        if version != VERSION && version != VERSION_KMS {
+            return Err(damaged(format!(
+                "keyring version {version}; this build reads versions {VERSION} and {VERSION_KMS}"
+            )));
+        }
         if count == 0 || count > KEYS_MAX {
             return Err(damaged(format!("{count} data keys (1 ..= {KEYS_MAX})")));
         }
+        let local = match (&kek.0, version) {
+            (Wrap::Local(k), VERSION) => k,
+            (Wrap::Kms(plugin), VERSION_KMS) => return Keyring::decode_kms(path, bytes, count, plugin),
+            (_, v) => {
+                let found = if v == VERSION { "a key file" } else { "a KMS plug-in" };
+                return Err(CryptError::WrapKind { path: path.to_path_buf(), found, configured: kek.kind() });
+            }
+        };
         let body = 8 + count * ENTRY_BYTES;
         if bytes.len() != body + 4 {
             return Err(damaged(format!("{} bytes; {count} data keys make {}", bytes.len(), body + 4)));
@@ -187,8 +382,7 @@ impl Keyring {
             nonce.copy_from_slice(&entry[4..16]);
             let mut sealed = entry[16..].to_vec();
             let aad = [WRAP_AAD, &id.to_le_bytes()].concat();
-            let opened = kek
-                .0
+            let opened = local
                 .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(&aad), &mut sealed)
                 .map_err(|_| CryptError::WrongKey { path: path.to_path_buf(), id })?;
             let mut key = [0u8; KEY_BYTES];
@@ -198,8 +392,64 @@ impl Keyring {
         Ok(Keyring { path: path.to_path_buf(), keys })
     }
 
-    /// The keyring's bytes, every data key wrapped by `kek` with a fresh nonce.
+    /// Decodes a version 2 keyring (`count` keys), unwrapping each key through `plugin`.
+    fn decode_kms(path: &Path, bytes: &[u8], count: usize, plugin: &KmsPlugin) -> Result<Keyring, CryptError> {
+        let damaged = |reason: String| CryptError::Damaged { path: path.to_path_buf(), reason };
+        let body = bytes.len() - 4;
+        let mut crc = [0u8; 4];
+        crc.copy_from_slice(&bytes[body..]);
+        if crc32c::crc32c(&bytes[..body]) != u32::from_le_bytes(crc) {
+            return Err(damaged("checksum mismatch".into()));
+        }
+        // Every entry is read before the plug-in is asked anything.
+        let mut entries: Vec<(u32, [u8; CHECK_BYTES], &str)> = Vec::with_capacity(count);
+        let mut at = 8;
+        for _ in 0..count {
+            let fixed = 4 + CHECK_BYTES + 2;
+            let Some(head) = bytes.get(at..at + fixed).filter(|_| at + fixed <= body) else {
+                return Err(damaged(format!("{count} data keys announced, the file ends at entry {}", entries.len())));
+            };
+            let id = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let mut check = [0u8; CHECK_BYTES];
+            check.copy_from_slice(&head[4..4 + CHECK_BYTES]);
+            let len = usize::from(u16::from_le_bytes([head[4 + CHECK_BYTES], head[5 + CHECK_BYTES]]));
+            at += fixed;
+            if len == 0 || len > WRAPPED_BYTES_MAX || at + len > body {
+                return Err(damaged(format!("data key {id}: a wrapped key of {len} bytes")));
+            }
+            let wrapped = std::str::from_utf8(&bytes[at..at + len])
+                .ok()
+                .filter(|w| w.bytes().all(|b| (0x20..0x7f).contains(&b)))
+                .ok_or_else(|| damaged(format!("data key {id}: the wrapped key is not printable ASCII")))?;
+            at += len;
+            if entries.last().is_some_and(|(last, _, _)| *last >= id) {
+                return Err(damaged(format!("data key ids out of order at {id}")));
+            }
+            entries.push((id, check, wrapped));
+        }
+        if at != body {
+            return Err(damaged(format!("{} bytes after the last data key", body - at)));
+        }
+        let mut keys = Vec::with_capacity(count);
+        for (id, check, wrapped) in entries {
+            let answer = plugin.call("unwrap", id, wrapped)?;
+            let key = key_of_hex(&answer)
+                .ok_or_else(|| plugin.fail(format!("unwrap {id}: it printed no 64 hexadecimal digits")))?;
+            if check_value(id, &key) != check {
+                return Err(CryptError::KmsMismatch { command: plugin.name(), path: path.to_path_buf(), id });
+            }
+            keys.push((id, key, aes_key(&key)));
+        }
+        Ok(Keyring { path: path.to_path_buf(), keys })
+    }
+
+    /// The keyring's bytes, every data key wrapped by `kek` (a key file's: version 1, with a
+    /// fresh nonce each; a KMS plug-in's: version 2).
     fn encode(&self, kek: &Kek) -> Result<Vec<u8>, CryptError> {
+        let local = match &kek.0 {
+            Wrap::Local(k) => k,
+            Wrap::Kms(plugin) => return self.encode_kms(plugin),
+        };
         let mut out = Vec::with_capacity(12 + self.keys.len() * ENTRY_BYTES);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -208,12 +458,32 @@ impl Keyring {
             let nonce: [u8; 12] = random()?;
             let mut sealed = key.to_vec();
             let aad = [WRAP_AAD, &id.to_le_bytes()].concat();
-            kek.0
+            local
                 .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&aad), &mut sealed)
                 .map_err(|_| CryptError::Random)?;
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&nonce);
             out.extend_from_slice(&sealed);
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        Ok(out)
+    }
+
+    fn encode_kms(&self, plugin: &KmsPlugin) -> Result<Vec<u8>, CryptError> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION_KMS.to_le_bytes());
+        out.extend_from_slice(&(self.keys.len() as u16).to_le_bytes());
+        for (id, key, _) in &self.keys {
+            let wrapped = plugin.call("wrap", *id, &hex_of(key))?;
+            if wrapped.contains(&hex_of(key)) {
+                return Err(plugin.fail(format!("wrap {id}: it printed the data key itself")));
+            }
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&check_value(*id, key));
+            out.extend_from_slice(&(wrapped.len() as u16).to_le_bytes());
+            out.extend_from_slice(wrapped.as_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -437,6 +707,41 @@ mod tests {
             }
             assert!(Keyring::decode(&path, &bytes, &kek(1)).is_err());
         }
+    }
+
+    #[test]
+    fn kms_keyrings_are_read_whole_before_the_plugin_is_asked_and_never_panic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A plug-in that wraps every key as the same text (enough to write a keyring).
+        let wrapper = Kek::kms(vec!["sh".into(), "-c".into(), "read -r line; echo WRAPPED-KEY".into(), "kms".into()]);
+        Keyring::open_or_create(dir.path(), &wrapper).expect("create");
+        let path = dir.path().join(KEYRING_FILE);
+        let good = std::fs::read(&path).expect("read");
+        assert_eq!(&good[4..6], &VERSION_KMS.to_le_bytes());
+        assert!(good.windows(11).any(|w| w == b"WRAPPED-KEY"));
+        // Any damage is found without running the plug-in (`false` would fail if run).
+        let never = Kek::kms(vec!["false".into()]);
+        for cut in 0..good.len() {
+            match Keyring::decode(&path, &good[..cut], &never) {
+                Err(CryptError::Damaged { .. }) => {}
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+        for at in 8..good.len() {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x40;
+            assert!(matches!(Keyring::decode(&path, &flipped, &never), Err(CryptError::Damaged { .. })), "byte {at}");
+        }
+        // Whole, it asks the plug-in, and a failing one is named with its status.
+        let e = Keyring::decode(&path, &good, &never).err().expect("false fails").to_string();
+        assert!(e.contains("the KMS plug-in false failed: unwrap 1: exit status: 1"), "{e}");
+        // The wrapped text is not a key: the plug-in's answer must be 64 hexadecimal digits.
+        let echo = Kek::kms(vec!["sh".into(), "-c".into(), "read -r line; echo \"$line\"".into(), "kms".into()]);
+        let e = Keyring::decode(&path, &good, &echo).err().expect("not a key").to_string();
+        assert!(e.contains("printed no 64 hexadecimal digits"), "{e}");
+        // A key file's KEK on a KMS keyring, and the other way round.
+        let e = Keyring::decode(&path, &good, &kek(1)).err().expect("kind").to_string();
+        assert!(e.contains("wrapped by a KMS plug-in, and this node is configured with a key file"), "{e}");
     }
 
     #[test]

@@ -106,9 +106,27 @@ pub struct StorageConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EncryptionConfig {
-    /// The key-encryption key: a file of 64 hexadecimal digits (`trove storage keygen`),
+    /// The key-encryption key: a file of 64 hexadecimal digits (`trove encryption keygen`),
     /// readable by the node only.
-    pub key_file: PathBuf,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Or an external KMS keeps it: the plug-in command that wraps and unwraps the drives'
+    /// data keys (program and arguments; the interface is in [`crypt`]).
+    #[serde(default)]
+    pub kms_command: Option<Vec<String>>,
+}
+
+impl EncryptionConfig {
+    /// Where the key-encryption key comes from; exactly one of the two must be given.
+    pub fn source(&self) -> anyhow::Result<crypt::KeySource> {
+        match (&self.key_file, &self.kms_command) {
+            (Some(f), None) => Ok(crypt::KeySource::File(f.clone())),
+            (None, Some(argv)) if !argv.is_empty() && !argv[0].is_empty() => Ok(crypt::KeySource::Kms(argv.clone())),
+            (None, Some(_)) => bail!("[encryption] kms_command names no program"),
+            (Some(_), Some(_)) => bail!("[encryption] takes key_file or kms_command, not both"),
+            (None, None) => bail!("[encryption] needs key_file (a key file) or kms_command (a KMS plug-in)"),
+        }
+    }
 }
 
 impl StorageConfig {
@@ -132,6 +150,9 @@ impl StorageConfig {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(e) = &self.encryption {
+            e.source()?;
+        }
         if let Some(object) = &self.object {
             if !self.drives.is_empty() {
                 bail!("a node with [object] keeps its shards in the bucket: remove `drives`");
@@ -171,7 +192,7 @@ impl StorageConfig {
         StoreConfig {
             drives: self.drives.clone(),
             reserve_bytes: self.reserve_bytes,
-            key_file: self.encryption.as_ref().map(|e| e.key_file.clone()),
+            keys: self.encryption.as_ref().and_then(|e| e.source().ok()),
         }
     }
 }

@@ -556,7 +556,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_drive_tells_the_writer_what_deletions_will_free() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = crate::StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0, key_file: None };
+        let config = crate::StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0, keys: None };
         let service = StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
         let full = || werr!(NoSpace, "put chunk 1 shard 0: drive /d is full");
         // Nothing pending (and no metadata service to ask): the error is left as it is.

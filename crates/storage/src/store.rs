@@ -101,9 +101,10 @@ pub struct StoreConfig {
     /// Puts that would leave less than this many bytes free on a drive are refused with
     /// `NoSpace`. 0 leaves the limit to the file system (a full disk still answers `NoSpace`).
     pub reserve_bytes: u64,
-    /// The key-encryption key's file: new shards are sealed (encryption at rest) with each
-    /// drive's data keys, which it wraps. `None`: shards are written in plaintext.
-    pub key_file: Option<PathBuf>,
+    /// The key-encryption key (a key file, or a KMS plug-in): new shards are sealed (encryption
+    /// at rest) with each drive's data keys, which it wraps. `None`: shards are written in
+    /// plaintext.
+    pub keys: Option<crate::crypt::KeySource>,
 }
 
 /// Why the store could not open: always names the drive.
@@ -382,9 +383,9 @@ impl ShardStore {
         if config.drives.len() > usize::from(u16::MAX) {
             return Err(OpenError { drive: first.clone(), reason: "too many drives".into() });
         }
-        let kek = match &config.key_file {
-            Some(path) => {
-                Some(Kek::from_file(path).map_err(|e| OpenError { drive: first.clone(), reason: e.to_string() })?)
+        let kek = match &config.keys {
+            Some(source) => {
+                Some(Kek::from_source(source).map_err(|e| OpenError { drive: first.clone(), reason: e.to_string() })?)
             }
             None => None,
         };
@@ -1209,7 +1210,7 @@ mod tests {
     fn drives_on_one_file_system_report_one_device() {
         let dir = tempfile::tempdir().expect("temp dir");
         let config =
-            StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0, key_file: None };
+            StoreConfig { drives: vec![dir.path().join("a"), dir.path().join("b")], reserve_bytes: 0, keys: None };
         let store = ShardStore::open(&config).expect("store opens");
         let drives = store.stat();
         assert_eq!(drives.len(), 2);

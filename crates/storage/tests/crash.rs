@@ -39,7 +39,7 @@ fn crash_child_process() {
         return;
     };
     let start: u64 = std::env::var(START_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let store = ShardStore::open(&StoreConfig { drives: vec![dir.into()], reserve_bytes: 0, key_file: None })
+    let store = ShardStore::open(&StoreConfig { drives: vec![dir.into()], reserve_bytes: 0, keys: None })
         .expect("child opens the store");
     let mut out = std::io::stdout().lock();
     for i in start.. {
@@ -95,8 +95,7 @@ fn acknowledged_shards_survive_sigkill_mid_stream() {
 
         temps_seen += temp_files(dir.path()).len();
         let store =
-            ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, key_file: None })
-                .unwrap();
+            ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, keys: None }).unwrap();
         assert!(temp_files(dir.path()).is_empty(), "temp files survived the reopen");
         for &i in &acked {
             let (info, data) = numbered(i);

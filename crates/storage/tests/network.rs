@@ -34,7 +34,7 @@ fn remote_code(r: Result<(StorageReply, Bytes), RpcError>) -> ErrorCode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_delete_list_stat_over_the_network() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, key_file: None };
+    let config = StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, keys: None };
     let local = LocalNode::start(config.clone(), "testcluster").await.unwrap();
     let addr = local.addr.clone();
     let (conn, hello) = Connection::connect(&addr, Service::Storage).await.unwrap();
@@ -134,7 +134,7 @@ async fn put_get_delete_list_stat_over_the_network() {
 async fn serve_on_runs_a_node_from_an_open_store() {
     let dir = tempfile::tempdir().unwrap();
     let store =
-        ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, key_file: None }).unwrap();
+        ShardStore::open(&StoreConfig { drives: vec![dir.path().into()], reserve_bytes: 0, keys: None }).unwrap();
     let service = Arc::new(StorageService::new(Arc::new(store)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();

@@ -76,8 +76,7 @@ fn full_disk_answers_no_space_and_keeps_earlier_shards() {
     };
     eprintln!("full-disk test RAN on a 4 MiB tmpfs");
     let drive = mnt.0.join("drive");
-    let store =
-        ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, key_file: None }).unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, keys: None }).unwrap();
     let (stored, err) = fill(&store, 3 * B + 100);
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
     assert!(err.message.contains(&drive.display().to_string()), "error does not name the drive: {err}");
@@ -94,7 +93,7 @@ fn full_disk_answers_no_space_and_keeps_earlier_shards() {
     check_intact(&store, &stored[2..]);
     drop(store);
     // And everything is still there after a reopen.
-    let store = ShardStore::open(&StoreConfig { drives: vec![drive], reserve_bytes: 0, key_file: None }).unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive], reserve_bytes: 0, keys: None }).unwrap();
     check_intact(&store, &stored[2..]);
 }
 
@@ -109,7 +108,7 @@ fn reserve_is_kept_free_on_a_small_file_system() {
     eprintln!("precise reserve test RAN on a 4 MiB tmpfs");
     let drive = mnt.0.join("drive");
     let reserve_bytes = 2 << 20;
-    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes, key_file: None }).unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes, keys: None }).unwrap();
     let (stored, err) = fill(&store, B);
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
     assert!(err.message.contains("reserve"), "{err}");
@@ -126,8 +125,7 @@ fn reserve_refuses_puts_and_keeps_earlier_shards() {
     // Runs anywhere: a reserve larger than any disk refuses every put before writing.
     let dir = tempfile::tempdir().unwrap();
     let drive = dir.path().join("drive");
-    let store =
-        ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, key_file: None }).unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, keys: None }).unwrap();
     let mut stored = Vec::new();
     for chunk in 0..5u64 {
         let (info, data) = shard(key(chunk, 1), 1000 * chunk as usize);
@@ -135,9 +133,8 @@ fn reserve_refuses_puts_and_keeps_earlier_shards() {
         stored.push((info, data));
     }
     drop(store);
-    let store =
-        ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: u64::MAX / 2, key_file: None })
-            .unwrap();
+    let store = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: u64::MAX / 2, keys: None })
+        .unwrap();
     let (info, data) = shard(key(77, 0), 5000);
     let err = store.put(&info, &data).expect_err("put refused");
     assert_eq!(err.code, ErrorCode::NoSpace, "{err}");

@@ -10,8 +10,7 @@ use std::path::Path;
 use storage::{ShardStore, StoreConfig};
 
 fn open(drives: &[&Path]) -> ShardStore {
-    let config =
-        StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0, key_file: None };
+    let config = StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0, keys: None };
     ShardStore::open(&config).expect("store opens")
 }
 

@@ -8,13 +8,13 @@ use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use storage::crypt::KeySource;
 use storage::format::FIXED_HEADER_BYTES;
 use storage::{ShardStore, StoreConfig};
 use wire::{EcScheme, ErrorCode, ShardInfo, ShardKey};
 
 fn open(drives: &[&Path]) -> ShardStore {
-    let config =
-        StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0, key_file: None };
+    let config = StoreConfig { drives: drives.iter().map(|d| d.to_path_buf()).collect(), reserve_bytes: 0, keys: None };
     ShardStore::open(&config).expect("store opens")
 }
 
@@ -365,7 +365,7 @@ fn shards_spread_over_drives_and_adding_a_drive_loses_nothing() {
 fn a_drive_is_used_by_one_store_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&[dir.path()]);
-    let config = StoreConfig { drives: vec![dir.path().to_path_buf()], reserve_bytes: 0, key_file: None };
+    let config = StoreConfig { drives: vec![dir.path().to_path_buf()], reserve_bytes: 0, keys: None };
     let err = ShardStore::open(&config).err().expect("second open refused");
     assert!(err.to_string().contains(&dir.path().display().to_string()), "{err}");
     assert!(err.to_string().contains("in use"), "{err}");
@@ -379,7 +379,7 @@ fn a_drive_that_cannot_be_created_is_named() {
     let file = dir.path().join("plain-file");
     std::fs::write(&file, b"").unwrap();
     let bad = file.join("drive");
-    let config = StoreConfig { drives: vec![dir.path().join("ok"), bad.clone()], reserve_bytes: 0, key_file: None };
+    let config = StoreConfig { drives: vec![dir.path().join("ok"), bad.clone()], reserve_bytes: 0, keys: None };
     let err = ShardStore::open(&config).err().expect("open fails");
     assert_eq!(err.drive, bad);
     assert!(err.to_string().contains(&bad.display().to_string()), "{err}");
@@ -505,7 +505,7 @@ fn a_store_with_a_key_file_seals_every_shard_and_answers_as_a_plaintext_one() {
         ShardStore::open(&StoreConfig {
             drives: vec![drive.clone()],
             reserve_bytes: 0,
-            key_file: key_file.map(Path::to_path_buf),
+            keys: key_file.map(|k| KeySource::File(k.to_path_buf())),
         })
         .expect("store opens")
     };
@@ -549,8 +549,97 @@ fn a_store_with_a_key_file_seals_every_shard_and_answers_as_a_plaintext_one() {
     // Another key file: the drive's keyring does not open, and the store says so.
     let other = dir.path().join("other");
     storage::crypt::Kek::generate_file(&other).expect("key file");
-    let e = ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, key_file: Some(other) })
-        .map(|_| ())
-        .expect_err("another key refused");
+    let e = ShardStore::open(&StoreConfig {
+        drives: vec![drive.clone()],
+        reserve_bytes: 0,
+        keys: Some(KeySource::File(other)),
+    })
+    .map(|_| ())
+    .expect_err("another key refused");
     assert!(e.to_string().contains("does not open the keyring"), "{e}");
+}
+
+/// The KMS plug-in of these tests (`tests/kms/test-kms.sh`, run by `sh`) with the master key in
+/// `master`: the node learns the data keys through it and never the master key.
+fn kms(master: &Path) -> KeySource {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kms/test-kms.sh");
+    KeySource::Kms(vec!["sh".into(), script.into(), master.display().to_string()])
+}
+
+fn hex_key(path: &Path) {
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(path, format!("{hex}\n")).expect("write a key");
+}
+
+/// A store whose key-encryption key an external KMS keeps: shards sealed and read back, the
+/// keyring (version 2) holding only what the plug-in wrapped, the store reopened through the
+/// plug-in; another master key, a plug-in that fails, and one that answers with another key
+/// are refused with their causes; a key file's configuration meeting a KMS keyring says so;
+/// and re-keying moves the keyring between the plug-in and a key file without touching a
+/// shard.
+#[test]
+fn a_store_with_a_kms_plugin_seals_shards_and_opens_only_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, other_master) = (dir.path().join("master"), dir.path().join("other-master"));
+    hex_key(&master);
+    hex_key(&other_master);
+    let drive = dir.path().join("d");
+    let open = |keys: KeySource| {
+        ShardStore::open(&StoreConfig { drives: vec![drive.clone()], reserve_bytes: 0, keys: Some(keys) })
+    };
+    let store = open(kms(&master)).expect("store opens through the plug-in");
+    let (info, data) = shard(key(7000, 0), 3 * B + 5);
+    store.put(&info, &data).expect("put");
+    check_get(&store, &info, &data, 0, (3 * B + 5) as u32);
+    let path = store.shard_path(info.key).expect("stored");
+    let file = std::fs::read(&path).expect("read");
+    assert_eq!(&file[4..6], &2u16.to_le_bytes(), "sealed");
+    drop(store);
+    let ring = std::fs::read(drive.join(storage::crypt::KEYRING_FILE)).expect("keyring");
+    assert_eq!(&ring[4..6], &2u16.to_le_bytes(), "a KMS keyring is version 2");
+    let text = String::from_utf8_lossy(&ring);
+    assert!(text.contains("tkms1:1:"), "the plug-in's wrapped key is kept as it printed it");
+
+    // Reopened through the plug-in, every byte reads back.
+    let store = open(kms(&master)).expect("reopens");
+    check_get(&store, &info, &data, 0, (3 * B + 5) as u32);
+    drop(store);
+
+    // Another master key: the plug-in fails, and the store names it and what it said.
+    let e = open(kms(&other_master)).map(|_| ()).expect_err("another master key");
+    let e = e.to_string();
+    assert!(e.contains("KMS plug-in sh failed") && e.contains("unwrap 1") && e.contains("bad decrypt"), "{e}");
+    // A plug-in that answers with another key is caught by the check value.
+    let liar = dir.path().join("liar.sh");
+    std::fs::write(&liar, format!("read -r line\necho {}\n", "ab".repeat(32))).expect("write");
+    let e = open(KeySource::Kms(vec!["sh".into(), liar.display().to_string()])).map(|_| ()).expect_err("a lying KMS");
+    assert!(e.to_string().contains("to another key than it wrapped"), "{e}");
+    // A plug-in that cannot run.
+    let e = open(KeySource::Kms(vec![dir.path().join("missing").display().to_string()]))
+        .map(|_| ())
+        .expect_err("no plug-in");
+    assert!(e.to_string().contains("cannot run it"), "{e}");
+    // A key file's configuration on a KMS keyring.
+    let kek = dir.path().join("kek");
+    storage::crypt::Kek::generate_file(&kek).expect("key file");
+    let e = open(KeySource::File(kek.clone())).map(|_| ()).expect_err("wrong kind");
+    assert!(e.to_string().contains("wrapped by a KMS plug-in, and this node is configured with a key file"), "{e}");
+
+    // Re-keying to the key file and back to the KMS: no shard changes, every byte reads.
+    let shard_before = std::fs::read(&path).expect("read");
+    let via_kms = storage::crypt::Kek::from_source(&kms(&master)).expect("kek");
+    let mut ring = storage::crypt::Keyring::open(&drive, &via_kms).expect("opens");
+    let file_kek = storage::crypt::Kek::from_file(&kek).expect("kek");
+    ring.rekey(&file_kek, false).expect("to the key file");
+    let store = open(KeySource::File(kek.clone())).expect("opens with the key file");
+    check_get(&store, &info, &data, 0, (3 * B + 5) as u32);
+    drop(store);
+    let mut ring = storage::crypt::Keyring::open(&drive, &file_kek).expect("opens");
+    let new_kms = storage::crypt::Kek::from_source(&kms(&other_master)).expect("kek");
+    ring.rekey(&new_kms, true).expect("to the KMS with a new data key");
+    let store = open(kms(&other_master)).expect("opens through the plug-in's new master key");
+    check_get(&store, &info, &data, 0, (3 * B + 5) as u32);
+    assert_eq!(std::fs::read(&path).expect("read"), shard_before, "no shard was rewritten");
+    assert!(open(kms(&master)).is_err(), "the old master key opens nothing");
 }

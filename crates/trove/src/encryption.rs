@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
-use storage::crypt::{Kek, Keyring};
+use storage::crypt::{Kek, KeySource, Keyring};
 
 #[derive(Subcommand)]
 pub enum EncryptionCmd {
@@ -15,16 +15,19 @@ pub enum EncryptionCmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Wraps every data key of a stopped storage node's drives with a new key-encryption key:
-    /// no shard is rewritten. Then point the node's `key_file` at the new key file (or put it in
-    /// the old one's place) and start the node; the old key opens nothing any more.
+    /// Wraps every data key of a stopped storage node's drives with a new key-encryption key
+    /// (a key file's, or a KMS plug-in's): no shard is rewritten. Then point the node's
+    /// `[encryption]` at the new key and start the node; the old key opens nothing any more.
     Rekey {
-        /// The node's storage.toml (its drives and current `[encryption] key_file`).
+        /// The node's storage.toml (its drives and current `[encryption]`).
         #[arg(long)]
         config: PathBuf,
         /// The new key file (`trove encryption keygen`).
-        #[arg(long)]
-        new_key_file: PathBuf,
+        #[arg(long, conflicts_with = "new_kms_command", required_unless_present = "new_kms_command")]
+        new_key_file: Option<PathBuf>,
+        /// Or the KMS plug-in that wraps the data keys from now on: its program and arguments.
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM [ARG]...")]
+        new_kms_command: Option<Vec<String>>,
         /// Also add a new data key to each drive, which seals the shards written from now on
         /// (older shards keep the key that sealed them).
         #[arg(long)]
@@ -39,7 +42,14 @@ pub fn run(cmd: EncryptionCmd) -> Result<()> {
             println!("wrote a new key-encryption key to {}", out.display());
             Ok(())
         }
-        EncryptionCmd::Rekey { config, new_key_file, new_data_key } => rekey(&config, &new_key_file, new_data_key),
+        EncryptionCmd::Rekey { config, new_key_file, new_kms_command, new_data_key } => {
+            let new = match (new_key_file, new_kms_command) {
+                (Some(f), None) => KeySource::File(f),
+                (None, Some(argv)) => KeySource::Kms(argv),
+                _ => bail!("give --new-key-file or --new-kms-command"),
+            };
+            rekey(&config, &new, new_data_key)
+        }
     }
 }
 
@@ -61,13 +71,26 @@ fn lock_drive(root: &Path) -> Result<std::fs::File> {
     Ok(lock)
 }
 
-fn rekey(config_path: &Path, new_key_file: &Path, new_data_key: bool) -> Result<()> {
+/// The new key's `[encryption]` setting, in TOML.
+fn setting(source: &KeySource) -> String {
+    match source {
+        KeySource::File(f) => format!("key_file = {:?}", f.display().to_string()),
+        KeySource::Kms(argv) => format!("kms_command = {argv:?}"),
+    }
+}
+
+fn rekey(config_path: &Path, new_source: &KeySource, new_data_key: bool) -> Result<()> {
     let config = storage::StorageConfig::load(config_path)?;
     let Some(encryption) = &config.encryption else {
         bail!("{} has no [encryption]: its shards are not encrypted", config_path.display());
     };
-    let old = Kek::from_file(&encryption.key_file)?;
-    let new = Kek::from_file(new_key_file)?;
+    let old_source = encryption.source()?;
+    let old = Kek::from_source(&old_source)?;
+    let new = Kek::from_source(new_source)?;
+    let new_name = match new_source {
+        KeySource::File(f) => f.display().to_string(),
+        KeySource::Kms(argv) => format!("the KMS plug-in {}", argv.first().map_or("", String::as_str)),
+    };
     // Every drive is opened with the old key before any is changed: a drive the old key does
     // not open stops the re-key with nothing changed.
     let mut locked = Vec::new();
@@ -82,15 +105,15 @@ fn rekey(config_path: &Path, new_key_file: &Path, new_data_key: bool) -> Result<
             "drive {}: {} data key(s) now wrapped by {}{}",
             drive.display(),
             ring.len(),
-            new_key_file.display(),
+            new_name,
             if new_data_key { format!("; new shards use data key {}", ring.active().0) } else { String::new() }
         );
     }
     println!(
-        "now set `key_file = {:?}` in {} (or move it over {}) and start the node",
-        new_key_file.display().to_string(),
+        "now set `{}` in [encryption] of {} (instead of `{}`) and start the node",
+        setting(new_source),
         config_path.display(),
-        encryption.key_file.display()
+        setting(&old_source)
     );
     Ok(())
 }
