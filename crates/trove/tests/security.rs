@@ -305,6 +305,13 @@ async fn the_authority_is_replaced_under_load_and_the_old_credentials_are_refuse
     assert_eq!(trust, std::fs::read_to_string(issued).expect("ca"), "node 2 trusts exactly the new authority");
 }
 
+/// Waits until the status shows every node up.
+fn wait_all_up(cluster: &TestCluster) {
+    cluster.wait_status(Duration::from_secs(30), "every node up", |s| {
+        s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
+    });
+}
+
 #[test]
 fn shards_at_rest_hold_no_plaintext_open_only_with_their_key_and_read_back_after_a_rekey() {
     let cluster = TestCluster::start_with(6, "4+2", &["--encrypt"]);
@@ -366,9 +373,7 @@ fn shards_at_rest_hold_no_plaintext_open_only_with_their_key_and_read_back_after
     let text = text.replace(old_key.to_str().expect("utf-8"), new_key.to_str().expect("utf-8"));
     std::fs::write(config(1), text).expect("config");
     cluster.restart_node(1);
-    cluster.wait_status(Duration::from_secs(30), "every node up", |s| {
-        s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
-    });
+    wait_all_up(&cluster);
     cluster.kill_node(2);
     cluster.kill_node(3);
     let back = scratch.path().join("back");
@@ -391,9 +396,7 @@ fn shards_at_rest_hold_no_plaintext_open_only_with_their_key_and_read_back_after
     // every read needs its shards.
     cluster.restart_node(2);
     cluster.restart_node(3);
-    cluster.wait_status(Duration::from_secs(30), "every node up", |s| {
-        s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
-    });
+    wait_all_up(&cluster);
     let master = cluster.path().join("keys/kms-master");
     std::fs::write(&master, format!("{}\n", "5c".repeat(32))).expect("master key");
     let plugin = concat!(env!("CARGO_MANIFEST_DIR"), "/../storage/tests/kms/test-kms.sh");
@@ -411,9 +414,7 @@ fn shards_at_rest_hold_no_plaintext_open_only_with_their_key_and_read_back_after
     let text = text.replace(&line, &format!("kms_command = [\"sh\", {plugin:?}, {master_arg:?}]"));
     std::fs::write(config(4), text).expect("config");
     cluster.restart_node(4);
-    cluster.wait_status(Duration::from_secs(30), "every node up", |s| {
-        s["nodes"].as_array().is_some_and(|n| n.iter().all(|n| n["state"] == "up"))
-    });
+    wait_all_up(&cluster);
     cluster.kill_node(5);
     cluster.kill_node(6);
     let back = scratch.path().join("back-kms");

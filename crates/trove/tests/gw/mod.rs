@@ -28,19 +28,8 @@ pub struct Gateway {
 impl Gateway {
     /// `trove s3` on a free loopback port with the test key, plus `extra` arguments.
     pub fn s3(cluster: &TestCluster, name: &str, extra: &[&str]) -> Gateway {
-        let mut args = vec![
-            "s3",
-            "--cluster",
-            &cluster.meta_addr,
-            "--listen",
-            "127.0.0.1:0",
-            "--access-key",
-            ACCESS_KEY,
-            "--secret-key",
-            SECRET_KEY,
-        ];
-        args.extend_from_slice(extra);
-        Gateway::start(cluster, name, &args, "://")
+        // Gateways reach the cluster as other machines' would: with a client credential.
+        Gateway::s3_with_credential(cluster, name, &cluster.path().join("tls").join("client"), extra)
     }
 
     /// `trove s3` configured by a TOML file holding `config` (keys, anonymous access, ...).
