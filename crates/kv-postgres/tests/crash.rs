@@ -1,4 +1,4 @@
-//! The crash test of the `kv` crate (`kv::crash_test`) on [`PostgresEngine`]: a child process
+//! The crash test of the `kv-tests` crate (`kv_tests::crash_test`) on [`PostgresEngine`]: a child process
 //! commits with two writers and is SIGKILLed at a random moment (usually with transactions open
 //! and commits in flight on the server); a new connection must show every acknowledged commit
 //! and nothing of a transaction that did not commit. Six rounds continue on the same tables.
@@ -10,9 +10,9 @@
 //!
 //! Reproducible kill timing: the seed is printed; `KV_POSTGRES_CRASH_SEED=<seed>` replays it.
 
-use kv::crash_test::{self, CrashTest};
 use kv::KvEngine;
 use kv_postgres::{PostgresEngine, PostgresOptions};
+use kv_tests::crash_test::{self, CrashTest};
 use std::sync::Arc;
 
 const ENV: &str = "KV_POSTGRES_CRASH";

@@ -3,9 +3,10 @@
 //! server restart, the pool's limit, the precision of conflict detection (which the conformance
 //! suite does not require of every engine), and why the engine checks its reads at commit at all.
 
-use kv::{conformance, KvEngine, KvError, END_OF_KEYSPACE};
+use kv::{KvEngine, KvError, END_OF_KEYSPACE};
 use kv_postgres::test_server::{self, fresh_options, PrivateServer};
 use kv_postgres::{PostgresEngine, PostgresOptions, SCHEMA_VERSION};
+use kv_tests::conformance;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,13 +1,13 @@
-//! The model-based randomized test of the `kv` crate (`kv::model_test`) on [`PostgresEngine`]:
+//! The model-based randomized test of the `kv-tests` crate (`kv_tests::model_test`) on [`PostgresEngine`]:
 //! snapshots are taken at a transaction's first read from the database, as PostgreSQL takes
 //! them; every round is a fresh schema, reconnected (a new engine) mid-round and at its end.
 //!
 //! Reproducible: the seed is printed; `KV_POSTGRES_MODEL_SEED=<seed>` replays it and
 //! `KV_POSTGRES_MODEL_OPS=<n>` changes the number of operations per round.
 
-use kv::model_test::{self, ModelTest, SnapshotAt, ROUNDS};
 use kv::KvEngine;
 use kv_postgres::PostgresEngine;
+use kv_tests::model_test::{self, ModelTest, SnapshotAt, ROUNDS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_the_model() {

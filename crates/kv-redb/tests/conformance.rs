@@ -1,4 +1,4 @@
-//! The [`kv::conformance`] suite against [`RedbEngine`], one test per case, each on a fresh
+//! The [`kv_tests::conformance`] suite against [`RedbEngine`], one test per case, each on a fresh
 //! database file in its own temporary directory (removed when the case's engine is dropped).
 
 use async_trait::async_trait;
@@ -30,4 +30,4 @@ async fn make_engine() -> Arc<dyn KvEngine> {
     Arc::new(TempEngine { engine, _dir: dir })
 }
 
-kv::conformance_tests!(make_engine);
+kv_tests::conformance_tests!(make_engine);

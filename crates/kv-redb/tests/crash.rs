@@ -1,13 +1,13 @@
-//! The crash test of the `kv` crate (`kv::crash_test`) on [`RedbEngine`]: a child process
+//! The crash test of the `kv-tests` crate (`kv_tests::crash_test`) on [`RedbEngine`]: a child process
 //! commits with two writers and is SIGKILLed at a random moment; reopening the file (redb
 //! repairs it, the write-ahead log is replayed) must show every acknowledged commit and no torn
 //! one. Six rounds continue on the same file; redb's own integrity check passes at the end.
 //!
 //! Reproducible kill timing: the seed is printed; `KV_REDB_CRASH_SEED=<seed>` replays it.
 
-use kv::crash_test::{self, CrashTest};
 use kv::KvEngine;
 use kv_redb::RedbEngine;
+use kv_tests::crash_test::{self, CrashTest};
 use std::sync::Arc;
 
 const ENV: &str = "KV_REDB_CRASH";

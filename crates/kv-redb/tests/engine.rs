@@ -2,8 +2,9 @@
 //! across reopening, and the precision of its conflict detection (which the conformance suite
 //! does not require of every engine).
 
-use kv::{conformance, KvEngine, KvError, END_OF_KEYSPACE};
+use kv::{KvEngine, KvError, END_OF_KEYSPACE};
 use kv_redb::RedbEngine;
+use kv_tests::conformance;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,12 +1,12 @@
-//! The model-based randomized test of the `kv` crate (`kv::model_test`) on [`RedbEngine`]:
+//! The model-based randomized test of the `kv-tests` crate (`kv_tests::model_test`) on [`RedbEngine`]:
 //! snapshots are taken at `begin`; every round is a new file, reopened mid-round and at its end.
 //!
 //! Reproducible: the seed is printed; `KV_REDB_MODEL_SEED=<seed>` replays it and
 //! `KV_REDB_MODEL_OPS=<n>` changes the number of operations per round.
 
-use kv::model_test::{self, ModelTest, SnapshotAt};
 use kv::KvEngine;
 use kv_redb::RedbEngine;
+use kv_tests::model_test::{self, ModelTest, SnapshotAt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_the_model() {

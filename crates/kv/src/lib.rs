@@ -2,8 +2,9 @@
 //!
 //! The metadata service is stateless; it talks to storage only through [`KvEngine`]. Two kinds of
 //! engine exist or are planned: an embedded one (redb, one machine) and a PostgreSQL-wire one
-//! (many machines). Both must pass [`conformance`], written once here; so does [`memory`], the
-//! in-memory reference engine for unit tests of the code above the trait.
+//! (many machines). Both must pass the conformance suite of the `kv-tests` crate, written once
+//! there with the other test drivers and the in-memory reference engine (a dev-dependency: no
+//! product crate links the test kit).
 //!
 //! The model is optimistic concurrency with serializable isolation:
 //! - a transaction reads a consistent snapshot and buffers its writes;
@@ -17,23 +18,12 @@
 //! Keys and values are opaque bytes ordered lexicographically. Key and value sizes are bounded by
 //! [`KEY_BYTES_MAX`] and [`VALUE_BYTES_MAX`] so every engine can store them.
 
-pub mod conformance;
-pub mod crash_test;
-pub mod memory;
-pub mod model_test;
 pub mod readset;
 
 use async_trait::async_trait;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-
-/// The number in environment variable `name`, if it is set: the replay knobs of the test
-/// drivers (`model_test`, `crash_test`).
-pub(crate) fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text} is not a number")))
-}
 
 /// Largest key an engine must accept.
 pub const KEY_BYTES_MAX: usize = 4096;

@@ -128,7 +128,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_log_is_numbered_bounded_and_read_from_either_end() {
-        let engine = kv::memory::MemoryEngine::new();
+        let engine = kv_tests::memory::MemoryEngine::new();
         let (none, next) = read(&engine, 0, 10, false).await.expect("reads an empty log");
         assert!(none.is_empty());
         assert_eq!(next, 1);
@@ -146,7 +146,7 @@ mod tests {
 
     #[tokio::test]
     async fn old_events_are_deleted_as_new_ones_come() {
-        let engine = kv::memory::MemoryEngine::new();
+        let engine = kv_tests::memory::MemoryEngine::new();
         let total = EVENTS_KEPT + 25;
         let mut i = 0;
         while i < total {

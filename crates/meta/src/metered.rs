@@ -139,7 +139,7 @@ mod tests {
     #[tokio::test]
     async fn commits_are_counted_by_outcome() {
         metrics::enable();
-        let engine = MeteredEngine::new(Arc::new(kv::memory::MemoryEngine::new()));
+        let engine = MeteredEngine::new(Arc::new(kv_tests::memory::MemoryEngine::new()));
         let before = kv_stats().commits[0].load(std::sync::atomic::Ordering::Relaxed);
         let mut a = engine.begin().await.expect("begins");
         let mut b = engine.begin().await.expect("begins");

@@ -260,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn id_pools_sharing_a_counter_never_overlap() {
-        let engine = kv::memory::MemoryEngine::new();
+        let engine = kv_tests::memory::MemoryEngine::new();
         let (a, b) = (IdPool::new(b"test", 5, 3), IdPool::new(b"test", 5, 3));
         let mut seen = HashSet::new();
         for _ in 0..10 {

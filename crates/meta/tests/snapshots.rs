@@ -68,7 +68,7 @@ async fn unlink(svc: &MetaService, parent: Ino, name: &str) {
 
 fn memory_env() -> impl std::future::Future<Output = Arc<MetaService>> {
     async {
-        let engine: Arc<dyn kv::KvEngine> = Arc::new(kv::memory::MemoryEngine::new());
+        let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
         MetaService::new(engine, test_options()).await.unwrap_or_else(|e| panic!("MetaService::new: {e}"))
     }
 }

@@ -43,6 +43,7 @@ fn crate_dependencies_point_one_way() {
         ("metrics", &[][..]),
         ("erasure", &["wire"][..]),
         ("kv", &[][..]),
+        ("kv-tests", &["kv"][..]),
         ("kv-redb", &["kv"][..]),
         ("kv-postgres", &["kv"][..]),
         ("meta", &["wire", "kv", "kv-redb", "kv-postgres", "metrics"][..]),
@@ -58,6 +59,8 @@ fn crate_dependencies_point_one_way() {
         ("py", &["client", "vision"][..]),
     ]);
     for (name, set) in &deps {
+        // The engines' test kit is for tests: no crate, the binary included, links it.
+        assert!(!set.contains("kv-tests"), "crate {name} depends on the test kit kv-tests outside its tests");
         if let Some(ok) = allowed.get(name.as_str()) {
             for d in set {
                 assert!(ok.contains(&d.as_str()), "crate {name} must not depend on {d} (allowed: {ok:?})");

@@ -22,7 +22,7 @@
 //! The suite uses only tokio and the trait. Every case must finish quickly on any engine;
 //! together they make a few hundred commits.
 
-use crate::{
+use kv::{
     prefix_end, run_txn, KeyValue, KvEngine, KvError, KvTxn, TxnError, END_OF_KEYSPACE, KEY_BYTES_MAX, VALUE_BYTES_MAX,
 };
 use std::future::Future;
@@ -82,7 +82,7 @@ macro_rules! __kv_conformance_tests_expand {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let engine: ::std::sync::Arc<dyn $crate::KvEngine> = ($make_engine)().await;
+                let engine: ::std::sync::Arc<dyn $crate::kv::KvEngine> = ($make_engine)().await;
                 $crate::conformance::$case(engine).await;
             }
         )*
@@ -94,7 +94,7 @@ macro_rules! __kv_conformance_tests_expand {
 ///
 /// ```text
 /// async fn make_engine() -> Arc<dyn KvEngine> { ... }
-/// kv::conformance_tests!(make_engine);
+/// kv_tests::conformance_tests!(make_engine);
 /// ```
 ///
 /// (`crates/kv-redb/tests/conformance.rs` and `crates/kv-postgres/tests/conformance.rs` are

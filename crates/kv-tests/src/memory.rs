@@ -13,8 +13,8 @@
 //! time, so committing it keeps the history serializable; otherwise it fails with
 //! [`KvError::Conflict`]. Durability is not provided: data lives as long as the engine.
 
-use crate::{check_key, check_value, KeyValue, KvEngine, KvError, KvTxn};
 use async_trait::async_trait;
+use kv::{check_key, check_value, KeyValue, KvEngine, KvError, KvTxn};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -221,7 +221,7 @@ impl KvTxn for MemoryTxn {
 mod tests {
     use super::{Flaw, MemoryEngine};
     use crate::conformance::{self, CASES};
-    use crate::KvEngine;
+    use kv::KvEngine;
     use std::sync::Arc;
 
     async fn make_engine() -> Arc<dyn KvEngine> {

@@ -17,7 +17,7 @@
 //!
 //! Reproducible kill timing: the seed is printed; `<env>_SEED=<seed>` replays it.
 
-use crate::{KvEngine, KvTxn, END_OF_KEYSPACE};
+use kv::{KvEngine, KvTxn, END_OF_KEYSPACE};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -201,15 +201,15 @@ async fn commit_numbered(engine: &dyn KvEngine, writer: usize, i: u64, retry: bo
     for attempt in 1.. {
         match try_commit_numbered(engine, writer, i).await {
             Ok(()) => return,
-            Err(err) if retry && err.is_retryable() && attempt < crate::RETRY_COUNT_MAX => {
-                tokio::time::sleep(crate::retry_backoff(attempt)).await;
+            Err(err) if retry && err.is_retryable() && attempt < kv::RETRY_COUNT_MAX => {
+                tokio::time::sleep(kv::retry_backoff(attempt)).await;
             }
             Err(err) => panic!("writer {writer}: commit {i} (attempt {attempt}): {err}"),
         }
     }
 }
 
-async fn try_commit_numbered(engine: &dyn KvEngine, writer: usize, i: u64) -> Result<(), crate::KvError> {
+async fn try_commit_numbered(engine: &dyn KvEngine, writer: usize, i: u64) -> Result<(), kv::KvError> {
     let mut txn: Box<dyn KvTxn> = engine.begin().await?;
     for j in 0..parts(i) {
         txn.put(&pair_key(writer, i, j), &pair_value(writer, i, j)).await?;

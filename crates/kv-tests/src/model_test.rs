@@ -14,7 +14,7 @@
 //! Reproducible: the seed is printed; `<env>_SEED=<seed>` replays it and `<env>_OPS=<n>` changes
 //! the number of operations per round.
 
-use crate::{KeyValue, KvEngine, KvError, KvTxn, END_OF_KEYSPACE};
+use kv::{KeyValue, KvEngine, KvError, KvTxn, END_OF_KEYSPACE};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
