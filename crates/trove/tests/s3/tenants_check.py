@@ -124,6 +124,9 @@ assert len(oacl["Grants"]) == 1 and oacl["Owner"]["ID"] == "alice", oacl
 bob.create_bucket(Bucket="bobs", ACL="public-read-write")
 alice.put_object(Bucket="bobs", Key="from-alice", Body=b"hi")
 assert bob.get_object(Bucket="bobs", Key="from-alice")["Body"].read() == b"hi"
+# The tenant's directory is sticky: alice may write into bob's bucket but not delete it (the
+# refusal comes before the bucket's content is looked at: it is not BucketNotEmpty).
+refused("alice deletes bob's bucket (sticky tenant directory)", lambda: alice.delete_bucket(Bucket="bobs"), "AccessDenied")
 refused("an ACL POSIX modes cannot say", lambda: alice.put_object_acl(Bucket="data", Key="diary.txt", ACL="bucket-owner-read"), "NotImplemented")
 
 # Bucket policies may only deny; only the bucket's owner sets them; they bind the owner too.
