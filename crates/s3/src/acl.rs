@@ -25,6 +25,11 @@ pub const OBJECT_MODE_DEFAULT: u32 = 0o644;
 /// The group of everyone in S3's ACL vocabulary.
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 
+/// The answer to an ACL given as grants (an XML body or `x-amz-grant-*`) rather than canned.
+pub fn canned_only() -> s3s::S3Error {
+    s3_error!(NotImplemented, "only canned ACLs (x-amz-acl) are supported: Trove keeps ACLs as POSIX modes")
+}
+
 /// The mode of a bucket made (or set) with canned ACL `acl`.
 pub fn bucket_mode(acl: &BucketCannedACL) -> S3Result<u32> {
     Ok(match acl.as_str() {

@@ -63,7 +63,7 @@ impl From<CorsError> for S3Error {
 /// The CORS rules of `bucket` (None: it has none).
 pub async fn load(client: &client::Client, bucket: &str) -> Result<Option<Vec<Rule>>, S3Error> {
     use client::ErrorCode;
-    let dir = match client.resolve(&crate::scope::current().path(&names::bucket_path(bucket))).await {
+    let dir = match crate::scope::resolve_internal(client, &names::bucket_path(bucket)).await {
         Ok(a) if a.kind == client::FileKind::Dir => a,
         Ok(_) => return Err(S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket:?}"))),
         Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {

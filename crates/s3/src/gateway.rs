@@ -564,10 +564,7 @@ impl Gateway {
             let up = if depth == 1 {
                 bucket_ino
             } else {
-                match self
-                    .client
-                    .resolve(&scope::current().path(&format!("/{bucket}/{}", dirs[..depth - 1].join("/"))))
-                    .await
+                match scope::resolve_internal(&self.client, &format!("/{bucket}/{}", dirs[..depth - 1].join("/"))).await
                 {
                     Ok(a) => a.ino,
                     Err(_) => break,
@@ -765,7 +762,7 @@ impl S3 for Gateway {
 
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket;
-        self.bucket(&bucket).await?;
+        let dir = self.bucket(&bucket).await?;
         if self.has_stored_versions(&bucket).await? {
             return Err(s3_error!(
                 BucketNotEmpty,
@@ -775,7 +772,6 @@ impl S3 for Gateway {
         let scope = scope::current();
         if scope.user.is_some() {
             let root = self.client.getattr(scope.root_ino).await.or_s3(Target::Bucket)?;
-            let dir = self.bucket(&bucket).await?;
             if !scope.permits(&root, Access::WX) || scope.sticky_refuses(&root, &dir) {
                 return Err(access_denied(&format!("may not delete bucket {bucket:?} (it is not theirs)")));
             }
@@ -798,10 +794,7 @@ impl S3 for Gateway {
         let input = req.input;
         let dir = self.bucket(&input.bucket).await?;
         let Some(canned) = &input.acl else {
-            return Err(s3_error!(
-                NotImplemented,
-                "only canned ACLs (x-amz-acl) are supported: Trove keeps ACLs as POSIX modes"
-            ));
+            return Err(acl::canned_only());
         };
         let mode = acl::bucket_mode(canned)?;
         self.owned(&dir, &format!("bucket {:?}", input.bucket))?;
@@ -820,14 +813,11 @@ impl S3 for Gateway {
     async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
         let input = req.input;
         let Some(canned) = &input.acl else {
-            return Err(s3_error!(
-                NotImplemented,
-                "only canned ACLs (x-amz-acl) are supported: Trove keeps ACLs as POSIX modes"
-            ));
+            return Err(acl::canned_only());
         };
         let mode = acl::object_mode(Some(canned))?;
         let path = format!("/{}/{}", input.bucket, parse_key(&input.key)?.rel_path());
-        let attr = match scope::resolve(&self.client, &path, Access { read: false, write: false, exec: false }).await {
+        let attr = match scope::resolve(&self.client, &path, Access::NONE).await {
             Ok(a) => a,
             Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::NotDir) => {
                 self.bucket(&input.bucket).await?;

@@ -243,14 +243,13 @@ impl Gateway {
         let bucket = self.bucket(&input.bucket).await?;
         // Parts take the layout of the directory the object will land in (or its nearest
         // existing ancestor), so the completed object has it.
-        let layout = match self
-            .client
-            .resolve(&crate::scope::current().path(&format!("/{}/{}", input.bucket, parsed.dir_path())))
-            .await
-        {
-            Ok(a) if a.kind == FileKind::Dir => a,
-            _ => bucket.clone(),
-        };
+        let layout =
+            match crate::scope::resolve_internal(&self.client, &format!("/{}/{}", input.bucket, parsed.dir_path()))
+                .await
+            {
+                Ok(a) if a.kind == FileKind::Dir => a,
+                _ => bucket.clone(),
+            };
         let uploads = self.client.mkdir_p(&names::uploads_path(&input.bucket)).await.or_s3(Target::ObjectWrite)?;
         let id = names::hex(&rand::random::<[u8; 16]>());
         if !crate::scope::current().permits(&bucket, Access::WX) {
@@ -595,8 +594,8 @@ impl Gateway {
                 tracing::warn!("cannot remove upload {} of deleted bucket {bucket}: {err}", e.name);
             }
         }
-        let root = crate::scope::current().path(&format!("/{}/{}", names::STATE_DIR, names::UPLOADS_DIR));
-        if let Ok(root) = self.client.resolve(&root).await {
+        let root = format!("/{}/{}", names::STATE_DIR, names::UPLOADS_DIR);
+        if let Ok(root) = crate::scope::resolve_internal(&self.client, &root).await {
             let _ = self.client.rmdir(root.ino, bucket).await;
         }
     }

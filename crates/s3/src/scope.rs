@@ -110,6 +110,13 @@ pub async fn resolve(client: &Client, rel: &str, want: Access) -> Result<Attr> {
     }
 }
 
+/// Resolves `rel` in the current scope's namespace with the gateway's own rights: for what the
+/// gateway keeps and reads for itself (uploads, versions, a bucket's settings, directories it
+/// prunes), never for what a request asks of a user's files (that is [`resolve`]).
+pub async fn resolve_internal(client: &Client, rel: &str) -> Result<Attr> {
+    client.resolve(&current().path(rel)).await
+}
+
 /// Makes directory `name` in `parent`, owned by the scope's user.
 pub async fn mkdir(client: &Client, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
     match current().owner() {

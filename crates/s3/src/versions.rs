@@ -514,7 +514,7 @@ impl Gateway {
     /// Removes a deleted bucket's (empty) version store.
     pub(crate) async fn remove_version_store(&self, bucket: &str) {
         if let Ok(parent) =
-            self.client.resolve(&crate::scope::current().path(&format!("/{}/{VERSIONS_DIR}", names::STATE_DIR))).await
+            crate::scope::resolve_internal(&self.client, &format!("/{}/{VERSIONS_DIR}", names::STATE_DIR)).await
         {
             let _ = self.client.rmdir(parent.ino, bucket).await;
         }

@@ -246,6 +246,8 @@ pub struct Access {
 }
 
 impl Access {
+    /// Nothing asked of the target itself (search on the way there is still checked).
+    pub const NONE: Access = Access { read: false, write: false, exec: false };
     pub const R: Access = Access { read: true, write: false, exec: false };
     pub const W: Access = Access { read: false, write: true, exec: false };
     pub const X: Access = Access { read: false, write: false, exec: true };

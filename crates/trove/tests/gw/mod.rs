@@ -55,10 +55,22 @@ impl Gateway {
     /// `trove s3` as [`Gateway::s3`], reaching the cluster with the credential in `credential`
     /// (the cluster's S3 keys need a gateway credential).
     pub fn s3_with_credential(cluster: &TestCluster, name: &str, credential: &Path, extra: &[&str]) -> Gateway {
+        Gateway::s3_at(cluster, &cluster.meta_addr, name, credential, extra)
+    }
+
+    /// `trove s3` given the local cluster's directory as its cluster and no credential: it
+    /// takes the directory's own (its gateway credential), as an operator's would.
+    pub fn s3_on_dir(cluster: &TestCluster, name: &str, extra: &[&str]) -> Gateway {
+        Gateway::s3_at(cluster, &cluster.dir_str(), name, Path::new("/nonexistent"), extra)
+    }
+
+    /// `trove s3` with the test key, its cluster given as `at`, reaching it with `credential`
+    /// (none where that is no directory).
+    fn s3_at(cluster: &TestCluster, at: &str, name: &str, credential: &Path, extra: &[&str]) -> Gateway {
         let mut args = vec![
             "s3",
             "--cluster",
-            &cluster.meta_addr,
+            at,
             "--listen",
             "127.0.0.1:0",
             "--access-key",
@@ -68,25 +80,6 @@ impl Gateway {
         ];
         args.extend_from_slice(extra);
         Gateway::start_as(cluster, name, &args, "://", credential)
-    }
-
-    /// `trove s3` given the local cluster's directory as its cluster and no credential: it
-    /// takes the directory's own (its gateway credential), as an operator's would.
-    pub fn s3_on_dir(cluster: &TestCluster, name: &str, extra: &[&str]) -> Gateway {
-        let dir = cluster.dir_str();
-        let mut args = vec![
-            "s3",
-            "--cluster",
-            &dir,
-            "--listen",
-            "127.0.0.1:0",
-            "--access-key",
-            ACCESS_KEY,
-            "--secret-key",
-            SECRET_KEY,
-        ];
-        args.extend_from_slice(extra);
-        Gateway::start_as(cluster, name, &args, "://", Path::new("/nonexistent"))
     }
 
     fn start(cluster: &TestCluster, name: &str, args: &[&str], marker: &str) -> Gateway {

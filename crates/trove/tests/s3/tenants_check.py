@@ -98,6 +98,36 @@ refused("carol lists alice's parts", lambda: carol.list_parts(Bucket="data", Key
 url = alice.generate_presigned_url("get_object", Params={"Bucket": "acme-only", "Key": "k"}, ExpiresIn=300)
 assert urllib.request.urlopen(url).read() == SECRET
 
+# Browser POST uploads: a form signed with a configured key (the gateway's own) is taken in the
+# root namespace; one signed with a cluster key is refused, since the front chooses a request's
+# namespace from its URL and headers, and a form's key is in its body.
+def post_form(form, content):
+    boundary = "trove" + os.urandom(8).hex()
+    body = b""
+    for name, value in form["fields"].items():
+        body += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+    body += f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n'.encode()
+    body += content + f"\r\n--{boundary}--\r\n".encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(form["url"], data=body, headers=headers, method="POST")) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+ops = boto3.client(
+    "s3", endpoint_url=ENDPOINT, region_name="us-east-1", config=Config(s3={"addressing_style": "path"})
+)
+ops.create_bucket(Bucket="ops-posts")
+status, text = post_form(ops.generate_presigned_post("ops-posts", "form.txt"), b"posted")
+assert status in (200, 204), (status, text)
+assert ops.get_object(Bucket="ops-posts", Key="form.txt")["Body"].read() == b"posted"
+status, text = post_form(alice.generate_presigned_post("data", "form.txt"), b"posted")
+assert status == 403 and b"browser POST form" in text, (status, text)
+refused("the POST form left nothing", lambda: alice.head_object(Bucket="data", Key="form.txt"), "404")
+checked.append("browser POST: a configured key's form stored, a cluster key's refused (403)")
+
 # Inside acme: bob is in the tenant's group, but alice's buckets are private (0700).
 refused("bob GET data/a/x.bin (private bucket)", lambda: bob.get_object(Bucket="data", Key="a/x.bin"), "AccessDenied")
 refused("bob LIST data (private bucket)", lambda: bob.list_objects_v2(Bucket="data"), "AccessDenied")
