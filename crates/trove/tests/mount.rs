@@ -530,10 +530,15 @@ fn reads_of_one_file_overlap_in_time() {
         return;
     }
     let cluster = TestCluster::start(6, "4+2");
+    // The file is written through another mount: a mount that wrote it may still hold the
+    // written chunk (its release is asynchronous, so a new open can share the writer's state),
+    // and the reads below must go to the nodes.
+    let data = content(3, 4 << 20);
+    let writer = Mount::start(&cluster, "overlap-writer", &[]);
+    std::fs::write(writer.join("f"), &data).expect("write");
+    writer.stop();
     // Direct I/O: each read(2) is one FUSE read of exactly its bytes (no kernel read-ahead).
     let m = Mount::start(&cluster, "overlap", &["--direct-io"]);
-    let data = content(3, 4 << 20);
-    std::fs::write(m.join("f"), &data).expect("write");
     let state: toml::Value =
         toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("state")).expect("toml");
     let node = node_of_shard(&cluster, 0);
