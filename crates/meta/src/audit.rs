@@ -5,10 +5,11 @@
 //! whether it was done or refused, with the reason. `trove events`, the dashboard and the
 //! events API show them with the rest.
 //!
-//! The caller is named by its address and, on a TLS connection, the role of its credential.
+//! The caller is named by its address and, on a TLS connection, the role of its credential and
+//! the name it was issued under (`trove cluster issue --name`), so that an operator who holds a
+//! credential of their own is named in what they did.
 //!
-//! Deliberately absent: reads and file operations (too many to log as events), and the name in
-//! the caller's certificate: roles, not persons, are what credentials carry.
+//! Deliberately absent: reads and file operations (too many to log as events).
 
 use crate::{events::NewEvent, namespace::path_of, MetaService};
 use kv::KvEngine;
@@ -81,7 +82,10 @@ fn describe_identity(change: &IdentityChange) -> String {
 /// Records the outcome of the administrative operation `what` asked by `peer`.
 pub async fn record(service: &MetaService, what: String, node: Option<wire::NodeId>, result: &MetaResult) {
     let peer = match (wire::rpc::current_peer(), wire::rpc::current_role()) {
-        (Some(p), Some(role)) => format!("{p} with a {} credential", role.name()),
+        (Some(p), Some(role)) => match wire::rpc::current_credential_name() {
+            Some(name) => format!("{p} with the {} credential \"{name}\"", role.name()),
+            None => format!("{p} with a {} credential", role.name()),
+        },
         (Some(p), None) => format!("{p} (plaintext)"),
         (None, _) => "this process".to_string(),
     };

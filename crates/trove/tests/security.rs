@@ -118,14 +118,32 @@ async fn strangers_and_other_clusters_are_refused_by_every_port_and_administrati
         assert!(!out.status.success(), "{admin:?} was done with a client credential");
         assert!(stderr(&out).contains("needs the admin credential"), "{admin:?}: {}", stderr(&out));
     }
-    // With the admin credential they are done.
-    let admin = cluster.path().join("tls").join("admin");
-    let out = trove_as(Some(&admin), &cluster, &["snapshot", "create", "/projects", "s1"]);
+    // With an admin credential they are done: one issued to an operator by name.
+    let alice = cluster.path().join("ops-alice");
+    run_ok(&[
+        "cluster",
+        "issue",
+        "--dir",
+        &cluster.dir_str(),
+        "--role",
+        "admin",
+        "--name",
+        "ops alice",
+        "--out",
+        &alice.to_string_lossy(),
+    ]);
+    let out = trove_as(Some(&alice), &cluster, &["snapshot", "create", "/projects", "s1"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    // The refusals are in the audit trail, with the caller's credential.
-    let events = run_ok(&["--cluster", &cluster.dir_str(), "events", "--json"]);
-    assert!(events.contains("with a client credential: refused") && events.contains("needs the admin credential"));
+    // The refusals are in the audit trail, with the caller's credential and the name it was
+    // issued under; so is what the operator did.
+    let events = run_ok(&["--cluster", &cluster.dir_str(), "events"]);
+    assert!(
+        events.contains("with the client credential \"client\": refused")
+            && events.contains("needs the admin credential"),
+        "{events}"
+    );
     assert!(events.contains("create snapshot s1 of /projects, asked from 127.0.0.1"), "{events}");
+    assert!(events.contains("with the admin credential \"ops alice\": done"), "{events}");
 
     // Only nodes register as storage nodes.
     let client_ctx = TlsContext::load(&client).expect("load");

@@ -780,11 +780,13 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// Who asked the request being answered.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Caller {
     addr: std::net::SocketAddr,
     /// The role of its certificate; `None` on a plaintext connection.
     role: Option<Role>,
+    /// The name its certificate was issued under ([`crate::tls::name_of`]).
+    name: Option<Arc<str>>,
 }
 
 tokio::task_local! {
@@ -802,6 +804,12 @@ pub fn current_peer() -> Option<std::net::SocketAddr> {
 /// [`Handler::handle`]; `None` elsewhere and on plaintext connections.
 pub fn current_role() -> Option<Role> {
     PEER.try_with(|p| p.role).ok().flatten()
+}
+
+/// The name in the certificate of the peer whose request is being answered, inside
+/// [`Handler::handle`] on a TLS connection (for audit records); `None` elsewhere.
+pub fn current_credential_name() -> Option<Arc<str>> {
+    PEER.try_with(|p| p.name.clone()).ok().flatten()
 }
 
 /// How often services report the connections their TLS servers refused to the event log.
@@ -853,10 +861,10 @@ pub async fn serve_with<H: Handler>(
         let tls = tls.resolve();
         tokio::spawn(async move {
             stream.set_nodelay(true).ok();
-            let (rd, wr, role) = match tls {
+            let (rd, wr, role, name) = match tls {
                 None => {
                     let (r, w) = stream.into_split();
-                    (Source::Plain(r), Sink::Plain(w), None)
+                    (Source::Plain(r), Sink::Plain(w), None, None)
                 }
                 Some(ctx) => match accept_tls(stream, &ctx).await {
                     Ok(halves) => halves,
@@ -869,7 +877,7 @@ pub async fn serve_with<H: Handler>(
                     }
                 },
             };
-            let caller = Caller { addr: peer, role };
+            let caller = Caller { addr: peer, role, name };
             if let Err(e) = serve_connection(rd, wr, caller, handler, service, &cluster).await {
                 tracing::debug!("connection from {peer} ended: {e}");
             }
@@ -879,7 +887,13 @@ pub async fn serve_with<H: Handler>(
 
 /// The TLS server's side of a handshake: the client must present a certificate of a trusted
 /// authority and of a Trove role. A plaintext Trove client is answered with a TLS alert.
-async fn accept_tls(stream: TcpStream, ctx: &TlsContext) -> Result<(Source, Sink, Option<Role>), String> {
+/// Answers the connection's halves, the role of the client's certificate and the name it was
+/// issued under.
+#[allow(clippy::type_complexity)]
+async fn accept_tls(
+    stream: TcpStream,
+    ctx: &TlsContext,
+) -> Result<(Source, Sink, Option<Role>, Option<Arc<str>>), String> {
     let mut first = [0u8; 4];
     let peeked = tokio::time::timeout(CONNECT_TIMEOUT, stream.peek(&mut first)).await;
     if let Ok(Ok(n)) = peeked {
@@ -894,12 +908,13 @@ async fn accept_tls(stream: TcpStream, ctx: &TlsContext) -> Result<(Source, Sink
         .await
         .map_err(|_| "no TLS handshake within the connect timeout".to_string())?
         .map_err(|e| format!("the TLS handshake failed: {e}"))?;
-    let role = accepted.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(crate::tls::role_of);
-    let Some(role) = role else {
+    let cert = accepted.get_ref().1.peer_certificates().and_then(|c| c.first());
+    let Some(role) = cert.and_then(crate::tls::role_of) else {
         return Err("its certificate is of no Trove role".into());
     };
+    let name = cert.and_then(crate::tls::name_of).map(Arc::from);
     let (r, w) = tokio::io::split(TlsStream::Server(accepted));
-    Ok((Source::Tls(r), Sink::Tls(w), Some(role)))
+    Ok((Source::Tls(r), Sink::Tls(w), Some(role), name))
 }
 
 async fn serve_connection<H: Handler>(
@@ -971,6 +986,7 @@ async fn serve_connection<H: Handler>(
         let handler = handler.clone();
         let outbox = outbox.clone();
         let read_at = Instant::now();
+        let caller = caller.clone();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
             let (result, data) = PEER.scope(caller, handler.handle(req, frame.data)).await;

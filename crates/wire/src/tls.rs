@@ -169,6 +169,20 @@ pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
     })
 }
 
+/// Most characters of a credential's name kept for messages.
+pub const CREDENTIAL_NAME_CHARS_MAX: usize = 128;
+
+/// The name the end-entity certificate `cert` was issued under (`trove cluster issue --name`):
+/// its subject's common name without the ` (role)` Trove appends to it. Characters other than
+/// printable ones become `?`, and the name is cut at [`CREDENTIAL_NAME_CHARS_MAX`]: it goes into
+/// messages and the audit trail. `None` when the certificate has no readable common name.
+pub fn name_of(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let common = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    let name = Role::ALL.into_iter().find_map(|r| common.strip_suffix(&format!(" ({})", r.name()))).unwrap_or(common);
+    Some(name.chars().take(CREDENTIAL_NAME_CHARS_MAX).map(|c| if c.is_control() { '?' } else { c }).collect())
+}
+
 fn load(dir: &Path) -> Result<Loaded, TlsError> {
     let stamp = stamp_of(dir);
     let unusable = |reason: String| TlsError::Unusable { dir: dir.to_path_buf(), reason };
@@ -320,5 +334,41 @@ impl TlsChoice {
             TlsChoice::Installed => installed(),
             TlsChoice::Explicit(ctx) => ctx.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::Authority;
+
+    fn issued(role: Role, name: &str) -> CertificateDer<'static> {
+        let ca = Authority::create("names").expect("authority");
+        let dir = tempfile::tempdir().expect("tempdir");
+        ca.issue(role, name, ca.cert_pem(), dir.path()).expect("issue");
+        certificates(dir.path(), CERT_FILE).expect("certificate").remove(0)
+    }
+
+    #[test]
+    fn a_credential_carries_its_role_and_name() {
+        for (role, name) in [(Role::Admin, "ops-alice"), (Role::Client, "loader (rack 7)"), (Role::Gateway, "s3")] {
+            let cert = issued(role, name);
+            assert_eq!(role_of(&cert), Some(role));
+            assert_eq!(name_of(&cert).as_deref(), Some(name), "{role:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_made_printable_and_cut() {
+        let cert = issued(Role::Admin, "evil\nname\u{1b}[31m");
+        assert_eq!(name_of(&cert).as_deref(), Some("evil?name?[31m"));
+        let long = "n".repeat(300);
+        assert_eq!(name_of(&issued(Role::Client, &long)).map(|n| n.len()), Some(CREDENTIAL_NAME_CHARS_MAX));
+    }
+
+    #[test]
+    fn what_is_no_certificate_has_no_name() {
+        assert_eq!(name_of(&CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])), None);
+        assert_eq!(name_of(&CertificateDer::from(Vec::new())), None);
     }
 }
