@@ -48,6 +48,11 @@ const RELAY_BUFFER_BYTES: usize = 256 << 10;
 pub struct AllowList(Vec<ipnet::IpNet>);
 
 impl AllowList {
+    /// Whether every client address is admitted (no list given).
+    pub fn admits_every_address(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Parses the entries of an export's `clients`; the error names the entry that is neither
     /// an address nor a network.
     pub fn parse(entries: &[String]) -> Result<AllowList, String> {

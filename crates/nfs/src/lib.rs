@@ -14,7 +14,11 @@
 //! - **Identity**: nfsserve 0.11 does not hand AUTH_UNIX credentials to the file system, so new
 //!   files belong to root (0:0) unless a SETATTR changes them, and permissions are not checked
 //!   by the gateway. Root squash and uid mapping are therefore impossible here: an export is
-//!   for trusted networks only, and `clients` is how to say which.
+//!   for trusted networks only, and `clients` is how to say which (`trove nfs` warns of an
+//!   export without it). Of the other NFSv3 server crates, zerofs_nfsserve passes each call's
+//!   AUTH_UNIX credential to the file system but is licensed AGPL-3.0, and nfs3_server 0.11
+//!   only lets the file system accept or refuse a credential per call, without telling the
+//!   operation whose it is.
 //!
 //! # Consistency
 //!
@@ -191,6 +195,11 @@ pub struct Listening {
 }
 
 impl Listening {
+    /// Whether the export admits every client address (it has no `clients` list).
+    pub fn admits_every_host(&self) -> bool {
+        self.allow.admits_every_address()
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> String {
         match self.front.local_addr() {

@@ -98,6 +98,15 @@ pub async fn run(args: NfsArgs, cluster: Option<String>) -> Result<()> {
     for export in &config.exports {
         let listening = nfsgw::bind(client.clone(), export, &config).await.map_err(|e| anyhow!("{e}"))?;
         let mode = if listening.read_only { "read-only" } else { "read-write" };
+        if listening.admits_every_host() {
+            eprintln!(
+                "trove nfs: warning: export {} admits every host that reaches {}, and NFS callers are not \
+                 authenticated (whoever asks is served as root): list the hosts that may mount it with \
+                 --clients, or `clients` in the config",
+                listening.path,
+                listening.local_addr()
+            );
+        }
         writeln!(out, "trove nfs: listening on {} export {} ({mode})", listening.local_addr(), listening.path)?;
         listens.push(listening.local_addr());
         servers.push(tokio::spawn(listening.run()));

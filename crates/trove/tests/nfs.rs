@@ -112,6 +112,16 @@ fn exports_admit_only_the_clients_they_list() {
     let open = Gateway::nfs(&cluster, "nfs-open", "/", &["--clients", "127.0.0.0/8"]);
     let ls = run_ok(Command::new("nfs-ls").arg(url(&open, "/")));
     assert!(ls.contains("shared.txt"), "{ls}");
+    // An export with a list is not warned about; one without is, at start, since NFS callers
+    // are not authenticated.
+    assert!(!open.log_text().contains("warning"), "{}", open.log_text());
+    let everyone = Gateway::nfs(&cluster, "nfs-everyone", "/", &[]);
+    let log = everyone.log_text();
+    assert!(
+        log.contains("warning: export / admits every host that reaches 127.0.0.1:")
+            && log.contains("NFS callers are not authenticated"),
+        "{log}"
+    );
     // A list entry that is not an address stops the gateway before it serves, naming it.
     let bad = common::run(&[
         "nfs",
