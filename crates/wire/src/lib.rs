@@ -15,6 +15,7 @@ pub mod msg;
 mod opnames;
 pub mod pki;
 pub mod policy;
+pub mod records;
 pub mod rpc;
 pub mod stages;
 pub mod tls;

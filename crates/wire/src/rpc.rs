@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify, Semaphore};
@@ -102,18 +102,10 @@ impl OutFrame {
     }
 }
 
-/// Bytes read from the socket at once under a TLS session. rustls asks its transport for 4 KiB
-/// at a time; without this buffer a 1 MiB reply would cost some 256 read system calls.
-const TLS_READ_BUFFER_BYTES: usize = 256 << 10;
-
-/// A TLS session over a socket read through [`TLS_READ_BUFFER_BYTES`] of buffer (tokio's
-/// `BufReader` passes writes straight through).
-type TlsStream = tokio_rustls::TlsStream<BufReader<TcpStream>>;
-
 /// The read side of a connection.
 enum Source {
     Plain(OwnedReadHalf),
-    Tls(ReadHalf<TlsStream>),
+    Tls(crate::records::RecordReader),
 }
 
 impl AsyncRead for Source {
@@ -128,7 +120,7 @@ impl AsyncRead for Source {
 /// The write side of a connection, before its outbox takes it.
 enum Sink {
     Plain(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream>),
+    Tls(crate::records::RecordWriter),
 }
 
 impl Sink {
@@ -155,8 +147,7 @@ async fn client_halves(stream: TcpStream, tls: Option<&TlsContext>) -> std::io::
         Some(ctx) => {
             let name = rustls::pki_types::ServerName::try_from(Role::Node.dns_name())
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
-            let s = ctx.connector().connect(name, BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream)).await?;
-            let (r, w) = tokio::io::split(TlsStream::Client(s));
+            let (r, w) = crate::records::connect(stream, ctx.client_config(), name.to_owned()).await?;
             Ok((Source::Tls(r), Sink::Tls(w)))
         }
     }
@@ -189,7 +180,7 @@ enum OutSock {
     Plain(OwnedWriteHalf),
     /// Written by the writer task only (TLS records are encrypted in user space, and writes of
     /// the TLS stream are not non-blocking); `None` once the outbox is dropped.
-    Tls(tokio::sync::Mutex<Option<WriteHalf<TlsStream>>>),
+    Tls(tokio::sync::Mutex<Option<crate::records::RecordWriter>>),
 }
 
 /// Frames on their way out on one socket, written whole and in order. The task that sends a
@@ -322,7 +313,7 @@ impl Outbox {
 
 impl Outbox {
     /// Writes queued frames through TLS until the queue is empty or the stream fails.
-    async fn drain_tls(&self, half: &tokio::sync::Mutex<Option<WriteHalf<TlsStream>>>) -> Result<(), String> {
+    async fn drain_tls(&self, half: &tokio::sync::Mutex<Option<crate::records::RecordWriter>>) -> Result<(), String> {
         let mut guard = half.lock().await;
         let Some(w) = guard.as_mut() else { return Err("connection closed".into()) };
         loop {
@@ -903,17 +894,15 @@ async fn accept_tls(
             return Err("it speaks plaintext, and this service requires TLS".into());
         }
     }
-    let buffered = BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-    let accepted = tokio::time::timeout(CONNECT_TIMEOUT, ctx.acceptor().accept(buffered))
+    let (r, w, certs) = tokio::time::timeout(CONNECT_TIMEOUT, crate::records::accept(stream, ctx.server_config()))
         .await
         .map_err(|_| "no TLS handshake within the connect timeout".to_string())?
         .map_err(|e| format!("the TLS handshake failed: {e}"))?;
-    let cert = accepted.get_ref().1.peer_certificates().and_then(|c| c.first());
+    let cert = certs.first();
     let Some(role) = cert.and_then(crate::tls::role_of) else {
         return Err("its certificate is of no Trove role".into());
     };
     let name = cert.and_then(crate::tls::name_of).map(Arc::from);
-    let (r, w) = tokio::io::split(TlsStream::Server(accepted));
     Ok((Source::Tls(r), Sink::Tls(w), Some(role), name))
 }
 

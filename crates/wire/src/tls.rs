@@ -221,6 +221,12 @@ fn load(dir: &Path) -> Result<Loaded, TlsError> {
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .map_err(|e| unusable(format!("{KEY_MISMATCH}: {e}")))?;
+    // The record layer is `records`' own (rustls keeps the key schedule): it needs the traffic
+    // secrets; sessions are not resumed, so no tickets.
+    let (mut client, mut server) = (client, server);
+    client.enable_secret_extraction = true;
+    server.enable_secret_extraction = true;
+    server.send_tls13_tickets = 0;
     Ok(Loaded { client: Arc::new(client), server: Arc::new(server), role, stamp })
 }
 
@@ -255,14 +261,14 @@ impl TlsContext {
         self.current.read().role
     }
 
-    /// Makes client connections with the current credential.
-    pub fn connector(&self) -> tokio_rustls::TlsConnector {
-        tokio_rustls::TlsConnector::from(self.current.read().client.clone())
+    /// The client side's configuration with the current credential.
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.current.read().client.clone()
     }
 
-    /// Accepts connections with the current credential.
-    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        tokio_rustls::TlsAcceptor::from(self.current.read().server.clone())
+    /// The server side's configuration with the current credential.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.current.read().server.clone()
     }
 
     /// Reads the credential again if its files changed since they were read. A changed

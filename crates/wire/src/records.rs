@@ -1,0 +1,861 @@
+//! The record layer of the cluster's TLS sessions: rustls negotiates each session (certificates,
+//! keys) and keeps its key schedule, and this module protects and opens the records itself
+//! (RFC 8446 §5), the way kernel TLS does, through rustls's API for record layers outside it
+//! (`rustls::kernel`).
+//!
+//! Why: rustls's stream API reads its transport 4 KiB at a time into a buffer it grows and
+//! shrinks again for every record, copies each record's plaintext into an allocation of its own
+//! and then out to the reader, and on the way out copies each record into an allocation before
+//! sealing it. Here a record is read from the socket into the connection's read buffer, opened
+//! in place and copied once, to the reader; a write is copied once, into the write buffer, and
+//! sealed there. AES-GCM itself is ring's, as before.
+//!
+//! - [`connect`] and [`accept`] drive rustls's unbuffered connection over the socket until the
+//!   handshake is complete (certificates checked both ways), then take the traffic secrets and
+//!   the `KernelConnection` that derives the next ones. Records that arrived with the end of the
+//!   handshake are kept for the reader.
+//! - [`RecordReader`] (`AsyncRead`) opens records: application data is returned; a
+//!   NewSessionTicket is ignored (sessions are not resumed); a KeyUpdate moves the receiving
+//!   key on, and when the peer asks for it the writer sends its own before its next record; a
+//!   close_notify alert ends the stream, any other alert is an error naming it.
+//! - [`RecordWriter`] (`AsyncWrite`) fills records of up to 16 KiB in its buffer and seals each
+//!   when it is full or on flush; it moves to a new key by itself before the suite's
+//!   confidentiality limit, and `shutdown` sends close_notify.
+//!
+//! Invariants: sequence numbers count every record of a direction from the key it was sealed
+//! with (a KeyUpdate restarts them at 0, after the record that carries it); a record that fails
+//! authentication, is longer than the protocol allows or carries an unknown content type ends the
+//! connection with an error; a handshake message must lie within one record (the messages after
+//! a handshake are a few bytes long).
+//!
+//! Deliberately absent: TLS 1.2 (the cluster's links speak TLS 1.3 only), early data, and
+//! session resumption.
+
+use parking_lot::Mutex;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305, NONCE_LEN};
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::kernel::KernelConnection;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
+use rustls::{AlertDescription, ClientConfig, ConnectionTrafficSecrets, ServerConfig, SupportedCipherSuite};
+use std::io;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// Bytes of a record's header: content type, legacy version, length.
+const HEADER_BYTES: usize = 5;
+/// Most plaintext bytes of one record.
+const PLAINTEXT_PER_RECORD_MAX: usize = 1 << 14;
+/// Most bytes of a protected record after its header (RFC 8446 §5.2).
+const CIPHERTEXT_PER_RECORD_MAX: usize = PLAINTEXT_PER_RECORD_MAX + 256;
+/// Bytes of an AEAD tag (every suite of TLS 1.3 has 16).
+const TAG_BYTES: usize = 16;
+/// The outer content type of every protected record, and the inner one of application data.
+const APPLICATION_DATA: u8 = 23;
+const ALERT: u8 = 21;
+const HANDSHAKE: u8 = 22;
+/// Handshake message types handled after the handshake.
+const NEW_SESSION_TICKET: u8 = 4;
+const KEY_UPDATE: u8 = 24;
+/// Bytes read from the socket at once, at most: a 1 MiB reply takes a few reads.
+const READ_BUFFER_BYTES: usize = 256 << 10;
+/// Sealed bytes the writer collects before it sends them.
+const WRITE_BUFFER_BYTES: usize = 256 << 10;
+/// Most bytes of the handshake the driver buffers (rustls allows handshake messages up to
+/// 64 KiB).
+const HANDSHAKE_BUFFER_BYTES_MAX: usize = 128 << 10;
+
+/// The key schedule rustls keeps for a session after its handshake.
+enum Kernel {
+    Client(KernelConnection<ClientConnectionData>),
+    Server(KernelConnection<ServerConnectionData>),
+}
+
+impl Kernel {
+    fn update_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error> {
+        match self {
+            Kernel::Client(k) => k.update_tx_secret(),
+            Kernel::Server(k) => k.update_tx_secret(),
+        }
+    }
+
+    fn update_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error> {
+        match self {
+            Kernel::Client(k) => k.update_rx_secret(),
+            Kernel::Server(k) => k.update_rx_secret(),
+        }
+    }
+
+    fn suite(&self) -> SupportedCipherSuite {
+        match self {
+            Kernel::Client(k) => k.negotiated_cipher_suite(),
+            Kernel::Server(k) => k.negotiated_cipher_suite(),
+        }
+    }
+}
+
+/// What the reader and the writer of one session share.
+struct Shared {
+    kernel: Kernel,
+    /// The peer asked for a key update: the writer sends its own before its next record.
+    answer_key_update: bool,
+}
+
+/// One direction's key and the sequence number of its next record.
+struct Protection {
+    key: LessSafeKey,
+    iv: [u8; NONCE_LEN],
+    seq: u64,
+}
+
+impl Protection {
+    fn new((seq, secrets): (u64, ConnectionTrafficSecrets)) -> io::Result<Protection> {
+        let (algorithm, key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&AES_128_GCM, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&AES_256_GCM, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (&CHACHA20_POLY1305, key, iv),
+            _ => return Err(invalid("the TLS session negotiated a cipher this record layer does not offer")),
+        };
+        let key =
+            UnboundKey::new(algorithm, key.as_ref()).map_err(|_| invalid("a TLS traffic key of a wrong length"))?;
+        let iv: [u8; NONCE_LEN] = iv.as_ref().try_into().map_err(|_| invalid("a TLS traffic IV of a wrong length"))?;
+        Ok(Protection { key: LessSafeKey::new(key), iv, seq })
+    }
+
+    /// The nonce of the next record: the IV with the sequence number XORed into its low bytes.
+    fn next_nonce(&mut self) -> Nonce {
+        let mut nonce = self.iv;
+        for (n, s) in nonce[NONCE_LEN - 8..].iter_mut().zip(self.seq.to_be_bytes()) {
+            *n ^= s;
+        }
+        self.seq += 1;
+        Nonce::assume_unique_for_key(nonce)
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, reason.into())
+}
+
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// The two kinds of unbuffered connection, driven alike through the handshake.
+trait Handshaking: Sized {
+    type Data;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
+    fn is_handshaking(&self) -> bool;
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), rustls::Error>;
+}
+
+impl Handshaking for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
+    }
+    fn is_handshaking(&self) -> bool {
+        (**self).is_handshaking()
+    }
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), rustls::Error> {
+        self.dangerous_into_kernel_connection().map(|(s, k)| (s, Kernel::Client(k)))
+    }
+}
+
+impl Handshaking for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
+    }
+    fn is_handshaking(&self) -> bool {
+        (**self).is_handshaking()
+    }
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), rustls::Error> {
+        self.dangerous_into_kernel_connection().map(|(s, k)| (s, Kernel::Server(k)))
+    }
+}
+
+/// Opens a session as a client over `stream`: the server's certificate must be valid for
+/// `name` under `config`'s roots. `config` must allow secret extraction.
+pub async fn connect(
+    stream: TcpStream,
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+) -> io::Result<(RecordReader, RecordWriter)> {
+    let conn = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
+    let (conn, stream, leftover, plaintext) = handshake(conn, stream).await?;
+    let (secrets, kernel) = conn.into_kernel().map_err(tls_error)?;
+    session(stream, secrets, kernel, leftover, plaintext)
+}
+
+/// Accepts a session as a server over `stream`; answers the halves and the client's
+/// certificate chain (end entity first). `config` must allow secret extraction.
+pub async fn accept(
+    stream: TcpStream,
+    config: Arc<ServerConfig>,
+) -> io::Result<(RecordReader, RecordWriter, Vec<CertificateDer<'static>>)> {
+    let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+    let (conn, stream, leftover, plaintext) = handshake(conn, stream).await?;
+    let certs = conn.peer_certificates().map(<[_]>::to_vec).unwrap_or_default();
+    let (secrets, kernel) = conn.into_kernel().map_err(tls_error)?;
+    let (r, w) = session(stream, secrets, kernel, leftover, plaintext)?;
+    Ok((r, w, certs))
+}
+
+fn session(
+    stream: TcpStream,
+    secrets: rustls::ExtractedSecrets,
+    kernel: Kernel,
+    leftover: Vec<u8>,
+    plaintext: Vec<u8>,
+) -> io::Result<(RecordReader, RecordWriter)> {
+    #[allow(unreachable_patterns)] // TLS 1.2 suites exist where a crate enables rustls's tls12
+    let limit = match kernel.suite() {
+        // Move to a new key well before the suite's limit of records under one key.
+        SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit / 2,
+        _ => return Err(invalid("the TLS session is not TLS 1.3")),
+    };
+    let tx = Protection::new(secrets.tx)?;
+    let rx = Protection::new(secrets.rx)?;
+    let shared = Arc::new(Mutex::new(Shared { kernel, answer_key_update: false }));
+    let (rd, wr) = stream.into_split();
+    let mut buf = vec![0u8; READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX].into_boxed_slice();
+    if leftover.len() > buf.len() {
+        return Err(invalid("more than a read buffer of TLS records arrived with the handshake"));
+    }
+    buf[..leftover.len()].copy_from_slice(&leftover);
+    let reader = RecordReader {
+        sock: rd,
+        shared: shared.clone(),
+        rx,
+        buf,
+        start: 0,
+        end: leftover.len(),
+        plain: 0..0,
+        early: plaintext,
+        early_at: 0,
+        eof: false,
+    };
+    let writer = RecordWriter {
+        sock: wr,
+        shared,
+        tx,
+        limit,
+        buf: vec![0u8; WRITE_BUFFER_BYTES + 4 * (HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX)].into_boxed_slice(),
+        sent: 0,
+        sealed: 0,
+        open: None,
+        filled: 0,
+        closed: false,
+    };
+    Ok((reader, writer))
+}
+
+/// Drives `conn` through its handshake over `stream`. Answers the connection, the stream, the
+/// bytes read after the handshake's last record (records for the record layer), and any
+/// application data rustls opened with the handshake's last flight.
+async fn handshake<C: Handshaking>(mut conn: C, mut stream: TcpStream) -> io::Result<(C, TcpStream, Vec<u8>, Vec<u8>)> {
+    let mut incoming = vec![0u8; 16 << 10];
+    let mut used = 0usize;
+    let mut out: Vec<u8> = Vec::new();
+    let mut plaintext = Vec::new();
+    loop {
+        let status = conn.process(&mut incoming[..used]);
+        let mut discard = status.discard;
+        let state = match status.state {
+            Ok(state) => state,
+            Err(e) => {
+                send_alert(&mut conn, &mut stream).await;
+                return Err(tls_error(e));
+            }
+        };
+        let mut transmit = false;
+        let mut read = false;
+        let mut done = false;
+        match state {
+            ConnectionState::EncodeTlsData(mut data) => loop {
+                let at = out.len();
+                out.resize(at + 4096, 0);
+                match data.encode(&mut out[at..]) {
+                    Ok(n) => {
+                        out.truncate(at + n);
+                        break;
+                    }
+                    Err(EncodeError::InsufficientSize(s)) => {
+                        out.truncate(at);
+                        out.reserve(s.required_size);
+                        out.resize(at + s.required_size, 0);
+                        let n = data.encode(&mut out[at..]).map_err(|e| invalid(e.to_string()))?;
+                        out.truncate(at + n);
+                        break;
+                    }
+                    Err(e) => return Err(invalid(e.to_string())),
+                }
+            },
+            ConnectionState::TransmitTlsData(data) => {
+                data.done();
+                transmit = true;
+            }
+            ConnectionState::BlockedHandshake => read = true,
+            ConnectionState::ReadTraffic(mut traffic) => {
+                while let Some(record) = traffic.next_record() {
+                    let record = record.map_err(tls_error)?;
+                    discard += record.discard;
+                    plaintext.extend_from_slice(record.payload);
+                }
+            }
+            ConnectionState::WriteTraffic(_) => {
+                // A server may send before the client's last flight: the handshake is not over
+                // until the client's certificate has been checked.
+                if conn.is_handshaking() {
+                    read = true;
+                } else {
+                    done = true;
+                }
+            }
+            ConnectionState::PeerClosed | ConnectionState::Closed => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the TLS session in its handshake",
+                ))
+            }
+            _ => return Err(invalid("an unexpected state of the TLS handshake")),
+        }
+        incoming.copy_within(discard..used, 0);
+        used -= discard;
+        if transmit {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if done {
+            incoming.truncate(used);
+            return Ok((conn, stream, incoming, plaintext));
+        }
+        if read {
+            if used == incoming.len() {
+                if incoming.len() >= HANDSHAKE_BUFFER_BYTES_MAX {
+                    return Err(invalid("the TLS handshake sent more than the handshake buffer holds"));
+                }
+                incoming.resize(incoming.len() * 2, 0);
+            }
+            let n = stream.read(&mut incoming[used..]).await?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "unexpected eof in the TLS handshake"));
+            }
+            used += n;
+        }
+    }
+}
+
+/// After a failed handshake step, sends the alert rustls queued for the peer, if any, so that
+/// the peer learns why (best effort).
+async fn send_alert<C: Handshaking>(conn: &mut C, stream: &mut TcpStream) {
+    let mut out = vec![0u8; 512];
+    let mut n = 0;
+    if let Ok(ConnectionState::EncodeTlsData(mut data)) = conn.process(&mut []).state {
+        n = data.encode(&mut out).unwrap_or(0);
+    }
+    if n > 0 {
+        let _ = stream.write_all(&out[..n]).await;
+    }
+}
+
+/// The read half of a session.
+pub struct RecordReader {
+    sock: OwnedReadHalf,
+    shared: Arc<Mutex<Shared>>,
+    rx: Protection,
+    /// Bytes read from the socket: `start..end` not yet opened; opened records before `start`.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Application data opened in place and not yet returned.
+    plain: Range<usize>,
+    /// Application data rustls opened with the handshake, returned first.
+    early: Vec<u8>,
+    early_at: usize,
+    eof: bool,
+}
+
+impl RecordReader {
+    /// The length after the header of the whole record at `start`, if one is there.
+    fn whole_record(&self) -> io::Result<Option<usize>> {
+        let have = &self.buf[self.start..self.end];
+        if have.len() < HEADER_BYTES {
+            return Ok(None);
+        }
+        if have[0] != APPLICATION_DATA || have[1] != 3 || have[2] != 3 {
+            return Err(invalid(format!(
+                "a TLS record of type {} version {}.{} where only protected records may come",
+                have[0], have[1], have[2]
+            )));
+        }
+        let len = usize::from(u16::from_be_bytes([have[3], have[4]]));
+        if !(TAG_BYTES + 1..=CIPHERTEXT_PER_RECORD_MAX).contains(&len) {
+            return Err(invalid(format!("a TLS record of {len} bytes")));
+        }
+        Ok((have.len() >= HEADER_BYTES + len).then_some(len))
+    }
+
+    /// Opens the record at `start` whose body is `len` bytes, and acts on what it holds.
+    fn open_record(&mut self, len: usize) -> io::Result<()> {
+        let at = self.start;
+        self.start += HEADER_BYTES + len;
+        let (header, rest) = self.buf[at..at + HEADER_BYTES + len].split_at_mut(HEADER_BYTES);
+        let nonce = self.rx.next_nonce();
+        let inner = self
+            .rx
+            .key
+            .open_in_place(nonce, Aad::from(&*header), rest)
+            .map_err(|_| invalid("a TLS record failed authentication"))?;
+        let Some(type_at) = inner.iter().rposition(|&b| b != 0) else {
+            return Err(invalid("a TLS record without a content type"));
+        };
+        if type_at > PLAINTEXT_PER_RECORD_MAX {
+            return Err(invalid("a TLS record longer than the protocol allows"));
+        }
+        let content = at + HEADER_BYTES..at + HEADER_BYTES + type_at;
+        match inner[type_at] {
+            APPLICATION_DATA => self.plain = content,
+            ALERT => {
+                let alert = &self.buf[content];
+                if alert.len() != 2 {
+                    return Err(invalid("a malformed TLS alert"));
+                }
+                let description = AlertDescription::from(alert[1]);
+                if description == AlertDescription::CloseNotify {
+                    self.eof = true;
+                } else {
+                    return Err(tls_error(rustls::Error::AlertReceived(description)));
+                }
+            }
+            HANDSHAKE => self.handshake_messages(content)?,
+            other => return Err(invalid(format!("a TLS record of content type {other}"))),
+        }
+        Ok(())
+    }
+
+    /// Acts on the handshake messages in `content` (after the handshake: tickets, key updates).
+    fn handshake_messages(&mut self, content: Range<usize>) -> io::Result<()> {
+        let mut at = content.start;
+        while at < content.end {
+            let m = &self.buf[at..content.end];
+            if m.len() < 4 {
+                return Err(invalid("a TLS handshake message split across records"));
+            }
+            let len = u32::from_be_bytes([0, m[1], m[2], m[3]]) as usize;
+            if m.len() < 4 + len {
+                return Err(invalid("a TLS handshake message split across records"));
+            }
+            match m[0] {
+                NEW_SESSION_TICKET => {}
+                KEY_UPDATE => {
+                    if len != 1 || at + 5 != content.end || m[4] > 1 {
+                        return Err(invalid("a malformed TLS key update"));
+                    }
+                    let mut shared = self.shared.lock();
+                    self.rx = Protection::new(shared.kernel.update_rx().map_err(tls_error)?)?;
+                    if m[4] == 1 {
+                        shared.answer_key_update = true;
+                    }
+                }
+                other => return Err(invalid(format!("a TLS handshake message of type {other} after the handshake"))),
+            }
+            at += 4 + len;
+        }
+        Ok(())
+    }
+}
+
+impl AsyncRead for RecordReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        loop {
+            if me.early_at < me.early.len() {
+                let n = out.remaining().min(me.early.len() - me.early_at);
+                out.put_slice(&me.early[me.early_at..me.early_at + n]);
+                me.early_at += n;
+                return Poll::Ready(Ok(()));
+            }
+            if !me.plain.is_empty() {
+                let n = out.remaining().min(me.plain.len());
+                out.put_slice(&me.buf[me.plain.start..me.plain.start + n]);
+                me.plain.start += n;
+                return Poll::Ready(Ok(()));
+            }
+            if me.eof || out.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(len) = me.whole_record()? {
+                me.open_record(len)?;
+                continue;
+            }
+            // Room for a whole record after what is buffered: move the partial one to the front.
+            if me.start == me.end {
+                me.start = 0;
+                me.end = 0;
+            } else if me.buf.len() - me.start < HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX {
+                me.buf.copy_within(me.start..me.end, 0);
+                me.end -= me.start;
+                me.start = 0;
+            }
+            let room = (me.buf.len() - me.end).min(READ_BUFFER_BYTES);
+            let mut read = ReadBuf::new(&mut me.buf[me.end..me.end + room]);
+            ready!(Pin::new(&mut me.sock).poll_read(cx, &mut read))?;
+            let n = read.filled().len();
+            if n == 0 {
+                if me.start == me.end {
+                    // The peer closed its side without close_notify, between records.
+                    me.eof = true;
+                    return Poll::Ready(Ok(()));
+                }
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection within a TLS record",
+                )));
+            }
+            me.end += n;
+        }
+    }
+}
+
+/// The write half of a session.
+pub struct RecordWriter {
+    sock: OwnedWriteHalf,
+    shared: Arc<Mutex<Shared>>,
+    tx: Protection,
+    /// Records sealed under one key before the writer moves to the next.
+    limit: u64,
+    /// `sent..sealed`: sealed records not yet sent; `open..filled`: the record being filled
+    /// (its header's place, then its plaintext).
+    buf: Box<[u8]>,
+    sent: usize,
+    sealed: usize,
+    open: Option<usize>,
+    filled: usize,
+    closed: bool,
+}
+
+impl RecordWriter {
+    /// Seals the record being filled, if it holds anything.
+    fn seal_open(&mut self) -> io::Result<()> {
+        let Some(at) = self.open.take() else { return Ok(()) };
+        if self.filled == at + HEADER_BYTES {
+            self.filled = at;
+            return Ok(());
+        }
+        self.buf[self.filled] = APPLICATION_DATA;
+        self.filled += 1;
+        self.seal(at)
+    }
+
+    /// Seals the record whose header goes at `at` and whose inner plaintext (content and type)
+    /// is `at + HEADER_BYTES..filled`.
+    fn seal(&mut self, at: usize) -> io::Result<()> {
+        let len = self.filled - at - HEADER_BYTES + TAG_BYTES;
+        let len16 = u16::try_from(len).map_err(|_| invalid("a TLS record too long"))?;
+        let [hi, lo] = len16.to_be_bytes();
+        let header = [APPLICATION_DATA, 3, 3, hi, lo];
+        self.buf[at..at + HEADER_BYTES].copy_from_slice(&header);
+        let nonce = self.tx.next_nonce();
+        let tag = self
+            .tx
+            .key
+            .seal_in_place_separate_tag(nonce, Aad::from(header), &mut self.buf[at + HEADER_BYTES..self.filled])
+            .map_err(|_| invalid("sealing a TLS record failed"))?;
+        self.buf[self.filled..self.filled + TAG_BYTES].copy_from_slice(tag.as_ref());
+        self.filled += TAG_BYTES;
+        self.sealed = self.filled;
+        Ok(())
+    }
+
+    /// Seals a record of `content_type` holding `content` (alerts, handshake messages).
+    fn push_record(&mut self, content_type: u8, content: &[u8]) -> io::Result<()> {
+        self.seal_open()?;
+        let at = self.filled;
+        let body = at + HEADER_BYTES;
+        self.buf[body..body + content.len()].copy_from_slice(content);
+        self.buf[body + content.len()] = content_type;
+        self.filled = body + content.len() + 1;
+        self.seal(at)
+    }
+
+    /// Sends a KeyUpdate and moves to the next key when the peer asked for it or the current
+    /// key has sealed its share of records.
+    fn maybe_update_key(&mut self) -> io::Result<()> {
+        let answer = std::mem::take(&mut self.shared.lock().answer_key_update);
+        if answer || self.tx.seq >= self.limit {
+            // update_not_requested: the peer's key is the peer's business.
+            self.push_record(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0])?;
+            self.tx = Protection::new(self.shared.lock().kernel.update_tx().map_err(tls_error)?)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the sealed records; then the buffer starts again at the record being filled.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.sealed {
+            let n = ready!(Pin::new(&mut self.sock).poll_write(cx, &self.buf[self.sent..self.sealed]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        let keep = self.sealed..self.filled;
+        self.buf.copy_within(keep.clone(), 0);
+        self.open = self.open.map(|at| at - keep.start);
+        self.filled = keep.len();
+        self.sent = 0;
+        self.sealed = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for RecordWriter {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        if me.closed {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "the TLS session was closed")));
+        }
+        if me.filled >= WRITE_BUFFER_BYTES {
+            me.seal_open()?;
+            ready!(me.poll_send(cx))?;
+        }
+        me.maybe_update_key()?;
+        let mut taken = 0;
+        while taken < data.len() && me.filled < WRITE_BUFFER_BYTES {
+            let at = match me.open {
+                Some(at) => at,
+                None => {
+                    if me.tx.seq >= me.limit {
+                        me.maybe_update_key()?;
+                    }
+                    me.open = Some(me.filled);
+                    me.filled += HEADER_BYTES;
+                    me.filled - HEADER_BYTES
+                }
+            };
+            let room = PLAINTEXT_PER_RECORD_MAX - (me.filled - at - HEADER_BYTES);
+            let n = room.min(data.len() - taken);
+            me.buf[me.filled..me.filled + n].copy_from_slice(&data[taken..taken + n]);
+            me.filled += n;
+            taken += n;
+            if n == room {
+                me.seal_open()?;
+            }
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        me.seal_open()?;
+        ready!(me.poll_send(cx))?;
+        Pin::new(&mut me.sock).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.closed {
+            me.push_record(ALERT, &[1, AlertDescription::CloseNotify.into()])?;
+            me.closed = true;
+        }
+        ready!(me.poll_send(cx))?;
+        Pin::new(&mut me.sock).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::Authority;
+    use crate::tls::{Role, TlsContext};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::net::TcpListener;
+
+    /// A node (server) and a client credential of one authority.
+    fn credentials() -> (Arc<TlsContext>, Arc<TlsContext>, tempfile::TempDir) {
+        let ca = Authority::create("records").expect("authority");
+        let dir = tempfile::tempdir().expect("tempdir");
+        ca.issue(Role::Node, "node", ca.cert_pem(), &dir.path().join("node")).expect("issue");
+        ca.issue(Role::Client, "client", ca.cert_pem(), &dir.path().join("client")).expect("issue");
+        let node = TlsContext::load(&dir.path().join("node")).expect("node credential");
+        let client = TlsContext::load(&dir.path().join("client")).expect("client credential");
+        (node, client, dir)
+    }
+
+    fn node_name() -> ServerName<'static> {
+        ServerName::try_from(Role::Node.dns_name()).expect("name").to_owned()
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (client.expect("connect"), server.expect("accept").0)
+    }
+
+    /// Writes `data` in pieces of uneven sizes, flushing now and then.
+    async fn write_pieces<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) {
+        let mut at = 0;
+        let mut piece = 1;
+        while at < data.len() {
+            let n = piece.min(data.len() - at);
+            w.write_all(&data[at..at + n]).await.expect("write");
+            at += n;
+            piece = (piece * 7 + 13) % 70_000 + 1;
+            if piece % 3 == 0 {
+                w.flush().await.expect("flush");
+            }
+        }
+        w.flush().await.expect("flush");
+    }
+
+    async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Vec<u8> {
+        let mut got = vec![0u8; len];
+        r.read_exact(&mut got).await.expect("read");
+        got
+    }
+
+    #[tokio::test]
+    async fn a_stock_rustls_server_and_this_client_talk_through_key_updates_and_tickets() {
+        let (node, client, _dir) = credentials();
+        // The stock server sends session tickets (this layer ignores them).
+        let mut stock = (*node.server_config()).clone();
+        stock.send_tls13_tickets = 2;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(stock));
+        let (c, s) = pair().await;
+        let (ours, theirs) = tokio::join!(connect(c, client.client_config(), node_name()), acceptor.accept(s));
+        let (mut r, mut w) = ours.expect("our handshake");
+        let mut theirs = theirs.expect("their handshake");
+        let up = pattern(1, 3 << 20);
+        let down = pattern(2, (2 << 20) + 12_345);
+        let (_, got) = tokio::join!(write_pieces(&mut w, &up), read_exactly(&mut theirs, up.len()));
+        assert!(got == up, "the stock server read different bytes");
+        // The stock server moves to a new key, then asks for ours to move too.
+        theirs.get_mut().1.refresh_traffic_keys().expect("key update");
+        let (_, got) = tokio::join!(write_pieces(&mut theirs, &down), read_exactly(&mut r, down.len()));
+        assert!(got == down, "this client read different bytes after the server's key update");
+        let (_, got) = tokio::join!(write_pieces(&mut w, &up[..100_000]), read_exactly(&mut theirs, 100_000));
+        assert!(got[..] == up[..100_000]);
+        // close_notify from the stock server ends this side's stream.
+        theirs.shutdown().await.expect("shutdown");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.expect("read to the end");
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stock_rustls_client_and_this_server_talk_and_close() {
+        let (node, client, _dir) = credentials();
+        let connector = tokio_rustls::TlsConnector::from(client.client_config());
+        let (c, s) = pair().await;
+        let (theirs, ours) = tokio::join!(connector.connect(node_name(), c), accept(s, node.server_config()));
+        let mut theirs = theirs.expect("their handshake");
+        let (mut r, mut w, certs) = ours.expect("our handshake");
+        assert_eq!(crate::tls::role_of(&certs[0]), Some(Role::Client));
+        let up = pattern(3, (1 << 20) + 7);
+        let (_, got) = tokio::join!(write_pieces(&mut theirs, &up), read_exactly(&mut r, up.len()));
+        assert!(got == up);
+        theirs.get_mut().1.refresh_traffic_keys().expect("key update");
+        let down = pattern(4, 5 << 20);
+        let (_, got) = tokio::join!(write_pieces(&mut theirs, &up), read_exactly(&mut r, up.len()));
+        assert!(got == up, "this server read different bytes after the client's key update");
+        let (_, got) = tokio::join!(write_pieces(&mut w, &down), read_exactly(&mut theirs, down.len()));
+        assert!(got == down, "the stock client read different bytes");
+        // This server's close_notify ends the stock client's stream cleanly.
+        w.shutdown().await.expect("shutdown");
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.expect("a clean end");
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn both_ends_move_to_new_keys_when_their_limit_comes() {
+        let (node, client, _dir) = credentials();
+        let (c, s) = pair().await;
+        let (ours, theirs) =
+            tokio::join!(connect(c, client.client_config(), node_name()), accept(s, node.server_config()));
+        let (mut cr, mut cw) = ours.expect("client handshake");
+        let (mut sr, mut sw, _) = theirs.expect("server handshake");
+        // A key update every 3 records, each way.
+        cw.limit = 3;
+        sw.limit = 3;
+        let up = pattern(5, 1 << 20);
+        let down = pattern(6, 1 << 20);
+        let ((), got_up, (), got_down) = tokio::join!(
+            write_pieces(&mut cw, &up),
+            read_exactly(&mut sr, up.len()),
+            write_pieces(&mut sw, &down),
+            read_exactly(&mut cr, down.len())
+        );
+        assert!(got_up == up && got_down == down);
+        assert!(cw.tx.seq <= 3 && sr.rx.seq <= 4, "keys did not move on");
+    }
+
+    #[tokio::test]
+    async fn a_changed_byte_is_an_error_not_data() {
+        let (node, client, _dir) = credentials();
+        // client -> relay -> server; the relay flips one byte once armed.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let relay_addr = listener.local_addr().expect("addr");
+        let (to_server, server_side) = pair().await;
+        let armed = Arc::new(AtomicBool::new(false));
+        let arm = armed.clone();
+        tokio::spawn(async move {
+            let (from_client, _) = listener.accept().await.expect("accept");
+            let (mut cr, mut cw) = from_client.into_split();
+            let (mut sr, mut sw) = to_server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut sr, &mut cw).await;
+            });
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = match cr.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if n > 40 && arm.swap(false, Ordering::SeqCst) {
+                    buf[30] ^= 0x40;
+                }
+                if sw.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let c = TcpStream::connect(relay_addr).await.expect("connect");
+        let (ours, theirs) =
+            tokio::join!(connect(c, client.client_config(), node_name()), accept(server_side, node.server_config()));
+        let (_cr, mut cw) = ours.expect("client handshake");
+        let (mut sr, _sw, _) = theirs.expect("server handshake");
+        armed.store(true, Ordering::SeqCst);
+        cw.write_all(&pattern(7, 1000)).await.expect("write");
+        cw.flush().await.expect("flush");
+        let mut got = vec![0u8; 1000];
+        let e = sr.read_exact(&mut got).await.expect_err("a changed record is refused");
+        assert!(e.to_string().contains("failed authentication"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_client_of_another_authority_is_refused_with_an_alert() {
+        let (node, _client, _dir) = credentials();
+        let (_other_node, stranger, _other_dir) = credentials();
+        let (c, s) = pair().await;
+        let (ours, theirs) =
+            tokio::join!(connect(c, stranger.client_config(), node_name()), accept(s, node.server_config()));
+        // The client's own check fails first: the node's certificate is of an unknown issuer.
+        let e = ours.err().expect("the stranger's handshake fails");
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        assert!(theirs.is_err(), "the node accepted a stranger");
+    }
+}
