@@ -71,13 +71,20 @@ const WRITE_BUFFER_BYTES: usize = 256 << 10;
 /// 64 KiB).
 const HANDSHAKE_BUFFER_BYTES_MAX: usize = 128 << 10;
 
+/// Where a session's next traffic keys come from (rustls's key schedule; a fixed one in the fuzz
+/// target).
+trait KeySchedule: Send {
+    fn update_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error>;
+    fn update_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error>;
+}
+
 /// The key schedule rustls keeps for a session after its handshake.
 enum Kernel {
     Client(KernelConnection<ClientConnectionData>),
     Server(KernelConnection<ServerConnectionData>),
 }
 
-impl Kernel {
+impl KeySchedule for Kernel {
     fn update_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error> {
         match self {
             Kernel::Client(k) => k.update_tx_secret(),
@@ -91,7 +98,9 @@ impl Kernel {
             Kernel::Server(k) => k.update_rx_secret(),
         }
     }
+}
 
+impl Kernel {
     fn suite(&self) -> SupportedCipherSuite {
         match self {
             Kernel::Client(k) => k.negotiated_cipher_suite(),
@@ -102,7 +111,7 @@ impl Kernel {
 
 /// What the reader and the writer of one session share.
 struct Shared {
-    kernel: Kernel,
+    kernel: Box<dyn KeySchedule>,
     /// The peer asked for a key update: the writer sends its own before its next record.
     answer_key_update: bool,
 }
@@ -223,7 +232,7 @@ fn session(
     };
     let tx = Protection::new(secrets.tx)?;
     let rx = Protection::new(secrets.rx)?;
-    let shared = Arc::new(Mutex::new(Shared { kernel, answer_key_update: false }));
+    let shared = Arc::new(Mutex::new(Shared { kernel: Box::new(kernel), answer_key_update: false }));
     let (rd, wr) = stream.into_split();
     let mut buf = vec![0u8; READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX].into_boxed_slice();
     if leftover.len() > buf.len() {
@@ -366,9 +375,9 @@ async fn send_alert<C: Handshaking>(conn: &mut C, stream: &mut TcpStream) {
     }
 }
 
-/// The read half of a session.
-pub struct RecordReader {
-    sock: OwnedReadHalf,
+/// The read half of a session (over the socket's read half; over bytes in the fuzz target).
+pub struct RecordReader<S = OwnedReadHalf> {
+    sock: S,
     shared: Arc<Mutex<Shared>>,
     rx: Protection,
     /// Bytes read from the socket: `start..end` not yet opened; opened records before `start`.
@@ -383,7 +392,7 @@ pub struct RecordReader {
     eof: bool,
 }
 
-impl RecordReader {
+impl<S> RecordReader<S> {
     /// The length after the header of the whole record at `start`, if one is there.
     fn whole_record(&self) -> io::Result<Option<usize>> {
         let have = &self.buf[self.start..self.end];
@@ -473,7 +482,7 @@ impl RecordReader {
     }
 }
 
-impl AsyncRead for RecordReader {
+impl<S: AsyncRead + Unpin> AsyncRead for RecordReader<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         loop {
@@ -668,6 +677,81 @@ impl AsyncWrite for RecordWriter {
         }
         ready!(me.poll_send(cx))?;
         Pin::new(&mut me.sock).poll_shutdown(cx)
+    }
+}
+
+/// The record reader for the fuzz target in `fuzz/` (`tls_records`); built only with
+/// `--cfg fuzzing`, which cargo-fuzz sets.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    use super::*;
+
+    /// A key schedule that hands out the first keys again (sequence numbers restart at 0).
+    struct Fixed;
+
+    fn secrets() -> (u64, ConnectionTrafficSecrets) {
+        let key = rustls::crypto::cipher::AeadKey::from([7u8; 32]);
+        (0, ConnectionTrafficSecrets::Aes256Gcm { key, iv: rustls::crypto::cipher::Iv::from([9u8; NONCE_LEN]) })
+    }
+
+    impl KeySchedule for Fixed {
+        fn update_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error> {
+            Ok(secrets())
+        }
+        fn update_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), rustls::Error> {
+            Ok(secrets())
+        }
+    }
+
+    /// Seals `inner` (content, content type, padding) as the next record under `keys`.
+    pub fn seal(keys: &mut (LessSafeKey, u64), inner: &[u8], out: &mut Vec<u8>) {
+        let len = u16::try_from(inner.len() + TAG_BYTES).unwrap_or(u16::MAX);
+        let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
+        let mut body = inner.to_vec();
+        let mut protection = Protection::new(secrets()).expect("fixed keys");
+        protection.seq = keys.1;
+        keys.1 += 1;
+        let tag =
+            keys.0.seal_in_place_separate_tag(protection.next_nonce(), Aad::from(header), &mut body).expect("seal");
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&body);
+        out.extend_from_slice(tag.as_ref());
+    }
+
+    /// The sealing side of the fixed keys, for [`seal`].
+    pub fn sealer() -> (LessSafeKey, u64) {
+        (Protection::new(secrets()).expect("fixed keys").key, 0)
+    }
+
+    /// Reads `records` (what a peer sent) to their end through a reader holding the fixed
+    /// keys: the application data, or the error that ended the session.
+    pub fn open_records(records: &[u8]) -> (Vec<u8>, Option<String>) {
+        let rx = Protection::new(secrets()).expect("fixed keys");
+        let shared = Arc::new(Mutex::new(Shared { kernel: Box::new(Fixed), answer_key_update: false }));
+        let mut reader = RecordReader {
+            sock: records,
+            shared,
+            rx,
+            buf: vec![0u8; READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            plain: 0..0,
+            early: Vec::new(),
+            early_at: 0,
+            eof: false,
+        };
+        let mut out = Vec::new();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut chunk = [0u8; 4096];
+        loop {
+            let mut read = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut reader).poll_read(&mut cx, &mut read) {
+                Poll::Ready(Ok(())) if read.filled().is_empty() => return (out, None),
+                Poll::Ready(Ok(())) => out.extend_from_slice(read.filled()),
+                Poll::Ready(Err(e)) => return (out, Some(e.to_string())),
+                Poll::Pending => return (out, Some("pending on bytes in memory".into())),
+            }
+        }
     }
 }
 

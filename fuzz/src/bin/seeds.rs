@@ -43,6 +43,20 @@ fn main() {
     let mut request = frame::encode(wire::PROTOCOL_VERSION, FrameKind::Request, 9, &put, 5);
     request.extend_from_slice(b"shard");
     write(&dir, "wire_frame", "request-with-data", &request);
+    // TLS records after the handshake (fuzz_targets/tls_records.rs): inner plaintexts to seal
+    // (data; a key update then data; a close_notify alert), and one raw record header.
+    let inner = |parts: &[&[u8]]| -> Vec<u8> {
+        let mut out = vec![0u8];
+        for p in parts {
+            out.extend_from_slice(&(p.len() as u16).to_be_bytes());
+            out.extend_from_slice(p);
+        }
+        out
+    };
+    write(&dir, "tls_records", "data", &inner(&[b"hello frames\x17", b"more\x17\0\0\0"]));
+    write(&dir, "tls_records", "key-update", &inner(&[&[24, 0, 0, 1, 1, 22], b"after\x17"]));
+    write(&dir, "tls_records", "close", &inner(&[b"data\x17", &[1, 0, 21], b"ignored\x17"]));
+    write(&dir, "tls_records", "raw", &[1, 23, 3, 3, 0, 40, 1, 2, 3]);
     write(&dir, "wire_messages", "hello", &hello_body);
     write(&dir, "wire_messages", "get-shard", &get);
     write(&dir, "wire_messages", "put-shard", &put);
