@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wire::records::fuzzing::{open_records, seal, sealer};
+use wire::records::fuzzing::{open_records, Sealer};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = open_records(rest);
         return;
     }
-    let mut keys = sealer();
+    let mut sealer = Sealer::new();
     let mut records = Vec::new();
     let mut expected = Vec::new();
     let mut all_data = true;
@@ -29,12 +29,12 @@ fuzz_target!(|data: &[u8]| {
         let len = usize::from(u16::from_be_bytes([input[0], input[1]])).min(input.len() - 2).min((16 << 10) + 1);
         let inner = &input[2..2 + len];
         input = &input[2 + len..];
-        seal(&mut keys, inner, &mut records);
+        sealer.seal(inner, &mut records);
         match inner.iter().rposition(|&b| b != 0) {
             Some(at) if inner[at] == 23 && at <= 16 << 10 => expected.extend_from_slice(&inner[..at]),
             Some(at) if inner[at] == 22 && (inner[..at] == [24, 0, 0, 1, 0] || inner[..at] == [24, 0, 0, 1, 1]) => {
                 all_data = false;
-                keys.1 = 0;
+                sealer.restart();
             }
             _ => all_data = false,
         }

@@ -284,32 +284,26 @@ async fn handshake<C: Handshaking>(mut conn: C, mut stream: TcpStream) -> io::Re
                 return Err(tls_error(e));
             }
         };
-        let mut transmit = false;
         let mut read = false;
         let mut done = false;
         match state {
-            ConnectionState::EncodeTlsData(mut data) => loop {
+            ConnectionState::EncodeTlsData(mut data) => {
                 let at = out.len();
                 out.resize(at + 4096, 0);
-                match data.encode(&mut out[at..]) {
-                    Ok(n) => {
-                        out.truncate(at + n);
-                        break;
-                    }
+                let n = match data.encode(&mut out[at..]) {
                     Err(EncodeError::InsufficientSize(s)) => {
-                        out.truncate(at);
-                        out.reserve(s.required_size);
                         out.resize(at + s.required_size, 0);
-                        let n = data.encode(&mut out[at..]).map_err(|e| invalid(e.to_string()))?;
-                        out.truncate(at + n);
-                        break;
+                        data.encode(&mut out[at..])
                     }
-                    Err(e) => return Err(invalid(e.to_string())),
+                    other => other,
                 }
-            },
+                .map_err(|e| invalid(e.to_string()))?;
+                out.truncate(at + n);
+            }
             ConnectionState::TransmitTlsData(data) => {
+                stream.write_all(&out).await?;
+                out.clear();
                 data.done();
-                transmit = true;
             }
             ConnectionState::BlockedHandshake => read = true,
             ConnectionState::ReadTraffic(mut traffic) => {
@@ -338,10 +332,6 @@ async fn handshake<C: Handshaking>(mut conn: C, mut stream: TcpStream) -> io::Re
         }
         incoming.copy_within(discard..used, 0);
         used -= discard;
-        if transmit {
-            stream.write_all(&out).await?;
-            out.clear();
-        }
         if done {
             incoming.truncate(used);
             return Ok((conn, stream, incoming, plaintext));
@@ -703,24 +693,31 @@ pub mod fuzzing {
         }
     }
 
-    /// Seals `inner` (content, content type, padding) as the next record under `keys`.
-    pub fn seal(keys: &mut (LessSafeKey, u64), inner: &[u8], out: &mut Vec<u8>) {
-        let len = u16::try_from(inner.len() + TAG_BYTES).unwrap_or(u16::MAX);
-        let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
-        let mut body = inner.to_vec();
-        let mut protection = Protection::new(secrets()).expect("fixed keys");
-        protection.seq = keys.1;
-        keys.1 += 1;
-        let tag =
-            keys.0.seal_in_place_separate_tag(protection.next_nonce(), Aad::from(header), &mut body).expect("seal");
-        out.extend_from_slice(&header);
-        out.extend_from_slice(&body);
-        out.extend_from_slice(tag.as_ref());
-    }
+    /// The sending side of the fixed keys.
+    pub struct Sealer(Protection);
 
-    /// The sealing side of the fixed keys, for [`seal`].
-    pub fn sealer() -> (LessSafeKey, u64) {
-        (Protection::new(secrets()).expect("fixed keys").key, 0)
+    impl Sealer {
+        pub fn new() -> Sealer {
+            Sealer(Protection::new(secrets()).expect("fixed keys"))
+        }
+
+        /// Seals `inner` (content, content type, padding) as the next record into `out`.
+        pub fn seal(&mut self, inner: &[u8], out: &mut Vec<u8>) {
+            let len = u16::try_from(inner.len() + TAG_BYTES).unwrap_or(u16::MAX);
+            let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
+            let mut body = inner.to_vec();
+            let nonce = self.0.next_nonce();
+            let tag = self.0.key.seal_in_place_separate_tag(nonce, Aad::from(header), &mut body).expect("seal");
+            out.extend_from_slice(&header);
+            out.extend_from_slice(&body);
+            out.extend_from_slice(tag.as_ref());
+        }
+
+        /// Starts the sequence numbers again, as after a key update (the fixed schedule's next
+        /// keys are the first ones).
+        pub fn restart(&mut self) {
+            self.0.seq = 0;
+        }
     }
 
     /// Reads `records` (what a peer sent) to their end through a reader holding the fixed
@@ -832,6 +829,9 @@ mod tests {
         assert!(got == down, "this client read different bytes after the server's key update");
         let (_, got) = tokio::join!(write_pieces(&mut w, &up[..100_000]), read_exactly(&mut theirs, 100_000));
         assert!(got[..] == up[..100_000]);
+        // The server asked for a key update: this writer answered with its own and counts the
+        // records of its new key from 0 (3 MiB went out under the first one).
+        assert!(w.tx.seq < 20, "the writer did not move to a new key: {} records under one", w.tx.seq);
         // close_notify from the stock server ends this side's stream.
         theirs.shutdown().await.expect("shutdown");
         let mut rest = Vec::new();
@@ -931,15 +931,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_client_of_another_authority_is_refused_with_an_alert() {
+    async fn strangers_are_refused_with_an_alert_both_ways() {
         let (node, _client, _dir) = credentials();
+        // A client of another authority that does not trust this one: it refuses the node's
+        // certificate, and the node hears why.
         let (_other_node, stranger, _other_dir) = credentials();
         let (c, s) = pair().await;
         let (ours, theirs) =
             tokio::join!(connect(c, stranger.client_config(), node_name()), accept(s, node.server_config()));
-        // The client's own check fails first: the node's certificate is of an unknown issuer.
         let e = ours.err().expect("the stranger's handshake fails");
         assert!(e.to_string().contains("UnknownIssuer"), "{e}");
-        assert!(theirs.is_err(), "the node accepted a stranger");
+        let e = theirs.err().expect("the node's handshake fails");
+        assert!(e.to_string().contains("alert"), "the node was not told why: {e}");
+        // A client of another authority that trusts this one: its handshake ends, the node
+        // refuses its certificate, and the client's first read says so.
+        let other = Authority::create("other").expect("authority");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ours_pem = std::fs::read_to_string(_dir.path().join("node").join(crate::tls::CA_FILE)).expect("ca");
+        other.issue(Role::Client, "sneaky", &format!("{ours_pem}{}", other.cert_pem()), dir.path()).expect("issue");
+        let sneaky = TlsContext::load(dir.path()).expect("credential");
+        let (c, s) = pair().await;
+        let (ours, theirs) =
+            tokio::join!(connect(c, sneaky.client_config(), node_name()), accept(s, node.server_config()));
+        assert!(theirs.is_err(), "the node accepted a certificate of another authority");
+        let (mut r, _w) = ours.expect("the client's side of the handshake ends");
+        let e = r.read_u8().await.expect_err("the client learns it was refused");
+        assert!(e.to_string().contains("alert"), "{e}");
     }
 }

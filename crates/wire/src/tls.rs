@@ -209,13 +209,13 @@ fn load(dir: &Path) -> Result<Loaded, TlsError> {
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
         .build()
         .map_err(|e| unusable(format!("cannot check client certificates: {e}")))?;
-    let server = ServerConfig::builder_with_provider(provider.clone())
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| unusable(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain.clone(), key.clone_key())
         .map_err(|e| unusable(format!("{KEY_MISMATCH}: {e}")))?;
-    let client = ClientConfig::builder_with_provider(provider)
+    let mut client = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| unusable(e.to_string()))?
         .with_root_certificates(roots)
@@ -223,7 +223,6 @@ fn load(dir: &Path) -> Result<Loaded, TlsError> {
         .map_err(|e| unusable(format!("{KEY_MISMATCH}: {e}")))?;
     // The record layer is `records`' own (rustls keeps the key schedule): it needs the traffic
     // secrets; sessions are not resumed, so no tickets.
-    let (mut client, mut server) = (client, server);
     client.enable_secret_extraction = true;
     server.enable_secret_extraction = true;
     server.send_tls13_tickets = 0;
