@@ -9,7 +9,8 @@
 
 use crate::Client;
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{Attr, Ino, MetaOp, MetaReply, Timestamp};
 
 /// How long noted reads wait to be sent together.

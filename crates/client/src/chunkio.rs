@@ -274,10 +274,10 @@ impl Client {
                         Err(e) => {
                             let code = rpc_error(e.clone()).code;
                             if e.is_unreachable() {
-                                *node.failed_at.lock() = Some(Instant::now());
+                                *node.failed_at.lock() = Some(tokio::time::Instant::now());
                             }
                             if code == ErrorCode::NoSpace {
-                                *node.full_at.lock() = Some(Instant::now());
+                                *node.full_at.lock() = Some(tokio::time::Instant::now());
                             }
                             Err(WireError::new(code, format!("node {node_id} ({}): {e}", node.peer.addr())))
                         }
@@ -291,6 +291,9 @@ impl Client {
         let mut failures = Vec::new();
         while let Some((i, node, result)) = sends.next().await {
             if let Err(e) = result {
+                if wire::world::flawed(wire::world::Flaw::IgnoreFailedShardPut) {
+                    continue;
+                }
                 missing |= 1 << i;
                 failures.push((node, e));
             }
@@ -331,7 +334,7 @@ impl Client {
             }
             Err(e) => {
                 if e.is_unreachable() {
-                    *node.failed_at.lock() = Some(Instant::now());
+                    *node.failed_at.lock() = Some(tokio::time::Instant::now());
                 }
                 let (reason, code) = match &e {
                     RpcError::Remote(w) => {

@@ -33,7 +33,8 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeId, Peer, PlacementMap, RpcError, Service};
 
 /// A metadata operation's name (`Lookup`, `GetAttr`, ...): what the client logs at trace level
@@ -61,7 +62,7 @@ pub const TMP_PREFIX: &str = wire::TMP_NAME_PREFIX;
 
 /// A fresh temporary name for a file being written in some directory (see [`TMP_PREFIX`]).
 pub fn tmp_name() -> String {
-    format!("{TMP_PREFIX}{:016x}", rand::random::<u64>())
+    format!("{TMP_PREFIX}{:016x}", wire::world::random::<u64>())
 }
 
 /// Whether `name` is a temporary name of a write in progress (see [`TMP_PREFIX`]).
@@ -98,6 +99,8 @@ pub struct ClientOptions {
     /// The TLS credential the client reaches the cluster with: by default the one installed
     /// for the process (`wire::tls::install`), none meaning plaintext.
     pub tls: wire::tls::TlsChoice,
+    /// The network the cluster is reached over: TCP, or a simulator's.
+    pub net: wire::world::Net,
 }
 
 impl Default for ClientOptions {
@@ -112,6 +115,7 @@ impl Default for ClientOptions {
             write_retry_deadline: Duration::from_secs(20),
             atime: true,
             tls: wire::tls::TlsChoice::Installed,
+            net: wire::world::Net::Tcp,
         }
     }
 }
@@ -170,9 +174,9 @@ pub(crate) struct NodeHandle {
 pub const NODE_FULL_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 impl NodeHandle {
-    fn new(addr: String, tls: wire::tls::TlsChoice) -> NodeHandle {
+    fn new(addr: String, options: &ClientOptions) -> NodeHandle {
         NodeHandle {
-            peer: Peer::with_tls(addr, Service::Storage, tls),
+            peer: Peer::on(options.net.clone(), addr, Service::Storage, options.tls.clone()),
             failed_at: parking_lot::Mutex::new(None),
             full_at: parking_lot::Mutex::new(None),
         }
@@ -215,7 +219,7 @@ impl Client {
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
-            .map(|a| Peer::with_tls(a, Service::Meta, options.tls.clone()))
+            .map(|a| Peer::on(options.net.clone(), a, Service::Meta, options.tls.clone()))
             .collect();
         if metas.is_empty() {
             return Err(WireError::new(ErrorCode::Invalid, format!("no metadata service address in {meta_addr:?}")));
@@ -244,7 +248,7 @@ impl Client {
                 options,
                 metas,
                 meta_current: std::sync::atomic::AtomicUsize::new(current),
-                client_id: rand::random::<u64>() | 1,
+                client_id: wire::world::random::<u64>() | 1,
                 next_seq: AtomicU64::new(1),
                 nodes: RwLock::new(HashMap::new()),
                 maps: RwLock::new(HashMap::new()),
@@ -832,7 +836,7 @@ impl Client {
         for n in &fetched {
             let stale = nodes.get(&n.id).map(|h| h.peer.addr() != n.addr).unwrap_or(true);
             if stale {
-                nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone(), self.inner.options.tls.clone())));
+                nodes.insert(n.id, Arc::new(NodeHandle::new(n.addr.clone(), &self.inner.options)));
             }
         }
         for (id, state) in states {

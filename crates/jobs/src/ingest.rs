@@ -23,7 +23,8 @@ use client::Client;
 use meta::store::now_ms;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::ingest::is_jpeg_name;
 use wire::{Attr, ErrorCode, FileKind, IngestRule, JobInfo, JobState, Timestamp, WireError};
 

@@ -31,7 +31,8 @@ mod tracker;
 pub use runner::{spawn, Guard, Settings};
 
 use client::{Client, Result};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, WireError};
 
 /// Rewrites chunk `rec` of file `ino` under a new chunk id: read (verified end to end),

@@ -35,7 +35,8 @@ use bytes::Bytes;
 use client::{Client, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{
     ChunkRecord, EcScheme, ErrorCode, Ino, MetaOp, MetaReply, NodeId, NodeState, Placement, PlacementMap, ScannedChunk,
     ShardInfo, ShardKey, StorageReply, WireError,

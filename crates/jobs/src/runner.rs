@@ -24,8 +24,9 @@ use meta::store::now_ms;
 use meta::MetaService;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use wire::jobs::{INGEST, REPAIR, SCRUB, TIER};
 use wire::{JobInfo, JobState, MetaOp, MetaReply, NodeState, WireError};
 

@@ -19,7 +19,8 @@ use client::Client;
 use meta::store::now_ms;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::policy::{first_match, FileFacts};
 use wire::{
     ChunkRecord, EcScheme, ErrorCode, FileKind, Ino, JobInfo, JobState, MetaOp, MetaReply, PoolId, Timestamp, WireError,

@@ -4,7 +4,8 @@
 
 use metrics::gauges;
 use metrics::names;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::events::kind;
 use wire::Severity;
 

@@ -23,7 +23,8 @@ use kv::{KvEngine, KvTxn};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{
     ChunkId, ClusterStatus, DriveInfo, EcScheme, Ino, MetaReply, NodeBrief, NodeId, NodeInfo, NodeState, Placement,
     PlacementMap, PoolId, PoolPgs, PoolStatus, StatFs, Timestamp, WireError, NAME_BYTES_MAX, SHARDS_MAX,

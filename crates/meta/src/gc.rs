@@ -23,7 +23,7 @@ use crate::store::{self, abort, get, now_ms, transact};
 use bytes::Bytes;
 use kv::KvEngine;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -54,6 +54,8 @@ pub struct GcReport {
 pub struct Gc {
     grace_ms: u64,
     peers: Mutex<HashMap<NodeId, Arc<Peer>>>,
+    /// The network the storage nodes are reached over (TCP but under the simulator).
+    net: Mutex<wire::world::Net>,
 }
 
 /// One queue entry as a pass works on it.
@@ -81,7 +83,13 @@ fn width_mask(chunk: &ChunkRecord) -> u64 {
 
 impl Gc {
     pub fn new(grace_ms: u64) -> Gc {
-        Gc { grace_ms, peers: Mutex::new(HashMap::new()) }
+        Gc { grace_ms, peers: Mutex::new(HashMap::new()), net: Mutex::new(wire::world::Net::Tcp) }
+    }
+
+    /// Reaches the storage nodes over `net` from now on.
+    pub fn set_net(&self, net: wire::world::Net) {
+        *self.net.lock() = net;
+        self.peers.lock().clear();
     }
 
     fn peer(&self, node: &NodeRec) -> Arc<Peer> {
@@ -89,7 +97,8 @@ impl Gc {
         match peers.get(&node.id) {
             Some(peer) if peer.addr() == node.addr => peer.clone(),
             _ => {
-                let peer = Arc::new(Peer::new(node.addr.clone(), Service::Storage));
+                let net = self.net.lock().clone();
+                let peer = Arc::new(Peer::on(net, node.addr.clone(), Service::Storage, Default::default()));
                 peers.insert(node.id, peer.clone());
                 peer
             }
@@ -134,6 +143,7 @@ impl Gc {
                     // A chunk another file still holds (a clone) leaves the queue; it is queued
                     // again when the last of them lets it go.
                     let shared = !referenced
+                        && !wire::world::flawed(wire::world::Flaw::GcIgnoresClones)
                         && crate::clone::held_elsewhere(txn, (rec.ino, rec.chunk.index), rec.chunk.id).await?;
                     // A chunk a snapshot still reads waits, queued, until the snapshot goes.
                     let held = !referenced
@@ -158,7 +168,9 @@ impl Gc {
         report: &mut GcReport,
     ) {
         // node -> (entry index, shard index) pairs to delete there.
-        let mut work: HashMap<NodeId, Vec<(usize, usize)>> = HashMap::new();
+        // Ordered, so that the deletions go out in the same order every time (the simulator
+        // replays a seed exactly).
+        let mut work: BTreeMap<NodeId, Vec<(usize, usize)>> = BTreeMap::new();
         for (e, entry) in entries.iter_mut().enumerate() {
             if !entry.due || entry.referenced || entry.shared {
                 continue;

@@ -403,6 +403,12 @@ impl MetaService {
         *self.advertise.lock() = addr.to_string();
     }
 
+    /// Reaches other services (the storage nodes, for GC) over `net`: a simulator's network
+    /// instead of TCP.
+    pub fn set_net(&self, net: wire::world::Net) {
+        self.gc.set_net(net);
+    }
+
     /// Whether this server holds the cluster manager's lease now. Only the holder runs GC,
     /// marks dead nodes out, and (in the `trove` binary) rebuild, drain, rebalance and scrub.
     pub fn is_leader(&self) -> bool {
@@ -555,20 +561,9 @@ impl MetaService {
     }
 }
 
-/// A random 128-bit id from the OS's generator, mixed with the time and process id in the
-/// unlikely case it is unavailable.
+/// A random 128-bit id (the OS-seeded generator; the simulation's under the simulator).
 fn rand_id() -> u128 {
-    let mut bytes = [0u8; 16];
-    if getrandom_fill(&mut bytes) {
-        return u128::from_le_bytes(bytes);
-    }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    nanos ^ (u128::from(std::process::id()) << 96)
-}
-
-fn getrandom_fill(bytes: &mut [u8]) -> bool {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(bytes)).is_ok()
+    wire::world::random()
 }
 
 #[async_trait]

@@ -7,7 +7,8 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::{ProcessInfo, WireError};
 
 /// A process not heard from for this long is forgotten.

@@ -7,7 +7,7 @@
 
 use crate::keys::{self, Stat};
 use kv::{KvEngine, KvError, KvTxn, TxnError, TxnFuture};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use wire::{ErrorCode, WireError};
 
 /// What transaction bodies return: an engine error (retried by [`kv::run_txn`] when retryable)
@@ -66,7 +66,7 @@ where
     T: Send,
     F: for<'t> FnMut(&'t mut dyn KvTxn) -> TxnFuture<'t, T, WireError> + Send,
 {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(50);
     loop {
         match kv::run_txn(engine, &mut body).await {
@@ -84,7 +84,7 @@ where
 
 /// Milliseconds since the Unix epoch, wall clock: shared meaning across metadata servers.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    wire::world::now_unix_ms()
 }
 
 /// Reads and decodes a record.

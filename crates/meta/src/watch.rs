@@ -14,7 +14,8 @@ use crate::events::NewEvent;
 use crate::MetaService;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use wire::events::kind;
 use wire::{ClusterStatus, MetaCall, MetaOp, MetaReply, NodeState, Severity, WireError};
 

@@ -53,11 +53,14 @@ pub struct StorageService {
     /// Bytes of shards the cluster's GC is waiting to delete, at most how long until it has (from
     /// heartbeat replies, which may be a second or two old), and when a put that found the
     /// drives full last started asking for them (see [`StorageService::explain_no_space`]).
-    pending_delete: parking_lot::Mutex<(u64, u64, Option<std::time::Instant>)>,
+    pending_delete: parking_lot::Mutex<(u64, u64, Option<tokio::time::Instant>)>,
     /// The metadata services, asked for the pending figure when a put finds the drives full.
     metas: parking_lot::Mutex<Vec<Arc<wire::Peer>>>,
     /// Held while asking, so that a burst of full puts asks once.
     asking: tokio::sync::Mutex<()>,
+    /// Set under the simulator ([`StorageService::simulate`]): its network, and store
+    /// operations run inline on the calling task instead of on the blocking pool.
+    simulated: std::sync::OnceLock<wire::world::Endpoint>,
 }
 
 /// How long a put that found the drives full waits for that figure.
@@ -75,6 +78,7 @@ impl StorageService {
             pending_delete: parking_lot::Mutex::new((0, 0, None)),
             metas: parking_lot::Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
+            simulated: std::sync::OnceLock::new(),
         }
     }
 
@@ -89,6 +93,7 @@ impl StorageService {
             pending_delete: parking_lot::Mutex::new((0, 0, None)),
             metas: parking_lot::Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
+            simulated: std::sync::OnceLock::new(),
         }
     }
 
@@ -166,20 +171,39 @@ impl StorageService {
 
     /// The metadata services to ask for the pending figure (see [`Self::explain_no_space`]).
     pub fn set_meta_addrs(&self, addrs: &[String]) {
-        *self.metas.lock() = addrs.iter().map(|a| Arc::new(wire::Peer::new(a.clone(), Service::Meta))).collect();
+        let net = self.net();
+        *self.metas.lock() = addrs
+            .iter()
+            .map(|a| Arc::new(wire::Peer::on(net.clone(), a.clone(), Service::Meta, Default::default())))
+            .collect();
+    }
+
+    /// Runs this service under the simulator: other services are reached over `endpoint`'s
+    /// network, and store operations run inline on the task that asks (one thread, so the
+    /// order of events depends on the seed alone). Call before [`Self::set_meta_addrs`].
+    pub fn simulate(&self, endpoint: wire::world::Endpoint) {
+        let _ = self.simulated.set(endpoint);
+    }
+
+    /// The network other services are reached over.
+    fn net(&self) -> wire::world::Net {
+        match self.simulated.get() {
+            Some(endpoint) => wire::world::Net::Simulated(endpoint.clone()),
+            None => wire::world::Net::Tcp,
+        }
     }
 
     /// The pending figure as of now: asked for, unless an ask that started after this call
     /// arrived has answered meanwhile (a burst of full puts asks once, and no put is answered
     /// with a figure from before it arrived, which a delete just before it would make wrong).
     async fn fresh_pending_delete(&self) -> (u64, u64) {
-        let arrived = std::time::Instant::now();
+        let arrived = tokio::time::Instant::now();
         let _asking = self.asking.lock().await;
         let known = *self.pending_delete.lock();
         if known.2.is_some_and(|started| started >= arrived) {
             return (known.0, known.1);
         }
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let metas = self.metas.lock().clone();
         let call = MetaCall { request_id: 0, op: MetaOp::Status { scan_chunks: false } };
         for peer in metas {
@@ -257,6 +281,9 @@ impl StorageService {
         let queue = &self.drives[drive.min(self.drives.len() - 1)];
         let _permit = queue.acquire().await.map_err(|_| werr!(Unavailable, "the storage service is shutting down"))?;
         let store = self.live_store()?;
+        if self.simulated.get().is_some() {
+            return f(&store);
+        }
         match tokio::task::spawn_blocking(move || f(&store)).await {
             Ok(r) => r,
             Err(e) => Err(werr!(Internal, "storage operation failed: {e}")),
@@ -276,6 +303,21 @@ impl StorageService {
             blocking(s)
         })
         .await
+    }
+
+    /// The planted flaw [`wire::world::Flaw::AckBeforeDurable`]: answers the put at once and
+    /// stores the shard a while later, unless the service stopped (crashed) meanwhile.
+    fn put_later(&self, info: wire::ShardInfo, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
+        // Weak: a crash (shutdown) drops the store, and the late write with it.
+        let store = self.store().map(|s| Arc::downgrade(&s));
+        let delay = Duration::from_millis(wire::world::random::<u64>() % 200);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(store) = store.and_then(|s| s.upgrade()) {
+                let _ = store.put(&info, &data);
+            }
+        });
+        (Ok(StorageReply::Ok), Bytes::new())
     }
 
     /// Capacity and health of the drives, for `Stat`, registration and heartbeats.
@@ -320,6 +362,9 @@ impl Handler for StorageService {
                     Ok(s) => s.drive_for_put(info.key),
                     Err(e) => return (Err(e), Bytes::new()),
                 };
+                if wire::world::flawed(wire::world::Flaw::AckBeforeDurable) {
+                    return self.put_later(info, data);
+                }
                 let r = match self.run_blocking(drive, move |s| s.put(&info, &data)).await {
                     Ok(()) => Ok(StorageReply::Ok),
                     Err(e) => Err(self.explain_no_space(e).await),
@@ -397,7 +442,7 @@ fn human_bytes(bytes: u64) -> String {
 /// A random id for an idempotent metadata call (0 means "untracked", so never 0).
 fn request_id() -> u128 {
     loop {
-        let id: u128 = rand::random();
+        let id: u128 = wire::world::random();
         if id != 0 {
             return id;
         }
@@ -410,6 +455,7 @@ fn request_id() -> u128 {
 /// to the wrong cluster is kept, not redialled, so a misconfigured node does not pile up
 /// connections while it retries.
 struct MetaLink {
+    net: wire::world::Net,
     addr: String,
     cluster: String,
     /// The live connection and the cluster its server named.
@@ -417,15 +463,16 @@ struct MetaLink {
 }
 
 impl MetaLink {
-    fn new(addr: String, cluster: String) -> MetaLink {
-        MetaLink { addr, cluster, conn: None }
+    fn new(net: wire::world::Net, addr: String, cluster: String) -> MetaLink {
+        MetaLink { net, addr, cluster, conn: None }
     }
 
     async fn call(&mut self, call: &MetaCall) -> Result<MetaReply, RpcError> {
         let (conn, theirs) = match &self.conn {
             Some((c, theirs)) if !c.is_dead() => (c.clone(), theirs.clone()),
             _ => {
-                let (c, hello) = Connection::connect(&self.addr, Service::Meta).await?;
+                let tls = wire::tls::installed();
+                let (c, hello) = Connection::connect_on(&self.net, &self.addr, Service::Meta, tls.as_deref()).await?;
                 self.conn = Some((c.clone(), hello.cluster.clone()));
                 (c, hello.cluster)
             }
@@ -451,7 +498,7 @@ async fn register(link: &mut MetaLink, service: &StorageService, m: &Membership)
     let id = request_id();
     let mut backoff = REGISTER_BACKOFF_FIRST;
     let mut attempts = 0u32;
-    let mut last_warn: Option<std::time::Instant> = None;
+    let mut last_warn: Option<tokio::time::Instant> = None;
     loop {
         attempts += 1;
         let drives = service.drive_info().await;
@@ -479,17 +526,17 @@ async fn register(link: &mut MetaLink, service: &StorageService, m: &Membership)
         // Loud at first, then once a minute: a node started before its metadata service is
         // normal and should not flood the log.
         if attempts <= 3 || last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            last_warn = Some(std::time::Instant::now());
+            last_warn = Some(tokio::time::Instant::now());
             tracing::warn!("cannot register with the metadata service at {} (attempt {attempts}): {error}", link.addr);
         }
-        let jitter = Duration::from_millis(rand::random::<u64>() % (backoff.as_millis() as u64 / 2 + 1));
+        let jitter = Duration::from_millis(wire::world::random::<u64>() % (backoff.as_millis() as u64 / 2 + 1));
         tokio::time::sleep(backoff + jitter).await;
         backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
     }
 }
 
 /// What the membership loop needs to know about this node.
-pub(crate) struct Membership {
+pub struct Membership {
     pub meta: String,
     pub cluster: String,
     pub uuid: u128,
@@ -504,8 +551,8 @@ pub(crate) struct Membership {
 /// Registers, then heartbeats forever; re-registers when the metadata service no longer knows
 /// the node. Keeps going while the metadata service is unreachable.
 /// Returns only when the metadata service refuses the node's configuration.
-pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) -> WireError {
-    let mut link = MetaLink::new(m.meta.clone(), m.cluster.clone());
+pub async fn membership(service: Arc<StorageService>, m: Membership) -> WireError {
+    let mut link = MetaLink::new(service.net(), m.meta.clone(), m.cluster.clone());
     loop {
         let node = match register(&mut link, &service, &m).await {
             Ok(node) => node,
@@ -514,7 +561,7 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) -> W
         service.set_node_id(node);
         let mut ticker = tokio::time::interval(m.heartbeat);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing_since: Option<std::time::Instant> = None;
+        let mut failing_since: Option<tokio::time::Instant> = None;
         loop {
             ticker.tick().await;
             let drives = service.drive_info().await;
@@ -541,7 +588,7 @@ pub(crate) async fn membership(service: Arc<StorageService>, m: Membership) -> W
                 Err(e) => {
                     if failing_since.is_none() {
                         tracing::warn!("heartbeat to {} failed: {e}; will keep trying", m.meta);
-                        failing_since = Some(std::time::Instant::now());
+                        failing_since = Some(tokio::time::Instant::now());
                     }
                 }
             }

@@ -523,7 +523,7 @@ impl ShardStore {
                 None => self.write_file(drive, key, &plain_header, data),
                 Some(keys) => {
                     let (id, data_key) = keys.active();
-                    let (head, stored) = format::encode_sealed(info, data, id, data_key, rand::random());
+                    let (head, stored) = format::encode_sealed(info, data, id, data_key, wire::world::random());
                     self.write_file(drive, key, &head, &stored)
                 }
             };
@@ -560,7 +560,7 @@ impl ShardStore {
     fn write_file(&self, drive: &Drive, key: ShardKey, header: &[u8], data: &[u8]) -> Result<(), WriteFail> {
         let dir = drive.dir_of(key);
         let path = dir.join(file_name(key));
-        let tmp = dir.join(format!("{TMP_PREFIX}{}.{:016x}", file_name(key), rand::random::<u64>()));
+        let tmp = dir.join(format!("{TMP_PREFIX}{}.{:016x}", file_name(key), wire::world::random::<u64>()));
         let result = (|| -> io::Result<()> {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(header)?;

@@ -1,6 +1,6 @@
 //! The crate dependency rules of ARCHITECTURE.md, checked with `cargo metadata`: services never
 //! depend on each other, the client never depends on a service, `wire` and `metrics` depend on
-//! no other Trove crate.
+//! no other Trove crate, and no product crate links a test kit (`kv-tests`, `sim`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,10 +57,17 @@ fn crate_dependencies_point_one_way() {
         ("jobs", &["client", "meta", "wire", "erasure", "metrics", "vision"][..]),
         ("vision", &[][..]),
         ("py", &["client", "vision"][..]),
+        // The simulator is a test kit of its own: it runs the services, so it links them.
+        ("sim", &["wire", "kv", "kv-tests", "meta", "storage", "client"][..]),
     ]);
     for (name, set) in &deps {
-        // The engines' test kit is for tests: no crate, the binary included, links it.
-        assert!(!set.contains("kv-tests"), "crate {name} depends on the test kit kv-tests outside its tests");
+        // The test kits are for tests: no product crate, the binary included, links them.
+        for kit in ["kv-tests", "sim"] {
+            assert!(
+                name == "sim" || !set.contains(kit),
+                "crate {name} depends on the test kit {kit} outside its tests"
+            );
+        }
         if let Some(ok) = allowed.get(name.as_str()) {
             for d in set {
                 assert!(ok.contains(&d.as_str()), "crate {name} must not depend on {d} (allowed: {ok:?})");

@@ -2,7 +2,8 @@
 //! storage services, the frame format, and the RPC transport that carries them.
 //!
 //! This is the only crate the services share. It knows nothing about how services store
-//! anything: no disk, no key-value engine, no erasure coding.
+//! anything: no disk, no key-value engine, no erasure coding. It also holds the seam a
+//! simulator replaces ([`world`]: the wall clock, chance and the network).
 
 pub mod crc;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod stages;
 pub mod tls;
 pub mod traffic;
 pub mod types;
+pub mod world;
 
 pub use error::{ErrorCode, WireError};
 pub use events::{Event, ProcessInfo, Severity};

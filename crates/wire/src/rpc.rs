@@ -391,7 +391,21 @@ struct ConnInner {
 /// A client connection to one service. Cheap to clone; all clones share the socket.
 #[derive(Clone)]
 pub struct Connection {
-    inner: Arc<ConnInner>,
+    link: Link,
+}
+
+/// What a connection carries its calls over.
+#[derive(Clone)]
+enum Link {
+    Socket(Arc<ConnInner>),
+    /// A simulator's network ([`crate::world`]): calls are handed to it whole.
+    Simulated(Arc<SimulatedLink>),
+}
+
+struct SimulatedLink {
+    endpoint: crate::world::Endpoint,
+    addr: String,
+    service: Service,
 }
 
 fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
@@ -415,6 +429,24 @@ impl Connection {
     /// Uses the process's installed TLS credential, if any ([`crate::tls::install`]).
     pub async fn connect(addr: &str, service: Service) -> Result<(Connection, Hello), RpcError> {
         Self::connect_with(addr, service, crate::tls::installed().as_deref()).await
+    }
+
+    /// Connects over `net`: as [`Connection::connect_with`] on TCP, through the simulator's
+    /// network on a simulated one (where TLS does not apply).
+    pub async fn connect_on(
+        net: &crate::world::Net,
+        addr: &str,
+        service: Service,
+        tls: Option<&TlsContext>,
+    ) -> Result<(Connection, Hello), RpcError> {
+        match net {
+            crate::world::Net::Tcp => Self::connect_with(addr, service, tls).await,
+            crate::world::Net::Simulated(endpoint) => {
+                let hello = endpoint.network.connect(&endpoint.name, addr, service).await?;
+                let link = SimulatedLink { endpoint: endpoint.clone(), addr: addr.to_string(), service };
+                Ok((Connection { link: Link::Simulated(Arc::new(link)) }, hello))
+            }
+        }
     }
 
     /// As [`Connection::connect`], in TLS with `tls` (plaintext with `None`).
@@ -536,17 +568,24 @@ impl Connection {
                 inner.fail_all(&reason);
             }
         });
-        Ok((Connection { inner }, theirs))
+        Ok((Connection { link: Link::Socket(inner) }, theirs))
     }
 
     /// The address this connection was made to.
     pub fn addr(&self) -> &str {
-        &self.inner.addr
+        match &self.link {
+            Link::Socket(inner) => &inner.addr,
+            Link::Simulated(link) => &link.addr,
+        }
     }
 
-    /// Whether the connection has failed; a dead connection fails every call.
+    /// Whether the connection has failed; a dead connection fails every call. (A simulated
+    /// connection fails call by call instead.)
     pub fn is_dead(&self) -> bool {
-        self.inner.dead.load(Ordering::Acquire)
+        match &self.link {
+            Link::Socket(inner) => inner.dead.load(Ordering::Acquire),
+            Link::Simulated(_) => false,
+        }
     }
 
     /// Sends a request with an optional data section and waits for the reply.
@@ -555,7 +594,10 @@ impl Connection {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let inner = &self.inner;
+        let inner = match &self.link {
+            Link::Socket(inner) => inner,
+            Link::Simulated(link) => return link.call(req, data, timeout).await,
+        };
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let body = encode_body(req);
         if data.len() > frame::DATA_BYTES_MAX as usize {
@@ -596,6 +638,29 @@ impl Connection {
             .map_err(|e| RpcError::Protocol { addr: inner.addr.clone(), reason: format!("undecodable reply: {e}") })?;
         match result {
             Ok(resp) => Ok((resp, frame.data)),
+            Err(e) => Err(RpcError::Remote(e)),
+        }
+    }
+}
+
+impl SimulatedLink {
+    async fn call<Req, Resp>(&self, req: &Req, data: Bytes, timeout: Duration) -> Result<(Resp, Bytes), RpcError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        if data.len() > frame::DATA_BYTES_MAX as usize {
+            return Err(RpcError::Remote(WireError::new(
+                crate::ErrorCode::TooLarge,
+                format!("request data of {} bytes exceeds the limit of {}", data.len(), frame::DATA_BYTES_MAX),
+            )));
+        }
+        let request = crate::world::Request { service: self.service, body: encode_body(req), data, timeout };
+        let (body, data) = self.endpoint.network.call(&self.endpoint.name, &self.addr, request).await?;
+        let result: Result<Resp, WireError> = postcard::from_bytes(&body)
+            .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("undecodable reply: {e}") })?;
+        match result {
+            Ok(resp) => Ok((resp, data)),
             Err(e) => Err(RpcError::Remote(e)),
         }
     }
@@ -710,6 +775,7 @@ pub struct Peer {
     addr: String,
     service: Service,
     tls: TlsChoice,
+    net: crate::world::Net,
     conn: tokio::sync::Mutex<Option<Connection>>,
 }
 
@@ -721,7 +787,13 @@ impl Peer {
 
     /// A peer reached with the credential `tls` chooses.
     pub fn with_tls(addr: impl Into<String>, service: Service, tls: TlsChoice) -> Peer {
-        Peer { addr: addr.into(), service, tls, conn: tokio::sync::Mutex::new(None) }
+        Peer::on(crate::world::Net::Tcp, addr, service, tls)
+    }
+
+    /// A peer reached over `net` (TCP with the credential `tls` chooses, or a simulator's
+    /// network).
+    pub fn on(net: crate::world::Net, addr: impl Into<String>, service: Service, tls: TlsChoice) -> Peer {
+        Peer { addr: addr.into(), service, tls, net, conn: tokio::sync::Mutex::new(None) }
     }
 
     pub fn addr(&self) -> &str {
@@ -736,7 +808,7 @@ impl Peer {
                 return Ok(c.clone());
             }
         }
-        let (c, _) = Connection::connect_with(&self.addr, self.service, self.tls.resolve().as_deref()).await?;
+        let (c, _) = Connection::connect_on(&self.net, &self.addr, self.service, self.tls.resolve().as_deref()).await?;
         *guard = Some(c.clone());
         Ok(c)
     }
@@ -801,6 +873,35 @@ pub fn current_role() -> Option<Role> {
 /// [`Handler::handle`] on a TLS connection (for audit records); `None` elsewhere.
 pub fn current_credential_name() -> Option<Arc<str>> {
     PEER.try_with(|p| p.name.clone()).ok().flatten()
+}
+
+/// Answers one request that arrived over a simulated network ([`crate::world::answer`]), as
+/// [`serve_connection`] answers one from a socket.
+pub(crate) async fn answer_simulated<H: Handler>(
+    handler: Arc<H>,
+    from: Arc<str>,
+    body: Vec<u8>,
+    data: Bytes,
+) -> (Vec<u8>, Bytes) {
+    let req = match postcard::from_bytes::<H::Req>(&body) {
+        Ok(req) => req,
+        Err(e) => {
+            let error: Result<H::Reply, WireError> =
+                Err(WireError::new(crate::ErrorCode::Invalid, format!("undecodable request: {e}")));
+            return (encode_body(&error), Bytes::new());
+        }
+    };
+    let (result, data) = match handler.handle_now(&req) {
+        Some(answered) => answered,
+        None => {
+            // Simulated endpoints are named like socket addresses; one that is not shows as
+            // the unspecified address.
+            let addr = from.parse().unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+            let caller = Caller { addr, role: None, name: None };
+            PEER.scope(caller, handler.handle(req, data)).await
+        }
+    };
+    (encode_body(&result), data)
 }
 
 /// How often services report the connections their TLS servers refused to the event log.

@@ -377,7 +377,7 @@ pub fn utc_text(ms: u64) -> String {
 impl Timestamp {
     /// The current wall-clock time.
     pub fn now() -> Timestamp {
-        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let d = crate::world::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
     }
 }
