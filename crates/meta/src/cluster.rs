@@ -834,8 +834,10 @@ impl Cluster {
                 let key = keys::leader_lease();
                 let now = store::now_ms();
                 let current = get::<keys::LeaderRec>(txn, &key).await?;
+                // The planted flaw (simulator only) takes over a lease with half of it left.
+                let early_ms = if wire::world::flawed(wire::world::Flaw::LeaseBeforeExpiry) { lease_ms / 2 } else { 0 };
                 if let Some(rec) = &current {
-                    if rec.holder != holder && rec.expires_ms > now {
+                    if rec.holder != holder && rec.expires_ms > now + early_ms {
                         return Ok(None);
                     }
                 }

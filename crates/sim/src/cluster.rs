@@ -1,6 +1,11 @@
-//! The simulated cluster: the real metadata service (on the in-memory engine) and real storage
-//! nodes (shard stores in a temporary directory), wired to the simulated network, with crash
-//! and restart of storage nodes.
+//! The simulated cluster: real metadata servers (sharing one engine, [`crate::engine`]) and
+//! real storage nodes (shard stores in a temporary directory), wired to the simulated network,
+//! with crash and restart of either.
+//!
+//! A metadata server runs what `meta::run` runs, minus the socket: its service answers the
+//! network, and its background tasks renew the cluster manager's lease, mark dead nodes out and
+//! collect garbage while it leads. A crash drops the service and its tasks without releasing
+//! the lease; a restart is a new process (a new server id) on the same engine.
 //!
 //! A storage node runs what `storage::run` runs, minus the socket: its [`StorageService`]
 //! answers requests from the network and its membership loop registers and heartbeats. A
@@ -9,6 +14,7 @@
 //! place, so a crash keeps every shard whose put was answered (power loss, which would also
 //! lose unsynced writes, is not simulated).
 
+use crate::engine::SlowEngine;
 use crate::net::SimNet;
 use crate::trace::Trace;
 use meta::{MetaOptions, MetaService};
@@ -28,9 +34,17 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// The shape of the cluster.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
+    pub meta_servers: usize,
     pub storage_nodes: usize,
     pub ec: EcScheme,
     pub chunk_bytes: u32,
+}
+
+pub struct MetaServer {
+    pub addr: String,
+    /// `None` while crashed.
+    pub service: Option<Arc<MetaService>>,
+    background: Option<meta::Background>,
 }
 
 pub struct StorageNode {
@@ -39,18 +53,32 @@ pub struct StorageNode {
     drive: PathBuf,
     /// `None` while crashed.
     pub service: Option<Arc<StorageService>>,
-    membership: Option<tokio::task::JoinHandle<()>>,
+    /// Its membership loop with each metadata server.
+    membership: Vec<tokio::task::JoinHandle<()>>,
 }
 
 pub struct Cluster {
     pub net: Arc<SimNet>,
     pub trace: Arc<Trace>,
     pub shape: Shape,
-    pub meta_addr: String,
-    pub meta: Arc<MetaService>,
-    _background: meta::Background,
+    /// The metadata engine every metadata server shares.
+    pub engine: Arc<SlowEngine>,
+    options: MetaOptions,
+    pub metas: Vec<MetaServer>,
     pub nodes: Vec<StorageNode>,
+    holders: LeaseHolders,
     _dir: tempfile::TempDir,
+}
+
+/// The live metadata servers, by address, as the lease checker sees them.
+#[derive(Clone, Default)]
+pub struct LeaseHolders(Arc<parking_lot::Mutex<std::collections::BTreeMap<String, Arc<MetaService>>>>);
+
+impl LeaseHolders {
+    /// The addresses of the live servers that believe they hold the lease now.
+    pub fn leaders(&self) -> Vec<String> {
+        self.0.lock().iter().filter(|(_, m)| m.is_leader()).map(|(a, _)| a.clone()).collect()
+    }
 }
 
 /// The endpoint a process named `name` has on `net`.
@@ -59,10 +87,9 @@ pub fn endpoint(net: &Arc<SimNet>, name: &str) -> Endpoint {
 }
 
 impl Cluster {
-    /// Starts the metadata service and every storage node, and waits until all registered.
-    pub async fn start(shape: Shape, net: Arc<SimNet>, trace: Arc<Trace>) -> anyhow::Result<Cluster> {
+    /// Starts the metadata servers and every storage node, and waits until all registered.
+    pub async fn start(shape: Shape, net: Arc<SimNet>, trace: Arc<Trace>, seed: u64) -> anyhow::Result<Cluster> {
         let dir = tempfile::tempdir()?;
-        let meta_addr = "10.0.0.1:7000".to_string();
         let options = MetaOptions {
             default_ec: shape.ec,
             chunk_bytes: shape.chunk_bytes,
@@ -73,24 +100,71 @@ impl Cluster {
             rebuild_after_ms: 24 * 3600 * 1000,
             ..MetaOptions::default()
         };
-        let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
-        let meta = MetaService::new(engine, options).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        meta.set_advertise(&meta_addr);
-        meta.set_net(Net::Simulated(endpoint(&net, &meta_addr)));
-        net.listen(&meta_addr, Service::Meta, CLUSTER, wire::world::answer(meta.clone()));
-        let background = meta.spawn_background();
+        let metas = (0..shape.meta_servers)
+            .map(|i| MetaServer { addr: format!("10.0.0.{}:7000", i + 1), service: None, background: None })
+            .collect();
         let mut nodes = Vec::new();
         for i in 0..shape.storage_nodes {
             let drive = dir.path().join(format!("node{i}"));
             let addr = format!("10.0.1.{}:7100", i + 1);
-            nodes.push(StorageNode { addr, uuid: 0x5100 + i as u128, drive, service: None, membership: None });
+            nodes.push(StorageNode { addr, uuid: 0x5100 + i as u128, drive, service: None, membership: Vec::new() });
         }
-        let mut cluster = Cluster { net, trace, shape, meta_addr, meta, _background: background, nodes, _dir: dir };
+        let engine = SlowEngine::new(seed);
+        let holders = LeaseHolders::default();
+        let mut cluster = Cluster { net, trace, shape, engine, options, metas, nodes, holders, _dir: dir };
+        for i in 0..shape.meta_servers {
+            cluster.start_meta(i).await?;
+        }
         for i in 0..shape.storage_nodes {
             cluster.start_node(i)?;
         }
         cluster.wait_registered().await?;
         Ok(cluster)
+    }
+
+    /// The metadata servers' addresses, comma-separated, as clients are given them.
+    pub fn meta_addrs(&self) -> String {
+        self.metas.iter().map(|m| m.addr.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Who can say whether they lead, for the lease checker (sees restarts and crashes).
+    pub fn lease_holders(&self) -> LeaseHolders {
+        self.holders.clone()
+    }
+
+    /// A metadata server that is up.
+    pub fn live_meta(&self) -> Option<&Arc<MetaService>> {
+        self.metas.iter().find_map(|m| m.service.as_ref())
+    }
+
+    /// Starts metadata server `i` (again, after a crash: a new process on the same engine).
+    pub async fn start_meta(&mut self, i: usize) -> anyhow::Result<()> {
+        let server = &mut self.metas[i];
+        if server.service.is_some() {
+            return Ok(());
+        }
+        let engine: Arc<dyn kv::KvEngine> = self.engine.clone();
+        let meta = MetaService::new(engine, self.options.clone()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        meta.set_advertise(&server.addr);
+        meta.set_net(Net::Simulated(endpoint(&self.net, &server.addr)));
+        self.net.listen(&server.addr, Service::Meta, CLUSTER, wire::world::answer(meta.clone()));
+        server.background = Some(meta.spawn_background());
+        self.holders.0.lock().insert(server.addr.clone(), meta.clone());
+        server.service = Some(meta);
+        self.trace.note(format_args!("cluster: metadata server {} up", server.addr));
+        Ok(())
+    }
+
+    /// Metadata server `i` dies, its lease unreleased.
+    pub fn crash_meta(&mut self, i: usize) {
+        let server = &mut self.metas[i];
+        if server.service.take().is_none() {
+            return;
+        }
+        self.net.crash(&server.addr);
+        server.background = None;
+        self.holders.0.lock().remove(&server.addr);
+        self.trace.note(format_args!("cluster: metadata server {} crashed", server.addr));
     }
 
     /// Starts storage node `i` (again, after a crash) on its drive.
@@ -103,22 +177,25 @@ impl Cluster {
         let store = ShardStore::open(&config)?;
         let service = Arc::new(StorageService::new(Arc::new(store)));
         service.simulate(endpoint(&self.net, &node.addr));
-        service.set_meta_addrs(std::slice::from_ref(&self.meta_addr));
+        let metas: Vec<String> = self.metas.iter().map(|m| m.addr.clone()).collect();
+        service.set_meta_addrs(&metas);
         self.net.listen(&node.addr, Service::Storage, CLUSTER, wire::world::answer(service.clone()));
-        let membership = Membership {
-            meta: self.meta_addr.clone(),
-            cluster: CLUSTER.to_string(),
-            uuid: node.uuid,
-            addr: node.addr.clone(),
-            heartbeat: HEARTBEAT,
-            pool: String::new(),
-            object: None,
-        };
-        let member = service.clone();
-        node.membership = Some(tokio::spawn(async move {
-            let refused = storage::service::membership(member, membership).await;
-            panic!("the metadata service refused a simulated node: {refused}");
-        }));
+        for meta in metas {
+            let membership = Membership {
+                meta,
+                cluster: CLUSTER.to_string(),
+                uuid: node.uuid,
+                addr: node.addr.clone(),
+                heartbeat: HEARTBEAT,
+                pool: String::new(),
+                object: None,
+            };
+            let member = service.clone();
+            node.membership.push(tokio::spawn(async move {
+                let refused = storage::service::membership(member, membership).await;
+                panic!("the metadata service refused a simulated node: {refused}");
+            }));
+        }
         node.service = Some(service);
         self.trace.note(format_args!("cluster: storage node {} up", node.addr));
         Ok(())
@@ -129,7 +206,7 @@ impl Cluster {
         let node = &mut self.nodes[i];
         let Some(service) = node.service.take() else { return };
         self.net.crash(&node.addr);
-        if let Some(task) = node.membership.take() {
+        for task in node.membership.drain(..) {
             task.abort();
         }
         service.shutdown().await;
@@ -140,16 +217,17 @@ impl Cluster {
         self.nodes[i].service.is_some()
     }
 
-    /// Waits until the metadata service counts every storage node up.
+    /// Waits until a metadata server counts every storage node up.
     pub async fn wait_registered(&self) -> anyhow::Result<()> {
         for _ in 0..200 {
-            let status =
-                self.meta.call(wire::MetaCall { request_id: 0, op: wire::MetaOp::Status { scan_chunks: false } }).await;
-            if let Ok(wire::MetaReply::Status(status)) = status {
-                let up = status.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
-                if up == self.nodes.len() {
-                    self.trace.note(format_args!("cluster: all {up} storage nodes registered"));
-                    return Ok(());
+            if let Some(meta) = self.live_meta() {
+                let op = wire::MetaOp::Status { scan_chunks: false };
+                if let Ok(wire::MetaReply::Status(status)) = meta.call(wire::MetaCall { request_id: 0, op }).await {
+                    let up = status.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
+                    if up == self.nodes.len() {
+                        self.trace.note(format_args!("cluster: all {up} storage nodes registered"));
+                        return Ok(());
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

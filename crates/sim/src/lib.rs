@@ -21,12 +21,14 @@
 //! linearizability.
 
 pub mod cluster;
+pub mod engine;
 pub mod invariants;
 pub mod net;
 pub mod trace;
 pub mod workload;
 
 use crate::cluster::{endpoint, Cluster, Shape};
+use crate::engine::EngineFaults;
 use crate::net::{Faults, NetStats, SimNet};
 use crate::trace::Trace;
 use crate::workload::Verdicts;
@@ -51,7 +53,8 @@ pub struct Config {
     /// Simulated time the workload runs under faults (then the faults heal for the final check).
     pub duration: Duration,
     pub faults: Faults,
-    /// Whether storage nodes crash and restart and links are cut.
+    pub engine_faults: EngineFaults,
+    /// Whether metadata servers and storage nodes crash and restart and links are cut.
     pub chaos: bool,
     /// Bugs planted in the services' code for this run.
     pub flaws: Vec<Flaw>,
@@ -60,15 +63,16 @@ pub struct Config {
 }
 
 impl Config {
-    /// The default run of `seed`: 4 storage nodes at 2+1, 2 clients, 30 simulated seconds of
-    /// lossy network, crashes and cuts.
+    /// The default run of `seed`: 2 metadata servers on an engine that sometimes stalls, 4
+    /// storage nodes at 2+1, 2 clients, 30 simulated seconds of lossy network, crashes and cuts.
     pub fn new(seed: u64) -> Config {
         Config {
             seed,
-            shape: Shape { storage_nodes: 4, ec: EcScheme { k: 2, m: 1 }, chunk_bytes: 64 << 10 },
+            shape: Shape { meta_servers: 2, storage_nodes: 4, ec: EcScheme { k: 2, m: 1 }, chunk_bytes: 64 << 10 },
             clients: 2,
             duration: Duration::from_secs(30),
             faults: Faults { drop_per_mille: 10, duplicate_per_mille: 10, delay_max_ms: 20 },
+            engine_faults: EngineFaults { commit_ms_max: 2, stall_per_mille: 10, stall_ms_max: 4000 },
             chaos: true,
             flaws: Vec::new(),
             echo: false,
@@ -99,11 +103,13 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let trace = Trace::new(config.echo);
     trace.note(format_args!("seed {} flaws {:?}", config.seed, config.flaws));
     let net = SimNet::new(config.seed ^ 0x6e65_7477_6f72_6b00, trace.clone());
-    let mut cluster = Cluster::start(config.shape, net.clone(), trace.clone()).await?;
+    let mut cluster = Cluster::start(config.shape, net.clone(), trace.clone(), config.seed ^ 0x656e_6769_6e65).await?;
     let verdicts =
         Arc::new(Verdicts { violations: Mutex::new(Vec::new()), ops: AtomicU64::new(0), trace: trace.clone() });
 
     net.set_faults(config.faults);
+    cluster.engine.set_faults(config.engine_faults);
+    let leases = tokio::spawn(watch_leases(cluster.lease_holders(), verdicts.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for i in 0..config.clients {
@@ -127,7 +133,11 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
 
     trace.note(format_args!("heal: faults off, links restored, every node up"));
     net.set_faults(Faults::NONE);
+    cluster.engine.set_faults(EngineFaults::NONE);
     net.heal();
+    for i in 0..cluster.metas.len() {
+        cluster.start_meta(i).await?;
+    }
     for i in 0..cluster.nodes.len() {
         cluster.start_node(i)?;
     }
@@ -138,6 +148,7 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let stores = cluster.nodes.iter().filter_map(|n| n.service.clone()).collect();
     workload::final_check(&checker, &models, stores, &verdicts).await;
     check_metadata(&cluster, &verdicts).await;
+    leases.abort();
     trace.note(format_args!("end: {} violation(s)", verdicts.violations.lock().len()));
     let violations = verdicts.violations.lock().clone();
     Ok(Outcome {
@@ -152,7 +163,7 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
 
 /// Checks the metadata's invariants on a snapshot of its engine.
 async fn check_metadata(cluster: &Cluster, verdicts: &Verdicts) {
-    for broken in invariants::check(cluster.meta.engine().as_ref()).await {
+    for broken in invariants::check(cluster.engine.as_ref()).await {
         verdicts.violation(format!("metadata: {broken}"));
     }
 }
@@ -169,14 +180,18 @@ async fn connect(net: &Arc<SimNet>, cluster: &Cluster, name: &str) -> anyhow::Re
         net: Net::Simulated(endpoint(net, name)),
         ..client::ClientOptions::default()
     };
-    client::Client::connect_with(&cluster.meta_addr, options).await.map_err(|e| anyhow::anyhow!("client {name}: {e}"))
+    client::Client::connect_with(&cluster.meta_addrs(), options)
+        .await
+        .map_err(|e| anyhow::anyhow!("client {name}: {e}"))
 }
 
-/// One act of chaos: a storage node crashes or comes back, or a link is cut or all healed.
-/// At most `m` nodes are down at once, so that every chunk stays readable.
+/// One act of chaos: a storage node or metadata server crashes or comes back, or a link is
+/// cut or all healed. At most `m` storage nodes are down at once, so that every chunk stays
+/// readable, and at least one metadata server is up.
 async fn chaos(cluster: &mut Cluster, rng: &mut StdRng) {
     let down: Vec<usize> = (0..cluster.nodes.len()).filter(|&i| !cluster.is_up(i)).collect();
-    match rng.gen_range(0..4) {
+    let metas_down: Vec<usize> = (0..cluster.metas.len()).filter(|&i| cluster.metas[i].service.is_none()).collect();
+    match rng.gen_range(0..6) {
         0 if down.len() < cluster.shape.ec.m as usize => {
             let up: Vec<usize> = (0..cluster.nodes.len()).filter(|&i| cluster.is_up(i)).collect();
             let victim = up[rng.gen_range(0..up.len())];
@@ -188,10 +203,20 @@ async fn chaos(cluster: &mut Cluster, rng: &mut StdRng) {
                 cluster.trace.note(format_args!("cluster: restarting storage node {back} failed: {e}"));
             }
         }
-        2 => {
+        2 if metas_down.len() + 1 < cluster.metas.len() => {
+            let victim = rng.gen_range(0..cluster.metas.len());
+            cluster.crash_meta(victim);
+        }
+        3 if !metas_down.is_empty() => {
+            let back = metas_down[rng.gen_range(0..metas_down.len())];
+            if let Err(e) = cluster.start_meta(back).await {
+                cluster.trace.note(format_args!("cluster: restarting metadata server {back} failed: {e}"));
+            }
+        }
+        4 => {
             let node = &cluster.nodes[rng.gen_range(0..cluster.nodes.len())].addr;
             let other = match rng.gen_range(0..2) {
-                0 => cluster.meta_addr.clone(),
+                0 => cluster.metas[rng.gen_range(0..cluster.metas.len())].addr.clone(),
                 _ => format!("10.0.2.{}:0", rng.gen_range(1..=2)),
             };
             cluster.trace.note(format_args!("chaos: cut {node} <-> {other}"));
@@ -200,6 +225,23 @@ async fn chaos(cluster: &mut Cluster, rng: &mut StdRng) {
         _ => {
             cluster.trace.note(format_args!("chaos: heal every link"));
             cluster.net.heal();
+        }
+    }
+}
+
+/// How often the lease checker looks at who leads.
+const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Lease exclusion: at no moment do two metadata servers both believe they lead the cluster
+/// manager (each runs GC and marks nodes out; two at once could undo each other).
+async fn watch_leases(holders: cluster::LeaseHolders, verdicts: Arc<Verdicts>) {
+    let mut reported = false;
+    loop {
+        tokio::time::sleep(LEASE_CHECK_INTERVAL).await;
+        let leaders = holders.leaders();
+        if leaders.len() > 1 && !reported {
+            verdicts.violation(format!("lease: {} metadata servers lead at once: {leaders:?}", leaders.len()));
+            reported = true;
         }
     }
 }

@@ -24,7 +24,7 @@ struct Args {
     #[arg(long)]
     trace: bool,
     /// Plant a bug on purpose (repeatable): ack-before-durable, ignore-failed-shard-put,
-    /// gc-ignores-clones. The checkers should catch it.
+    /// gc-ignores-clones, lease-before-expiry. The checkers should catch it.
     #[arg(long = "flaw", value_parser = parse_flaw)]
     flaws: Vec<Flaw>,
     /// Simulated seconds of workload under faults, per seed.

@@ -86,9 +86,15 @@ fn gc_deleting_a_chunk_a_clone_holds_is_caught() {
 }
 
 #[test]
+fn a_lease_taken_before_it_expired_is_caught() {
+    caught(Flaw::LeaseBeforeExpiry, "metadata servers lead at once");
+}
+
+#[test]
 fn without_faults_every_operation_succeeds() {
     let mut config = Config::new(5);
     config.faults = sim::net::Faults::NONE;
+    config.engine_faults = sim::engine::EngineFaults::NONE;
     config.chaos = false;
     config.duration = Duration::from_secs(10);
     let outcome = run(&config);

@@ -310,7 +310,7 @@ impl StorageService {
     fn put_later(&self, info: wire::ShardInfo, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
         // Weak: a crash (shutdown) drops the store, and the late write with it.
         let store = self.store().map(|s| Arc::downgrade(&s));
-        let delay = Duration::from_millis(wire::world::random::<u64>() % 200);
+        let delay = Duration::from_millis(wire::world::random::<u64>() % 2000);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(store) = store.and_then(|s| s.upgrade()) {

@@ -39,8 +39,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// A bug planted on purpose in the services' code, on only under a [`Simulation`] that asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Flaw {
-    /// A storage node answers a shard put at once and writes the shard a little later: a
-    /// crash in between loses a shard the writer was told is stored.
+    /// A storage node answers a shard put at once and writes the shard up to two seconds
+    /// later (as a write left to the page cache's writeback would be): a crash in between
+    /// loses a shard the writer was told is stored.
     AckBeforeDurable,
     /// The client counts a failed shard put as stored: the chunk is committed without the
     /// shard recorded missing.
@@ -48,10 +49,14 @@ pub enum Flaw {
     /// Garbage collection forgets that a clone may share the chunk: it deletes shards another
     /// file still references.
     GcIgnoresClones,
+    /// A metadata server takes the cluster manager's lease once less than half of it remains,
+    /// not once it has expired: two servers may lead at once.
+    LeaseBeforeExpiry,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 3] = [Flaw::AckBeforeDurable, Flaw::IgnoreFailedShardPut, Flaw::GcIgnoresClones];
+    pub const ALL: [Flaw; 4] =
+        [Flaw::AckBeforeDurable, Flaw::IgnoreFailedShardPut, Flaw::GcIgnoresClones, Flaw::LeaseBeforeExpiry];
 
     /// The flaw's name on the simulator's command line.
     pub fn name(self) -> &'static str {
@@ -59,6 +64,7 @@ impl Flaw {
             Flaw::AckBeforeDurable => "ack-before-durable",
             Flaw::IgnoreFailedShardPut => "ignore-failed-shard-put",
             Flaw::GcIgnoresClones => "gc-ignores-clones",
+            Flaw::LeaseBeforeExpiry => "lease-before-expiry",
         }
     }
 }
