@@ -6,9 +6,12 @@
 //! - link counts: a file's is the number of entries naming it, a directory's 2 plus its
 //!   subdirectories;
 //! - no inode with links is unreachable (named by no entry);
-//! - every chunk record belongs to a live regular file.
+//! - every chunk record belongs to a live regular file;
+//! - no two live locks conflict: among the lock records of a file whose session's lease has
+//!   not run out (by the simulation's clock), no two owners hold overlapping ranges of which
+//!   one is exclusive.
 
-use meta::keys::{self, prefix, DentryRec, InodeRec};
+use meta::keys::{self, prefix, DentryRec, InodeRec, LeaseRec, LockRec};
 use std::collections::BTreeMap;
 use wire::{ChunkRecord, FileKind, Ino, ROOT_INO};
 
@@ -45,10 +48,12 @@ pub async fn check(engine: &dyn kv::KvEngine) -> Vec<String> {
             scan_all(txn.as_mut(), prefix::INODE).await?,
             scan_all(txn.as_mut(), prefix::DENTRY).await?,
             scan_all(txn.as_mut(), prefix::CHUNK).await?,
+            scan_all(txn.as_mut(), prefix::LOCK).await?,
+            scan_all(txn.as_mut(), prefix::LEASE).await?,
         ))
     }
     .await;
-    let (inode_kvs, dentry_kvs, chunk_kvs) = match scanned {
+    let (inode_kvs, dentry_kvs, chunk_kvs, lock_kvs, lease_kvs) = match scanned {
         Ok(all) => all,
         Err(e) => return vec![format!("scanning the metadata failed: {e}")],
     };
@@ -140,6 +145,45 @@ pub async fn check(engine: &dyn kv::KvEngine) -> Vec<String> {
                 "chunk {:016x} (index {}) belongs to inode {ino}, which is no live file",
                 chunk.id, chunk.index
             ));
+        }
+    }
+    let now = meta::store::now_ms();
+    let mut live_sessions = std::collections::BTreeSet::new();
+    for (key, value) in &lease_kvs {
+        let session = key.get(1..9).and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+        match keys::decode::<LeaseRec>(key, value) {
+            Ok(lease) if lease.expires_ms > now => {
+                live_sessions.insert(session);
+            }
+            Ok(_) => {}
+            Err(e) => broken.push(format!("the lease of session {session} does not decode: {e}")),
+        }
+    }
+    // ino -> the live locks on it: (session, owner, range).
+    let mut locks: BTreeMap<Ino, Vec<(u64, u64, wire::LockRange)>> = BTreeMap::new();
+    for (key, value) in &lock_kvs {
+        let Some((ino, session, owner)) = keys::parse_lock(key) else {
+            broken.push(format!("a lock key does not parse: {key:?}"));
+            continue;
+        };
+        match keys::decode::<LockRec>(key, value) {
+            Ok(rec) if live_sessions.contains(&session) => {
+                locks.entry(ino).or_default().extend(rec.ranges.into_iter().map(|r| (session, owner, r)));
+            }
+            Ok(_) => {}
+            Err(e) => broken.push(format!("a lock record of inode {ino} does not decode: {e}")),
+        }
+    }
+    for (ino, held) in &locks {
+        for (i, (s1, o1, r1)) in held.iter().enumerate() {
+            for (s2, o2, r2) in &held[i + 1..] {
+                let exclusive = r1.kind == wire::LockKind::Write || r2.kind == wire::LockKind::Write;
+                if (s1, o1) != (s2, o2) && exclusive && r1.overlaps(r2) {
+                    broken.push(format!(
+                        "inode {ino}: live conflicting locks of session {s1} owner {o1} ({r1:?}) and session {s2} owner {o2} ({r2:?})"
+                    ));
+                }
+            }
         }
     }
     broken

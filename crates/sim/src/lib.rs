@@ -16,13 +16,13 @@
 //! Same seed, same run: the [`trace::Trace`] of two runs of one seed is identical byte for
 //! byte (a test holds it to that), so a failing seed replays its failure.
 //!
-//! Deliberately absent so far: the data mover (rebuild, drain, scrub), several metadata
-//! servers and the lock manager; disk faults, power loss and clock skew; a checker of
-//! linearizability.
+//! Deliberately absent so far: the data mover (rebuild, drain, scrub); disk faults, power
+//! loss and clock skew; a checker of linearizability.
 
 pub mod cluster;
 pub mod engine;
 pub mod invariants;
+pub mod locks;
 pub mod net;
 pub mod trace;
 pub mod workload;
@@ -112,9 +112,22 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let leases = tokio::spawn(watch_leases(cluster.lease_holders(), verdicts.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
+    let mut lockers = Vec::new();
+    let holders = Arc::new(locks::Holders::default());
     for i in 0..config.clients {
         let client = connect(&net, &cluster, &format!("10.0.2.{}:0", i + 1)).await?;
-        workers.push(tokio::spawn(workload::client_loop(i, client, config.seed, stop.clone(), verdicts.clone())));
+        let lock_file = shared_file(&client, "/lock").await;
+        workers.push(tokio::spawn(workload::client_loop(
+            i,
+            client.clone(),
+            config.seed,
+            stop.clone(),
+            verdicts.clone(),
+        )));
+        if let Some(ino) = lock_file {
+            let (holders, stop, verdicts) = (holders.clone(), stop.clone(), verdicts.clone());
+            lockers.push(tokio::spawn(locks::lock_loop(i, client, ino, config.seed, holders, stop, verdicts)));
+        }
     }
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x6368_616f_7300);
     let until = tokio::time::Instant::now() + config.duration;
@@ -129,6 +142,9 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let mut models = Vec::new();
     for worker in workers {
         models.push(worker.await?);
+    }
+    for locker in lockers {
+        locker.await?;
     }
 
     trace.note(format_args!("heal: faults off, links restored, every node up"));
@@ -159,6 +175,18 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
         net: net.stats(),
         trace,
     })
+}
+
+/// The inode of the file at `path` that every client shares, created by whoever comes first;
+/// `None` if the namespace cannot be reached (the lock workload then does not run).
+async fn shared_file(client: &client::Client, path: &str) -> Option<wire::Ino> {
+    for _ in 0..20 {
+        match client.create(wire::ROOT_INO, &path[1..], 0o644, false).await {
+            Ok(attr) => return Some(attr.ino),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    None
 }
 
 /// Checks the metadata's invariants on a snapshot of its engine.

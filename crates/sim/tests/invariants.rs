@@ -83,5 +83,27 @@ async fn each_kind_of_damage_is_reported() {
     let found = sim::invariants::check(svc.engine().as_ref()).await;
     assert!(found.iter().any(|b| b.contains("belongs to inode 424242, which is no live file")), "{found:?}");
     put(&svc, keys::chunk(424_242, 0), None).await;
+
+    // Two live sessions' exclusive locks over the same bytes; a lapsed session's lock does
+    // not count.
+    let far = meta::store::now_ms() + 60_000;
+    let range = |kind| wire::LockRange { start: 0, end: 99, kind, pid: 1 };
+    for session in [1u64, 2] {
+        put(&svc, keys::lease(session), Some(keys::encode(&keys::LeaseRec { expires_ms: far }))).await;
+    }
+    put(&svc, keys::lease(3), Some(keys::encode(&keys::LeaseRec { expires_ms: 1 }))).await;
+    let write = keys::LockRec { ranges: vec![range(wire::LockKind::Write)] };
+    let read = keys::LockRec { ranges: vec![range(wire::LockKind::Read)] };
+    put(&svc, keys::lock(file.ino, 1, 7), Some(keys::encode(&read))).await;
+    put(&svc, keys::lock(file.ino, 3, 7), Some(keys::encode(&write))).await;
+    assert_eq!(
+        sim::invariants::check(svc.engine().as_ref()).await,
+        Vec::<String>::new(),
+        "a lapsed lock is no conflict"
+    );
+    put(&svc, keys::lock(file.ino, 2, 7), Some(keys::encode(&write))).await;
+    let found = sim::invariants::check(svc.engine().as_ref()).await;
+    assert!(found.iter().any(|b| b.contains("live conflicting locks of session 1 owner 7")), "{found:?}");
+    put(&svc, keys::lock(file.ino, 2, 7), None).await;
     assert_eq!(sim::invariants::check(svc.engine().as_ref()).await, Vec::<String>::new(), "repaired");
 }
