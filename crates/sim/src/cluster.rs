@@ -89,7 +89,11 @@ pub fn endpoint(net: &Arc<SimNet>, name: &str) -> Endpoint {
 impl Cluster {
     /// Starts the metadata servers and every storage node, and waits until all registered.
     pub async fn start(shape: Shape, net: Arc<SimNet>, trace: Arc<Trace>, seed: u64) -> anyhow::Result<Cluster> {
-        let dir = tempfile::tempdir()?;
+        // In memory where the machine offers it: shard files are still written, renamed and
+        // synced for real, without waiting for a disk (a crash here is a process's, not a
+        // power loss).
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
         let options = MetaOptions {
             default_ec: shape.ec,
             chunk_bytes: shape.chunk_bytes,
