@@ -103,6 +103,7 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let trace = Trace::new(config.echo);
     trace.note(format_args!("seed {} flaws {:?}", config.seed, config.flaws));
     let net = SimNet::new(config.seed ^ 0x6e65_7477_6f72_6b00, trace.clone());
+    let _closing = Closing(net.clone());
     let mut cluster = Cluster::start(config.shape, net.clone(), trace.clone(), config.seed ^ 0x656e_6769_6e65).await?;
     let verdicts =
         Arc::new(Verdicts { violations: Mutex::new(Vec::new()), ops: AtomicU64::new(0), trace: trace.clone() });
@@ -193,6 +194,15 @@ async fn shared_file(client: &client::Client, path: &str) -> Option<wire::Ino> {
 async fn check_metadata(cluster: &Cluster, verdicts: &Verdicts) {
     for broken in invariants::check(cluster.engine.as_ref()).await {
         verdicts.violation(format!("metadata: {broken}"));
+    }
+}
+
+/// Closes the network when a run ends, however it ends ([`SimNet::close`]).
+struct Closing(Arc<SimNet>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

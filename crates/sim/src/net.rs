@@ -137,6 +137,18 @@ impl SimNet {
         }
     }
 
+    /// Forgets every host. The services hold the network (their endpoints) and the network
+    /// holds the services (their answers): a run ends by breaking that cycle, or each run
+    /// would keep its services, and their open shard files, until the process exits.
+    pub fn close(&self) {
+        let hosts = std::mem::take(&mut self.state.lock().hosts);
+        for host in hosts.into_values() {
+            for task in host.running {
+                task.abort();
+            }
+        }
+    }
+
     /// Cuts the link between `a` and `b`, both ways.
     pub fn cut(&self, a: &str, b: &str) {
         self.state.lock().cut.insert(link(a, b));
