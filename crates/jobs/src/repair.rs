@@ -433,14 +433,14 @@ impl Mover {
         let placement = Placement { map_version: newest.version, pg };
         if missing.count_ones() > u32::from(rec.ec.m) {
             // Committing would leave fewer than k shards where the record points.
-            self.forget(rec, &old, &written).await;
+            self.forget(ino, rec, &old, &written).await;
             return Err(WireError::new(
                 ErrorCode::Unavailable,
                 format!("only {} of {width} shards could be placed", width - missing.count_ones() as usize),
             ));
         }
         if let Err(e) = self.commit(ino, rec, placement, missing).await {
-            self.forget(rec, &old, &written).await;
+            self.forget(ino, rec, &old, &written).await;
             return Err(e);
         }
         report.chunks_moved += 1;
@@ -503,14 +503,34 @@ impl Mover {
     }
 
     /// Deletes shards written for a move that was not committed, where they were not already
-    /// part of the chunk's recorded placement.
-    async fn forget(&self, rec: &ChunkRecord, old: &[NodeId], written: &[(usize, NodeId)]) {
-        for &(slot, node) in written {
-            if old.get(slot) != Some(&node) {
-                let key = ShardKey { chunk: rec.id, index: slot as u8 };
-                if let Err(e) = self.delete_shard(node, key).await {
-                    tracing::debug!("mover: cleaning up {key} on node {node}: {e}");
-                }
+    /// part of the chunk's recorded placement, nor are now: a put of a shard that is already
+    /// there succeeds, so a move that lost a race with another move of the same chunk (a
+    /// clone's slot, seen in the same scan) wrote shards the winner placed and committed. When
+    /// the chunk's current placement cannot be read, nothing is deleted (a leftover copy is
+    /// garbage; a deleted one could be the only one).
+    async fn forget(&self, ino: Ino, rec: &ChunkRecord, old: &[NodeId], written: &[(usize, NodeId)]) {
+        let extra: Vec<(usize, NodeId)> =
+            written.iter().copied().filter(|&(slot, node)| old.get(slot) != Some(&node)).collect();
+        if extra.is_empty() {
+            return;
+        }
+        let placed = match self.current_record(ino, rec.index, rec.id).await {
+            Ok(placed) => placed,
+            Err(e) => {
+                tracing::debug!("mover: keeping the shards of chunk {:016x} written for a failed move: {e}", rec.id);
+                return;
+            }
+        };
+        for (slot, node) in extra {
+            let placed_here = placed
+                .as_ref()
+                .is_some_and(|(now, map)| now.id == rec.id && map.node_for(now.placement.pg, slot) == Some(node));
+            if placed_here {
+                continue;
+            }
+            let key = ShardKey { chunk: rec.id, index: slot as u8 };
+            if let Err(e) = self.delete_shard(node, key).await {
+                tracing::debug!("mover: cleaning up {key} on node {node}: {e}");
             }
         }
     }
