@@ -274,7 +274,10 @@ impl MetaService {
                 let r = self.snapshot_restore(root, &name, &path).await?;
                 Ok(MetaReply::Restored { files: r.files, dirs: r.dirs, skipped: r.skipped })
             }
-            op if locks::is_lock_op(&op) => locks::apply(engine, op).await,
+            op if locks::is_lock_op(&op) => {
+                let tracked = self.tracked(call.request_id);
+                locks::apply(engine, op, (tracked.request_id, tracked.expires_ms)).await
+            }
             op => {
                 if let MetaOp::SetLayout { ino, ec, check, .. } = &op {
                     self.cluster.check_layout_fits(engine, *ino, *ec, *check).await?;

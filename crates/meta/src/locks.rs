@@ -10,8 +10,12 @@
 //! meets them; there is no background sweep and no clock shared beyond the wall clock the
 //! idempotency records already rely on.
 //!
-//! Requests never wait here: a front end that must block (F_SETLKW) retries. Every request is
-//! idempotent (granting a lock its owner holds changes nothing), so none needs a request record.
+//! Requests never wait here: a front end that must block (F_SETLKW) retries. A request with a
+//! request id is recorded with its reply in the transaction that applies it, as namespace
+//! mutations are: a copy of it that arrives or commits late (a retry after a lost reply, while
+//! the first attempt waited on a slow engine) is answered from the record instead of being
+//! applied again. Applied again, a late unlock would release a lock its owner took after it
+//! (the deterministic simulation found this: seed 983 of `crates/sim` before the fix).
 
 use crate::keys::{self, LeaseRec, LockRec};
 use crate::store::{self, abort, fail, get, put, TxResult};
@@ -29,14 +33,24 @@ pub fn is_lock_op(op: &MetaOp) -> bool {
     matches!(op, MetaOp::Lock { .. } | MetaOp::TestLock { .. } | MetaOp::RenewLease { .. })
 }
 
-/// Answers a lock operation, each in its own transaction.
-pub async fn apply(engine: &dyn KvEngine, op: MetaOp) -> Result<MetaReply, WireError> {
+/// Answers a lock operation, each in its own transaction; `tracked` (request id, when its
+/// record expires) makes a lock or a renewal apply once however often it arrives (request id 0:
+/// not recorded).
+pub async fn apply(engine: &dyn KvEngine, op: MetaOp, tracked: (u128, u64)) -> Result<MetaReply, WireError> {
+    let (request_id, expires_ms) = tracked;
     match op {
         MetaOp::Lock { ino, session, owner, range, lease_ms } => {
             check_range(&range)?;
             let lease_ms = lease_ms.min(LEASE_MS_MAX);
             store::transact(engine, move |txn| {
-                Box::pin(async move { lock(txn, ino, session, owner, range, lease_ms, store::now_ms()).await })
+                Box::pin(async move {
+                    if let Some(reply) = replayed(txn, request_id).await? {
+                        return Ok(reply);
+                    }
+                    let reply = lock(txn, ino, session, owner, range, lease_ms, store::now_ms()).await?;
+                    record(txn, request_id, &reply, expires_ms).await?;
+                    Ok(reply)
+                })
             })
             .await
         }
@@ -54,12 +68,16 @@ pub async fn apply(engine: &dyn KvEngine, op: MetaOp) -> Result<MetaReply, WireE
             let lease_ms = lease_ms.min(LEASE_MS_MAX);
             store::transact(engine, move |txn| {
                 Box::pin(async move {
+                    if let Some(reply) = replayed(txn, request_id).await? {
+                        return Ok(reply);
+                    }
                     let key = keys::lease(session);
                     if lease_ms == 0 {
                         txn.delete(&key).await?;
                     } else {
                         put(txn, &key, &LeaseRec { expires_ms: store::now_ms().saturating_add(lease_ms) }).await?;
                     }
+                    record(txn, request_id, &MetaReply::Ok, expires_ms).await?;
                     Ok(MetaReply::Ok)
                 })
             })
@@ -67,6 +85,22 @@ pub async fn apply(engine: &dyn KvEngine, op: MetaOp) -> Result<MetaReply, WireE
         }
         other => Err(wire::werr!(Internal, "{other:?} is not a lock operation")),
     }
+}
+
+/// The recorded reply of request `request_id`, if it was applied already.
+async fn replayed(txn: &mut dyn KvTxn, request_id: u128) -> TxResult<Option<MetaReply>> {
+    if request_id == 0 {
+        return Ok(None);
+    }
+    crate::namespace::recorded_reply(txn, request_id).await
+}
+
+/// Records `reply` as the answer of request `request_id` (none for 0).
+async fn record(txn: &mut dyn KvTxn, request_id: u128, reply: &MetaReply, expires_ms: u64) -> TxResult<()> {
+    if request_id != 0 {
+        crate::namespace::record_reply(txn, request_id, reply, expires_ms).await?;
+    }
+    Ok(())
 }
 
 fn check_range(range: &LockRange) -> Result<(), WireError> {
