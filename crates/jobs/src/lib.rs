@@ -28,7 +28,7 @@ pub mod schedule;
 pub mod tier;
 mod tracker;
 
-pub use runner::{spawn, Guard, Settings};
+pub use runner::{spawn, spawn_with, Guard, Settings};
 
 use client::{Client, Result};
 use std::time::Duration;

@@ -95,7 +95,17 @@ impl Drop for Guard {
 
 /// Starts the runner for the metadata server `service`, reached at `addr`.
 pub fn spawn(service: Arc<MetaService>, addr: String, settings: Settings) -> Guard {
-    Guard(tokio::spawn(run(service, addr, settings)))
+    spawn_with(service, addr, settings, client::ClientOptions::default())
+}
+
+/// As [`spawn`], its client made with `options` (the simulator's network, for one).
+pub fn spawn_with(
+    service: Arc<MetaService>,
+    addr: String,
+    settings: Settings,
+    options: client::ClientOptions,
+) -> Guard {
+    Guard(tokio::spawn(run(service, addr, settings, options)))
 }
 
 /// Job records through this server's own service (no network round trip).
@@ -193,7 +203,7 @@ impl Drop for Leading {
     }
 }
 
-async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
+async fn run(service: Arc<MetaService>, addr: String, settings: Settings, options: client::ClientOptions) {
     let mut leading: Option<Leading> = None;
     let mut paused = false;
     loop {
@@ -221,7 +231,7 @@ async fn run(service: Arc<MetaService>, addr: String, settings: Settings) {
         }
         paused = false;
         if leading.is_none() {
-            match Client::connect(&addr).await {
+            match Client::connect_with(&addr, options.clone()).await {
                 Ok(client) => {
                     tracing::info!("mover: started (this metadata server leads); jobs started");
                     leading = Some(Leading {

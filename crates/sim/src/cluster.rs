@@ -28,6 +28,8 @@ use wire::{EcScheme, Service};
 
 /// The cluster's name in hellos.
 pub const CLUSTER: &str = "sim";
+/// How long a storage node may be down before it is marked out and rebuilt elsewhere.
+pub const REBUILD_AFTER: Duration = Duration::from_secs(6);
 /// How often storage nodes heartbeat.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 
@@ -45,6 +47,8 @@ pub struct MetaServer {
     /// `None` while crashed.
     pub service: Option<Arc<MetaService>>,
     background: Option<meta::Background>,
+    /// The data mover (`jobs`), which works while this server leads.
+    mover: Option<jobs::Guard>,
 }
 
 pub struct StorageNode {
@@ -100,12 +104,17 @@ impl Cluster {
             pg_count: 16,
             gc_grace_ms: 2000,
             gc_interval_ms: 500,
-            // Nodes are not marked out: without the data mover, nothing would rebuild them.
-            rebuild_after_ms: 24 * 3600 * 1000,
+            // A node down this long is marked out and its shards rebuilt elsewhere.
+            rebuild_after_ms: REBUILD_AFTER.as_millis() as u64,
             ..MetaOptions::default()
         };
         let metas = (0..shape.meta_servers)
-            .map(|i| MetaServer { addr: format!("10.0.0.{}:7000", i + 1), service: None, background: None })
+            .map(|i| MetaServer {
+                addr: format!("10.0.0.{}:7000", i + 1),
+                service: None,
+                background: None,
+                mover: None,
+            })
             .collect();
         let mut nodes = Vec::new();
         for i in 0..shape.storage_nodes {
@@ -113,7 +122,7 @@ impl Cluster {
             let addr = format!("10.0.1.{}:7100", i + 1);
             nodes.push(StorageNode { addr, uuid: 0x5100 + i as u128, drive, service: None, membership: Vec::new() });
         }
-        let engine = SlowEngine::new(seed);
+        let engine = SlowEngine::new(seed, trace.clone());
         let holders = LeaseHolders::default();
         let mut cluster = Cluster { net, trace, shape, engine, options, metas, nodes, holders, _dir: dir };
         for i in 0..shape.meta_servers {
@@ -153,6 +162,21 @@ impl Cluster {
         meta.set_net(Net::Simulated(endpoint(&self.net, &server.addr)));
         self.net.listen(&server.addr, Service::Meta, CLUSTER, wire::world::answer(meta.clone()));
         server.background = Some(meta.spawn_background());
+        let settings = jobs::Settings {
+            bytes_per_s: 1 << 30,
+            scrub_interval: None,
+            grace: Duration::from_millis(self.options.gc_grace_ms),
+            tier_schedule: jobs::schedule::Schedule::Off,
+            tier_impact: jobs::tier::Impact {
+                bytes_per_s: 1 << 30,
+                window_bytes_per_s: 1 << 30,
+                window: None,
+                chunks_max: 16,
+            },
+            ingest_interval: None,
+        };
+        let options = crate::client_options(&self.net, &server.addr);
+        server.mover = Some(jobs::spawn_with(meta.clone(), server.addr.clone(), settings, options));
         self.holders.0.lock().insert(server.addr.clone(), meta.clone());
         server.service = Some(meta);
         self.trace.note(format_args!("cluster: metadata server {} up", server.addr));
@@ -167,8 +191,29 @@ impl Cluster {
         }
         self.net.crash(&server.addr);
         server.background = None;
+        server.mover = None;
         self.holders.0.lock().remove(&server.addr);
         self.trace.note(format_args!("cluster: metadata server {} crashed", server.addr));
+    }
+
+    /// Adds a new storage node (empty drive, new identity), as an operator replaces one that
+    /// was marked out; returns its index.
+    pub fn add_node(&mut self) -> anyhow::Result<usize> {
+        let i = self.nodes.len();
+        let drive = self._dir.path().join(format!("node{i}"));
+        let addr = format!("10.0.1.{}:7100", i + 1);
+        self.nodes.push(StorageNode { addr, uuid: 0x5100 + i as u128, drive, service: None, membership: Vec::new() });
+        self.start_node(i)?;
+        Ok(i)
+    }
+
+    /// The cluster's status from a live metadata server, with the chunks counted.
+    pub async fn status(&self) -> Option<wire::ClusterStatus> {
+        let meta = self.live_meta()?;
+        match meta.call(wire::MetaCall { request_id: 0, op: wire::MetaOp::Status { scan_chunks: true } }).await {
+            Ok(wire::MetaReply::Status(status)) => Some(status),
+            _ => None,
+        }
     }
 
     /// Starts storage node `i` (again, after a crash) on its drive.
@@ -221,14 +266,15 @@ impl Cluster {
         self.nodes[i].service.is_some()
     }
 
-    /// Waits until a metadata server counts every storage node up.
+    /// Waits until a metadata server counts every storage node up (but those marked out).
     pub async fn wait_registered(&self) -> anyhow::Result<()> {
         for _ in 0..200 {
             if let Some(meta) = self.live_meta() {
                 let op = wire::MetaOp::Status { scan_chunks: false };
                 if let Ok(wire::MetaReply::Status(status)) = meta.call(wire::MetaCall { request_id: 0, op }).await {
                     let up = status.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
-                    if up == self.nodes.len() {
+                    let out = status.nodes.iter().filter(|n| n.state == wire::NodeState::Out).count();
+                    if up + out == self.nodes.len() {
                         self.trace.note(format_args!("cluster: all {up} storage nodes registered"));
                         return Ok(());
                     }

@@ -27,14 +27,16 @@ impl EngineFaults {
 
 pub struct SlowEngine {
     inner: kv_tests::memory::MemoryEngine,
+    trace: Arc<crate::trace::Trace>,
     rng: Mutex<StdRng>,
     faults: Mutex<EngineFaults>,
 }
 
 impl SlowEngine {
-    pub fn new(seed: u64) -> Arc<SlowEngine> {
+    pub fn new(seed: u64, trace: Arc<crate::trace::Trace>) -> Arc<SlowEngine> {
         Arc::new(SlowEngine {
             inner: kv_tests::memory::MemoryEngine::new(),
+            trace,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             faults: Mutex::new(EngineFaults::NONE),
         })
@@ -48,7 +50,9 @@ impl SlowEngine {
         let faults = *self.faults.lock();
         let mut rng = self.rng.lock();
         let ms = if faults.stall_per_mille > 0 && rng.gen_range(0..1000) < faults.stall_per_mille {
-            rng.gen_range(0..=faults.stall_ms_max)
+            let ms = rng.gen_range(0..=faults.stall_ms_max);
+            self.trace.note(format_args!("engine: a transaction's commit stalls {ms} ms"));
+            ms
         } else if faults.commit_ms_max > 0 {
             rng.gen_range(0..=faults.commit_ms_max)
         } else {

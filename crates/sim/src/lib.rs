@@ -16,8 +16,11 @@
 //! Same seed, same run: the [`trace::Trace`] of two runs of one seed is identical byte for
 //! byte (a test holds it to that), so a failing seed replays its failure.
 //!
-//! Deliberately absent so far: the data mover (rebuild, drain, scrub); disk faults, power
-//! loss and clock skew; a checker of linearizability.
+//! The data mover (`jobs`) runs in the metadata servers: a storage node down long enough is
+//! marked out and rebuilt elsewhere, and the chaos adds a new node in its place.
+//!
+//! Deliberately absent so far: drain and scrub runs; disk faults, power loss and clock skew; a
+//! checker of linearizability.
 
 pub mod cluster;
 pub mod engine;
@@ -40,6 +43,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::world::{Flaw, Net, Simulation};
 use wire::EcScheme;
+
+/// How long, after healing, the data mover has to repair every chunk.
+pub const REPAIR_WAIT_S: u64 = 300;
 
 /// The wall-clock time every simulation starts at (2026-01-01T00:00:00Z).
 pub const EPOCH_UNIX_S: u64 = 1_767_225_600;
@@ -135,7 +141,7 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     while tokio::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..3000))).await;
         if config.chaos {
-            chaos(&mut cluster, &mut rng).await;
+            chaos(&mut cluster, &mut rng, config.clients).await;
         }
         check_metadata(&cluster, &verdicts).await;
     }
@@ -159,8 +165,23 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
         cluster.start_node(i)?;
     }
     cluster.wait_registered().await?;
-    // A few GC passes and heartbeats on the healthy cluster.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Heartbeats, GC passes and the data mover's repairs on the healthy cluster.
+    let mut settled = false;
+    for _ in 0..REPAIR_WAIT_S {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if cluster.status().await.is_some_and(|s| s.chunks_degraded == 0 && s.chunks_unavailable == 0) {
+            settled = true;
+            break;
+        }
+    }
+    if !settled {
+        let status = cluster.status().await;
+        verdicts.violation(format!(
+            "repair: chunks still degraded {REPAIR_WAIT_S} simulated s after healing: {:?}",
+            status.map(|s| (s.chunks_degraded, s.chunks_unavailable))
+        ));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let checker = connect(&net, &cluster, "10.0.3.1:0").await?;
     let stores = cluster.nodes.iter().filter_map(|n| n.service.clone()).collect();
     workload::final_check(&checker, &models, stores, &verdicts).await;
@@ -208,7 +229,15 @@ impl Drop for Closing {
 
 /// A client on the simulated network, named `name`.
 async fn connect(net: &Arc<SimNet>, cluster: &Cluster, name: &str) -> anyhow::Result<client::Client> {
-    let options = client::ClientOptions {
+    client::Client::connect_with(&cluster.meta_addrs(), client_options(net, name))
+        .await
+        .map_err(|e| anyhow::anyhow!("client {name}: {e}"))
+}
+
+/// The options of a client named `name` on `net`: timeouts short enough that faults cost
+/// simulated seconds, not minutes.
+pub(crate) fn client_options(net: &Arc<SimNet>, name: &str) -> client::ClientOptions {
+    client::ClientOptions {
         meta_deadline: Duration::from_secs(10),
         storage_timeout: Duration::from_secs(2),
         node_retry_after: Duration::from_secs(1),
@@ -217,20 +246,31 @@ async fn connect(net: &Arc<SimNet>, cluster: &Cluster, name: &str) -> anyhow::Re
         tls: wire::tls::TlsChoice::Explicit(None),
         net: Net::Simulated(endpoint(net, name)),
         ..client::ClientOptions::default()
-    };
-    client::Client::connect_with(&cluster.meta_addrs(), options)
-        .await
-        .map_err(|e| anyhow::anyhow!("client {name}: {e}"))
+    }
 }
 
 /// One act of chaos: a storage node or metadata server crashes or comes back, or a link is
 /// cut or all healed. At most `m` storage nodes are down at once, so that every chunk stays
 /// readable, and at least one metadata server is up.
-async fn chaos(cluster: &mut Cluster, rng: &mut StdRng) {
+async fn chaos(cluster: &mut Cluster, rng: &mut StdRng, clients: usize) {
+    let status = cluster.status().await;
+    // A node marked out is replaced by a new one, as an operator would.
+    if let Some(status) = &status {
+        let members = status.nodes.iter().filter(|n| n.state != wire::NodeState::Out).count();
+        if members < cluster.shape.storage_nodes {
+            match cluster.add_node() {
+                Ok(i) => cluster.trace.note(format_args!("chaos: storage node {} added", cluster.nodes[i].addr)),
+                Err(e) => cluster.trace.note(format_args!("chaos: adding a storage node failed: {e}")),
+            }
+        }
+    }
+    // Another storage node fails only once the last failure is repaired: at most `m` shards
+    // of any chunk are ever lost.
+    let repaired = status.is_some_and(|s| s.chunks_degraded == 0 && s.chunks_unavailable == 0);
     let down: Vec<usize> = (0..cluster.nodes.len()).filter(|&i| !cluster.is_up(i)).collect();
     let metas_down: Vec<usize> = (0..cluster.metas.len()).filter(|&i| cluster.metas[i].service.is_none()).collect();
     match rng.gen_range(0..6) {
-        0 if down.len() < cluster.shape.ec.m as usize => {
+        0 if down.len() < cluster.shape.ec.m as usize && repaired => {
             let up: Vec<usize> = (0..cluster.nodes.len()).filter(|&i| cluster.is_up(i)).collect();
             let victim = up[rng.gen_range(0..up.len())];
             cluster.crash_node(victim).await;
@@ -255,7 +295,7 @@ async fn chaos(cluster: &mut Cluster, rng: &mut StdRng) {
             let node = &cluster.nodes[rng.gen_range(0..cluster.nodes.len())].addr;
             let other = match rng.gen_range(0..2) {
                 0 => cluster.metas[rng.gen_range(0..cluster.metas.len())].addr.clone(),
-                _ => format!("10.0.2.{}:0", rng.gen_range(1..=2)),
+                _ => format!("10.0.2.{}:0", rng.gen_range(1..=clients.max(1))),
             };
             cluster.trace.note(format_args!("chaos: cut {node} <-> {other}"));
             cluster.net.cut(node, &other);

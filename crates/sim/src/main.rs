@@ -30,6 +30,15 @@ struct Args {
     /// Simulated seconds of workload under faults, per seed.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Messages, per thousand, whose connection breaks before or after the handler ran.
+    #[arg(long, default_value_t = 10)]
+    drop_per_mille: u32,
+    /// Messages, per thousand, delivered twice.
+    #[arg(long, default_value_t = 10)]
+    duplicate_per_mille: u32,
+    /// Clients running the workload at once.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
     /// Stop a sweep at the first seed with a violation.
     #[arg(long)]
     stop_at_first: bool,
@@ -59,6 +68,9 @@ fn main() -> std::process::ExitCode {
         config.flaws = args.flaws.clone();
         config.duration = Duration::from_secs(args.seconds);
         config.echo = args.trace;
+        config.faults.drop_per_mille = args.drop_per_mille;
+        config.faults.duplicate_per_mille = args.duplicate_per_mille;
+        config.clients = args.clients;
         let took = Instant::now();
         let outcome = match sim::run(&config) {
             Ok(outcome) => outcome,

@@ -93,11 +93,21 @@ fn link(a: &str, b: &str) -> (String, String) {
     }
 }
 
-/// The operation's name, for the trace.
-fn op_name(service: Service, body: &[u8]) -> &'static str {
+/// The operation, for the trace: its name, and for shard operations the shards.
+fn op_name(service: Service, body: &[u8]) -> String {
+    let short = |k: &wire::ShardKey| format!("{:x}/{}", k.chunk, k.index);
     match service {
-        Service::Meta => postcard::from_bytes::<wire::MetaCall>(body).map_or("?", |c| c.op.name()),
-        Service::Storage => postcard::from_bytes::<wire::StorageOp>(body).map_or("?", |op| op.name()),
+        Service::Meta => postcard::from_bytes::<wire::MetaCall>(body).map_or("?".into(), |c| c.op.name().to_string()),
+        Service::Storage => match postcard::from_bytes::<wire::StorageOp>(body) {
+            Ok(wire::StorageOp::PutShard { info }) => format!("PutShard {}", short(&info.key)),
+            Ok(wire::StorageOp::GetShard { key, .. }) => format!("GetShard {}", short(&key)),
+            Ok(wire::StorageOp::ReadRange { key, .. }) => format!("ReadRange {}", short(&key)),
+            Ok(wire::StorageOp::DeleteShards { keys }) => {
+                format!("DeleteShards {}", keys.iter().map(short).collect::<Vec<_>>().join(","))
+            }
+            Ok(op) => op.name().to_string(),
+            Err(_) => "?".into(),
+        },
     }
 }
 

@@ -1,5 +1,5 @@
-//! The workload and its checkers: clients writing, overwriting, cloning, reading back and
-//! deleting files while the cluster suffers faults, each against a model of what its files
+//! The workload and its checkers: clients writing, overwriting, truncating, cloning, renaming,
+//! reading back and deleting files while the cluster suffers faults, each against a model of what its files
 //! must hold.
 //!
 //! Each client works in a directory of its own, one operation at a time, so its model is
@@ -61,6 +61,22 @@ impl Content {
             candidates.push(after);
         }
         Content::Uncertain { candidates, mixed: mixed || was_mixed }
+    }
+
+    /// What a path holds if it held `before` (`None`: absent) or now `other`.
+    fn merge(before: Option<&Content>, other: &Content) -> Content {
+        let mut candidates = match before {
+            Some(c) => c.candidates(),
+            None => vec![None],
+        };
+        for c in other.candidates() {
+            if !candidates.contains(&c) {
+                candidates.push(c);
+            }
+        }
+        let mixed =
+            [before, Some(other)].into_iter().flatten().any(|c| matches!(c, Content::Uncertain { mixed: true, .. }));
+        Content::Uncertain { candidates, mixed }
     }
 
     /// Checks that a read returned what the model allows.
@@ -157,7 +173,7 @@ pub async fn client_loop(
         let path = path_of(me, slot);
         let choice = rng.gen_range(0..100);
         match choice {
-            0..=29 => {
+            0..=24 => {
                 let len = rng.gen_range(0..=FILE_BYTES_MAX);
                 let data = pattern(&mut rng, len);
                 let result = client.write_file(&path, &data).await;
@@ -172,7 +188,7 @@ pub async fn client_loop(
                 };
                 model.insert(path, next);
             }
-            30..=44 => {
+            25..=36 => {
                 let Some(Content::Known(old)) = model.get(&path).cloned() else { continue };
                 let offset = rng.gen_range(0..=old.len());
                 let len = rng.gen_range(1..=(100 << 10));
@@ -197,7 +213,7 @@ pub async fn client_loop(
                 };
                 model.insert(path, next);
             }
-            45..=74 => {
+            37..=61 => {
                 let Some(expected) = model.get(&path).cloned() else { continue };
                 let result = client.read_file(&path).await;
                 trace.note(format_args!("client{me} read {path}: {}", outcome(&result)));
@@ -205,7 +221,7 @@ pub async fn client_loop(
                     model.insert(path, known);
                 }
             }
-            75..=87 => {
+            62..=71 => {
                 let Some(Content::Known(data)) = model.get(&path).cloned() else { continue };
                 let target = rng.gen_range(0..FILES_PER_CLIENT);
                 let to = path_of(me, target);
@@ -227,6 +243,55 @@ pub async fn client_loop(
                         model.insert(to.clone(), Content::after_failure(None, Some(data), false));
                     }
                 }
+            }
+            72..=79 => {
+                let Some(moved) = model.get(&path).cloned() else { continue };
+                let target = rng.gen_range(0..FILES_PER_CLIENT);
+                let to = path_of(me, target);
+                if to == path {
+                    continue;
+                }
+                let result = async {
+                    let parent = client.resolve(&dir).await?;
+                    client.rename(parent.ino, &format!("f{slot}"), parent.ino, &format!("f{target}")).await
+                }
+                .await;
+                trace.note(format_args!("client{me} rename {path} to {to}: {}", outcome(&result)));
+                match result {
+                    Ok(()) => {
+                        model.remove(&path);
+                        model.insert(to, moved);
+                    }
+                    Err(_) => {
+                        // Applied or not: the source is there or gone, the target is the
+                        // source or what it was.
+                        let gone = Content::after_failure(Some(&moved), None, false);
+                        let target_now = Content::merge(model.get(&to), &moved);
+                        model.insert(path, gone);
+                        model.insert(to, target_now);
+                    }
+                }
+            }
+            80..=87 => {
+                let Some(Content::Known(old)) = model.get(&path).cloned() else { continue };
+                let size = rng.gen_range(0..=FILE_BYTES_MAX);
+                let mut new = old.clone();
+                new.resize(size, 0);
+                let result = async {
+                    let attr = client.resolve(&path).await?;
+                    client.setattr(attr.ino, wire::SetAttr { size: Some(size as u64), ..Default::default() }).await
+                }
+                .await;
+                trace.note(format_args!(
+                    "client{me} truncate {path} from {} to {size}: {}",
+                    old.len(),
+                    outcome(&result)
+                ));
+                let next = match result {
+                    Ok(_) => Content::Known(new),
+                    Err(_) => Content::after_failure(model.get(&path), Some(new), false),
+                };
+                model.insert(path, next);
             }
             _ => {
                 let Some(before) = model.get(&path).cloned() else { continue };

@@ -58,7 +58,7 @@ fn crate_dependencies_point_one_way() {
         ("vision", &[][..]),
         ("py", &["client", "vision"][..]),
         // The simulator is a test kit of its own: it runs the services, so it links them.
-        ("sim", &["wire", "kv", "kv-tests", "meta", "storage", "client"][..]),
+        ("sim", &["wire", "kv", "kv-tests", "meta", "storage", "client", "jobs"][..]),
     ]);
     for (name, set) in &deps {
         // The test kits are for tests: no product crate, the binary included, links them.
