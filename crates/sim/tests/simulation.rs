@@ -100,6 +100,9 @@ fn without_faults_every_operation_succeeds() {
     let outcome = run(&config);
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
     let text = outcome.trace.text();
-    let failed: Vec<&str> = text.lines().filter(|l| l.contains("client") && !l.ends_with(": ok")).collect();
-    assert!(failed.is_empty(), "operations failed on a healthy network:\n{}", failed.join("\n"));
+    // The file operations' lines (the lock workload's say "busy" when another client holds it).
+    let ops: Vec<&str> = text.lines().filter(|l| l.contains(" client") && l.contains(" /c")).collect();
+    assert!(ops.len() > 50, "too few operations ran:\n{text}");
+    let failed: Vec<&&str> = ops.iter().filter(|l| !l.ends_with(": ok")).collect();
+    assert!(failed.is_empty(), "operations failed on a healthy network: {failed:#?}");
 }
