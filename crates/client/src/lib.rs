@@ -879,13 +879,17 @@ impl Client {
     /// they are full. Allocations avoid them.
     pub(crate) fn nodes_to_avoid(&self) -> Vec<NodeId> {
         let retry_after = self.inner.options.node_retry_after;
-        self.inner
+        let mut avoid: Vec<NodeId> = self
+            .inner
             .nodes
             .read()
             .iter()
             .filter(|(_, h)| h.recently_failed(retry_after) || h.recently_full())
             .map(|(id, _)| *id)
-            .collect()
+            .collect();
+        // In node order, not the map's: the list reaches the metadata service and its errors.
+        avoid.sort_unstable();
+        avoid
     }
 
     /// The handle of a storage node, refreshing the node list once if it is unknown.

@@ -206,5 +206,20 @@ pub fn retry_backoff(attempt: u32) -> Duration {
     let shift = attempt.saturating_sub(1).min(16);
     let ceiling = RETRY_BACKOFF_FIRST.saturating_mul(1 << shift).min(RETRY_BACKOFF_MAX);
     let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
-    Duration::from_micros(rand::random::<u64>() % (ceiling_us + 1))
+    let draw = JITTER.with(|j| j.borrow_mut().as_mut().map(rand::RngCore::next_u64)).unwrap_or_else(rand::random);
+    Duration::from_micros(draw % (ceiling_us + 1))
+}
+
+thread_local! {
+    /// The seeded source of [`retry_backoff`]'s jitter on this thread, under a deterministic
+    /// simulation; `None`: the OS-seeded generator.
+    static JITTER: std::cell::RefCell<Option<rand::rngs::StdRng>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Draws [`retry_backoff`]'s jitter on this thread from a generator seeded with `seed`, or,
+/// with `None`, from the OS-seeded one again. For a deterministic simulation, which runs every
+/// transaction of a cluster on one thread (`crates/sim`); production never calls it.
+pub fn seed_retry_jitter(seed: Option<u64>) {
+    use rand::SeedableRng;
+    JITTER.with(|j| *j.borrow_mut() = seed.map(rand::rngs::StdRng::seed_from_u64));
 }

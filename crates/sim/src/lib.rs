@@ -106,6 +106,7 @@ pub fn run(config: &Config) -> anyhow::Result<Outcome> {
 async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let epoch = UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_S);
     let _world = Simulation::install_flawed(config.seed, epoch, &config.flaws);
+    let _jitter = Jitter::seed(config.seed ^ 0x6a69_7474_6572);
     let trace = Trace::new(config.echo);
     trace.note(format_args!("seed {} flaws {:?}", config.seed, config.flaws));
     let net = SimNet::new(config.seed ^ 0x6e65_7477_6f72_6b00, trace.clone());
@@ -215,6 +216,23 @@ async fn shared_file(client: &client::Client, path: &str) -> Option<wire::Ino> {
 async fn check_metadata(cluster: &Cluster, verdicts: &Verdicts) {
     for broken in invariants::check(cluster.engine.as_ref()).await {
         verdicts.violation(format!("metadata: {broken}"));
+    }
+}
+
+/// The metadata engine's retry jitter (`kv::retry_backoff`) drawn from the seed while a run
+/// lasts: `kv` knows nothing of `wire::world`, so it has its own switch.
+struct Jitter;
+
+impl Jitter {
+    fn seed(seed: u64) -> Jitter {
+        kv::seed_retry_jitter(Some(seed));
+        Jitter
+    }
+}
+
+impl Drop for Jitter {
+    fn drop(&mut self) {
+        kv::seed_retry_jitter(None);
     }
 }
 
