@@ -594,18 +594,18 @@ impl Connection {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let inner = match &self.link {
-            Link::Socket(inner) => inner,
-            Link::Simulated(link) => return link.call(req, data, timeout).await,
-        };
-        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = encode_body(req);
         if data.len() > frame::DATA_BYTES_MAX as usize {
             return Err(RpcError::Remote(WireError::new(
                 crate::ErrorCode::TooLarge,
                 format!("request data of {} bytes exceeds the limit of {}", data.len(), frame::DATA_BYTES_MAX),
             )));
         }
+        let inner = match &self.link {
+            Link::Socket(inner) => inner,
+            Link::Simulated(link) => return link.call(req, data, timeout).await,
+        };
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = encode_body(req);
         let head_and_body = frame::encode(inner.version, FrameKind::Request, id, &body, data.len());
         let (wtx, wrx) = oneshot::channel();
         {
@@ -634,35 +634,31 @@ impl Connection {
                 return Err(RpcError::Timeout { addr: inner.addr.clone(), timeout_ms: timeout.as_millis() as u64 });
             }
         };
-        let result: Result<Resp, WireError> = postcard::from_bytes(&frame.body)
-            .map_err(|e| RpcError::Protocol { addr: inner.addr.clone(), reason: format!("undecodable reply: {e}") })?;
-        match result {
-            Ok(resp) => Ok((resp, frame.data)),
-            Err(e) => Err(RpcError::Remote(e)),
-        }
+        decode_reply(&inner.addr, &frame.body, frame.data)
+    }
+}
+
+/// A reply's body (`Result<Resp, WireError>`, postcard) and data section as the caller gets
+/// them.
+fn decode_reply<Resp: DeserializeOwned>(addr: &str, body: &[u8], data: Bytes) -> Result<(Resp, Bytes), RpcError> {
+    let result: Result<Resp, WireError> = postcard::from_bytes(body)
+        .map_err(|e| RpcError::Protocol { addr: addr.to_string(), reason: format!("undecodable reply: {e}") })?;
+    match result {
+        Ok(resp) => Ok((resp, data)),
+        Err(e) => Err(RpcError::Remote(e)),
     }
 }
 
 impl SimulatedLink {
+    /// Hands the request to the simulator's network (the data section's size was checked).
     async fn call<Req, Resp>(&self, req: &Req, data: Bytes, timeout: Duration) -> Result<(Resp, Bytes), RpcError>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        if data.len() > frame::DATA_BYTES_MAX as usize {
-            return Err(RpcError::Remote(WireError::new(
-                crate::ErrorCode::TooLarge,
-                format!("request data of {} bytes exceeds the limit of {}", data.len(), frame::DATA_BYTES_MAX),
-            )));
-        }
         let request = crate::world::Request { service: self.service, body: encode_body(req), data, timeout };
         let (body, data) = self.endpoint.network.call(&self.endpoint.name, &self.addr, request).await?;
-        let result: Result<Resp, WireError> = postcard::from_bytes(&body)
-            .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("undecodable reply: {e}") })?;
-        match result {
-            Ok(resp) => Ok((resp, data)),
-            Err(e) => Err(RpcError::Remote(e)),
-        }
+        decode_reply(&self.addr, &body, data)
     }
 }
 
