@@ -302,7 +302,7 @@ impl FileHandle {
         let ino = self.ino;
         self.written.insert(index, data.clone());
         self.uploads
-            .push_back((index, tokio::spawn(async move { client.upload_chunk(ino, index, alloc, data).await })));
+            .push_back((index, wire::world::spawn(async move { client.upload_chunk(ino, index, alloc, data).await })));
         if self.uploaded.len() >= COMMIT_EVERY_CHUNKS {
             self.commit().await?;
         }

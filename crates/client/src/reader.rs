@@ -510,7 +510,7 @@ impl ReadSide {
             }
             let cell = self.fetch_entry(&mut st, ahead, &rec);
             let this = self.clone();
-            let task = tokio::spawn(async move {
+            let task = wire::world::spawn(async move {
                 if let Err(e) = this.run_fetch(cell, ahead, rec).await {
                     // A reader that needs the chunk fetches it again and reports the error.
                     tracing::debug!("read-ahead of chunk {ahead} of {}: {e}", this.inner.what);

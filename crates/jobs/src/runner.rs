@@ -105,7 +105,7 @@ pub fn spawn_with(
     settings: Settings,
     options: client::ClientOptions,
 ) -> Guard {
-    Guard(tokio::spawn(run(service, addr, settings, options)))
+    Guard(wire::world::spawn(run(service, addr, settings, options)))
 }
 
 /// Job records through this server's own service (no network round trip).
@@ -603,7 +603,7 @@ impl Leading {
                 job.clone(),
                 settings.tier_impact,
             );
-            self.tier = Some((job.run, tokio::spawn(run.run())));
+            self.tier = Some((job.run, wire::world::spawn(run.run())));
         }
     }
 }
@@ -661,7 +661,7 @@ impl Leading {
         self.ingest_served = Some(info.run);
         let pass = ingest::Pass::new(self.client.clone(), Arc::new(ServiceRecords(service.clone())), info, asked);
         let mut failures = std::mem::take(&mut self.ingest_failures);
-        self.ingest = Some(tokio::spawn(async move {
+        self.ingest = Some(wire::world::spawn(async move {
             pass.run(rules, &mut failures).await;
             failures
         }));

@@ -311,7 +311,7 @@ impl StorageService {
         // Weak: a crash (shutdown) drops the store, and the late write with it.
         let store = self.store().map(|s| Arc::downgrade(&s));
         let delay = Duration::from_millis(wire::world::random::<u64>() % 2000);
-        tokio::spawn(async move {
+        wire::world::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(store) = store.and_then(|s| s.upgrade()) {
                 let _ = store.put(&info, &data);

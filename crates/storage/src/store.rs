@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use wire::stages::{self, Stage};
+use wire::world::DiskOp;
 use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
 
 /// Prefix of temp files; anything starting with it is garbage from an interrupted put.
@@ -181,6 +182,7 @@ fn is_drive_failure(e: &io::Error) -> bool {
 
 /// fsync a directory so a rename or unlink in it survives a power loss.
 fn fsync_dir(dir: &Path) -> io::Result<()> {
+    wire::world::disk(DiskOp::SyncDir, dir)?;
     File::open(dir)?.sync_all()
 }
 
@@ -264,6 +266,9 @@ impl Drive {
 
     /// Free bytes as an unprivileged writer sees them, and the file system's size.
     fn space(&self) -> io::Result<(u64, u64)> {
+        if let Some(space) = wire::world::disk_space(&self.root) {
+            return Ok(space);
+        }
         let st = rustix::fs::statvfs(&self.root)?;
         Ok((st.f_bavail.saturating_mul(st.f_frsize), st.f_blocks.saturating_mul(st.f_frsize)))
     }
@@ -538,6 +543,9 @@ impl ShardStore {
                     // The directory sync happens after the index update: the file is in place
                     // either way, and a failed sync is reported so the client writes elsewhere.
                     let dir = drive.dir_of(key);
+                    if wire::world::flawed(wire::world::Flaw::SkipDirSync) {
+                        return Ok(());
+                    }
                     return fsync_dir(&dir).map_err(|e| {
                         drive.note_error(&e, "fsync");
                         werr!(Io, "put {key}: cannot sync directory {}: {e}", dir.display())
@@ -562,11 +570,14 @@ impl ShardStore {
         let path = dir.join(file_name(key));
         let tmp = dir.join(format!("{TMP_PREFIX}{}.{:016x}", file_name(key), wire::world::random::<u64>()));
         let result = (|| -> io::Result<()> {
+            wire::world::disk(DiskOp::Write, &tmp)?;
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(header)?;
             f.write_all(data)?;
+            wire::world::disk(DiskOp::SyncData, &tmp)?;
             f.sync_data()?;
             drop(f);
+            wire::world::disk(DiskOp::Rename { to: &path }, &tmp)?;
             fs::rename(&tmp, &path)
         })();
         let Err(e) = result else { return Ok(()) };
@@ -856,6 +867,14 @@ impl ShardStore {
         let opening = Instant::now();
         let d =
             self.drive_of(key).ok_or_else(|| ReadFail::Error(werr!(NotFound, "{key} is not stored on this node")))?;
+        if wire::world::disk_simulated() {
+            let drive = &self.drives[d];
+            let path = drive.path_of(key);
+            wire::world::disk(DiskOp::Read, &path).map_err(|e| {
+                drive.note_error(&e, "read");
+                ReadFail::Error(werr!(Io, "{key}: cannot read {}: {e}", path.display()))
+            })?;
+        }
         let block = format::BLOCK_BYTES;
         let first = offset / block;
         let start = first * block;
@@ -947,7 +966,7 @@ impl ShardStore {
             let d = usize::from(d);
             let drive = &self.drives[d];
             let path = drive.path_of(key);
-            match fs::remove_file(&path) {
+            match wire::world::disk(DiskOp::Remove, &path).and_then(|()| fs::remove_file(&path)) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => {

@@ -15,6 +15,13 @@
 //! Monotonic time needs nothing from here: services measure intervals with
 //! `tokio::time::Instant`, which is the runtime's clock (virtual under the simulator).
 //!
+//! Under a simulation each process is a *host* (its name on the simulated network): code runs
+//! on behalf of the host of its task ([`on_host`]; [`spawn`] hands the host on to the tasks a
+//! service starts). The simulator may skew a host's wall clock ([`skew_clock`]), as NTP leaves
+//! real machines apart, and may stand in for the disk ([`disk`]): the shard store asks before
+//! each file operation, so a simulated disk can fail it, fill up, or remember which renames a
+//! power loss would undo.
+//!
 //! A simulation may also plant [`Flaw`]s: deliberate bugs in the services' own code, switched
 //! on only under the simulator, so that its checkers can be shown to catch them (FoundationDB
 //! and TigerBeetle test their simulators the same way). [`flawed`] is always false without a
@@ -31,7 +38,9 @@ use rand::distributions::{Distribution, Standard};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,11 +61,19 @@ pub enum Flaw {
     /// A metadata server takes the cluster manager's lease once less than half of it remains,
     /// not once it has expired: two servers may lead at once.
     LeaseBeforeExpiry,
+    /// The shard store answers a put without syncing the directory it renamed the shard
+    /// into: a power loss may undo the rename of a shard the writer was told is stored.
+    SkipDirSync,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 4] =
-        [Flaw::AckBeforeDurable, Flaw::IgnoreFailedShardPut, Flaw::GcIgnoresClones, Flaw::LeaseBeforeExpiry];
+    pub const ALL: [Flaw; 5] = [
+        Flaw::AckBeforeDurable,
+        Flaw::IgnoreFailedShardPut,
+        Flaw::GcIgnoresClones,
+        Flaw::LeaseBeforeExpiry,
+        Flaw::SkipDirSync,
+    ];
 
     /// The flaw's name on the simulator's command line.
     pub fn name(self) -> &'static str {
@@ -65,6 +82,7 @@ impl Flaw {
             Flaw::IgnoreFailedShardPut => "ignore-failed-shard-put",
             Flaw::GcIgnoresClones => "gc-ignores-clones",
             Flaw::LeaseBeforeExpiry => "lease-before-expiry",
+            Flaw::SkipDirSync => "skip-dir-sync",
         }
     }
 }
@@ -77,18 +95,137 @@ struct Simulated {
     start: tokio::time::Instant,
     rng: StdRng,
     flaws: Vec<Flaw>,
+    /// Milliseconds each host's wall clock is ahead (negative: behind) of the true one.
+    skews_ms: BTreeMap<Arc<str>, i64>,
+    disk: Option<Arc<dyn Disk>>,
 }
 
 thread_local! {
     static SIMULATED: RefCell<Option<Simulated>> = const { RefCell::new(None) };
 }
 
-/// The wall clock: `SystemTime::now()`, or the simulated time under a [`Simulation`].
+tokio::task_local! {
+    /// The simulated host the current task runs for.
+    static HOST: Arc<str>;
+}
+
+/// The wall clock: `SystemTime::now()`, or under a [`Simulation`] the simulated time as the
+/// current host's (possibly skewed) clock reads it.
 pub fn now() -> SystemTime {
     SIMULATED.with(|s| match s.borrow().as_ref() {
-        Some(sim) => sim.epoch + tokio::time::Instant::now().saturating_duration_since(sim.start),
+        Some(sim) => {
+            let t = sim.epoch + tokio::time::Instant::now().saturating_duration_since(sim.start);
+            let skew_ms = HOST.try_with(|h| sim.skews_ms.get(h).copied()).ok().flatten().unwrap_or(0);
+            let skew = Duration::from_millis(skew_ms.unsigned_abs());
+            if skew_ms >= 0 {
+                t + skew
+            } else {
+                t.checked_sub(skew).unwrap_or(UNIX_EPOCH)
+            }
+        }
         None => SystemTime::now(),
     })
+}
+
+/// Sets how far `host`'s wall clock is ahead of the true one (negative: behind). Without a
+/// [`Simulation`] on this thread it does nothing: a real clock is what it is.
+pub fn skew_clock(host: &str, skew_ms: i64) {
+    SIMULATED.with(|s| {
+        if let Some(sim) = s.borrow_mut().as_mut() {
+            sim.skews_ms.insert(Arc::from(host), skew_ms);
+        }
+    });
+}
+
+/// The simulated host the current task runs for, if any.
+pub fn host() -> Option<Arc<str>> {
+    HOST.try_with(|h| h.clone()).ok()
+}
+
+/// Runs `fut` on behalf of the simulated host `name` (its clock, its disk).
+pub async fn on_host<F: Future>(name: Arc<str>, fut: F) -> F::Output {
+    HOST.scope(name, fut).await
+}
+
+/// Runs `f` on behalf of the simulated host `name`: the tasks it [`spawn`]s run for it too.
+pub fn on_host_sync<R>(name: Arc<str>, f: impl FnOnce() -> R) -> R {
+    HOST.sync_scope(name, f)
+}
+
+/// `tokio::spawn`, except that the new task runs for the current simulated host, if any:
+/// services start their background tasks through it so that a simulated host's tasks all see
+/// its clock.
+pub fn spawn<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match host() {
+        Some(name) => tokio::spawn(HOST.scope(name, fut)),
+        None => tokio::spawn(fut),
+    }
+}
+
+/// A file operation of the shard store, as a simulated [`Disk`] is asked about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskOp<'a> {
+    /// Create and write a new file (a shard's temporary file).
+    Write,
+    /// Sync a file's data.
+    SyncData,
+    /// Rename a file over `to`.
+    Rename { to: &'a Path },
+    /// Sync a directory (what makes renames and unlinks in it survive a power loss).
+    SyncDir,
+    /// Read a file.
+    Read,
+    /// Remove a file.
+    Remove,
+}
+
+/// A disk a simulator controls: asked before each file operation of the shard store, it may
+/// fail the operation (a failing or full disk) and may remember what a power loss would undo.
+pub trait Disk: Send + Sync + 'static {
+    /// Whether `op` on `path` may go ahead; an error is what the operation fails with.
+    fn check(&self, op: DiskOp<'_>, path: &Path) -> std::io::Result<()>;
+
+    /// The free and total bytes of the file system holding `path`, if the disk says (else the
+    /// real file system is asked).
+    fn space(&self, _path: &Path) -> Option<(u64, u64)> {
+        None
+    }
+}
+
+/// The simulated disk's free and total bytes for `path`, if one is installed and says.
+pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
+    let disk = SIMULATED.with(|s| s.borrow().as_ref().and_then(|sim| sim.disk.clone()));
+    disk.and_then(|disk| disk.space(path))
+}
+
+/// Asks the simulated disk, if any, whether `op` on `path` may go ahead: `Ok(())` without a
+/// [`Simulation`] or a disk installed in it.
+pub fn disk(op: DiskOp<'_>, path: &Path) -> std::io::Result<()> {
+    let disk = SIMULATED.with(|s| s.borrow().as_ref().and_then(|sim| sim.disk.clone()));
+    match disk {
+        Some(disk) => disk.check(op, path),
+        None => Ok(()),
+    }
+}
+
+/// Whether a simulated disk is installed on this thread: a hot path that must build a path to
+/// ask [`disk`] asks this first.
+pub fn disk_simulated() -> bool {
+    SIMULATED.with(|s| s.borrow().as_ref().is_some_and(|sim| sim.disk.is_some()))
+}
+
+/// Puts the shard store's file operations on this thread under `disk` for the rest of the
+/// [`Simulation`]. Does nothing without one.
+pub fn install_disk(disk: Arc<dyn Disk>) {
+    SIMULATED.with(|s| {
+        if let Some(sim) = s.borrow_mut().as_mut() {
+            sim.disk = Some(disk);
+        }
+    });
 }
 
 /// Milliseconds since the Unix epoch by [`now`] (0 for a clock before 1970).
@@ -135,6 +272,8 @@ impl Simulation {
                 start: tokio::time::Instant::now(),
                 rng: StdRng::seed_from_u64(seed),
                 flaws: flaws.to_vec(),
+                skews_ms: BTreeMap::new(),
+                disk: None,
             });
         });
         Simulation { _not_send: std::marker::PhantomData }
@@ -214,6 +353,37 @@ pub fn answer<H: crate::rpc::Handler>(handler: Arc<H>) -> Answer {
 mod tests {
     use super::*;
 
+    /// A disk that refuses every write and counts what it was asked.
+    struct FullDisk(std::sync::atomic::AtomicUsize);
+
+    impl Disk for FullDisk {
+        fn check(&self, op: DiskOp<'_>, _path: &Path) -> std::io::Result<()> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match op {
+                DiskOp::Write => Err(std::io::Error::from_raw_os_error(28)),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_simulated_disk_answers_only_while_its_simulation_lasts() {
+        let path = Path::new("/nowhere/shard");
+        let full = Arc::new(FullDisk(Default::default()));
+        install_disk(full.clone());
+        assert!(disk(DiskOp::Write, path).is_ok(), "no disk is installed without a simulation");
+        {
+            let _sim = Simulation::install(3, UNIX_EPOCH);
+            assert!(disk(DiskOp::Write, path).is_ok(), "no disk until one is installed");
+            install_disk(full.clone());
+            let refused = disk(DiskOp::Write, path).expect_err("the disk is full");
+            assert_eq!(refused.raw_os_error(), Some(28));
+            assert!(disk(DiskOp::Read, path).is_ok());
+        }
+        assert!(disk(DiskOp::Write, path).is_ok(), "the disk went with the simulation");
+        assert_eq!(full.0.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_simulation_replaces_the_clock_and_chance_until_dropped() {
         let epoch = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -235,6 +405,22 @@ mod tests {
             assert!(flawed(Flaw::GcIgnoresClones) && !flawed(Flaw::AckBeforeDurable));
         }
         assert!(!flawed(Flaw::GcIgnoresClones), "no flaw outside a simulation");
+        {
+            let _sim = Simulation::install(1, epoch);
+            skew_clock("a", 250);
+            skew_clock("b", -1500);
+            let read = |host: &str| on_host_sync(Arc::from(host), now);
+            assert_eq!(read("a"), epoch + Duration::from_millis(250));
+            assert_eq!(read("b"), epoch - Duration::from_millis(1500));
+            assert_eq!(read("c"), epoch, "a host without a skew reads the true time");
+            assert_eq!(now(), epoch, "code on no host reads the true time");
+            let spawned = on_host(Arc::from("a"), async { spawn(async { (host(), now()) }).await }).await;
+            let (task_host, task_now) = spawned.expect("the task ran");
+            assert_eq!(task_host.as_deref(), Some("a"), "a spawned task runs for its spawner's host");
+            assert_eq!(task_now, epoch + Duration::from_millis(250));
+        }
+        skew_clock("a", 1000);
+        assert!(host().is_none());
         let real = now().duration_since(UNIX_EPOCH).expect("after 1970");
         assert!(real > Duration::from_secs(1_700_000_000 + 3600 * 24 * 365), "the real clock is back: {real:?}");
     }
