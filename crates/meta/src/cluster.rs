@@ -819,13 +819,16 @@ impl Cluster {
     /// Tries to take or renew the cluster manager's lease for `holder`; returns `None` when
     /// another server holds it, else `Some(continued)`: `holder` holds the lease until
     /// `now + lease_ms`, and `continued` says whether the record named `holder` already (no
-    /// other server held the lease since, even if it had lapsed).
+    /// other server held the lease since, even if it had lapsed). Another server's lease is
+    /// taken over only `clock_skew_max_ms` after its recorded end, by this server's clock: its
+    /// holder, whose clock may be that much behind, believes in it until then at the latest.
     pub async fn renew_lease(
         &self,
         engine: &dyn KvEngine,
         holder: u128,
         addr: &str,
         lease_ms: u64,
+        clock_skew_max_ms: u64,
     ) -> Result<Option<bool>, WireError> {
         let addr = Arc::new(addr.to_string());
         transact(engine, move |txn| {
@@ -837,7 +840,7 @@ impl Cluster {
                 // The planted flaw (simulator only) takes over a lease with half of it left.
                 let early_ms = if wire::world::flawed(wire::world::Flaw::LeaseBeforeExpiry) { lease_ms / 2 } else { 0 };
                 if let Some(rec) = &current {
-                    if rec.holder != holder && rec.expires_ms > now + early_ms {
+                    if rec.holder != holder && rec.expires_ms + clock_skew_max_ms > now + early_ms {
                         return Ok(None);
                     }
                 }

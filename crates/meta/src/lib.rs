@@ -76,6 +76,11 @@ pub struct MetaOptions {
     pub rebuild_after_ms: u64,
     /// Length of the cluster manager's lease (renewed every quarter of it).
     pub lease_ms: u64,
+    /// Most milliseconds two metadata servers' wall clocks may differ (NTP keeps real ones
+    /// within a few). Leases recorded by one server are judged expired by another only this
+    /// long after their recorded end: the cluster manager's lease, and the client sessions'
+    /// leases that keep their locks.
+    pub clock_skew_max_ms: u64,
     /// Days a deleted regular file is kept in the trash (`/.trash`) before it is purged; 0
     /// (the default): deletes are immediate.
     pub trash_days: u32,
@@ -94,6 +99,7 @@ impl Default for MetaOptions {
             id_batch: 1024,
             rebuild_after_ms: 120_000,
             lease_ms: 5000,
+            clock_skew_max_ms: 500,
             trash_days: 0,
         }
     }
@@ -117,6 +123,14 @@ impl MetaOptions {
         if self.lease_ms < 100 {
             return Err(wire::werr!(Invalid, "lease_ms must be at least 100"));
         }
+        if self.clock_skew_max_ms >= self.lease_ms {
+            return Err(wire::werr!(
+                Invalid,
+                "clock_skew_max_ms ({}) must be less than lease_ms ({})",
+                self.clock_skew_max_ms,
+                self.lease_ms
+            ));
+        }
         Ok(())
     }
 }
@@ -133,8 +147,9 @@ pub struct MetaService {
     server_id: u128,
     /// The address other processes reach this server at (shown as the leader in status).
     advertise: parking_lot::Mutex<String>,
-    /// Wall-clock ms until which this server holds the lease (0: not the leader).
-    lease_until_ms: AtomicU64,
+    /// Until when this server holds the lease, by the monotonic clock (`None`: not the
+    /// leader). Monotonic: a step of the wall clock neither extends nor cuts it.
+    lease_until: parking_lot::Mutex<Option<tokio::time::Instant>>,
     /// Counts the terms of this server's leadership: a new one each time it takes the lease
     /// from another server or from none, not when it renews a lapsed lease no one else took.
     lease_term: AtomicU64,
@@ -169,7 +184,7 @@ impl MetaService {
             cluster,
             server_id: rand_id(),
             advertise: parking_lot::Mutex::new(String::new()),
-            lease_until_ms: AtomicU64::new(0),
+            lease_until: parking_lot::Mutex::new(None),
             lease_term: AtomicU64::new(0),
             degraded_written: std::sync::atomic::AtomicBool::new(false),
             processes: processes::Processes::default(),
@@ -276,7 +291,8 @@ impl MetaService {
             }
             op if locks::is_lock_op(&op) => {
                 let tracked = self.tracked(call.request_id);
-                locks::apply(engine, op, (tracked.request_id, tracked.expires_ms)).await
+                let skew_ms = self.options.clock_skew_max_ms;
+                locks::apply(engine, op, (tracked.request_id, tracked.expires_ms), skew_ms).await
             }
             op => {
                 if let MetaOp::SetLayout { ino, ec, check, .. } = &op {
@@ -415,7 +431,7 @@ impl MetaService {
     /// Whether this server holds the cluster manager's lease now. Only the holder runs GC,
     /// marks dead nodes out, and (in the `trove` binary) rebuild, drain, rebalance and scrub.
     pub fn is_leader(&self) -> bool {
-        store::now_ms() < self.lease_until_ms.load(Ordering::Acquire)
+        self.lease_until.lock().is_some_and(|until| tokio::time::Instant::now() < until)
     }
 
     /// The term of this server's leadership (see `lease_term`): jobs and watches may carry
@@ -426,19 +442,19 @@ impl MetaService {
 
     /// Takes or renews the lease; returns whether this server holds it.
     pub async fn renew_lease_once(&self) -> Result<bool, WireError> {
-        let started = store::now_ms();
+        let started = tokio::time::Instant::now();
         let addr = self.advertise.lock().clone();
-        let lease_ms = self.options.lease_ms;
-        let held = self.cluster.renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms).await;
+        let (lease_ms, skew_ms) = (self.options.lease_ms, self.options.clock_skew_max_ms);
+        let held = self.cluster.renew_lease(self.engine.as_ref(), self.server_id, &addr, lease_ms, skew_ms).await;
         match held {
             Ok(Some(continued)) => {
                 if !continued {
                     self.lease_term.fetch_add(1, Ordering::AcqRel);
                 }
                 // Counted from before the transaction: never believes in more than it holds.
-                let was = self.lease_until_ms.swap(started + lease_ms, Ordering::AcqRel);
-                if was <= started {
-                    if continued && was > 0 {
+                let was = self.lease_until.lock().replace(started + Duration::from_millis(lease_ms));
+                if was.is_none_or(|was| was <= started) {
+                    if continued && was.is_some() {
                         tracing::info!("this metadata server ({addr}) leads the cluster manager again (its lease had lapsed; no other server took it)");
                     } else {
                         tracing::info!("this metadata server ({addr}) now leads the cluster manager");
@@ -447,7 +463,7 @@ impl MetaService {
                 Ok(true)
             }
             Ok(None) => {
-                if self.lease_until_ms.swap(0, Ordering::AcqRel) > started {
+                if self.lease_until.lock().take().is_some_and(|was| was > started) {
                     tracing::warn!("this metadata server lost the cluster manager's lease");
                 }
                 Ok(false)
@@ -458,7 +474,7 @@ impl MetaService {
 
     /// Gives the lease up (clean shutdown), so another server takes over at once.
     pub async fn release_lease(&self) -> Result<(), WireError> {
-        self.lease_until_ms.store(0, Ordering::Release);
+        *self.lease_until.lock() = None;
         self.cluster.release_lease(self.engine.as_ref(), self.server_id).await
     }
 

@@ -36,7 +36,16 @@ pub fn is_lock_op(op: &MetaOp) -> bool {
 /// Answers a lock operation, each in its own transaction; `tracked` (request id, when its
 /// record expires) makes a lock or a renewal apply once however often it arrives (request id 0:
 /// not recorded).
-pub async fn apply(engine: &dyn KvEngine, op: MetaOp, tracked: (u128, u64)) -> Result<MetaReply, WireError> {
+///
+/// A session's lease recorded by one server is judged expired by another only
+/// `clock_skew_max_ms` after its recorded end: the other server's clock may be that much ahead,
+/// and the holder believes in its locks for its whole lease.
+pub async fn apply(
+    engine: &dyn KvEngine,
+    op: MetaOp,
+    tracked: (u128, u64),
+    clock_skew_max_ms: u64,
+) -> Result<MetaReply, WireError> {
     let (request_id, expires_ms) = tracked;
     match op {
         MetaOp::Lock { ino, session, owner, range, lease_ms } => {
@@ -47,7 +56,8 @@ pub async fn apply(engine: &dyn KvEngine, op: MetaOp, tracked: (u128, u64)) -> R
                     if let Some(reply) = replayed(txn, request_id).await? {
                         return Ok(reply);
                     }
-                    let reply = lock(txn, ino, session, owner, range, lease_ms, store::now_ms()).await?;
+                    let clock = LeaseClock::now(clock_skew_max_ms);
+                    let reply = lock(txn, ino, session, owner, range, lease_ms, clock).await?;
                     record(txn, request_id, &reply, expires_ms).await?;
                     Ok(reply)
                 })
@@ -58,7 +68,8 @@ pub async fn apply(engine: &dyn KvEngine, op: MetaOp, tracked: (u128, u64)) -> R
             check_range(&range)?;
             store::transact(engine, move |txn| {
                 Box::pin(async move {
-                    let conflict = find_conflict(txn, ino, session, owner, &range, store::now_ms(), false).await?;
+                    let expired_before_ms = store::now_ms().saturating_sub(clock_skew_max_ms);
+                    let conflict = find_conflict(txn, ino, session, owner, &range, expired_before_ms, false).await?;
                     Ok(MetaReply::Lock { granted: conflict.is_none(), conflict })
                 })
             })
@@ -117,14 +128,14 @@ async fn lock(
     owner: u64,
     range: LockRange,
     lease_ms: u64,
-    now_ms: u64,
+    clock: LeaseClock,
 ) -> TxResult<MetaReply> {
     if get::<keys::InodeRec>(txn, &keys::inode(ino)).await?.is_none() {
         fail!(NotFound, "no inode {ino} to lock");
     }
-    put(txn, &keys::lease(session), &LeaseRec { expires_ms: now_ms.saturating_add(lease_ms) }).await?;
+    put(txn, &keys::lease(session), &LeaseRec { expires_ms: clock.now_ms.saturating_add(lease_ms) }).await?;
     if range.kind != LockKind::Unlock {
-        if let Some(conflict) = find_conflict(txn, ino, session, owner, &range, now_ms, true).await? {
+        if let Some(conflict) = find_conflict(txn, ino, session, owner, &range, clock.expired_before_ms, true).await? {
             return Ok(MetaReply::Lock { granted: false, conflict: Some(conflict) });
         }
     }
@@ -146,15 +157,31 @@ async fn lock(
     Ok(MetaReply::Lock { granted: true, conflict: None })
 }
 
-/// The first range of another live owner that conflicts with `range`. With `clean`, records of
-/// sessions whose lease ran out are deleted on the way.
+/// The time a lock request is judged at: now, by this server's clock, and the moment before
+/// which other sessions' leases count as expired (now less the clock skew bound).
+#[derive(Clone, Copy)]
+struct LeaseClock {
+    now_ms: u64,
+    expired_before_ms: u64,
+}
+
+impl LeaseClock {
+    fn now(clock_skew_max_ms: u64) -> LeaseClock {
+        let now_ms = store::now_ms();
+        LeaseClock { now_ms, expired_before_ms: now_ms.saturating_sub(clock_skew_max_ms) }
+    }
+}
+
+/// The first range of another live owner that conflicts with `range`: a session is live unless
+/// its lease ended before `expired_before_ms`. With `clean`, records of sessions whose lease ran
+/// out are deleted on the way.
 async fn find_conflict(
     txn: &mut dyn KvTxn,
     ino: Ino,
     session: u64,
     owner: u64,
     range: &LockRange,
-    now_ms: u64,
+    expired_before_ms: u64,
     clean: bool,
 ) -> TxResult<Option<LockRange>> {
     let prefix = keys::lock_prefix(ino);
@@ -170,7 +197,7 @@ async fn find_conflict(
             Some(&live) => live,
             None => {
                 let lease: Option<LeaseRec> = get(txn, &keys::lease(their_session)).await?;
-                let live = lease.is_some_and(|l| l.expires_ms > now_ms);
+                let live = lease.is_some_and(|l| l.expires_ms > expired_before_ms);
                 alive.insert(their_session, live);
                 live
             }

@@ -70,6 +70,10 @@ pub struct MetaConfig {
     /// Length of the cluster manager's lease held by one metadata server.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// Most milliseconds the metadata hosts' wall clocks may differ; must be less than
+    /// `lease_ms`. Another server's lease counts as expired only this long after its end.
+    #[serde(default = "default_clock_skew_max_ms")]
+    pub clock_skew_max_ms: u64,
     /// The address other processes reach this server at (defaults to `listen` as bound).
     #[serde(default)]
     pub advertise: Option<String>,
@@ -136,6 +140,9 @@ fn default_rebuild_after_ms() -> u64 {
 }
 fn default_lease_ms() -> u64 {
     MetaOptions::default().lease_ms
+}
+fn default_clock_skew_max_ms() -> u64 {
+    MetaOptions::default().clock_skew_max_ms
 }
 /// Default throttle of data movement: 256 MiB/s.
 pub const MOVE_BYTES_PER_S_DEFAULT: u64 = 256 << 20;
@@ -221,6 +228,7 @@ impl MetaConfig {
             gc_grace_ms: self.gc_grace_ms,
             rebuild_after_ms: self.rebuild_after_ms,
             lease_ms: self.lease_ms,
+            clock_skew_max_ms: self.clock_skew_max_ms,
             trash_days: self.trash_days,
             ..MetaOptions::default()
         }
@@ -348,7 +356,7 @@ impl MetaService {
     pub fn spawn_background(self: &Arc<Self>) -> Background {
         let gc_interval = Duration::from_millis(self.options.gc_interval_ms.max(1));
         let lease_interval = Duration::from_millis((self.options.lease_ms / 4).max(25));
-        let lease = tokio::spawn(every(Arc::downgrade(self), lease_interval, |service| async move {
+        let lease = wire::world::spawn(every(Arc::downgrade(self), lease_interval, |service| async move {
             match service.renew_lease_once().await {
                 Ok(true) => {
                     if let Err(err) = service.mark_dead_out_once().await {
@@ -359,7 +367,7 @@ impl MetaService {
                 Err(err) => tracing::warn!("renewing the cluster manager's lease failed: {err}"),
             }
         }));
-        let gc = tokio::spawn(every(Arc::downgrade(self), gc_interval, |service| async move {
+        let gc = wire::world::spawn(every(Arc::downgrade(self), gc_interval, |service| async move {
             if !service.is_leader() {
                 return;
             }
@@ -376,12 +384,12 @@ impl MetaService {
                 Err(err) => tracing::warn!("trash purge failed: {err}"),
             }
         }));
-        let sweep = tokio::spawn(every(Arc::downgrade(self), REQUEST_SWEEP_INTERVAL, |service| async move {
+        let sweep = wire::world::spawn(every(Arc::downgrade(self), REQUEST_SWEEP_INTERVAL, |service| async move {
             if let Err(err) = service.sweep_requests_once().await {
                 tracing::warn!("sweep of idempotency records failed: {err}");
             }
         }));
-        let watch = tokio::spawn(crate::watch::run(Arc::downgrade(self)));
+        let watch = wire::world::spawn(crate::watch::run(Arc::downgrade(self)));
         Background { tasks: vec![lease, gc, sweep, watch] }
     }
 }

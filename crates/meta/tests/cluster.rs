@@ -899,14 +899,38 @@ async fn the_lease_has_one_holder_and_a_lapse_nobody_filled_keeps_the_term() {
     let first = a.lease_term();
     assert!(!renew(&b).await && !b.is_leader(), "one holder at a time");
     // A lapses; nobody takes it; A renews: the same term.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!a.is_leader(), "a lapsed lease is not believed in");
     assert!(renew(a).await && a.is_leader());
     assert_eq!(a.lease_term(), first, "no other server led meanwhile");
-    // A lapses, B takes it, B lapses, A takes it back: a new term for A.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // A lapses, B takes it (once the clock skew allowance passed too), B lapses, A takes it
+    // back: a new term for A.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(renew(&b).await && b.is_leader());
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(renew(a).await && a.is_leader());
     assert_ne!(a.lease_term(), first, "another server led meanwhile");
+}
+
+/// Another server takes the lease over only `clock_skew_max_ms` after its recorded end (the
+/// holder's clock may be that much behind, and it believes in its whole lease), while the holder
+/// stops believing in it when its lease ends by its own monotonic clock.
+#[tokio::test]
+async fn the_lease_is_taken_over_only_after_the_clock_skew_allowance() {
+    let options = MetaOptions { lease_ms: 300, clock_skew_max_ms: 250, ..test_options() };
+    let refused = MetaOptions { clock_skew_max_ms: 300, ..options.clone() }.validate();
+    assert!(
+        refused.is_err_and(|e| e.message.contains("clock_skew_max_ms")),
+        "the allowance must be less than the lease"
+    );
+    let env = env_with(options.clone()).await;
+    let (a, b) =
+        (&env.svc, MetaService::new(env.svc.engine().clone(), options).await.unwrap_or_else(|e| panic!("{e}")));
+    assert!(renew(a).await && a.is_leader());
+    tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+    assert!(!a.is_leader(), "the holder's lease ended by its own clock");
+    assert!(!renew(&b).await && !b.is_leader(), "within the allowance nobody takes the lease over");
+    tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+    assert!(renew(&b).await && b.is_leader(), "after the allowance another server takes it");
+    assert!(!renew(a).await && !a.is_leader());
 }

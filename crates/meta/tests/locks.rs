@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use meta::MetaOptions;
 use wire::{ErrorCode, LockKind, LockRange, MetaOp, MetaReply, ROOT_INO};
 
 fn range(start: u64, end: u64, kind: LockKind) -> LockRange {
@@ -71,4 +72,22 @@ async fn a_dead_sessions_locks_lapse_with_its_lease() {
     // Ending a session releases its locks at once.
     ok(svc, MetaOp::RenewLease { session: 2, lease_ms: 0 }).await;
     assert!(granted(ok(svc, lock(f, 3, 1, range(0, u64::MAX, LockKind::Write), 60_000)).await));
+}
+
+/// A session's locks keep conflicting for `clock_skew_max_ms` after its lease's recorded end:
+/// the server that recorded the lease may have had a clock that much behind this one's, and the
+/// holder believes in its locks for its whole lease.
+#[tokio::test]
+async fn an_expired_lease_still_counts_within_the_clock_skew_allowance() {
+    let env = env_with(MetaOptions { clock_skew_max_ms: 400, ..test_options() }).await;
+    let svc = &env.svc;
+    let f = create(svc, ROOT_INO, "f").await.ino;
+    assert!(granted(ok(svc, lock(f, 1, 1, range(0, u64::MAX, LockKind::Write), 200)).await));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let probe = MetaOp::TestLock { ino: f, session: 2, owner: 1, range: range(0, 0, LockKind::Write) };
+    assert!(!granted(ok(svc, probe.clone()).await), "past the lease, within the allowance: still held");
+    assert!(!granted(ok(svc, lock(f, 2, 1, range(0, 0, LockKind::Write), 60_000)).await));
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(granted(ok(svc, probe).await));
+    assert!(granted(ok(svc, lock(f, 2, 1, range(0, 0, LockKind::Write), 60_000)).await), "past the allowance");
 }

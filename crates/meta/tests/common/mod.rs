@@ -25,7 +25,7 @@ pub struct Env {
 pub mod cases;
 
 pub fn test_options() -> MetaOptions {
-    MetaOptions { gc_grace_ms: 0, ..MetaOptions::default() }
+    MetaOptions { gc_grace_ms: 0, clock_skew_max_ms: 100, ..MetaOptions::default() }
 }
 
 pub async fn open_engine(dir: &TempDir) -> Arc<dyn KvEngine> {
