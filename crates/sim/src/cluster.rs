@@ -10,10 +10,14 @@
 //! A storage node runs what `storage::run` runs, minus the socket: its [`StorageService`]
 //! answers requests from the network and its membership loop registers and heartbeats. A
 //! crash stops both at once and drops the store; a restart reopens the same drive under the
-//! same identity, as a restarted process would. Shard writes are whole files renamed into
-//! place, so a crash keeps every shard whose put was answered (power loss, which would also
-//! lose unsynced writes, is not simulated).
+//! same identity, as a restarted process would. A crash may be a power loss, which also
+//! undoes the renames no directory sync made durable ([`crate::disk`]).
+//!
+//! Every process is a host on the simulated network, named by its address: its tasks run for
+//! it (`wire::world::on_host`), and its wall clock is off the true one by up to the
+//! configured skew, drawn anew each time it starts.
 
+use crate::disk::SimDisk;
 use crate::engine::SlowEngine;
 use crate::net::SimNet;
 use crate::trace::Trace;
@@ -70,6 +74,12 @@ pub struct Cluster {
     options: MetaOptions,
     pub metas: Vec<MetaServer>,
     pub nodes: Vec<StorageNode>,
+    /// The storage nodes' disks.
+    pub disk: Arc<SimDisk>,
+    /// Most milliseconds a host's wall clock is off the true one, either way.
+    pub clock_skew_ms_max: u64,
+    /// How often the data mover scrubs, if it does.
+    scrub_every: Option<Duration>,
     holders: LeaseHolders,
     _dir: tempfile::TempDir,
 }
@@ -92,12 +102,20 @@ pub fn endpoint(net: &Arc<SimNet>, name: &str) -> Endpoint {
 
 impl Cluster {
     /// Starts the metadata servers and every storage node, and waits until all registered.
-    pub async fn start(shape: Shape, net: Arc<SimNet>, trace: Arc<Trace>, seed: u64) -> anyhow::Result<Cluster> {
+    pub async fn start(
+        shape: Shape,
+        net: Arc<SimNet>,
+        trace: Arc<Trace>,
+        seed: u64,
+        clock_skew_ms_max: u64,
+        scrub_every: Option<Duration>,
+    ) -> anyhow::Result<Cluster> {
         // In memory where the machine offers it: shard files are still written, renamed and
         // synced for real, without waiting for a disk (a crash here is a process's, not a
         // power loss).
         let shm = std::path::Path::new("/dev/shm");
         let dir = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
+        trace.redact(dir.path());
         let options = MetaOptions {
             default_ec: shape.ec,
             chunk_bytes: shape.chunk_bytes,
@@ -106,6 +124,8 @@ impl Cluster {
             gc_interval_ms: 500,
             // A node down this long is marked out and its shards rebuilt elsewhere.
             rebuild_after_ms: REBUILD_AFTER.as_millis() as u64,
+            // Two hosts' clocks are at most twice the skew of one apart.
+            clock_skew_max_ms: 2 * clock_skew_ms_max,
             ..MetaOptions::default()
         };
         let metas = (0..shape.meta_servers)
@@ -124,7 +144,22 @@ impl Cluster {
         }
         let engine = SlowEngine::new(seed, trace.clone());
         let holders = LeaseHolders::default();
-        let mut cluster = Cluster { net, trace, shape, engine, options, metas, nodes, holders, _dir: dir };
+        let disk = SimDisk::new(trace.clone());
+        wire::world::install_disk(disk.clone());
+        let mut cluster = Cluster {
+            net,
+            trace,
+            shape,
+            engine,
+            options,
+            metas,
+            nodes,
+            disk,
+            clock_skew_ms_max,
+            scrub_every,
+            holders,
+            _dir: dir,
+        };
         for i in 0..shape.meta_servers {
             cluster.start_meta(i).await?;
         }
@@ -157,14 +192,18 @@ impl Cluster {
             return Ok(());
         }
         let engine: Arc<dyn kv::KvEngine> = self.engine.clone();
-        let meta = MetaService::new(engine, self.options.clone()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let host: Arc<str> = Arc::from(server.addr.as_str());
+        skew(&self.trace, &server.addr, self.clock_skew_ms_max);
+        let meta = wire::world::on_host(host.clone(), MetaService::new(engine, self.options.clone()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         meta.set_advertise(&server.addr);
         meta.set_net(Net::Simulated(endpoint(&self.net, &server.addr)));
         self.net.listen(&server.addr, Service::Meta, CLUSTER, wire::world::answer(meta.clone()));
-        server.background = Some(meta.spawn_background());
+        server.background = Some(wire::world::on_host_sync(host.clone(), || meta.spawn_background()));
         let settings = jobs::Settings {
             bytes_per_s: 1 << 30,
-            scrub_interval: None,
+            scrub_interval: self.scrub_every,
             grace: Duration::from_millis(self.options.gc_grace_ms),
             tier_schedule: jobs::schedule::Schedule::Off,
             tier_impact: jobs::tier::Impact {
@@ -176,7 +215,8 @@ impl Cluster {
             ingest_interval: None,
         };
         let options = crate::client_options(&self.net, &server.addr);
-        server.mover = Some(jobs::spawn_with(meta.clone(), server.addr.clone(), settings, options));
+        let mover = || jobs::spawn_with(meta.clone(), server.addr.clone(), settings, options);
+        server.mover = Some(wire::world::on_host_sync(host, mover));
         self.holders.0.lock().insert(server.addr.clone(), meta.clone());
         server.service = Some(meta);
         self.trace.note(format_args!("cluster: metadata server {} up", server.addr));
@@ -216,12 +256,56 @@ impl Cluster {
         }
     }
 
+    /// The shards the live chunk records place on the storage node at `addr` (not those
+    /// recorded missing): what a file's data depends on there. Empty if no metadata server
+    /// answers.
+    pub async fn placed_on(&self, addr: &str) -> std::collections::BTreeSet<wire::ShardKey> {
+        let mut placed = std::collections::BTreeSet::new();
+        let Some(meta) = self.live_meta() else { return placed };
+        let call = |op| meta.call(wire::MetaCall { request_id: 0, op });
+        let Ok(wire::MetaReply::Status(status)) = call(wire::MetaOp::Status { scan_chunks: false }).await else {
+            return placed;
+        };
+        let Some(node) = status.nodes.iter().find(|n| n.addr == addr).map(|n| n.id) else { return placed };
+        let mut maps: std::collections::BTreeMap<u32, wire::PlacementMap> = std::collections::BTreeMap::new();
+        let mut after = None;
+        loop {
+            let Ok(wire::MetaReply::ChunkPage { chunks, more }) =
+                call(wire::MetaOp::ScanChunks { after, limit: 1024 }).await
+            else {
+                return placed;
+            };
+            for chunk in &chunks {
+                let version = chunk.rec.placement.map_version;
+                if !maps.contains_key(&version) {
+                    match call(wire::MetaOp::GetMap { version }).await {
+                        Ok(wire::MetaReply::Map(map)) => maps.insert(version, map),
+                        _ => return placed,
+                    };
+                }
+                let map = &maps[&version];
+                for i in 0..chunk.rec.ec.width() {
+                    let recorded = chunk.rec.missing & (1 << i) == 0;
+                    if recorded && map.node_for(chunk.rec.placement.pg, i) == Some(node) {
+                        placed.insert(wire::ShardKey { chunk: chunk.rec.id, index: i as u8 });
+                    }
+                }
+            }
+            match chunks.last() {
+                Some(last) if more => after = Some((last.ino, last.rec.index)),
+                _ => return placed,
+            }
+        }
+    }
+
     /// Starts storage node `i` (again, after a crash) on its drive.
     pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
         let node = &mut self.nodes[i];
         if node.service.is_some() {
             return Ok(());
         }
+        self.disk.add_drive(&node.drive);
+        skew(&self.trace, &node.addr, self.clock_skew_ms_max);
         let config = StoreConfig { drives: vec![node.drive.clone()], reserve_bytes: 0, keys: None };
         let store = ShardStore::open(&config)?;
         let service = Arc::new(StorageService::new(Arc::new(store)));
@@ -240,18 +324,20 @@ impl Cluster {
                 object: None,
             };
             let member = service.clone();
-            node.membership.push(tokio::spawn(async move {
+            let host: Arc<str> = Arc::from(node.addr.as_str());
+            node.membership.push(tokio::spawn(wire::world::on_host(host, async move {
                 let refused = storage::service::membership(member, membership).await;
                 panic!("the metadata service refused a simulated node: {refused}");
-            }));
+            })));
         }
         node.service = Some(service);
         self.trace.note(format_args!("cluster: storage node {} up", node.addr));
         Ok(())
     }
 
-    /// Storage node `i` dies: requests it was answering are lost, its store is closed.
-    pub async fn crash_node(&mut self, i: usize) {
+    /// Storage node `i` dies: requests it was answering are lost, its store is closed. With
+    /// `power_loss`, its disk also loses what was not yet durable.
+    pub async fn crash_node(&mut self, i: usize, power_loss: bool) {
         let node = &mut self.nodes[i];
         let Some(service) = node.service.take() else { return };
         self.net.crash(&node.addr);
@@ -259,7 +345,16 @@ impl Cluster {
             task.abort();
         }
         service.shutdown().await;
-        self.trace.note(format_args!("cluster: storage node {} crashed", node.addr));
+        let how = if power_loss { "lost power" } else { "crashed" };
+        self.trace.note(format_args!("cluster: storage node {} {how}", node.addr));
+        if power_loss {
+            self.disk.power_loss(&node.drive);
+        }
+    }
+
+    /// The directory of storage node `i`'s drive.
+    pub fn drive(&self, i: usize) -> &std::path::Path {
+        &self.nodes[i].drive
     }
 
     pub fn is_up(&self, i: usize) -> bool {
@@ -273,8 +368,10 @@ impl Cluster {
                 let op = wire::MetaOp::Status { scan_chunks: false };
                 if let Ok(wire::MetaReply::Status(status)) = meta.call(wire::MetaCall { request_id: 0, op }).await {
                     let up = status.nodes.iter().filter(|n| n.state == wire::NodeState::Up).count();
+                    // A node being drained serves and heartbeats as one up does.
+                    let draining = status.nodes.iter().filter(|n| n.state == wire::NodeState::Draining).count();
                     let out = status.nodes.iter().filter(|n| n.state == wire::NodeState::Out).count();
-                    if up + out == self.nodes.len() {
+                    if up + draining + out == self.nodes.len() {
                         self.trace.note(format_args!("cluster: all {up} storage nodes registered"));
                         return Ok(());
                     }
@@ -284,4 +381,14 @@ impl Cluster {
         }
         anyhow::bail!("the storage nodes did not all register within 20 simulated seconds")
     }
+}
+
+/// Sets `host`'s wall clock off the true one by a draw within `max_ms` either way.
+pub fn skew(trace: &Trace, host: &str, max_ms: u64) {
+    if max_ms == 0 {
+        return;
+    }
+    let skew_ms = (wire::world::random::<u64>() % (2 * max_ms + 1)) as i64 - max_ms as i64;
+    wire::world::skew_clock(host, skew_ms);
+    trace.note(format_args!("clock: {host} is {skew_ms:+} ms off"));
 }

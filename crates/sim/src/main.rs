@@ -24,7 +24,7 @@ struct Args {
     #[arg(long)]
     trace: bool,
     /// Plant a bug on purpose (repeatable): ack-before-durable, ignore-failed-shard-put,
-    /// gc-ignores-clones, lease-before-expiry. The checkers should catch it.
+    /// gc-ignores-clones, lease-before-expiry, skip-dir-sync. The checkers should catch it.
     #[arg(long = "flaw", value_parser = parse_flaw)]
     flaws: Vec<Flaw>,
     /// Simulated seconds of workload under faults, per seed.
@@ -42,6 +42,13 @@ struct Args {
     /// Stop a sweep at the first seed with a violation.
     #[arg(long)]
     stop_at_first: bool,
+    /// Most milliseconds any host's wall clock is off the true one, either way (0: one clock).
+    #[arg(long, default_value_t = sim::Config::new(0).clock_skew_ms_max)]
+    clock_skew_ms: u64,
+    /// Leave the disks alone: no failing, full or rotting disks, no power loss, no scrub (the
+    /// chaos as drawn before disks were simulated, which older seeds were found with).
+    #[arg(long)]
+    no_disk_chaos: bool,
 }
 
 fn parse_flaw(name: &str) -> Result<Flaw, String> {
@@ -71,6 +78,8 @@ fn main() -> std::process::ExitCode {
         config.faults.drop_per_mille = args.drop_per_mille;
         config.faults.duplicate_per_mille = args.duplicate_per_mille;
         config.clients = args.clients;
+        config.clock_skew_ms_max = args.clock_skew_ms;
+        config.disk_chaos = !args.no_disk_chaos;
         let took = Instant::now();
         let outcome = match sim::run(&config) {
             Ok(outcome) => outcome,

@@ -205,7 +205,8 @@ impl SimNet {
         let mut state = self.state.lock();
         let host = state.hosts.get_mut(to)?;
         let answer = host.answer.clone()?;
-        let task = tokio::spawn(answer(Arc::from(from), body, data));
+        // Answered on behalf of the receiving host: its clock, its tasks.
+        let task = tokio::spawn(wire::world::on_host(Arc::from(to), answer(Arc::from(from), body, data)));
         host.running.retain(|t| !t.is_finished());
         host.running.push(task.abort_handle());
         Some(task)

@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 pub struct Trace {
     lines: Mutex<Vec<String>>,
+    /// A path that differs from run to run (the drives' temporary directory), written as
+    /// `<drives>` wherever a line names it.
+    redacted: Mutex<Option<String>>,
     start: tokio::time::Instant,
     /// Also print each line as it is noted (`--trace`).
     echo: bool,
@@ -16,7 +19,12 @@ pub struct Trace {
 impl Trace {
     /// A trace whose clock starts now (call inside the simulation's runtime).
     pub fn new(echo: bool) -> Arc<Trace> {
-        Arc::new(Trace { lines: Mutex::new(Vec::new()), start: tokio::time::Instant::now(), echo })
+        Arc::new(Trace {
+            lines: Mutex::new(Vec::new()),
+            redacted: Mutex::new(None),
+            start: tokio::time::Instant::now(),
+            echo,
+        })
     }
 
     /// Simulated milliseconds since the trace began.
@@ -24,8 +32,21 @@ impl Trace {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// Writes `path` as `<drives>` in every line noted from now on.
+    pub fn redact(&self, path: &std::path::Path) {
+        *self.redacted.lock() = Some(path.display().to_string());
+    }
+
+    /// `text` with the redacted path written as `<drives>`.
+    pub fn redacted(&self, text: &str) -> String {
+        match self.redacted.lock().as_deref() {
+            Some(path) if text.contains(path) => text.replace(path, "<drives>"),
+            _ => text.to_string(),
+        }
+    }
+
     pub fn note(&self, what: fmt::Arguments<'_>) {
-        let line = format!("{:>9} {what}", self.elapsed_ms());
+        let line = self.redacted(&format!("{:>9} {what}", self.elapsed_ms()));
         if self.echo {
             println!("{line}");
         }

@@ -126,6 +126,7 @@ pub struct Verdicts {
 
 impl Verdicts {
     pub fn violation(&self, what: String) {
+        let what = self.trace.redacted(&what);
         self.trace.note(format_args!("VIOLATION {what}"));
         self.violations.lock().push(what);
     }
@@ -364,11 +365,11 @@ pub fn judge_read(
 pub async fn final_check(
     client: &Client,
     models: &[Model],
-    stores: Vec<Arc<storage::StorageService>>,
+    stores: Vec<(Arc<storage::StorageService>, BTreeSet<ShardKey>)>,
     verdicts: &Verdicts,
 ) {
     let mut stored: BTreeSet<ShardKey> = BTreeSet::new();
-    for service in &stores {
+    for (service, placed) in &stores {
         let mut after = None;
         loop {
             let op = wire::StorageOp::ListShards { after, limit: 4096 };
@@ -381,6 +382,32 @@ pub async fn final_check(
                 Ok(_) => break,
                 Err(e) => {
                     verdicts.violation(format!("listing the shards of a storage node failed: {e}"));
+                    break;
+                }
+            }
+        }
+        // Every stored shard must be whole: scrub had its chance to rewrite what rotted.
+        let mut after = None;
+        loop {
+            let op = wire::StorageOp::Scrub { after, limit: storage::store::SCRUB_KEYS_MAX };
+            let (reply, _) = wire::Handler::handle(&**service, op, Bytes::new()).await;
+            match reply {
+                Ok(wire::StorageReply::Scrubbed { bad, last, more, .. }) => {
+                    for (key, why) in bad {
+                        if placed.contains(&key) {
+                            verdicts.violation(format!("shard {key} is damaged on a healthy cluster: {why}"));
+                        } else {
+                            // An old copy no record places (a moved shard's): data of no file.
+                            verdicts.trace.note(format_args!("final: unplaced shard {key} is damaged: {why}"));
+                        }
+                    }
+                    if !more {
+                        break;
+                    }
+                    after = last;
+                }
+                other => {
+                    verdicts.violation(format!("scrubbing a storage node failed: {other:?}"));
                     break;
                 }
             }

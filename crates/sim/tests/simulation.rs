@@ -50,18 +50,44 @@ fn one_seed_replays_byte_for_byte() {
     replays(flawed);
 }
 
+/// What the chaos of a sweep must have done at least once, as its trace says it.
+const CHAOS_SEEN: [&str; 9] = [
+    "crashed",
+    "lost power",
+    ": Failing",
+    ": Full",
+    "rots at byte",
+    "the rotted shard is whole again",
+    "the operator drains storage node",
+    "is drained and removed",
+    "ms off",
+];
+
 #[test]
 fn a_short_sweep_finds_no_violation() {
     let mut failed = Vec::new();
-    for seed in 100..108 {
+    let mut unseen: Vec<&str> = CHAOS_SEEN.to_vec();
+    for seed in 100..112 {
         let outcome = run(&Config::new(seed));
         assert!(outcome.ops > 100, "seed {seed}: only {} operations ran", outcome.ops);
         assert!(outcome.net.dropped > 0 && outcome.net.duplicated > 0, "seed {seed}: no faults: {:?}", outcome.net);
+        let text = outcome.trace.text();
+        unseen.retain(|what| !text.contains(what));
         if !outcome.violations.is_empty() {
             failed.push((seed, outcome.violations));
         }
     }
     assert!(failed.is_empty(), "violations (replay with `cargo run -p sim -- --seed N --trace`): {failed:#?}");
+    assert!(unseen.is_empty(), "the chaos never did this in the sweep: {unseen:?}");
+}
+
+#[test]
+fn without_disks_the_chaos_leaves_disks_and_clocks_alone() {
+    let text = run(&Config::without_disks(3)).trace.text();
+    for what in CHAOS_SEEN.iter().skip(1) {
+        assert!(!text.contains(what), "{what:?} happened without disk chaos:\n{text}");
+    }
+    assert!(text.contains("crashed"), "nodes and servers still crash");
 }
 
 /// Sweeps seeds with `flaw` planted until one finds a violation; that seed must fail again,
@@ -100,6 +126,11 @@ fn a_chunk_committed_without_a_failed_shard_is_caught() {
 #[test]
 fn gc_deleting_a_chunk_a_clone_holds_is_caught() {
     caught(Flaw::GcIgnoresClones, "unreadable on a healthy cluster");
+}
+
+#[test]
+fn a_put_answered_before_its_directory_sync_is_caught() {
+    caught(Flaw::SkipDirSync, "is recorded as stored but no node has it");
 }
 
 #[test]
