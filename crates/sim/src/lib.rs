@@ -217,7 +217,7 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     if let Some(rot) = &chaos.rot {
         let mut repaired = false;
         for _ in 0..REPAIR_WAIT_S {
-            if rot.repaired() {
+            if rot.settled(&cluster).await {
                 repaired = true;
                 break;
             }
@@ -333,6 +333,9 @@ struct Chaos {
 
 /// A byte flipped in a shard file.
 struct Rot {
+    /// The storage node and the shard.
+    node: String,
+    key: wire::ShardKey,
     path: std::path::PathBuf,
     offset: u64,
     /// The byte it held.
@@ -341,13 +344,19 @@ struct Rot {
 }
 
 impl Rot {
-    /// Whether the shard is whole again: the file holds the byte it held (scrub rewrote it) or
-    /// is gone (its chunk deleted or moved).
-    fn repaired(&self) -> bool {
+    /// Whether the rot is dealt with: the file holds the byte it held (scrub rewrote it) or is
+    /// gone, or no chunk record places the shard on the node any more (its file was deleted,
+    /// the chunk moved, or the node removed: an old copy that is nobody's data).
+    async fn settled(&self, cluster: &Cluster) -> bool {
         use std::os::unix::fs::FileExt;
-        let Ok(file) = std::fs::File::open(&self.path) else { return true };
-        let mut byte = [0u8];
-        file.read_exact_at(&mut byte, self.offset).map_or(true, |()| byte[0] == self.byte)
+        let whole = match std::fs::File::open(&self.path) {
+            Err(_) => true,
+            Ok(file) => {
+                let mut byte = [0u8];
+                file.read_exact_at(&mut byte, self.offset).map_or(true, |()| byte[0] == self.byte)
+            }
+        };
+        whole || !cluster.placed_on(&self.node).await.contains(&self.key)
     }
 }
 
@@ -372,9 +381,11 @@ impl Chaos {
                 }
             }
         }
-        if self.rot.as_ref().is_some_and(Rot::repaired) {
-            cluster.trace.note(format_args!("chaos: the rotted shard is whole again"));
-            self.rot = None;
+        if let Some(rot) = &self.rot {
+            if rot.settled(cluster).await {
+                cluster.trace.note(format_args!("chaos: the rotted shard is whole again, or no file needs it"));
+                self.rot = None;
+            }
         }
         // A drained node is marked out once nothing is left on it: the operator stops it.
         if let (Some(i), Some(status)) = (self.draining, &status) {
@@ -509,7 +520,8 @@ impl Chaos {
                 cluster
                     .trace
                     .note(format_args!("chaos: shard {key} on {} rots at byte {offset}", cluster.nodes[i].addr));
-                self.rot = Some(Rot { path, offset, byte, at_ms: cluster.trace.elapsed_ms() });
+                let at_ms = cluster.trace.elapsed_ms();
+                self.rot = Some(Rot { node: cluster.nodes[i].addr.clone(), key, path, offset, byte, at_ms });
             }
             Err(e) => cluster.trace.note(format_args!("chaos: rotting {key} failed: {e}")),
         }

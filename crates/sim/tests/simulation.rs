@@ -57,7 +57,7 @@ const CHAOS_SEEN: [&str; 9] = [
     ": Failing",
     ": Full",
     "rots at byte",
-    "the rotted shard is whole again",
+    "the rotted shard is whole again, or no file needs it",
     "the operator drains storage node",
     "is drained and removed",
     "ms off",
