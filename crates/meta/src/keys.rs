@@ -555,11 +555,13 @@ pub struct DentryRec {
     pub kind: FileKind,
 }
 
-/// The reply of an applied mutation, kept so a retried request gets it again.
+/// The answer of a mutation, kept so a retried request (or a late copy of it) gets it again
+/// instead of being applied anew: the reply of one that was applied, or the error of one that
+/// failed (format 3; format 2 kept only replies).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestRec {
     pub expires_ms: u64,
-    pub reply: MetaReply,
+    pub reply: Result<MetaReply, WireError>,
 }
 
 /// A storage node's durable record.
@@ -888,13 +890,19 @@ impl Record for wire::PlacementMap {
 }
 
 impl Record for RequestRec {
-    const FORMAT: u8 = FORMAT_V2;
+    const FORMAT: u8 = FORMAT_V3;
 
-    fn migrate(version: u8, _body: &[u8]) -> Result<Self, String> {
-        // Format 1 replies hold attributes and maps of protocol 7 or older, which no client of this
-        // version can have asked for (older clients are refused at the hello): only the sweep
-        // reads such records, through `RequestHead`.
-        Err(format!("a reply recorded in format {version} by an older version of Trove cannot be returned"))
+    fn migrate(version: u8, body: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V2 => {
+                let old = from_body::<v2::RequestRec>(body)?;
+                Ok(RequestRec { expires_ms: old.expires_ms, reply: Ok(old.reply) })
+            }
+            // Format 1 replies hold attributes and maps of protocol 7 or older, which no client
+            // of this version can have asked for (older clients are refused at the hello): only
+            // the sweep reads such records, through `RequestHead`.
+            _ => Err(format!("a reply recorded in format {version} by an older version of Trove cannot be returned")),
+        }
     }
 }
 
@@ -906,12 +914,12 @@ pub struct RequestHead {
 }
 
 impl Record for RequestHead {
-    const FORMAT: u8 = FORMAT_V2;
+    const FORMAT: u8 = FORMAT_V3;
 
     fn migrate(version: u8, body: &[u8]) -> Result<Self, String> {
         match version {
             // `expires_ms` comes first in every format; postcard ignores what follows.
-            FORMAT_V1 => from_body(body),
+            FORMAT_V1 | FORMAT_V2 => from_body(body),
             _ => Err(format!("unknown format version {version}")),
         }
     }
@@ -985,7 +993,14 @@ pub mod v1 {
 /// The record types as value format 2 wrote them, kept to read old values (see [`Record`]).
 pub mod v2 {
     use serde::Deserialize;
-    use wire::{Attr, Ino};
+    use wire::{Attr, Ino, MetaReply};
+
+    /// A recorded answer before failures were recorded: the reply of an applied mutation.
+    #[derive(Deserialize)]
+    pub struct RequestRec {
+        pub expires_ms: u64,
+        pub reply: MetaReply,
+    }
 
     /// An inode before quotas: no quota domain (0, as no quota existed).
     #[derive(Deserialize)]
@@ -1193,6 +1208,24 @@ mod tests {
         }
     }
 
+    /// A reply recorded in format 2 (replies only) reads as a recorded success; format 3 keeps
+    /// failures too, and the sweep reads the expiry of both.
+    #[test]
+    fn recorded_replies_of_format_2_read_as_successes_and_failures_are_kept_in_format_3() {
+        let key = request(5);
+        // Format 2: expires_ms 1234 (varint d2 09), `MetaReply::Ok` (variant 0).
+        let old: RequestRec = decode(&key, &unhex("02d20900")).expect("format 2 reply");
+        assert_eq!(old, RequestRec { expires_ms: 1234, reply: Ok(MetaReply::Ok) });
+        assert_eq!(encode(&old), unhex("03d2090000"), "format 3 wraps the reply in `Ok` (variant 0)");
+        let failed = RequestRec { expires_ms: 1234, reply: Err(WireError::new(wire::ErrorCode::NotFound, "gone")) };
+        let value = encode(&failed);
+        assert_eq!(value[..4], unhex("03d20901"), "a failure is variant 1");
+        assert_eq!(decode::<RequestRec>(&key, &value).expect("format 3 failure"), failed);
+        for value in [unhex("02d20900"), value] {
+            assert_eq!(decode::<RequestHead>(&key, &value).expect("the head").expires_ms, 1234);
+        }
+    }
+
     /// Values written by Trove before pools (value format 1, captured from that code) read as
     /// today's records, in the default pool.
     #[test]
@@ -1260,7 +1293,7 @@ mod tests {
         let bytes = encode(&rec);
         assert_eq!(bytes[0], FORMAT_V3);
         assert_eq!(decode::<InodeRec>(b"I", &bytes).ok(), Some(rec));
-        let reply = RequestRec { expires_ms: 99, reply: MetaReply::Attr(attr) };
+        let reply = RequestRec { expires_ms: 99, reply: Ok(MetaReply::Attr(attr)) };
         let bytes = encode(&reply);
         assert_eq!(decode::<RequestRec>(b"R", &bytes).ok(), Some(reply));
         assert_eq!(decode::<RequestHead>(b"R", &bytes).ok(), Some(RequestHead { expires_ms: 99 }));

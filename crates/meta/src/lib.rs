@@ -308,6 +308,11 @@ impl MetaService {
     /// first failing call aborts the batch; its error message says which call it was. For bulk
     /// loading (dataset import, tests), where thousands of creates in one directory would
     /// otherwise each conflict on the directory's inode.
+    ///
+    /// A single tracked mutation that fails has its failure recorded (see
+    /// [`namespace::record_failure`]), so that it is answered the same way however often it
+    /// arrives; the calls of a failed batch are not (none of them was applied, and a retry of
+    /// the batch applies all of them or none).
     pub async fn call_batch(&self, calls: Vec<MetaCall>) -> Result<Vec<MetaReply>, WireError> {
         if calls.len() > BATCH_CALLS_MAX {
             return Err(wire::werr!(
@@ -341,24 +346,45 @@ impl MetaService {
                 .collect(),
         );
         let many = work.len() > 1;
-        store::transact(self.engine.as_ref(), move |txn| {
-            let work = work.clone();
-            Box::pin(async move {
-                let mut replies = Vec::with_capacity(work.len());
-                for (i, (call, ctx)) in work.iter().enumerate() {
-                    match namespace::apply_call(txn, call.request_id, &call.op, ctx).await {
-                        Ok(reply) => replies.push(reply),
-                        Err(TxnError::Abort(mut err)) if many => {
-                            err.message = format!("call {i} of the batch: {}", err.message);
-                            return Err(TxnError::Abort(err));
+        // Set when the one call of an unbatched request failed on its own (not the engine).
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let single = work.first().filter(|_| !many).map(|(call, ctx)| (call.request_id, call.op.clone(), ctx.now_ms));
+        let result = store::transact(self.engine.as_ref(), {
+            let failed = failed.clone();
+            move |txn| {
+                let (work, failed) = (work.clone(), failed.clone());
+                Box::pin(async move {
+                    failed.store(false, Ordering::Relaxed);
+                    let mut replies = Vec::with_capacity(work.len());
+                    for (i, (call, ctx)) in work.iter().enumerate() {
+                        match namespace::apply_call(txn, call.request_id, &call.op, ctx).await {
+                            Ok(reply) => replies.push(reply),
+                            Err(TxnError::Abort(mut err)) if many => {
+                                err.message = format!("call {i} of the batch: {}", err.message);
+                                return Err(TxnError::Abort(err));
+                            }
+                            Err(err) => {
+                                failed.store(matches!(err, TxnError::Abort(_)), Ordering::Relaxed);
+                                return Err(err);
+                            }
                         }
-                        Err(err) => return Err(err),
                     }
-                }
-                Ok(replies)
-            })
+                    Ok(replies)
+                })
+            }
         })
-        .await
+        .await;
+        match (result, single) {
+            (Err(err), Some((request_id, op, now_ms)))
+                if failed.load(Ordering::Relaxed) && namespace::is_tracked(request_id, &op) =>
+            {
+                let expires_ms = now_ms.saturating_add(self.options.request_ttl_ms);
+                namespace::record_failure(self.engine.as_ref(), request_id, err, expires_ms)
+                    .await
+                    .map(|reply| vec![reply])
+            }
+            (result, _) => result,
+        }
     }
 
     /// The processes that announced their exporters, with this server's own entry.

@@ -103,13 +103,16 @@ async fn replayed(txn: &mut dyn KvTxn, request_id: u128) -> TxResult<Option<Meta
     if request_id == 0 {
         return Ok(None);
     }
-    crate::namespace::recorded_reply(txn, request_id).await
+    match crate::namespace::recorded_reply(txn, request_id).await? {
+        Some(answer) => answer.map(Some).map_err(abort),
+        None => Ok(None),
+    }
 }
 
 /// Records `reply` as the answer of request `request_id` (none for 0).
 async fn record(txn: &mut dyn KvTxn, request_id: u128, reply: &MetaReply, expires_ms: u64) -> TxResult<()> {
     if request_id != 0 {
-        crate::namespace::record_reply(txn, request_id, reply, expires_ms).await?;
+        crate::namespace::record_reply(txn, request_id, &Ok(reply.clone()), expires_ms).await?;
     }
     Ok(())
 }

@@ -240,16 +240,18 @@ pub async fn ensure_root(engine: &dyn KvEngine, ec: EcScheme, chunk_bytes: u32) 
     .await
 }
 
-/// Applies one call: returns the recorded reply if this request was applied before, otherwise
-/// applies the operation and (for tracked mutations) records its reply in the same transaction.
+/// Applies one call: returns the recorded answer if this request was answered before,
+/// otherwise applies the operation and (for tracked mutations) records its reply in the same
+/// transaction.
 ///
-/// Only successful replies are recorded: a failed operation wrote nothing, so running it again
-/// is the same as running it for the first time.
+/// A failure is not recorded here: the transaction that found it is not committed, as the
+/// operation may have written part of its work before failing. [`record_failure`] records it in
+/// a transaction of its own.
 pub async fn apply_call(txn: &mut dyn KvTxn, request_id: u128, op: &MetaOp, ctx: &Ctx) -> TxResult<MetaReply> {
-    let tracked = request_id != 0 && is_mutation(op);
-    if tracked {
+    let tracked = is_tracked(request_id, op);
+    if tracked && !wire::world::flawed(wire::world::Flaw::ForgetReplies) {
         if let Some(done) = recorded_reply(txn, request_id).await? {
-            return Ok(done);
+            return done.map_err(abort);
         }
     }
     if is_mutation(op) {
@@ -257,21 +259,62 @@ pub async fn apply_call(txn: &mut dyn KvTxn, request_id: u128, op: &MetaOp, ctx:
     }
     let reply = apply(txn, op, ctx).await?;
     if tracked {
-        record_reply(txn, request_id, &reply, ctx.now_ms.saturating_add(ctx.request_ttl_ms)).await?;
+        let answer = Ok(reply.clone());
+        record_reply(txn, request_id, &answer, ctx.now_ms.saturating_add(ctx.request_ttl_ms)).await?;
     }
     Ok(reply)
 }
 
-/// The reply recorded for request `request_id` (not 0) if it was applied already: a retry
+/// Whether call `request_id` of `op` keeps its answer: a mutation with a request id.
+pub fn is_tracked(request_id: u128, op: &MetaOp) -> bool {
+    request_id != 0 && is_mutation(op)
+}
+
+/// Records that tracked request `request_id` failed with `error` (found by a transaction that
+/// was not committed), so that a retry or a late copy of it is answered with the same error
+/// instead of being applied later, when it might succeed: the client was told it failed.
+///
+/// If another copy of the request was applied in the meantime, its answer is kept and
+/// returned. Otherwise the failure stands as of the failed transaction's reads: no copy of the
+/// request had been applied before them (it would have been answered from its record), and
+/// none can be after this commit.
+pub async fn record_failure(
+    engine: &dyn KvEngine,
+    request_id: u128,
+    error: WireError,
+    expires_ms: u64,
+) -> Result<MetaReply, WireError> {
+    transact(engine, move |txn| {
+        let error = error.clone();
+        Box::pin(async move {
+            if !wire::world::flawed(wire::world::Flaw::ForgetReplies) {
+                if let Some(done) = recorded_reply(txn, request_id).await? {
+                    return Ok(done);
+                }
+            }
+            let answer = Err(error);
+            record_reply(txn, request_id, &answer, expires_ms).await?;
+            Ok(answer)
+        })
+    })
+    .await?
+}
+
+/// The answer recorded for request `request_id` (not 0) if it was answered already: a retry
 /// after a lost answer is answered with it instead of applying the mutation again.
-pub async fn recorded_reply(txn: &mut dyn KvTxn, request_id: u128) -> TxResult<Option<MetaReply>> {
+pub async fn recorded_reply(txn: &mut dyn KvTxn, request_id: u128) -> TxResult<Option<Result<MetaReply, WireError>>> {
     Ok(get::<RequestRec>(txn, &keys::request(request_id)).await?.map(|done| done.reply))
 }
 
-/// Records `reply` as request `request_id`'s answer until `expires_ms`, in the transaction
-/// that applied it.
-pub async fn record_reply(txn: &mut dyn KvTxn, request_id: u128, reply: &MetaReply, expires_ms: u64) -> TxResult<()> {
-    put(txn, &keys::request(request_id), &RequestRec { expires_ms, reply: reply.clone() }).await?;
+/// Records `answer` as request `request_id`'s until `expires_ms`, in the transaction that
+/// applied it (or, for a failure, found it).
+pub async fn record_reply(
+    txn: &mut dyn KvTxn,
+    request_id: u128,
+    answer: &Result<MetaReply, WireError>,
+    expires_ms: u64,
+) -> TxResult<()> {
+    put(txn, &keys::request(request_id), &RequestRec { expires_ms, reply: answer.clone() }).await?;
     txn.put(&keys::request_expiry(expires_ms, request_id), &[keys::FORMAT_V1]).await?;
     Ok(())
 }

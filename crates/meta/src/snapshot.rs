@@ -486,7 +486,7 @@ async fn replayed(txn: &mut dyn KvTxn, tracked: Tracked) -> TxResult<Option<Snap
     if tracked.request_id == 0 {
         return Ok(None);
     }
-    match namespace::recorded_reply(txn, tracked.request_id).await? {
+    match namespace::recorded_reply(txn, tracked.request_id).await?.transpose().map_err(abort)? {
         Some(MetaReply::Snapshots(mut s)) if s.len() == 1 => {
             let i = s.remove(0);
             Ok(Some(SnapshotRec {
@@ -509,7 +509,7 @@ async fn replayed(txn: &mut dyn KvTxn, tracked: Tracked) -> TxResult<Option<Snap
 async fn record(txn: &mut dyn KvTxn, tracked: Tracked, rec: &SnapshotRec) -> TxResult<()> {
     if tracked.request_id != 0 {
         let reply = MetaReply::Snapshots(vec![info(rec.clone(), 0)]);
-        namespace::record_reply(txn, tracked.request_id, &reply, tracked.expires_ms).await?;
+        namespace::record_reply(txn, tracked.request_id, &Ok(reply), tracked.expires_ms).await?;
     }
     Ok(())
 }

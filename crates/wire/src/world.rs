@@ -64,15 +64,20 @@ pub enum Flaw {
     /// The shard store answers a put without syncing the directory it renamed the shard
     /// into: a power loss may undo the rename of a shard the writer was told is stored.
     SkipDirSync,
+    /// The metadata service forgets the replies of the namespace mutations it applied: a
+    /// request retried after its answer was lost is applied again (an exclusive create then
+    /// answers that the file exists, an unlink that it is not there).
+    ForgetReplies,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 5] = [
+    pub const ALL: [Flaw; 6] = [
         Flaw::AckBeforeDurable,
         Flaw::IgnoreFailedShardPut,
         Flaw::GcIgnoresClones,
         Flaw::LeaseBeforeExpiry,
         Flaw::SkipDirSync,
+        Flaw::ForgetReplies,
     ];
 
     /// The flaw's name on the simulator's command line.
@@ -83,6 +88,7 @@ impl Flaw {
             Flaw::GcIgnoresClones => "gc-ignores-clones",
             Flaw::LeaseBeforeExpiry => "lease-before-expiry",
             Flaw::SkipDirSync => "skip-dir-sync",
+            Flaw::ForgetReplies => "forget-replies",
         }
     }
 }

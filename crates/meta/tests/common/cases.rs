@@ -29,12 +29,17 @@ pub async fn retried_request_ids_apply_once(env: &Env) {
     assert_eq!(first, second, "the retry gets the first reply, not Exists");
     assert_eq!(list(svc, ROOT_INO).await, vec!["once".to_string()]);
     // A different request id is a new request.
-    assert_eq!(svc.call(MetaCall { request_id: rid(), op }).await.err().map(|e| e.code), Some(ErrorCode::Exists));
+    let refused = MetaCall { request_id: rid(), op };
+    assert_eq!(svc.call(refused.clone()).await.err().map(|e| e.code), Some(ErrorCode::Exists));
     // Unlink retried: the same answer twice, not NotFound.
     let unlink = MetaCall { request_id: rid(), op: MetaOp::Unlink { parent: ROOT_INO, name: "once".into() } };
     let first = svc.call(unlink.clone()).await;
     assert!(matches!(first, Ok(MetaReply::Removed { .. })), "{first:?}");
     assert_eq!(svc.call(unlink.clone()).await, first);
+    // A failure is an answer too: the refused create, arriving again now that the name is free,
+    // is not applied late.
+    assert_eq!(svc.call(refused).await.err().map(|e| e.code), Some(ErrorCode::Exists));
+    assert!(list(svc, ROOT_INO).await.is_empty());
     // Request id 0 is not tracked.
     let untracked = MetaCall {
         request_id: 0,
@@ -46,7 +51,7 @@ pub async fn retried_request_ids_apply_once(env: &Env) {
     let records = count_keys(svc, prefix::REQUEST).await;
     ok(svc, MetaOp::GetAttr { ino: ROOT_INO }).await;
     assert_eq!(count_keys(svc, prefix::REQUEST).await, records);
-    assert_eq!(records, 2, "the first Create and the Unlink");
+    assert_eq!(records, 3, "the first Create, the refused one and the Unlink");
 }
 
 pub async fn concurrent_exclusive_creates_have_one_winner(env: &Env) {
