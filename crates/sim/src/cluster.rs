@@ -107,7 +107,7 @@ impl Cluster {
         net: Arc<SimNet>,
         trace: Arc<Trace>,
         seed: u64,
-        clock_skew_ms_max: u64,
+        (clock_skew_ms_max, meta_clock_skew_max_ms): (u64, u64),
         scrub_every: Option<Duration>,
     ) -> anyhow::Result<Cluster> {
         // In memory where the machine offers it: shard files are still written, renamed and
@@ -124,8 +124,7 @@ impl Cluster {
             gc_interval_ms: 500,
             // A node down this long is marked out and its shards rebuilt elsewhere.
             rebuild_after_ms: REBUILD_AFTER.as_millis() as u64,
-            // Two hosts' clocks are at most twice the skew of one apart.
-            clock_skew_max_ms: 2 * clock_skew_ms_max,
+            clock_skew_max_ms: meta_clock_skew_max_ms,
             ..MetaOptions::default()
         };
         let metas = (0..shape.meta_servers)

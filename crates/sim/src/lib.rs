@@ -24,12 +24,16 @@
 //! then removed and replaced); every host's wall clock is skewed within
 //! [`Config::clock_skew_ms_max`].
 //!
-//! Deliberately absent so far: a checker of linearizability.
+//! Clients also create, unlink and look up a few names in a directory they share, and the
+//! history of what they saw must be linearizable ([`linear`]).
+//!
+//! Deliberately absent: linearizability of renames (two names at once) and of data.
 
 pub mod cluster;
 pub mod disk;
 pub mod engine;
 pub mod invariants;
+pub mod linear;
 pub mod locks;
 pub mod net;
 pub mod trace;
@@ -78,6 +82,12 @@ pub struct Config {
     pub disk_chaos: bool,
     /// Most milliseconds any host's wall clock is off the true one, either way.
     pub clock_skew_ms_max: u64,
+    /// The metadata servers' allowance for skewed clocks (`MetaOptions::clock_skew_max_ms`);
+    /// `None`: twice `clock_skew_ms_max`, which covers any two hosts. Set lower only to show
+    /// what the allowance prevents.
+    pub meta_clock_skew_max_ms: Option<u64>,
+    /// Whether clients also work on names in a shared directory, checked for linearizability.
+    pub shared_dir: bool,
     /// Bugs planted in the services' code for this run.
     pub flaws: Vec<Flaw>,
     /// Print the trace as it is written.
@@ -98,6 +108,8 @@ impl Config {
             chaos: true,
             disk_chaos: true,
             clock_skew_ms_max: 250,
+            meta_clock_skew_max_ms: None,
+            shared_dir: true,
             flaws: Vec::new(),
             echo: false,
         }
@@ -106,7 +118,7 @@ impl Config {
     /// The run of `seed` as the simulator drew it before disks and clocks were simulated (the
     /// regression seeds found then were found with this).
     pub fn without_disks(seed: u64) -> Config {
-        Config { disk_chaos: false, clock_skew_ms_max: 0, ..Config::new(seed) }
+        Config { disk_chaos: false, clock_skew_ms_max: 0, shared_dir: false, ..Config::new(seed) }
     }
 }
 
@@ -137,9 +149,9 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let _closing = Closing(net.clone());
     let engine_seed = config.seed ^ 0x656e_6769_6e65;
     let scrub_every = config.disk_chaos.then_some(SCRUB_EVERY);
-    let mut cluster =
-        Cluster::start(config.shape, net.clone(), trace.clone(), engine_seed, config.clock_skew_ms_max, scrub_every)
-            .await?;
+    // Two hosts' clocks are at most twice the skew of one apart.
+    let skews = (config.clock_skew_ms_max, config.meta_clock_skew_max_ms.unwrap_or(2 * config.clock_skew_ms_max));
+    let mut cluster = Cluster::start(config.shape, net.clone(), trace.clone(), engine_seed, skews, scrub_every).await?;
     let verdicts =
         Arc::new(Verdicts { violations: Mutex::new(Vec::new()), ops: AtomicU64::new(0), trace: trace.clone() });
 
@@ -150,6 +162,8 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     let mut workers = Vec::new();
     let mut lockers = Vec::new();
     let holders = Arc::new(locks::Holders::default());
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let mut sharers = Vec::new();
     for i in 0..config.clients {
         let name = format!("10.0.2.{}:0", i + 1);
         let host: Arc<str> = Arc::from(name.as_str());
@@ -158,6 +172,13 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
         let lock_file = wire::world::on_host(host.clone(), shared_file(&client, "/lock")).await;
         let work = workload::client_loop(i, client.clone(), config.seed, stop.clone(), verdicts.clone());
         workers.push(tokio::spawn(wire::world::on_host(host.clone(), work)));
+        if config.shared_dir {
+            if let Some(dir) = wire::world::on_host(host.clone(), shared_dir(&client, "shared")).await {
+                let (stop, history) = (stop.clone(), history.clone());
+                let sharing = linear::shared_loop(i, client.clone(), dir, config.seed, stop, history, trace.clone());
+                sharers.push(tokio::spawn(wire::world::on_host(host.clone(), sharing)));
+            }
+        }
         if let Some(ino) = lock_file {
             let (holders, stop, verdicts) = (holders.clone(), stop.clone(), verdicts.clone());
             let locking = locks::lock_loop(i, client, ino, config.seed, holders, stop, verdicts);
@@ -181,6 +202,12 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
     }
     for locker in lockers {
         locker.await?;
+    }
+    for sharer in sharers {
+        sharer.await?;
+    }
+    for broken in linear::check(&history.lock()) {
+        verdicts.violation(format!("linearizability: {broken}"));
     }
 
     trace.note(format_args!("heal: faults off, links restored, disks replaced, every node up"));
@@ -260,6 +287,24 @@ async fn shared_file(client: &client::Client, path: &str) -> Option<wire::Ino> {
         match client.create(wire::ROOT_INO, &path[1..], 0o644, false).await {
             Ok(attr) => return Some(attr.ino),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    None
+}
+
+/// The inode of the directory `name` under the root that every client shares, made by whoever
+/// comes first; `None` if the namespace cannot be reached (the shared workload then does not
+/// run).
+async fn shared_dir(client: &client::Client, name: &str) -> Option<wire::Ino> {
+    for _ in 0..20 {
+        match client.mkdir(wire::ROOT_INO, name, 0o755).await {
+            Ok(attr) => return Some(attr.ino),
+            Err(_) => {
+                if let Ok(attr) = client.lookup(wire::ROOT_INO, name).await {
+                    return Some(attr.ino);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
     None

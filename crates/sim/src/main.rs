@@ -24,7 +24,8 @@ struct Args {
     #[arg(long)]
     trace: bool,
     /// Plant a bug on purpose (repeatable): ack-before-durable, ignore-failed-shard-put,
-    /// gc-ignores-clones, lease-before-expiry, skip-dir-sync. The checkers should catch it.
+    /// gc-ignores-clones, lease-before-expiry, skip-dir-sync, forget-replies. The checkers should
+    /// catch it.
     #[arg(long = "flaw", value_parser = parse_flaw)]
     flaws: Vec<Flaw>,
     /// Simulated seconds of workload under faults, per seed.
@@ -49,6 +50,13 @@ struct Args {
     /// chaos as drawn before disks were simulated, which older seeds were found with).
     #[arg(long)]
     no_disk_chaos: bool,
+    /// The metadata servers' allowance for skewed clocks, in milliseconds (default: twice
+    /// --clock-skew-ms). Lower shows what the allowance prevents.
+    #[arg(long)]
+    meta_clock_skew_ms: Option<u64>,
+    /// Leave out the shared directory's workload (and its linearizability check).
+    #[arg(long)]
+    no_shared_dir: bool,
 }
 
 fn parse_flaw(name: &str) -> Result<Flaw, String> {
@@ -80,6 +88,8 @@ fn main() -> std::process::ExitCode {
         config.clients = args.clients;
         config.clock_skew_ms_max = args.clock_skew_ms;
         config.disk_chaos = !args.no_disk_chaos;
+        config.meta_clock_skew_max_ms = args.meta_clock_skew_ms;
+        config.shared_dir = !args.no_shared_dir;
         let took = Instant::now();
         let outcome = match sim::run(&config) {
             Ok(outcome) => outcome,

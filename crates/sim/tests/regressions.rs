@@ -20,7 +20,15 @@
 //!   recorded end when another server judges them, and the lease holder believes in its lease
 //!   by the monotonic clock; `meta`'s tests `an_expired_lease_still_counts_within_the_clock_
 //!   skew_allowance` and `the_lease_is_taken_over_only_after_the_clock_skew_allowance` test it
-//!   directly.
+//!   directly. Seed 170 draws another run since the simulator grew; seed 419 grants a lock
+//!   twice when the servers' allowance is set to 0 (`Config::meta_clock_skew_max_ms`), and is
+//!   kept both ways.
+//! - A failed mutation applied late: a client's unlink of an absent name, delivered twice, was
+//!   answered `NotFound`, and its second copy, held up until another client had made the name,
+//!   removed the new file (seed 99, the first sweep with the shared directory's linearizability
+//!   check). Only successful replies were recorded, on the reasoning that a failed operation
+//!   wrote nothing; but a copy applied later may succeed where the first failed. A failure of a
+//!   tracked request is now recorded too (`meta::namespace::record_failure`).
 
 use meta::{MetaOptions, MetaService};
 use std::sync::Arc;
@@ -45,9 +53,19 @@ fn the_seed_that_found_the_late_unlock_passes() {
 }
 
 #[test]
-fn the_seed_that_found_leases_judged_by_a_clock_ahead_passes() {
-    let outcome = sim::run(&sim::Config::new(170)).unwrap_or_else(|e| panic!("seed 170: {e:#}"));
-    assert!(outcome.violations.is_empty(), "seed 170: {:#?}", outcome.violations);
+fn a_seed_that_grants_a_lock_twice_without_the_clock_skew_allowance_passes_with_it() {
+    // Seed 170, which found the bug, draws another run since the simulator grew; seed 419
+    // shows it today. Should a change of the simulator move it off this seed too, find another
+    // with `sim --seeds 1000 --meta-clock-skew-ms 0`.
+    let without = sim::Config { meta_clock_skew_max_ms: Some(0), ..sim::Config::new(419) };
+    let outcome = sim::run(&without).unwrap_or_else(|e| panic!("seed 419: {e:#}"));
+    assert!(
+        outcome.violations.iter().any(|v| v.contains("locks:") && v.contains("was granted")),
+        "seed 419 without the allowance no longer shows the bug: {:#?}",
+        outcome.violations
+    );
+    let outcome = sim::run(&sim::Config::new(419)).unwrap_or_else(|e| panic!("seed 419: {e:#}"));
+    assert!(outcome.violations.is_empty(), "seed 419: {:#?}", outcome.violations);
 }
 
 #[tokio::test]
@@ -76,4 +94,28 @@ async fn a_late_copy_of_an_unlock_does_not_release_a_later_lock() {
     // The unlock's late copy: same request id, answered from its record, not applied again.
     assert!(lock(11, 1, LockKind::Unlock).await);
     assert!(!lock(20, 2, LockKind::Write).await, "session 1 still holds the lock");
+}
+
+#[test]
+fn the_seed_that_found_a_failed_unlink_applied_late_passes() {
+    let outcome = sim::run(&sim::Config::new(99)).unwrap_or_else(|e| panic!("seed 99: {e:#}"));
+    assert!(outcome.violations.is_empty(), "seed 99: {:#?}", outcome.violations);
+}
+
+#[tokio::test]
+async fn a_late_copy_of_a_failed_unlink_does_not_remove_a_file_made_since() {
+    let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
+    let svc = MetaService::new(engine, MetaOptions::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let unlink = MetaCall { request_id: 7, op: MetaOp::Unlink { parent: ROOT_INO, name: "f".into() } };
+    let told = svc.call(unlink.clone()).await.expect_err("nothing to unlink yet");
+    assert_eq!(told.code, wire::ErrorCode::NotFound, "{told}");
+    let create = MetaOp::Create { parent: ROOT_INO, name: "f".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
+    svc.call(MetaCall { request_id: 8, op: create }).await.unwrap_or_else(|e| panic!("create: {e}"));
+    // The unlink's late copy (same request id) gets the answer its client was given.
+    let again = svc.call(unlink).await.expect_err("the late copy is answered as the first was");
+    assert_eq!(again, told);
+    let lookup = MetaOp::Lookup { parent: ROOT_INO, name: "f".into() };
+    svc.call(MetaCall { request_id: 0, op: lookup })
+        .await
+        .unwrap_or_else(|e| panic!("the file made since is gone: {e}"));
 }

@@ -51,7 +51,7 @@ fn one_seed_replays_byte_for_byte() {
 }
 
 /// What the chaos of a sweep must have done at least once, as its trace says it.
-const CHAOS_SEEN: [&str; 9] = [
+const CHAOS_SEEN: [&str; 10] = [
     "crashed",
     "lost power",
     ": Failing",
@@ -61,6 +61,7 @@ const CHAOS_SEEN: [&str; 9] = [
     "the operator drains storage node",
     "is drained and removed",
     "ms off",
+    "shared Create",
 ];
 
 #[test]
@@ -136,6 +137,11 @@ fn a_put_answered_before_its_directory_sync_is_caught() {
 #[test]
 fn a_lease_taken_before_it_expired_is_caught() {
     caught(Flaw::LeaseBeforeExpiry, "metadata servers lead at once");
+}
+
+#[test]
+fn a_retried_mutation_applied_twice_is_caught() {
+    caught(Flaw::ForgetReplies, "linearizability: no order explains");
 }
 
 #[test]
