@@ -8,9 +8,7 @@
 
 mod bench;
 mod clone;
-mod cluster;
 mod cmds;
-mod credentials;
 mod data;
 mod dataset;
 mod demo;
@@ -32,6 +30,7 @@ mod telemetry;
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cmds::ClusterOpt;
+use launcher::{cluster, credentials};
 use std::path::PathBuf;
 
 /// `--cluster` is an option of the commands that talk to a cluster, so the help of the others

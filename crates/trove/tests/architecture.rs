@@ -59,6 +59,9 @@ fn crate_dependencies_point_one_way() {
         ("py", &["client", "vision"][..]),
         // The simulator is a test kit of its own: it runs the services, so it links them.
         ("sim", &["wire", "kv", "kv-tests", "meta", "storage", "client", "jobs"][..]),
+        // The launcher starts processes; it reaches them as any client would, and writes the
+        // storage roles' key files and object configs.
+        ("launcher", &["client", "storage", "wire"][..]),
     ]);
     for (name, set) in &deps {
         // The test kits are for tests: no product crate, the binary included, links them.
