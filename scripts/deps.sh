@@ -19,7 +19,7 @@ command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v tar >/dev/null 2>&1 || need_pkgs+=(tar)
 # The storage tests look at the page cache with util-linux's fincore.
 command -v fincore >/dev/null 2>&1 || need_pkgs+=(util-linux)
-# The multi-host tests (crates/trove/tests/multihost.rs) put each host in a network namespace.
+# The multi-host tests (crates/e2e/tests/multihost.rs) put each host in a network namespace.
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 # The gateway tests drive `trove s3` with real S3 clients (rclone, s3cmd; awscli and boto3 come
 # from pip below) and `trove nfs` with libnfs-utils' userspace NFS client; openssl makes the
@@ -36,7 +36,7 @@ command -v prometheus >/dev/null 2>&1 || need_pkgs+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
-# The Python package's test (crates/trove/tests/python.rs) makes a virtual environment.
+# The Python package's test (crates/e2e/tests/python.rs) makes a virtual environment.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -89,7 +89,7 @@ if [ "${rust_minor:-0}" -lt 90 ]; then
   exit 1
 fi
 
-# The object pool test (crates/trove/tests/object_pool.rs) stores shards in a real S3 server
+# The object pool test (crates/e2e/tests/object_pool.rs) stores shards in a real S3 server
 # that is not Trove: Garage, built once (about 7 minutes on 2 cores) into a cache outside
 # target/ and reused from there, so a warm machine does not build it again.
 garage_version="2.5.0"

@@ -31,7 +31,7 @@ unet_files=${UNET_FILES:-32}
 unet_record=${UNET_RECORD_BYTES:-16777216}
 epochs=${EPOCHS:-3}
 torch_files=${TORCH_FILES:-256}
-loader=$root/crates/trove/tests/ml/torch_loader.py
+loader=$root/crates/e2e/tests/ml/torch_loader.py
 
 log() { echo "== $*" >&2; }
 die() { echo "ml-mount: FAIL: $*" >&2; exit 1; }

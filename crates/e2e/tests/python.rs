@@ -87,7 +87,7 @@ fn python_package_from_a_fresh_virtualenv_against_a_real_cluster() {
             .args(["-m", "unittest", "discover", "-v", "-s"])
             .arg(repo.join("crates/py/tests"))
             .env("TROVE_CLUSTER", cluster.dir_str())
-            .env("TROVE_BIN", env!("CARGO_BIN_EXE_trove"))
+            .env("TROVE_BIN", e2e::trove())
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .current_dir(work.path()),
         "the package's tests",

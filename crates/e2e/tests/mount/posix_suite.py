@@ -3,7 +3,7 @@
 on, checked through system calls in one directory.
 
 It runs against any directory, so the same checks run against a Trove mount and against a
-local directory, and the two result sets are compared (crates/trove/tests/mount.rs does both).
+local directory, and the two result sets are compared (crates/e2e/tests/mount.rs does both).
 Each check returns an *observation* chosen to be independent of the file system (errno names,
 contents, link counts; never inode numbers, st_blocks or directory sizes) and raises Fail when
 a POSIX rule is broken.

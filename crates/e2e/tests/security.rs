@@ -296,7 +296,7 @@ async fn the_authority_is_replaced_under_load_and_the_old_credentials_are_refuse
             reads
         })
     };
-    let rotate = Command::new(env!("CARGO_BIN_EXE_trove"))
+    let rotate = Command::new(e2e::trove())
         .args(["cluster", "rotate-ca", "--dir", &dir, "--step-ms", "2500"])
         .output()
         .expect("rotate");

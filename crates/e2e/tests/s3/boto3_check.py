@@ -2,7 +2,7 @@
 batch deletes, multipart uploads (moved, not copied, on completion), signatures, presigned URLs,
 malformed requests and invalid keys, concurrent PUTs of one key.
 
-Run by crates/trove/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
+Run by crates/e2e/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
 name it. With S3_TLS_ENDPOINT set (a second gateway over HTTPS with anonymous read access), the
 TLS and anonymous-read checks run too. Prints "N passed, 0 failed" at the end; any failure
 raises.

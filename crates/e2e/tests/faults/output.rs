@@ -473,7 +473,7 @@ fn readme_first_screen_runs_as_written() {
     let build = "cargo build --release && T=$PWD/target/release/trove";
     assert_eq!(blocks[1].lines().next(), Some(build), "the walk through starts by building trove");
     let script = blocks[1]
-        .replacen(build, &format!("T={}", env!("CARGO_BIN_EXE_trove")), 1)
+        .replacen(build, &format!("T={}", e2e::trove()), 1)
         .replace("/tmp/tc", &format!("{w}/tc"))
         .replace("/tmp/mnt", &format!("{w}/mnt"))
         .replace("/tmp/README.copy", &format!("{w}/README.copy"))

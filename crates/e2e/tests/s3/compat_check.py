@@ -6,7 +6,7 @@ UploadPartCopy, the kept headers (Cache-Control, Content-Disposition, Content-En
 Content-Language, Expires), GetObjectAttributes, expired presigned URLs and bucket CORS
 (rules stored and read back, preflights answered or refused by them).
 
-Run by crates/trove/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
+Run by crates/e2e/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
 name it; S3_TLS_ENDPOINT, if set, is a second gateway over HTTPS (boto3 sends checksums in
 the body's trailer there). Needs awscrt (boto3's CRC32C and CRC64NVME). Prints "N passed, 0 failed" at the end;
 any failure raises.

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 /// The `trove` binary under test.
 pub fn trove() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trove"))
+    Command::new(e2e::trove())
 }
 
 /// Runs `trove` with `args`, returning its output (whatever the exit status).

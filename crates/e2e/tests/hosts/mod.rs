@@ -179,7 +179,7 @@ impl Host {
         let _ = writeln!(&log, "==== {}: trove {}", self.name, args.join(" "));
         let err = log.try_clone().expect("dup log file");
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_trove")])
+            .args(["netns", "exec", &self.ns, e2e::trove()])
             .args(args)
             .env("TROVE_LOG", std::env::var("TROVE_LOG").unwrap_or_else(|_| "info".into()))
             // Plain log files, without terminal colour codes.
@@ -605,7 +605,7 @@ impl Lab {
     /// Runs the `trove` CLI in the test process (root namespace) against metadata host `meta`.
     pub fn cli(&self, meta: usize, args: &[&str], timeout: Duration) -> Result<Output, String> {
         let addr = self.meta(meta).addr();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_trove"));
+        let mut cmd = Command::new(e2e::trove());
         cmd.arg("--credentials").arg(self.admin_credential()).arg("--cluster").arg(&addr).args(args);
         run_with_timeout(cmd, timeout).map_err(|e| format!("trove --cluster {addr} {}: {e}", args.join(" ")))
     }
@@ -833,7 +833,7 @@ impl Lab {
     /// credential the test process's commands and clients use.
     fn make_authority(&self) {
         let dir = self.dir().to_str().expect("utf-8 path").to_string();
-        let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+        let out = Command::new(e2e::trove())
             .args(["cluster", "init-ca", "--dir", &dir, "--name", &self.opts.cluster])
             .output()
             .expect("trove runs");
@@ -846,7 +846,7 @@ impl Lab {
     /// the config line naming it.
     fn node_credential(&self, h: &Host) -> String {
         let out_dir = h.dir.join("tls");
-        let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+        let out = Command::new(e2e::trove())
             .args(["cluster", "issue", "--dir", self.dir().to_str().expect("utf-8 path"), "--role", "node"])
             .args(["--name", &h.name, "--out", out_dir.to_str().expect("utf-8 path")])
             .output()

@@ -5,7 +5,7 @@ coming back), restoring an old version by copying it, null versions while suspen
 DeleteObjects with version ids, ListObjectVersions with prefix, delimiter and pages, concurrent
 writers losing no version, and a bucket with versions refusing deletion until they are gone.
 
-Run by crates/trove/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
+Run by crates/e2e/tests/s3.rs against a real `trove s3`; S3_ENDPOINT and the AWS_* variables
 name it. Prints "N passed, 0 failed" at the end; any failure raises.
 """
 
