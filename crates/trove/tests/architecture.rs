@@ -1,6 +1,6 @@
 //! The crate dependency rules of ARCHITECTURE.md, checked with `cargo metadata`: services never
 //! depend on each other, the client never depends on a service, `wire` and `metrics` depend on
-//! no other Trove crate, and no product crate links a test kit (`kv-tests`, `sim`).
+//! no other Trove crate, and no product crate links a test kit (`kv-tests`, `sim`, `e2e`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -62,10 +62,12 @@ fn crate_dependencies_point_one_way() {
         // The launcher starts processes; it reaches them as any client would, and writes the
         // storage roles' key files and object configs.
         ("launcher", &["client", "storage", "wire"][..]),
+        // The end-to-end tests run the trove executable; their library links nothing.
+        ("e2e", &[][..]),
     ]);
     for (name, set) in &deps {
         // The test kits are for tests: no product crate, the binary included, links them.
-        for kit in ["kv-tests", "sim"] {
+        for kit in ["kv-tests", "sim", "e2e"] {
             assert!(
                 name == "sim" || !set.contains(kit),
                 "crate {name} depends on the test kit {kit} outside its tests"
