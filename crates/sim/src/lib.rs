@@ -27,7 +27,8 @@
 //! Clients also create, unlink and look up a few names in a directory they share, and the
 //! history of what they saw must be linearizable ([`linear`]).
 //!
-//! Deliberately absent: linearizability of renames (two names at once) and of data.
+//! By default the names are in two directories and clients rename them too, within and across
+//! the directories. Deliberately absent: linearizability of file data.
 
 pub mod cluster;
 pub mod disk;
@@ -86,8 +87,9 @@ pub struct Config {
     /// `None`: twice `clock_skew_ms_max`, which covers any two hosts. Set lower only to show
     /// what the allowance prevents.
     pub meta_clock_skew_max_ms: Option<u64>,
-    /// Whether clients also work on names in a shared directory, checked for linearizability.
-    pub shared_dir: bool,
+    /// What clients also share: names in directories all of them work on, their history checked
+    /// for linearizability.
+    pub shared: linear::Shared,
     /// Bugs planted in the services' code for this run.
     pub flaws: Vec<Flaw>,
     /// Print the trace as it is written.
@@ -109,7 +111,7 @@ impl Config {
             disk_chaos: true,
             clock_skew_ms_max: 250,
             meta_clock_skew_max_ms: None,
-            shared_dir: true,
+            shared: linear::Shared::TwoDirs,
             flaws: Vec::new(),
             echo: false,
         }
@@ -118,7 +120,7 @@ impl Config {
     /// The run of `seed` as the simulator drew it before disks and clocks were simulated (the
     /// regression seeds found then were found with this).
     pub fn without_disks(seed: u64) -> Config {
-        Config { disk_chaos: false, clock_skew_ms_max: 0, shared_dir: false, ..Config::new(seed) }
+        Config { disk_chaos: false, clock_skew_ms_max: 0, shared: linear::Shared::Off, ..Config::new(seed) }
     }
 }
 
@@ -172,12 +174,15 @@ async fn simulate(config: &Config) -> anyhow::Result<Outcome> {
         let lock_file = wire::world::on_host(host.clone(), shared_file(&client, "/lock")).await;
         let work = workload::client_loop(i, client.clone(), config.seed, stop.clone(), verdicts.clone());
         workers.push(tokio::spawn(wire::world::on_host(host.clone(), work)));
-        if config.shared_dir {
-            if let Some(dir) = wire::world::on_host(host.clone(), shared_dir(&client, "shared")).await {
-                let (stop, history) = (stop.clone(), history.clone());
-                let sharing = linear::shared_loop(i, client.clone(), dir, config.seed, stop, history, trace.clone());
-                sharers.push(tokio::spawn(wire::world::on_host(host.clone(), sharing)));
-            }
+        let mut dirs = Vec::new();
+        for name in config.shared.dirs() {
+            dirs.extend(wire::world::on_host(host.clone(), shared_dir(&client, name)).await);
+        }
+        if !dirs.is_empty() && dirs.len() == config.shared.dirs().len() {
+            let (stop, history) = (stop.clone(), history.clone());
+            let sharing =
+                linear::shared_loop(i, client.clone(), config.shared, dirs, config.seed, stop, history, trace.clone());
+            sharers.push(tokio::spawn(wire::world::on_host(host.clone(), sharing)));
         }
         if let Some(ino) = lock_file {
             let (holders, stop, verdicts) = (holders.clone(), stop.clone(), verdicts.clone());

@@ -54,9 +54,20 @@ struct Args {
     /// --clock-skew-ms). Lower shows what the allowance prevents.
     #[arg(long)]
     meta_clock_skew_ms: Option<u64>,
-    /// Leave out the shared directory's workload (and its linearizability check).
-    #[arg(long)]
-    no_shared_dir: bool,
+    /// What clients share, checked for linearizability: two-dirs (two directories of two names,
+    /// renames within and across them), one-dir (one directory of four names, no renames: as
+    /// first built) or off.
+    #[arg(long, default_value = "two-dirs", value_parser = parse_shared)]
+    shared: sim::linear::Shared,
+}
+
+fn parse_shared(name: &str) -> Result<sim::linear::Shared, String> {
+    match name {
+        "two-dirs" => Ok(sim::linear::Shared::TwoDirs),
+        "one-dir" => Ok(sim::linear::Shared::OneDir),
+        "off" => Ok(sim::linear::Shared::Off),
+        _ => Err(format!("no sharing {name:?}; choose two-dirs, one-dir or off")),
+    }
 }
 
 fn parse_flaw(name: &str) -> Result<Flaw, String> {
@@ -89,7 +100,7 @@ fn main() -> std::process::ExitCode {
         config.clock_skew_ms_max = args.clock_skew_ms;
         config.disk_chaos = !args.no_disk_chaos;
         config.meta_clock_skew_max_ms = args.meta_clock_skew_ms;
-        config.shared_dir = !args.no_shared_dir;
+        config.shared = args.shared;
         let took = Instant::now();
         let outcome = match sim::run(&config) {
             Ok(outcome) => outcome,
