@@ -32,7 +32,7 @@
 
 use meta::{MetaOptions, MetaService};
 use std::sync::Arc;
-use wire::{LockKind, LockRange, MetaCall, MetaOp, MetaReply, ROOT_INO};
+use wire::{Ino, LockKind, LockRange, MetaCall, MetaOp, MetaReply, ROOT_INO};
 
 /// Runs `seed` as the simulator drew it before disks and clocks were simulated.
 fn clean(seed: u64) {
@@ -71,13 +71,8 @@ fn a_seed_that_grants_a_lock_twice_without_the_clock_skew_allowance_passes_with_
 
 #[tokio::test]
 async fn a_late_copy_of_an_unlock_does_not_release_a_later_lock() {
-    let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
-    let svc = MetaService::new(engine, MetaOptions::default()).await.unwrap_or_else(|e| panic!("{e}"));
-    let create = MetaOp::Create { parent: ROOT_INO, name: "f".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
-    let ino = match svc.call(MetaCall { request_id: 1, op: create }).await {
-        Ok(MetaReply::Attr(a)) | Ok(MetaReply::Entry { attr: a, .. }) => a.ino,
-        other => panic!("create: {other:?}"),
-    };
+    let svc = fresh_meta_service().await;
+    let ino = create_f(&svc, 1).await;
     let range = |kind| LockRange { start: 0, end: u64::MAX, kind, pid: 1 };
     let lock = |request_id: u128, session: u64, kind| {
         let svc = svc.clone();
@@ -107,13 +102,11 @@ fn the_seed_that_found_a_failed_unlink_applied_late_passes() {
 
 #[tokio::test]
 async fn a_late_copy_of_a_failed_unlink_does_not_remove_a_file_made_since() {
-    let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
-    let svc = MetaService::new(engine, MetaOptions::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let svc = fresh_meta_service().await;
     let unlink = MetaCall { request_id: 7, op: MetaOp::Unlink { parent: ROOT_INO, name: "f".into() } };
     let told = svc.call(unlink.clone()).await.expect_err("nothing to unlink yet");
     assert_eq!(told.code, wire::ErrorCode::NotFound, "{told}");
-    let create = MetaOp::Create { parent: ROOT_INO, name: "f".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
-    svc.call(MetaCall { request_id: 8, op: create }).await.unwrap_or_else(|e| panic!("create: {e}"));
+    create_f(&svc, 8).await;
     // The unlink's late copy (same request id) gets the answer its client was given.
     let again = svc.call(unlink).await.expect_err("the late copy is answered as the first was");
     assert_eq!(again, told);
@@ -121,4 +114,19 @@ async fn a_late_copy_of_a_failed_unlink_does_not_remove_a_file_made_since() {
     svc.call(MetaCall { request_id: 0, op: lookup })
         .await
         .unwrap_or_else(|e| panic!("the file made since is gone: {e}"));
+}
+
+/// A metadata service on a fresh in-memory engine, for the regressions that call it directly.
+async fn fresh_meta_service() -> Arc<MetaService> {
+    let engine: Arc<dyn kv::KvEngine> = Arc::new(kv_tests::memory::MemoryEngine::new());
+    MetaService::new(engine, MetaOptions::default()).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Creates the file `/f` under the given request id; its inode.
+async fn create_f(svc: &MetaService, request_id: u128) -> Ino {
+    let create = MetaOp::Create { parent: ROOT_INO, name: "f".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true };
+    match svc.call(MetaCall { request_id, op: create }).await {
+        Ok(MetaReply::Attr(a)) | Ok(MetaReply::Entry { attr: a, .. }) => a.ino,
+        other => panic!("create: {other:?}"),
+    }
 }
