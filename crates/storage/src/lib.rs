@@ -12,6 +12,7 @@
 //! service is needed.
 
 pub mod crypt;
+mod direct;
 pub mod format;
 pub mod metered;
 pub mod object;

@@ -8,7 +8,8 @@
 //! The hash spreads sequential chunk ids over 256 directories so no directory grows huge.
 //! A new shard goes to a drive chosen by the same hash over the healthy drives.
 //!
-//! Durability: a put writes a temp file (`.tmp.*`) in the final directory, fdatasyncs it,
+//! Durability: a put writes a temp file (`.tmp.*`) in the final directory (with `O_DIRECT`
+//! where the drive's file system takes it, see [`crate::direct`]), fdatasyncs it,
 //! renames it into place and fsyncs the directory before answering, so a crash leaves either
 //! the complete shard or nothing under the final name. Leftover temp files are removed when the
 //! store opens. Reads check every header field and block checksum, so a torn, truncated or
@@ -127,6 +128,8 @@ struct Drive {
     error: Mutex<String>,
     /// The drive's data keys, with encryption at rest.
     keys: Option<Keyring>,
+    /// Shard files are written with `O_DIRECT` (the file system takes it; see `direct.rs`).
+    direct_writes: bool,
     /// Holds an exclusive `flock` on `<drive>/lock` for as long as the store is open, so two
     /// storage processes never share a drive.
     _lock: File,
@@ -303,6 +306,10 @@ impl Drive {
             fs::remove_file(&probe)
         })()
         .map_err(|e| fail("cannot write", e))?;
+        let direct_writes = crate::direct::probe(root).map_err(|e| fail("cannot write (direct)", e))?;
+        if !direct_writes {
+            tracing::info!("drive {}: its file system takes no O_DIRECT; shards are written buffered", root.display());
+        }
         let keyring = match kek {
             Some(kek) => Some(
                 Keyring::open_or_create(root, kek)
@@ -372,6 +379,7 @@ impl Drive {
             shards: AtomicU64::new(keys.len() as u64),
             error: Mutex::new(String::new()),
             keys: keyring,
+            direct_writes,
             _lock: lock,
         };
         Ok((drive, keys))
@@ -571,9 +579,16 @@ impl ShardStore {
         let tmp = dir.join(format!("{TMP_PREFIX}{}.{:016x}", file_name(key), wire::world::random::<u64>()));
         let result = (|| -> io::Result<()> {
             wire::world::disk(DiskOp::Write, &tmp)?;
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(header)?;
-            f.write_all(data)?;
+            let f = if drive.direct_writes {
+                let f = crate::direct::create_new_options().open(&tmp)?;
+                crate::direct::write_padded(&f, &[header, data])?;
+                f
+            } else {
+                let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+                f.write_all(header)?;
+                f.write_all(data)?;
+                f
+            };
             wire::world::disk(DiskOp::SyncData, &tmp)?;
             f.sync_data()?;
             drop(f);
@@ -1039,6 +1054,11 @@ impl ShardStore {
             .collect()
     }
 
+    /// Whether each drive, in configuration order, writes shard files with `O_DIRECT`.
+    pub fn direct_writes(&self) -> Vec<bool> {
+        self.drives.iter().map(|d| d.direct_writes).collect()
+    }
+
     fn drive_errors(&self) -> String {
         self.drives.iter().map(|d| format!("{}: {}", d.root.display(), d.error.lock())).collect::<Vec<_>>().join("; ")
     }
@@ -1222,6 +1242,30 @@ fn read_range(file: &File, header: &ShardHeader, start: u32, len: u32) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A drive whose file system refuses `O_DIRECT` (older tmpfs, some FUSE file systems) is
+    /// written buffered: the same files, read back the same.
+    #[test]
+    fn a_drive_without_direct_writes_stores_the_same_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0, keys: None };
+        let mut store = ShardStore::open(&config).expect("store opens");
+        store.drives[0].direct_writes = false;
+        for (chunk, len) in [(1u64, 0usize), (2, 1), (3, 4095), (4, (1 << 20) + 3)] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+            let info = ShardInfo {
+                key: ShardKey { chunk, index: 0 },
+                ec: wire::EcScheme::DEFAULT,
+                len: len as u32,
+                block_crcs: format::block_crcs(&data),
+            };
+            store.put(&info, &data).expect("put");
+            let on_disk = fs::metadata(store.shard_path(info.key).expect("placed")).expect("stat").len();
+            assert_eq!(on_disk as usize, format::encode_header(&info).len() + len);
+            let (_, _, back) = store.get(info.key, 0, 0).expect("get");
+            assert!(back[..] == data[..], "length {len}");
+        }
+    }
 
     /// Drives on one file system report the same device (so the cluster counts the disk once);
     /// a different file system (the machine's /dev/shm or /proc) reports another.
