@@ -87,6 +87,13 @@ pub struct FileHandle {
     records: RecordTable,
     /// Chunks being written: index -> bytes from the chunk's start (len = valid bytes).
     dirty: BTreeMap<u64, BytesMut>,
+    /// Dirty chunks written from their start whose stored content past the written bytes is
+    /// not fetched yet: index -> how many bytes of stored content the chunk had within the
+    /// file when its buffer began. A rewrite from a chunk's start usually covers the whole
+    /// chunk, and then the stored content is never needed; it is fetched only when it is
+    /// (an upload of a chunk still short of it, a read past the written bytes, a write that
+    /// leaves a gap).
+    unfetched: BTreeMap<u64, usize>,
     /// Chunk uploads in flight, in order.
     uploads: VecDeque<(u64, JoinHandle<Result<ChunkRecord>>)>,
     /// Uploaded chunks waiting for the metadata commit.
@@ -133,6 +140,7 @@ impl FileHandle {
             attr,
             records: RecordTable(read.clone()),
             dirty: BTreeMap::new(),
+            unfetched: BTreeMap::new(),
             uploads: VecDeque::new(),
             uploaded: Vec::new(),
             size_dirty: false,
@@ -194,6 +202,16 @@ impl FileHandle {
             return Err(e);
         }
         self.read.saw_version(self.attr.data_version);
+        let cb = self.chunk_bytes();
+        let touched: Vec<u64> = self
+            .unfetched
+            .keys()
+            .copied()
+            .filter(|&i| i * cb < offset.saturating_add(len as u64) && offset < (i + 1) * cb)
+            .collect();
+        for index in touched {
+            self.fetch_unwritten(index).await?;
+        }
         let local = Buffered { dirty: &self.dirty, written: &self.written };
         self.read.read_with(offset, len, self.size, &local).await
     }
@@ -220,23 +238,40 @@ impl FileHandle {
             let in_chunk = (pos % cb) as usize;
             let take = ((cb as usize) - in_chunk).min(rest.len());
             if !self.dirty.contains_key(&index) {
-                // Copy-on-write: a partial overwrite starts from the chunk's current content.
+                // Copy-on-write: a partial overwrite starts from the chunk's current content,
+                // fetched now unless the write starts at the chunk's start (then only when it
+                // is needed, see `unfetched`).
                 let covers_all = in_chunk == 0 && take == cb as usize;
-                let base = if covers_all { Bytes::new() } else { self.existing_content(index).await? };
+                let stored = if index * cb < self.size { (self.size - index * cb).min(cb) as usize } else { 0 };
                 let mut buf = BytesMut::with_capacity(cb as usize);
-                buf.extend_from_slice(&base);
+                if !covers_all && stored > 0 {
+                    // (This handle's own uploading version is in memory: taken at once.)
+                    if in_chunk == 0 && !self.written.contains_key(&index) {
+                        self.unfetched.insert(index, stored);
+                    } else {
+                        buf.extend_from_slice(&self.existing_content(index).await?);
+                    }
+                }
                 self.dirty.insert(index, buf);
                 self.cache.retain(|(i, _)| *i != index);
                 self.written.remove(&index);
                 if let Some(t) = self.prefetch.remove(&index) {
                     t.abort();
                 }
+            } else if self.unfetched.contains_key(&index) && self.dirty.get(&index).is_some_and(|b| b.len() < in_chunk)
+            {
+                // A gap between the written bytes and this write: the stored bytes fill it.
+                self.fetch_unwritten(index).await?;
             }
             let buf = self.dirty.get_mut(&index).expect("inserted above");
             if buf.len() < in_chunk + take {
                 buf.resize(in_chunk + take, 0);
             }
             buf[in_chunk..in_chunk + take].copy_from_slice(&rest[..take]);
+            if self.unfetched.get(&index).is_some_and(|&stored| buf.len() >= stored) {
+                // Every stored byte is overwritten: nothing to fetch.
+                self.unfetched.remove(&index);
+            }
             let full = buf.len() == cb as usize && in_chunk + take == cb as usize;
             pos += take as u64;
             rest = &rest[take..];
@@ -262,6 +297,20 @@ impl FileHandle {
         Ok(data.slice_padded(0, data.len().min(valid)))
     }
 
+    /// Fills dirty chunk `index` (see `unfetched`) past its written bytes with the chunk's
+    /// stored content, as it stood when the buffer began.
+    async fn fetch_unwritten(&mut self, index: u64) -> Result<()> {
+        let Some(&stored) = self.unfetched.get(&index) else { return Ok(()) };
+        let data = self.chunk_data(index).await?;
+        let base = data.slice_padded(0, data.len().min(stored));
+        let buf = self.dirty.get_mut(&index).expect("an unfetched chunk is dirty");
+        if base.len() > buf.len() {
+            buf.extend_from_slice(&base[buf.len()..]);
+        }
+        self.unfetched.remove(&index);
+        Ok(())
+    }
+
     async fn next_allocation(&mut self) -> Result<Allocation> {
         if self.alloc.is_empty() {
             let avoid = self.client.nodes_to_avoid();
@@ -274,6 +323,14 @@ impl FileHandle {
 
     /// Uploads dirty chunk `index` in the background, waiting first if too many are in flight.
     async fn start_upload(&mut self, index: u64) -> Result<()> {
+        if let Err(e) = self.fetch_unwritten(index).await {
+            // As a failed upload: the chunk's new bytes cannot be stored whole.
+            self.dirty.remove(&index);
+            self.unfetched.remove(&index);
+            self.failed.insert(index);
+            self.deferred_error.get_or_insert(e.clone());
+            return Err(e);
+        }
         let Some(buf) = self.dirty.remove(&index) else { return Ok(()) };
         // A chunk rewritten before its previous version was committed: commit that version
         // first, so the new one replaces it copy-on-write (and the old one is collected) instead
@@ -422,6 +479,7 @@ impl FileHandle {
         let mut dropped: Vec<u64> = unpublished.iter().map(|c| c.index).collect();
         dropped.extend(std::mem::take(&mut self.failed));
         dropped.extend(std::mem::take(&mut self.dirty).into_keys());
+        self.unfetched.clear();
         for index in dropped {
             self.written.remove(&index);
             self.cache.retain(|(i, _)| *i != index);

@@ -139,3 +139,52 @@ async fn small_chunks_are_mirrored_and_read_with_one_request() {
     assert!(survivor.read_file("/small").await.expect("read with two copies lost")[..] == small[..]);
     assert!(survivor.read_file("/big").await.expect("read big with two nodes lost")[..] == big[..]);
 }
+
+/// A rewrite from a chunk's start in pieces smaller than a chunk (the mount's writes are at
+/// most 1 MiB) fetches nothing from the cluster when it covers the chunk; where it does not,
+/// the stored bytes it leaves are fetched when needed (a gap, a read past the written bytes,
+/// the upload) and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrites_from_a_chunks_start_fetch_only_the_bytes_they_leave() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    let len = 3 * chunk + 5;
+    a.write_file("/re", &content(10, len)).await.expect("write");
+
+    // Every chunk rewritten whole in 1 MiB pieces, by a client that holds nothing of the file.
+    let b = cluster.client().await;
+    let mut new = content(11, len);
+    let before = shard_reads_served(&cluster).await;
+    let mut h = b.open_path("/re").await.expect("open");
+    for (i, piece) in new.chunks(MIB).enumerate() {
+        h.write_at((i * MIB) as u64, piece).await.expect("rewrite");
+    }
+    h.close().await.expect("close");
+    assert_eq!(shard_reads_served(&cluster).await, before, "a rewrite of whole chunks read from the cluster");
+    assert!(cluster.client().await.read_file("/re").await.expect("read")[..] == new[..]);
+
+    // Rewrites that leave stored bytes behind.
+    let c = cluster.client().await;
+    let mut h = c.open_path("/re").await.expect("open");
+    fn patch(new: &mut [u8], at: usize, id: u64, n: usize) -> (u64, Vec<u8>) {
+        let bytes = content(id, n);
+        new[at..at + n].copy_from_slice(&bytes);
+        (at as u64, bytes)
+    }
+    // Chunk 0: its start, then a write past a gap, which the stored bytes fill.
+    let (at, bytes) = patch(&mut new, 0, 12, MIB);
+    h.write_at(at, &bytes).await.expect("chunk 0 start");
+    let (at, bytes) = patch(&mut new, 2 * MIB + 1, 13, 1000);
+    h.write_at(at, &bytes).await.expect("chunk 0 past a gap");
+    // Chunk 1: its start, then a read past the written bytes sees the stored ones.
+    let (at, bytes) = patch(&mut new, chunk, 14, 100 << 10);
+    h.write_at(at, &bytes).await.expect("chunk 1 start");
+    let read_at = chunk + (200 << 10);
+    assert!(h.read_at(read_at as u64, 100).await.expect("read")[..] == new[read_at..read_at + 100]);
+    // Chunk 2: its start only; the rest comes with the upload at close.
+    let (at, bytes) = patch(&mut new, 2 * chunk, 15, 10);
+    h.write_at(at, &bytes).await.expect("chunk 2 start");
+    h.close().await.expect("close");
+    assert!(cluster.client().await.read_file("/re").await.expect("read")[..] == new[..]);
+}
