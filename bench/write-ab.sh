@@ -8,7 +8,9 @@
 #   bench/record.sh write-ab bench/write-ab.sh OLD_TROVE NEW_TROVE
 #
 # Needs root (mounting) and fio. Tunables: SIZE (default 1G), RUNS (default 4), WORK (scratch
-# directory, default /var/tmp/trove-bench-write-ab).
+# directory, default /var/tmp/trove-bench-write-ab), REWRITE (seconds: the mount's fio runs
+# that long over a file of SIZE, rewriting it in place after its first pass, as the sequential
+# write row of small-io.sh does; default unset, one pass over a new file).
 set -euo pipefail
 old=${1:?usage: write-ab.sh OLD_TROVE NEW_TROVE}
 new=${2:?usage: write-ab.sh OLD_TROVE NEW_TROVE}
@@ -30,7 +32,7 @@ for r in $(seq "$runs"); do
     for b in $order; do
         load=$(cut -d' ' -f1-3 /proc/loadavg)
         mount_mbs=$(fio --name=w --filename="$work/$b/mnt/w$r" --rw=write --bs=1M --size="$size" --direct=1 \
-            --ioengine=psync --end_fsync=1 --output-format=json | fio_mbs)
+            --ioengine=psync --end_fsync=1 ${REWRITE:+--time_based --runtime="$REWRITE"} --output-format=json | fio_mbs)
         rm -f "$work/$b/mnt/w$r"
         native_mbs=$("$(bin_of "$b")" bench io -c "$work/$b/cluster" --root "/native$r" --pattern write --bs 1m \
             --file-size "$size" --files-per-job 1 --jobs 1 --qd 1 --runtime 0 --json --quiet \
