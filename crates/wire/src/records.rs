@@ -10,7 +10,7 @@
 //! socket straight into the caller's buffer, and each record is opened there, its plaintext
 //! moved down over the headers and tags before it in the same pass as the decryption: no copy
 //! at all. A smaller read goes through the connection's read buffer, where records are opened
-//! in place and copied once, to the reader. A write is copied once, into the write buffer, and
+//! the same way and copied once, to the reader. A write is copied once, into the write buffer, and
 //! sealed there. AES-GCM itself is ring's, as before.
 //!
 //! - [`connect`] and [`accept`] drive rustls's unbuffered connection over the socket until the
@@ -243,24 +243,7 @@ fn session(
     let rx = Protection::new(secrets.rx)?;
     let shared = Arc::new(Mutex::new(Shared { kernel: Box::new(kernel), answer_key_update: false }));
     let (rd, wr) = stream.into_split();
-    // Records that arrived with the end of the handshake (at most the handshake's buffer) are
-    // the first the reader opens; the buffer grows to hold them all in the rare case it must.
-    let size = (READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX).max(leftover.len());
-    let mut buf = vec![0u8; size].into_boxed_slice();
-    buf[..leftover.len()].copy_from_slice(&leftover);
-    let reader = RecordReader {
-        sock: rd,
-        shared: shared.clone(),
-        rx,
-        buf,
-        start: 0,
-        end: leftover.len(),
-        plain: 0..0,
-        early: plaintext,
-        early_at: 0,
-        eof: false,
-        opened_in_place: 0,
-    };
+    let reader = RecordReader::new(rd, shared.clone(), rx, &leftover, plaintext);
     let writer = RecordWriter {
         sock: wr,
         shared,
@@ -396,6 +379,30 @@ pub struct RecordReader<S = OwnedReadHalf> {
 }
 
 impl<S> RecordReader<S> {
+    /// A reader of `sock` under `rx`: `leftover` is the records read with the end of the
+    /// handshake, opened first, and `early` application data rustls opened with it, returned
+    /// first.
+    fn new(sock: S, shared: Arc<Mutex<Shared>>, rx: Protection, leftover: &[u8], early: Vec<u8>) -> RecordReader<S> {
+        // The leftover is at most the handshake's buffer; the read buffer grows to hold it all
+        // in the rare case it must.
+        let size = (READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX).max(leftover.len());
+        let mut buf = vec![0u8; size].into_boxed_slice();
+        buf[..leftover.len()].copy_from_slice(leftover);
+        RecordReader {
+            sock,
+            shared,
+            rx,
+            buf,
+            start: 0,
+            end: leftover.len(),
+            plain: 0..0,
+            early,
+            early_at: 0,
+            eof: false,
+            opened_in_place: 0,
+        }
+    }
+
     /// Opens the whole records buffered at `start` ([`Self::open_packed`]): their application
     /// data is then `plain`, at `start`, and `start` moves past them.
     fn open_buffered(&mut self) -> io::Result<()> {
@@ -861,21 +868,15 @@ pub mod fuzzing {
     /// Reads `records` (what a peer sent, arriving `piece` bytes at a time at most) to their end
     /// through a reader holding the fixed keys, `read_bytes` asked for at a time.
     pub fn open_records(records: &[u8], piece: usize, read_bytes: usize) -> Opened {
+        open_records_after_handshake(&[], records, piece, read_bytes)
+    }
+
+    /// [`open_records`] where `leftover` came with the end of the handshake, before `records`.
+    pub fn open_records_after_handshake(leftover: &[u8], records: &[u8], piece: usize, read_bytes: usize) -> Opened {
         let rx = Protection::new(secrets()).expect("fixed keys");
         let shared = Arc::new(Mutex::new(Shared { kernel: Box::new(Fixed), answer_key_update: false }));
-        let mut reader = RecordReader {
-            sock: Trickle { bytes: records, piece: piece.max(1) },
-            shared,
-            rx,
-            buf: vec![0u8; READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            plain: 0..0,
-            early: Vec::new(),
-            early_at: 0,
-            eof: false,
-            opened_in_place: 0,
-        };
+        let sock = Trickle { bytes: records, piece: piece.max(1) };
+        let mut reader = RecordReader::new(sock, shared, rx, leftover, Vec::new());
         let mut data = Vec::new();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut chunk = vec![0u8; read_bytes.max(1)];
@@ -1010,6 +1011,20 @@ mod tests {
                     assert!(share > 0.8, "{case}: {:.0}% opened in place", share * 100.0);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn records_that_came_with_the_handshake_are_read_first_up_to_the_handshake_buffer() {
+        let (records, expected, _) = sealed_session(0xabc);
+        // As much as the handshake's buffer may hold, more than the read buffer: cut anywhere,
+        // within a record.
+        let cut = HANDSHAKE_BUFFER_BYTES_MAX - 7;
+        assert!(cut > READ_BUFFER_BYTES + HEADER_BYTES + CIPHERTEXT_PER_RECORD_MAX);
+        for read_bytes in [4_096, 1 << 20] {
+            let opened = fuzzing::open_records_after_handshake(&records[..cut], &records[cut..], 100_000, read_bytes);
+            assert_eq!(opened.error, None, "{read_bytes} read at a time");
+            assert!(opened.data == expected, "{read_bytes} read at a time: other bytes than were sealed");
         }
     }
 
