@@ -16,6 +16,7 @@ pub mod msg;
 mod opnames;
 pub mod pki;
 pub mod policy;
+pub mod pool;
 pub mod records;
 pub mod rpc;
 pub mod stages;

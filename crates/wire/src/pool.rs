@@ -1,0 +1,261 @@
+//! Reused buffers for the large byte runs a process receives and reads: the data sections of
+//! frames (shards, mostly) and shard reads from a drive.
+//!
+//! Why: a buffer of 128 KiB or more comes from the allocator as freshly mapped pages, and what
+//! is freed goes back to the kernel, so a process that takes one such buffer per reply pays a
+//! page fault and a page clear for every 4 KiB it receives before a byte is copied into it. A
+//! client reading 2 GiB of shards took about one fault per page received, nearly all of them in
+//! the receive of frame data sections; a storage node took one per page read from its drives.
+//! The pool keeps freed buffers, their pages still mapped, and hands them out again.
+//!
+//! A [`PooledBuf`] is a `Vec<u8>` that goes back to its pool when dropped; frozen into
+//! [`Bytes`] it goes back when the last clone or slice of it is dropped.
+//!
+//! Invariants: a buffer handed out by [`Pool::take`] has length 0, so nothing a previous user
+//! wrote can be read out of it before it is written again ([`Pool::take_filled`] is for a
+//! system call's buffer, whose caller keeps only the bytes the call wrote); a pool holds at most its `pooled_bytes_max`;
+//! buffers under [`POOLED_BYTES_MIN`] are not kept (the allocator reuses small blocks without
+//! new pages); a buffer is handed out for a request of `len` bytes only when its capacity is
+//! at most a quarter larger, so memory wasted on fit is bounded.
+//! Deliberately absent: giving memory back when idle; a pool keeps what its peak took, up to its
+//! limit.
+
+use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+/// Smallest buffer the pool keeps.
+pub const POOLED_BYTES_MIN: usize = 64 << 10;
+/// Most bytes the process's shared pool keeps.
+pub const SHARED_POOL_BYTES_MAX: usize = 64 << 20;
+
+/// The process's shared pool.
+static SHARED: Pool = Pool::new(SHARED_POOL_BYTES_MAX);
+
+/// Freed buffers, oldest first.
+pub struct Pool {
+    free: Mutex<Free>,
+    pooled_bytes_max: usize,
+}
+
+struct Free {
+    bufs: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Pool {
+    /// An empty pool that keeps at most `pooled_bytes_max` bytes.
+    pub const fn new(pooled_bytes_max: usize) -> Pool {
+        Pool { free: parking_lot::const_mutex(Free { bufs: VecDeque::new(), bytes: 0 }), pooled_bytes_max }
+    }
+
+    /// An empty buffer with room for at least `len` bytes, reused when one fits.
+    pub fn take(&'static self, len: usize) -> PooledBuf {
+        let mut buf = self.take_any(len);
+        if buf.buf.capacity() == 0 {
+            buf.buf = Vec::with_capacity(len);
+        }
+        buf.buf.clear();
+        buf
+    }
+
+    /// A buffer of `len` bytes whose content is unspecified: what a previous user of the
+    /// buffer left there, or zeros. For a caller that overwrites them (a system call that reads
+    /// into initialized memory) and keeps only what it wrote. A new buffer is zeroed lazily by
+    /// the kernel, so a read that fails at once touches none of its pages.
+    pub fn take_filled(&'static self, len: usize) -> PooledBuf {
+        let mut buf = self.take_any(len);
+        if buf.buf.capacity() == 0 && len > 0 {
+            buf.buf = vec![0u8; len];
+        } else if buf.buf.len() >= len {
+            buf.buf.truncate(len);
+        } else {
+            buf.buf.resize(len, 0);
+        }
+        buf
+    }
+
+    /// A kept buffer as its previous user left it, or a new one with no capacity.
+    fn take_any(&'static self, len: usize) -> PooledBuf {
+        let reused = if len >= POOLED_BYTES_MIN { self.reuse(len) } else { None };
+        PooledBuf { buf: reused.unwrap_or_default(), pool: self }
+    }
+
+    /// The smallest kept buffer of at least `len` and at most `len + len / 4` bytes.
+    fn reuse(&self, len: usize) -> Option<Vec<u8>> {
+        let fit_max = len.saturating_add(len / 4);
+        let mut free = self.free.lock();
+        let (i, _) = free
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| (len..=fit_max).contains(&b.capacity()))
+            .min_by_key(|(_, b)| b.capacity())?;
+        let buf = free.bufs.remove(i)?;
+        free.bytes -= buf.capacity();
+        Some(buf)
+    }
+
+    /// Keeps `buf` for reuse, dropping the oldest kept buffers to stay within the limit.
+    fn give_back(&self, buf: Vec<u8>) {
+        let cap = buf.capacity();
+        if cap < POOLED_BYTES_MIN || cap > self.pooled_bytes_max {
+            return;
+        }
+        let mut free = self.free.lock();
+        while free.bytes + cap > self.pooled_bytes_max {
+            let Some(old) = free.bufs.pop_front() else { break };
+            free.bytes -= old.capacity();
+        }
+        free.bytes += cap;
+        free.bufs.push_back(buf);
+    }
+
+    /// Bytes kept now.
+    pub fn pooled_bytes(&self) -> usize {
+        self.free.lock().bytes
+    }
+}
+
+/// An empty buffer with room for at least `len` bytes from the process's shared pool.
+pub fn take(len: usize) -> PooledBuf {
+    SHARED.take(len)
+}
+
+/// `len` bytes of unspecified content from the process's shared pool ([`Pool::take_filled`]).
+pub fn take_filled(len: usize) -> PooledBuf {
+    SHARED.take_filled(len)
+}
+
+/// A buffer that goes back to its pool when dropped. Derefs to the bytes written so far; write
+/// through [`PooledBuf::vec`].
+pub struct PooledBuf {
+    buf: Vec<u8>,
+    pool: &'static Pool,
+}
+
+impl PooledBuf {
+    /// The buffer itself, to fill (it is a `BufMut`) or truncate.
+    pub fn vec(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Shares the bytes; the buffer goes back to its pool when the last clone or slice is
+    /// dropped. A buffer too small to be kept becomes plain `Bytes` (no owner to allocate).
+    pub fn freeze(mut self) -> Bytes {
+        if self.buf.capacity() < POOLED_BYTES_MIN {
+            return Bytes::from(std::mem::take(&mut self.buf));
+        }
+        Bytes::from_owner(self)
+    }
+}
+
+impl Deref for PooledBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl DerefMut for PooledBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(bytes_max: usize) -> &'static Pool {
+        Box::leak(Box::new(Pool::new(bytes_max)))
+    }
+
+    #[test]
+    fn a_freed_buffer_is_handed_out_again_empty() {
+        let pool = pool(8 << 20);
+        let mut a = pool.take(256 << 10);
+        a.vec().extend_from_slice(&[7u8; 256 << 10]);
+        let at = a.as_ptr();
+        drop(a);
+        assert_eq!(pool.pooled_bytes(), 256 << 10);
+        let b = pool.take(256 << 10);
+        assert_eq!(b.as_ptr(), at, "the kept buffer is reused");
+        assert!(b.is_empty(), "nothing of the previous user can be read");
+        assert_eq!(pool.pooled_bytes(), 0);
+    }
+
+    #[test]
+    fn a_filled_buffer_has_the_length_asked_for_and_only_new_buffers_are_zeroed() {
+        let pool = pool(8 << 20);
+        let fresh = pool.take_filled(200 << 10);
+        assert_eq!(fresh.len(), 200 << 10);
+        assert!(fresh.iter().all(|&b| b == 0));
+        drop(fresh);
+        // A buffer its previous user filled is handed out as it is, cut to length...
+        let mut a = pool.take(256 << 10);
+        a.vec().resize(256 << 10, 9);
+        drop(a);
+        let b = pool.take_filled(220 << 10);
+        assert_eq!(b.len(), 220 << 10);
+        drop(b);
+        // ...and one shorter than asked for is extended with zeros.
+        let c = pool.take_filled(240 << 10);
+        assert_eq!(c.len(), 240 << 10);
+        assert!(c[..220 << 10].iter().all(|&b| b == 9) && c[220 << 10..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn frozen_bytes_go_back_when_the_last_slice_is_dropped() {
+        let pool = pool(8 << 20);
+        let mut a = pool.take(100 << 10);
+        a.vec().resize(100 << 10, 1);
+        let bytes = a.freeze();
+        let part = bytes.slice(10..20);
+        drop(bytes);
+        assert_eq!(pool.pooled_bytes(), 0, "a slice still holds it");
+        assert_eq!(&part[..], &[1u8; 10]);
+        drop(part);
+        assert_eq!(pool.pooled_bytes(), 100 << 10);
+    }
+
+    #[test]
+    fn only_buffers_that_fit_are_reused() {
+        let pool = pool(8 << 20);
+        drop(pool.take(256 << 10));
+        // Too small for 300 KiB, too large for 128 KiB: both get new buffers.
+        let big = pool.take(300 << 10);
+        assert!(big.buf.capacity() >= 300 << 10);
+        let small = pool.take(128 << 10);
+        assert!(small.buf.capacity() < 256 << 10);
+        assert_eq!(pool.pooled_bytes(), 256 << 10);
+        // A request up to a quarter smaller takes it.
+        assert_eq!(pool.take(210 << 10).buf.capacity(), 256 << 10);
+    }
+
+    #[test]
+    fn small_buffers_are_not_kept_and_the_pool_stays_within_its_limit() {
+        let pool = pool(1 << 20);
+        drop(pool.take(POOLED_BYTES_MIN - 1));
+        assert_eq!(pool.pooled_bytes(), 0);
+        let held: Vec<PooledBuf> = (0..10).map(|_| pool.take(256 << 10)).collect();
+        drop(held);
+        assert_eq!(pool.pooled_bytes(), 1 << 20, "four of ten kept");
+        drop(pool.take(2 << 20));
+        assert_eq!(pool.pooled_bytes(), 1 << 20, "a buffer larger than the limit is not kept");
+    }
+}
