@@ -30,7 +30,7 @@
 
 use crate::crypt::{Kek, Keyring};
 use crate::format::{self, FormatError, ShardHeader, HEADER_BYTES_MAX};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -42,6 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use wire::pool::PooledBuf;
 use wire::stages::{self, Stage};
 use wire::world::DiskOp;
 use wire::{werr, DriveInfo, ShardInfo, ShardKey, WireError};
@@ -832,7 +833,7 @@ impl ShardStore {
             end.saturating_add(end.div_ceil(u64::from(format::BLOCK_BYTES)) * crate::crypt::TAG_BYTES as u64)
         });
         let head_len = head_guess.saturating_add(first_stored.unwrap_or(0)).min(file_len);
-        let head = read_exact(&file, 0, head_len as usize, file_len, Wait::Block)?;
+        let head = read_exact(&file, 0, head_len as usize, file_len, Wait::Block)?.freeze();
         let header = ShardHeader::decode(&head).map_err(corrupt_file)?;
         if header.key != key {
             return Err(ReadFail::Error(werr!(
@@ -913,35 +914,44 @@ impl ShardStore {
         let (at, stored_len) = header.stored_span(start, stop);
         let stored = match first_blocks {
             Some(head) if head.len() as u64 >= at + stored_len as u64 => {
-                head.slice(at as usize..at as usize + stored_len)
+                Stored::Shared(head.slice(at as usize..at as usize + stored_len))
             }
             _ => {
                 let from = header.data_offset() + at;
-                read_exact(&open.file, from, stored_len, header.file_bytes(), wait).map_err(|e| {
+                Stored::Own(read_exact(&open.file, from, stored_len, header.file_bytes(), wait).map_err(|e| {
                     if let ReadFail::Error(_) = e {
                         // Not kept open after a failure: the next read looks at the file afresh.
                         self.open_files.forget(key);
                     }
                     e
-                })?
+                })?)
             }
         };
-        let data = if header.sealing.is_none() {
-            stored
-        } else {
-            // Opened in place: a buffer read just now is this read's alone; only bytes that
-            // came with the header (shared with the open file's first read) are copied.
-            let mut buf = stored.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-            match header.open_blocks(self.drives[d].key_of(&header), first, &mut buf) {
-                Ok(n) => {
-                    buf.truncate(n);
-                    buf.freeze()
-                }
-                Err(e) => {
-                    self.open_files.forget(key);
-                    let err = corrupt(key, &self.drives[d].path_of(key), &e);
-                    tracing::warn!("{err}");
-                    return Err(ReadFail::Error(err));
+        let data = match (header.sealing.is_none(), stored) {
+            (true, Stored::Shared(bytes)) => bytes,
+            (true, Stored::Own(buf)) => buf.freeze(),
+            (false, stored) => {
+                // Opened in place: a buffer read just now is this read's alone; only bytes that
+                // came with the header (shared with the open file's first read) are copied.
+                let mut buf = match stored {
+                    Stored::Own(buf) => buf,
+                    Stored::Shared(shared) => {
+                        let mut buf = wire::pool::take(shared.len());
+                        buf.vec().extend_from_slice(&shared);
+                        buf
+                    }
+                };
+                match header.open_blocks(self.drives[d].key_of(&header), first, &mut buf) {
+                    Ok(n) => {
+                        buf.vec().truncate(n);
+                        buf.freeze()
+                    }
+                    Err(e) => {
+                        self.open_files.forget(key);
+                        let err = corrupt(key, &self.drives[d].path_of(key), &e);
+                        tracing::warn!("{err}");
+                        return Err(ReadFail::Error(err));
+                    }
                 }
             }
         };
@@ -1102,35 +1112,39 @@ const HEAD_BYTES_MAX: u64 = HEADER_BYTES_MAX as u64
 /// Reads `len` bytes at `pos` of a file `file_len` bytes long. Short only where the file ends
 /// (the caller's checks then find it too short). With [`Wait::NoWait`] it reads only what the
 /// page cache holds (`RWF_NOWAIT`) and fails with `WouldBlock` otherwise.
-fn read_exact(file: &File, pos: u64, len: usize, file_len: u64, wait: Wait) -> Result<Bytes, ReadFail> {
+fn read_exact(file: &File, pos: u64, len: usize, file_len: u64, wait: Wait) -> Result<PooledBuf, ReadFail> {
     let expect = (file_len.saturating_sub(pos)).min(len as u64) as usize;
     let err = |e: io::Error| ReadFail::Error(werr!(Io, "read at {pos}: {e}"));
     match wait {
         Wait::Block => {
-            let mut buf = Vec::with_capacity(len);
-            while buf.len() < len {
-                let at = pos + buf.len() as u64;
-                match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            // Read into the first `len` bytes only: a reused buffer may hold more than that,
+            // and a read into all of its room would take bytes past the range.
+            let mut buf = wire::pool::take_filled(len);
+            let mut have = 0;
+            while have < len {
+                match rustix::io::pread(file, &mut buf[have..], pos + have as u64) {
                     Ok(0) => break,
-                    Ok(_) => {}
+                    Ok(n) => have += n,
                     Err(Errno::INTR) => {}
                     Err(e) => return Err(err(e.into())),
                 }
             }
-            Ok(Bytes::from(buf))
+            buf.vec().truncate(have);
+            Ok(buf)
         }
         Wait::NoWait => {
             if !NOWAIT_READS.load(Ordering::Relaxed) {
                 return Err(ReadFail::WouldBlock);
             }
-            let mut buf = vec![0u8; len];
+            // `preadv2` takes initialized memory; only the bytes it reads are kept.
+            let mut buf = wire::pool::take_filled(len);
             let flags = rustix::io::ReadWriteFlags::NOWAIT;
             match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut buf)], pos, flags) {
                 // A short read means part of it is not in the page cache (or the file ended,
                 // which the blocking read will find as well).
                 Ok(n) if n == expect => {
-                    buf.truncate(n);
-                    Ok(Bytes::from(buf))
+                    buf.vec().truncate(n);
+                    Ok(buf)
                 }
                 Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Err(ReadFail::WouldBlock),
                 Err(Errno::OPNOTSUPP) | Err(Errno::INVAL) | Err(Errno::NOSYS) => {
@@ -1142,6 +1156,13 @@ fn read_exact(file: &File, pos: u64, len: usize, file_len: u64, wait: Wait) -> R
             }
         }
     }
+}
+
+/// A read's bytes as stored: a slice of what came with the file's header when it was opened
+/// (shared with other reads), or a buffer read for this read alone.
+enum Stored {
+    Shared(Bytes),
+    Own(PooledBuf),
 }
 
 /// Whether reads that must not wait (`RWF_NOWAIT`) work on this system.
