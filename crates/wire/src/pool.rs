@@ -13,8 +13,8 @@
 //!
 //! Invariants: a buffer handed out by [`Pool::take`] has length 0, so nothing a previous user
 //! wrote can be read out of it before it is written again ([`Pool::take_filled`] is for a
-//! system call's buffer, whose caller keeps only the bytes the call wrote); a pool holds at most its `pooled_bytes_max`;
-//! buffers under [`POOLED_BYTES_MIN`] are not kept (the allocator reuses small blocks without
+//! system call's buffer, whose caller keeps only the bytes the call wrote); a pool holds at
+//! most its `pooled_bytes_max`; buffers under [`POOLED_BYTES_MIN`] are not kept (the allocator reuses small blocks without
 //! new pages); a buffer is handed out for a request of `len` bytes only when its capacity is
 //! at most a quarter larger, so memory wasted on fit is bounded.
 //! Deliberately absent: giving memory back when idle; a pool keeps what its peak took, up to its
@@ -51,7 +51,9 @@ impl Pool {
         Pool { free: parking_lot::const_mutex(Free { bufs: VecDeque::new(), bytes: 0 }), pooled_bytes_max }
     }
 
-    /// An empty buffer with room for at least `len` bytes, reused when one fits.
+    /// An empty buffer with room for at least `len` bytes, reused when one fits. A reused one
+    /// may have room for up to a quarter more: whoever fills it bounds the fill to `len` (a
+    /// read into all of its spare capacity takes bytes past the range asked for).
     pub fn take(&'static self, len: usize) -> PooledBuf {
         let mut buf = self.take_any(len);
         if buf.buf.capacity() == 0 {
