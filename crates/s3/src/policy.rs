@@ -1,23 +1,37 @@
-//! Bucket policies, the common subset: statements of `Effect`, `Principal`, `Action` and
-//! `Resource` (IAM's JSON, with `*` and `?` wildcards), kept as the xattr `user.s3.policy` of
-//! the bucket's directory and set by the bucket's owner.
+//! Bucket policies, the common subset: statements of `Effect` (Allow or Deny), `Principal`,
+//! `Action` and `Resource` (IAM's JSON, with `*` and `?` wildcards), kept as the xattr
+//! `user.s3.policy` of the bucket's directory and set by the bucket's owner.
 //!
-//! A policy can only **deny**. What a user may do is decided by POSIX permissions, which the
-//! mount and NFS judge too (the owner's, group's and others' bits, set by canned ACLs); a bucket
-//! policy narrows that for S3 requests (deny deletes to everyone, deny one user, deny a prefix).
-//! An `Allow` statement would grant over S3 what the same user is refused through the mount, so
-//! it is refused when the policy is set (MalformedPolicy, saying to use a canned ACL), rather
-//! than stored and silently granting nothing. `Condition`, `NotPrincipal`, `NotAction` and
-//! `NotResource` are refused the same way.
+//! A policy never grants more than POSIX permissions do. What a user may do with a file is
+//! decided by its mode (the owner's, group's and others' bits, set by canned ACLs), which the
+//! mount and NFS judge too; a bucket policy is a second gate that S3 requests must pass as well,
+//! as on multiprotocol NAS buckets (NetApp ONTAP's, OneFS's S3 over file permissions):
+//!
+//! 1. a **Deny** statement that matches refuses the request, the bucket's owner's included;
+//! 2. when the policy holds **Allow** statements, a request of anyone but the bucket's owner
+//!    (another user, an anonymous reader) must match one of them; the owner is not confined to
+//!    them (no Allow statement can lock the owner out of their own bucket);
+//! 3. then POSIX permissions decide, as without a policy.
+//!
+//! So `Allow` names who may use a bucket over S3 and for what (only bob, only reads, only
+//! below `public/`), and an Allow that POSIX modes do not back grants nothing: bob allowed
+//! `s3:PutObject` into alice's 0755 bucket is still refused, as he is through the mount. A
+//! policy of Deny statements only confines nobody beyond them. `Condition`, `NotPrincipal`,
+//! `NotAction` and `NotResource` are refused when the policy is set (MalformedPolicy), rather
+//! than stored and silently ignored.
 //!
 //! Principals: `"*"` (everyone, anonymous requests included), a user's name, or
 //! `arn:aws:iam::<tenant>:user/<name>` and `arn:aws:iam::<tenant>:root` (every user of the
 //! tenant); a principal of another tenant never matches. Policies apply to requests signed
 //! with the cluster's S3 keys and to unsigned ones; the gateway's configured keys (the
 //! operator's) are not bound by them. The owner can always change or remove the policy, so no
-//! policy locks them out. A gateway reads a bucket's policy again after [`POLICY_CACHE_MS`]:
-//! a change made through another gateway applies within that time (this gateway's own changes
-//! at once).
+//! policy locks them out; an unsigned request never changes a policy, and is matched only by
+//! `"*"`. DeleteObjects and browser POST uploads name their keys in their bodies, after the
+//! access check: a Deny that could cover any key refuses one whole, and for anyone but the
+//! owner under Allow statements, only an Allow on every key (`arn:aws:s3:::BUCKET/*`) lets it
+//! through. A gateway reads a bucket's policy (and its owner) again after
+//! [`POLICY_CACHE_MS`]: a change made through another gateway applies within that time (this
+//! gateway's own changes at once).
 
 use crate::scope::Scope;
 use client::{Client, ErrorCode, Ino};
@@ -38,10 +52,18 @@ pub const POLICY_CACHE_MS: u64 = 2_000;
 /// Buckets whose policy is remembered at most; the cache is emptied beyond.
 const POLICY_CACHE_ENTRIES_MAX: usize = 16_384;
 
-/// One Deny statement.
+/// What a statement does to the requests it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    Allow,
+    Deny,
+}
+
+/// One statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Statement {
     sid: String,
+    effect: Effect,
     /// `None`: everyone.
     principals: Option<Vec<Principal>>,
     actions: Vec<String>,
@@ -60,6 +82,52 @@ enum Principal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BucketPolicy {
     statements: Vec<Statement>,
+}
+
+/// What a bucket's policy says of one request (POSIX permissions are judged after it, by the
+/// operation itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing in the policy stands in the way.
+    Permitted,
+    /// A Deny statement matches: its Sid (or its position).
+    Denied(String),
+    /// The policy holds Allow statements, none matches, and the caller is not the bucket's
+    /// owner.
+    NotAllowed,
+    /// The stored policy does not parse (it was checked when set through S3, so it was
+    /// written another way): only the bucket's owner passes until it is set again.
+    Unreadable(String),
+}
+
+/// A bucket's policy as a gateway applies it: the statements (or why the stored text does
+/// not parse) and the bucket's owner, who is not confined to the Allow statements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub policy: Result<BucketPolicy, String>,
+    pub owner_uid: u32,
+}
+
+impl Applied {
+    /// Whether the request's scope is the bucket's owner: signed with a key of the user who
+    /// owns the bucket's directory (an unsigned request owns nothing, even where it acts as
+    /// `nobody` and `nobody` owns the directory).
+    pub fn owned_by(&self, scope: &Scope) -> bool {
+        scope.access_key.is_some() && scope.user.as_ref().is_some_and(|u| u.uid == self.owner_uid)
+    }
+
+    /// [`BucketPolicy::judge`], or [`BucketPolicy::judge_any_key`] when `resource` is `None`
+    /// (keys not known yet, of bucket `bucket`).
+    pub fn judge(&self, scope: &Scope, action: &str, bucket: &str, resource: Option<&str>) -> Verdict {
+        let owner = self.owned_by(scope);
+        let tenant = scope.user.as_ref().and_then(|u| u.tenant.as_deref());
+        match (&self.policy, resource) {
+            (Err(_), _) if owner => Verdict::Permitted,
+            (Err(why), _) => Verdict::Unreadable(why.clone()),
+            (Ok(p), Some(r)) => p.judge(scope, tenant, action, r, owner),
+            (Ok(p), None) => p.judge_any_key(scope, tenant, action, bucket, owner),
+        }
+    }
 }
 
 fn malformed(why: String) -> s3s::S3Error {
@@ -125,15 +193,11 @@ impl BucketPolicy {
                 }
             }
             let sid = fields.get("Sid").and_then(Value::as_str).unwrap_or("").to_string();
-            match fields.get("Effect").and_then(Value::as_str) {
-                Some("Deny") => {}
-                Some("Allow") => {
-                    return Err(malformed(format!(
-                        "statement {i}: Allow is not supported: access is granted by POSIX permissions (set them with a canned ACL, e.g. public-read), which the mount judges too; a policy may only Deny"
-                    )))
-                }
-                _ => return Err(malformed(format!("statement {i}: Effect must be Deny"))),
-            }
+            let effect = match fields.get("Effect").and_then(Value::as_str) {
+                Some("Deny") => Effect::Deny,
+                Some("Allow") => Effect::Allow,
+                _ => return Err(malformed(format!("statement {i}: Effect must be Allow or Deny"))),
+            };
             let principals = match fields.get("Principal") {
                 Some(Value::String(s)) if s == "*" => None,
                 Some(Value::Object(p)) => match p.get("AWS") {
@@ -158,16 +222,28 @@ impl BucketPolicy {
                     return Err(malformed(format!("statement {i}: resource {r:?} is not {own} or below it")));
                 }
             }
-            statements.push(Statement { sid, principals, actions, resources });
+            statements.push(Statement { sid, effect, principals, actions, resources });
         }
         Ok(BucketPolicy { statements })
     }
 
-    /// The statement denying `action` on `resource` to the request's scope, if one does:
-    /// its Sid (or its position).
-    pub fn denies(&self, scope: &Scope, tenant: Option<&str>, action: &str, resource: &str) -> Option<String> {
-        let user = scope.user.as_ref();
+    /// The first statement of `effect` that matches `action` on `resource` for the request's
+    /// scope, if one does: its Sid (or its position).
+    fn matching(
+        &self,
+        effect: Effect,
+        scope: &Scope,
+        tenant: Option<&str>,
+        action: &str,
+        resource: &str,
+    ) -> Option<String> {
+        // Only a request signed with a user's key is that user: an unsigned one (which may
+        // act as `nobody` for POSIX checks) is matched by "*" alone.
+        let user = scope.access_key.as_ref().and(scope.user.as_ref());
         for (i, st) in self.statements.iter().enumerate() {
+            if st.effect != effect {
+                continue;
+            }
             let who = match &st.principals {
                 None => true,
                 Some(list) => list.iter().any(|p| match (p, user) {
@@ -187,19 +263,62 @@ impl BucketPolicy {
         None
     }
 
-    /// Whether some statement could deny `action` on a key of the bucket (for DeleteObjects,
-    /// whose keys are in its body: any such statement denies the whole request).
-    pub fn denies_any_key(&self, scope: &Scope, tenant: Option<&str>, action: &str, bucket: &str) -> Option<String> {
+    /// Whether the policy holds an Allow statement (which confines everyone but the owner).
+    pub fn has_allow(&self) -> bool {
+        self.statements.iter().any(|s| s.effect == Effect::Allow)
+    }
+
+    /// What the policy says of `action` on `resource` for the request's scope; `owner`: the
+    /// scope is the bucket's owner (not confined to the Allow statements).
+    pub fn judge(&self, scope: &Scope, tenant: Option<&str>, action: &str, resource: &str, owner: bool) -> Verdict {
+        if let Some(statement) = self.matching(Effect::Deny, scope, tenant, action, resource) {
+            return Verdict::Denied(statement);
+        }
+        if owner || !self.has_allow() || self.matching(Effect::Allow, scope, tenant, action, resource).is_some() {
+            Verdict::Permitted
+        } else {
+            Verdict::NotAllowed
+        }
+    }
+
+    /// What the policy says of `action` on keys of `bucket` not known yet (DeleteObjects,
+    /// whose keys are in its body): a Deny that could cover any key denies the whole request,
+    /// and under Allow statements, anyone but the owner needs one that covers every key.
+    pub fn judge_any_key(
+        &self,
+        scope: &Scope,
+        tenant: Option<&str>,
+        action: &str,
+        bucket: &str,
+        owner: bool,
+    ) -> Verdict {
         let keys = format!("arn:aws:s3:::{bucket}/");
-        let broad = BucketPolicy {
+        let widened = |effect: Effect, keep: &dyn Fn(&str) -> bool| BucketPolicy {
             statements: self
                 .statements
                 .iter()
-                .filter(|s| s.resources.iter().any(|r| r.starts_with(&keys) || r == "*"))
+                .filter(|s| s.effect == effect && s.resources.iter().any(|r| keep(r)))
                 .map(|s| Statement { resources: vec!["*".into()], ..s.clone() })
                 .collect(),
         };
-        broad.denies(scope, tenant, action, "*")
+        let could_cover_a_key = |r: &str| r.starts_with(&keys) || r == "*";
+        let covers_every_key = |r: &str| {
+            r == "*"
+                || r.strip_prefix(keys.as_str()).is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c == '*'))
+        };
+        if let Some(statement) =
+            widened(Effect::Deny, &could_cover_a_key).matching(Effect::Deny, scope, tenant, action, "*")
+        {
+            return Verdict::Denied(statement);
+        }
+        if owner
+            || !self.has_allow()
+            || widened(Effect::Allow, &covers_every_key).matching(Effect::Allow, scope, tenant, action, "*").is_some()
+        {
+            Verdict::Permitted
+        } else {
+            Verdict::NotAllowed
+        }
     }
 }
 
@@ -240,6 +359,8 @@ pub fn action_of(op: &str) -> String {
             "PutObject"
         }
         "DeleteObjects" => "DeleteObject",
+        // A browser POST upload writes an object whose key is in its form.
+        "PostObject" => "PutObject",
         "ListParts" => "ListMultipartUploadParts",
         "ListMultipartUploads" => "ListBucketMultipartUploads",
         "GetBucketCors" => "GetBucketCORS",
@@ -253,12 +374,12 @@ pub fn action_of(op: &str) -> String {
 /// The policies of buckets as this gateway last read them.
 #[derive(Default)]
 pub struct PolicyCache {
-    entries: parking_lot::Mutex<HashMap<(Ino, String), (Instant, Option<Arc<BucketPolicy>>)>>,
+    entries: parking_lot::Mutex<HashMap<(Ino, String), (Instant, Option<Arc<Applied>>)>>,
 }
 
 impl PolicyCache {
     /// The policy of `bucket` in `scope`'s namespace (`None`: none, or no such bucket).
-    pub async fn get(&self, client: &Client, scope: &Scope, bucket: &str) -> S3Result<Option<Arc<BucketPolicy>>> {
+    pub async fn get(&self, client: &Client, scope: &Scope, bucket: &str) -> S3Result<Option<Arc<Applied>>> {
         let key = (scope.root_ino, bucket.to_string());
         if let Some((at, p)) = self.entries.lock().get(&key) {
             if at.elapsed() < Duration::from_millis(POLICY_CACHE_MS) {
@@ -269,14 +390,13 @@ impl PolicyCache {
             Ok(dir) => match client.getxattr(dir.ino, XATTR_POLICY).await {
                 Ok(raw) => {
                     let text = String::from_utf8_lossy(&raw);
-                    match BucketPolicy::parse(&text, bucket) {
-                        Ok(p) => Some(Arc::new(p)),
-                        Err(e) => {
-                            // Checked when set; a damaged one denies nothing but is reported.
-                            tracing::warn!("the policy of bucket {bucket} does not parse: {e}");
-                            None
-                        }
-                    }
+                    let policy = BucketPolicy::parse(&text, bucket).map_err(|e| {
+                        // Checked when set through S3; one written another way that does not
+                        // parse fails closed (only the owner passes) and is reported.
+                        tracing::warn!("the policy of bucket {bucket} does not parse: {e}");
+                        e.message().unwrap_or("malformed").to_string()
+                    });
+                    Some(Arc::new(Applied { policy, owner_uid: dir.uid }))
                 }
                 Err(e) if e.code == ErrorCode::NoAttr => None,
                 Err(e) => return Err(crate::errors::s3_error(&e, crate::errors::Target::Bucket)),
@@ -331,21 +451,108 @@ mod tests {
         let p = BucketPolicy::parse(text, "data").expect("parses");
         let (alice, bob, other_bob) = (scope("alice", "acme"), scope("bob", "acme"), scope("bob", "globex"));
         let obj = "arn:aws:s3:::data/secret/x";
-        assert_eq!(p.denies(&alice, Some("acme"), "s3:DeleteObject", obj).as_deref(), Some("NoDeletes"));
-        assert_eq!(p.denies(&alice, Some("acme"), "s3:GetObject", obj), None);
-        assert_eq!(p.denies(&bob, Some("acme"), "s3:GetObject", obj).as_deref(), Some("BobOutOfSecret"));
-        assert_eq!(p.denies(&bob, Some("acme"), "s3:GetObject", "arn:aws:s3:::data/open/x"), None);
-        assert_eq!(p.denies(&other_bob, Some("globex"), "s3:GetObject", obj), None, "another tenant's bob");
-        assert_eq!(p.denies_any_key(&alice, Some("acme"), "s3:DeleteObject", "data").as_deref(), Some("NoDeletes"));
+        let denied = |s: &str| Verdict::Denied(s.to_string());
+        assert_eq!(p.judge(&alice, Some("acme"), "s3:DeleteObject", obj, true), denied("NoDeletes"), "owner too");
+        assert_eq!(p.judge(&alice, Some("acme"), "s3:GetObject", obj, false), Verdict::Permitted);
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:GetObject", obj, false), denied("BobOutOfSecret"));
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:GetObject", "arn:aws:s3:::data/open/x", false), Verdict::Permitted);
+        assert_eq!(
+            p.judge(&other_bob, Some("globex"), "s3:GetObject", obj, false),
+            Verdict::Permitted,
+            "another tenant's bob"
+        );
+        assert_eq!(p.judge_any_key(&alice, Some("acme"), "s3:DeleteObject", "data", true), denied("NoDeletes"));
         assert_eq!(action_of("HeadObject"), "s3:GetObject");
+    }
+
+    #[test]
+    fn allow_statements_confine_everyone_but_the_owner() {
+        let text = r#"{"Statement":[
+            {"Sid":"BobReadsA","Effect":"Allow","Principal":{"AWS":"arn:aws:iam::acme:user/bob"},"Action":["s3:GetObject","s3:ListBucket"],"Resource":["arn:aws:s3:::data","arn:aws:s3:::data/a/*"]},
+            {"Sid":"PublicP","Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/public/*"},
+            {"Sid":"NotA2","Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/a/2"}]}"#;
+        let p = BucketPolicy::parse(text, "data").expect("parses");
+        let (alice, bob, carol) = (scope("alice", "acme"), scope("bob", "acme"), scope("carol", "acme"));
+        let anon = Scope { root: String::new(), root_ino: 1, user: None, access_key: None };
+        let at = |k: &str| format!("arn:aws:s3:::data/{k}");
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:GetObject", &at("a/1"), false), Verdict::Permitted);
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:ListBucket", "arn:aws:s3:::data", false), Verdict::Permitted);
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:GetObject", &at("b/1"), false), Verdict::NotAllowed);
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:PutObject", &at("a/1"), false), Verdict::NotAllowed);
+        assert_eq!(p.judge(&carol, Some("acme"), "s3:GetObject", &at("a/1"), false), Verdict::NotAllowed);
+        assert_eq!(p.judge(&carol, Some("acme"), "s3:GetObject", &at("public/x"), false), Verdict::Permitted);
+        assert_eq!(p.judge(&anon, None, "s3:GetObject", &at("public/x"), false), Verdict::Permitted, "* is anyone");
+        assert_eq!(p.judge(&anon, None, "s3:ListBucket", "arn:aws:s3:::data", false), Verdict::NotAllowed);
+        // The owner is not confined to the Allow statements, but a Deny binds everyone.
+        assert_eq!(p.judge(&alice, Some("acme"), "s3:PutObject", &at("b/1"), true), Verdict::Permitted);
+        assert_eq!(p.judge(&bob, Some("acme"), "s3:GetObject", &at("a/2"), false), Verdict::Denied("NotA2".into()));
+        assert_eq!(p.judge(&alice, Some("acme"), "s3:GetObject", &at("a/2"), true), Verdict::Denied("NotA2".into()));
+        // A user of another tenant named like bob is not bob.
+        assert_eq!(
+            p.judge(&scope("bob", "globex"), Some("globex"), "s3:GetObject", &at("a/1"), false),
+            Verdict::NotAllowed
+        );
+    }
+
+    #[test]
+    fn an_unsigned_request_is_no_user_and_owns_nothing() {
+        // Where anonymous reading is on, unsigned requests are judged by POSIX as `nobody`.
+        let mut nobody = scope("anonymous", "acme");
+        nobody.access_key = None;
+        if let Some(u) = nobody.user.as_mut() {
+            u.uid = 65534;
+            u.tenant = None;
+        }
+        let text = r#"{"Statement":[
+            {"Effect":"Allow","Principal":{"AWS":"anonymous"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::data/*"},
+            {"Sid":"NoNamed","Effect":"Deny","Principal":{"AWS":"anonymous"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::data/x"}]}"#;
+        let applied =
+            Applied { policy: BucketPolicy::parse(text, "data").map_err(|e| format!("{e:?}")), owner_uid: 65534 };
+        assert!(!applied.owned_by(&nobody), "a bucket nobody owns is not the unsigned requests'");
+        let x = Some("arn:aws:s3:::data/x");
+        assert_eq!(
+            applied.judge(&nobody, "s3:GetObject", "data", x),
+            Verdict::NotAllowed,
+            "not the user named anonymous"
+        );
+    }
+
+    #[test]
+    fn delete_objects_under_allow_statements_needs_an_allow_of_every_key() {
+        let some = r#"{"Statement":{"Effect":"Allow","Principal":{"AWS":"bob"},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::data/tmp/*"}}"#;
+        let every = r#"{"Statement":{"Effect":"Allow","Principal":{"AWS":"bob"},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::data/*"}}"#;
+        let bob = scope("bob", "acme");
+        let p = BucketPolicy::parse(some, "data").expect("parses");
+        assert_eq!(p.judge_any_key(&bob, Some("acme"), "s3:DeleteObject", "data", false), Verdict::NotAllowed);
+        assert_eq!(p.judge_any_key(&bob, Some("acme"), "s3:DeleteObject", "data", true), Verdict::Permitted);
+        let p = BucketPolicy::parse(every, "data").expect("parses");
+        assert_eq!(p.judge_any_key(&bob, Some("acme"), "s3:DeleteObject", "data", false), Verdict::Permitted);
+        assert_eq!(
+            p.judge_any_key(&scope("carol", "acme"), Some("acme"), "s3:DeleteObject", "data", false),
+            Verdict::NotAllowed
+        );
+    }
+
+    #[test]
+    fn a_stored_policy_that_does_not_parse_lets_only_the_owner_through() {
+        let applied = Applied { policy: Err("the policy is not JSON".into()), owner_uid: 1000 };
+        let mut other = scope("bob", "acme");
+        if let Some(u) = other.user.as_mut() {
+            u.uid = 1001;
+        }
+        let resource = Some("arn:aws:s3:::data/x");
+        assert_eq!(applied.judge(&scope("alice", "acme"), "s3:GetObject", "data", resource), Verdict::Permitted);
+        assert!(matches!(applied.judge(&other, "s3:GetObject", "data", resource), Verdict::Unreadable(_)));
+        let anon = Scope { root: String::new(), root_ino: 1, user: None, access_key: None };
+        assert!(matches!(applied.judge(&anon, "s3:GetObject", "data", None), Verdict::Unreadable(_)));
     }
 
     #[test]
     fn what_a_policy_cannot_say_is_refused_when_it_is_set() {
         let code = |text: &str| BucketPolicy::parse(text, "data").err().map(|e| e.code().as_str().to_string());
-        let allow = r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/*"}}"#;
-        assert_eq!(code(allow).as_deref(), Some("MalformedPolicy"));
-        let cond = r#"{"Statement":{"Effect":"Deny","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::data","Condition":{}}}"#;
+        let effect = r#"{"Statement":{"Effect":"Permit","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/*"}}"#;
+        assert_eq!(code(effect).as_deref(), Some("MalformedPolicy"));
+        let cond = r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::data","Condition":{}}}"#;
         assert_eq!(code(cond).as_deref(), Some("MalformedPolicy"));
         let other =
             r#"{"Statement":{"Effect":"Deny","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::other/*"}}"#;
@@ -354,5 +561,7 @@ mod tests {
         assert_eq!(code(&"x".repeat(POLICY_BYTES_MAX + 1)).as_deref(), Some("MalformedPolicy"));
         let ok = r#"{"Statement":{"Effect":"Deny","Principal":{"AWS":"carol"},"Action":"s3:Get*","Resource":"arn:aws:s3:::data"}}"#;
         assert!(BucketPolicy::parse(ok, "data").is_ok());
+        let allow = r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/*"}}"#;
+        assert!(BucketPolicy::parse(allow, "data").is_ok());
     }
 }

@@ -7,7 +7,7 @@
 use crate::conn::{ConnLimiter, Refusal, TimedIo};
 use crate::errors;
 use crate::front::Front;
-use crate::policy::PolicyCache;
+use crate::policy::{PolicyCache, Verdict};
 use crate::principals::Principals;
 use crate::Gateway;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -222,6 +222,11 @@ impl Policy {
         }
         let op = cx.s3_op().name();
         if POLICY_MANAGEMENT.contains(&op) {
+            if scope.access_key.is_none() {
+                // Even where anonymous access is read-write: a policy confines the unsigned,
+                // so they do not get to change it.
+                return Err(s3_error!(AccessDenied, "{op} needs a request signed by the bucket's owner"));
+            }
             return Ok(());
         }
         let (bucket, key) = match cx.s3_path() {
@@ -229,24 +234,67 @@ impl Policy {
             s3s::path::S3Path::Bucket { bucket } => (bucket.as_ref(), None),
             s3s::path::S3Path::Object { bucket, key } => (bucket.as_ref(), Some(key.as_ref())),
         };
-        let Some(policy) = cache.get(client, &scope, bucket).await? else { return Ok(()) };
-        let tenant = scope.user.as_ref().and_then(|u| u.tenant.as_deref());
         let action = crate::policy::action_of(op);
-        let denied = if op == "DeleteObjects" {
-            policy.denies_any_key(&scope, tenant, &action, bucket)
-        } else {
-            let resource = match key {
-                Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
-                None => format!("arn:aws:s3:::{bucket}"),
-            };
-            policy.denies(&scope, tenant, &action, &resource)
+        let resource = match key {
+            // DeleteObjects and browser POST uploads name their keys in their bodies: judged
+            // for keys not known yet.
+            _ if matches!(op, "DeleteObjects" | "PostObject") => None,
+            Some(k) => Some(format!("arn:aws:s3:::{bucket}/{k}")),
+            None => Some(format!("arn:aws:s3:::{bucket}")),
         };
-        match denied {
-            Some(statement) => {
-                Err(s3_error!(AccessDenied, "{action} is denied by the policy of bucket {bucket} ({statement})"))
+        judge(client, cache, &scope, &action, bucket, resource).await?;
+        if matches!(op, "CopyObject" | "UploadPartCopy") {
+            // The source is read: its bucket's policy must let the caller read it, as AWS
+            // requires s3:GetObject on a copy's source. A header that does not parse is left
+            // to the operation, which reports it.
+            let source = cx.headers().get("x-amz-copy-source").and_then(|v| v.to_str().ok());
+            if let Some(Ok(s3s::dto::CopySource::Bucket { bucket, key, .. })) = source.map(s3s::dto::CopySource::parse)
+            {
+                let resource = format!("arn:aws:s3:::{bucket}/{key}");
+                judge(client, cache, &scope, "s3:GetObject", &bucket, Some(resource)).await?;
             }
-            None => Ok(()),
         }
+        Ok(())
+    }
+}
+
+/// Refuses `action` on `resource` of `bucket` (on keys not known yet when `None`) if the
+/// bucket's policy does.
+async fn judge(
+    client: &client::Client,
+    cache: &PolicyCache,
+    scope: &crate::scope::Scope,
+    action: &str,
+    bucket: &str,
+    resource: Option<String>,
+) -> S3Result<()> {
+    let Some(applied) = cache.get(client, scope, bucket).await? else { return Ok(()) };
+    match applied.judge(scope, action, bucket, resource.as_deref()) {
+        Verdict::Permitted => Ok(()),
+        Verdict::Denied(statement) => {
+            Err(s3_error!(AccessDenied, "{action} is denied by the policy of bucket {bucket} ({statement})"))
+        }
+        Verdict::NotAllowed => Err(s3_error!(
+            AccessDenied,
+            "{action} on {} is not allowed by the policy of bucket {bucket}: it has Allow statements, and none grants this to {}",
+            resource.unwrap_or_else(|| format!("arn:aws:s3:::{bucket}/*")),
+            who(scope)
+        )),
+        Verdict::Unreadable(why) => Err(s3_error!(
+            AccessDenied,
+            "the policy of bucket {bucket} does not parse ({why}), so only the bucket's owner may use it until the policy is set again"
+        )),
+    }
+}
+
+/// The caller as an error message names it.
+fn who(scope: &crate::scope::Scope) -> String {
+    match scope.access_key.as_ref().and(scope.user.as_ref()) {
+        Some(u) => match &u.tenant {
+            Some(t) => format!("arn:aws:iam::{t}:user/{}", u.name),
+            None => format!("user {}", u.name),
+        },
+        None => "anonymous requests".to_string(),
     }
 }
 

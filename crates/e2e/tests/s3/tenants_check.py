@@ -35,13 +35,16 @@ alice, bob, carol = client("ALICE"), client("BOB"), client("CAROL")
 checked = []
 
 
-def refused(what, call, *codes):
+def refused(what, call, *codes, says=None):
+    """Expects `call` to fail with one of `codes` (and a message holding `says`, if given)."""
     try:
         out = call()
     except ClientError as e:
-        code = e.response["Error"]["Code"]
+        code, message = e.response["Error"]["Code"], e.response["Error"].get("Message") or ""
         if code not in codes:
-            sys.exit(f"{what}: expected {codes}, got {code}: {e.response['Error'].get('Message')}")
+            sys.exit(f"{what}: expected {codes}, got {code}: {message}")
+        if says is not None and says not in message:
+            sys.exit(f"{what}: expected a message saying {says!r}, got {code}: {message}")
         checked.append(f"{what}: {code}")
         return
     sys.exit(f"{what}: expected {codes}, but it succeeded: {out}")
@@ -159,7 +162,7 @@ assert bob.get_object(Bucket="bobs", Key="from-alice")["Body"].read() == b"hi"
 refused("alice deletes bob's bucket (sticky tenant directory)", lambda: alice.delete_bucket(Bucket="bobs"), "AccessDenied")
 refused("an ACL POSIX modes cannot say", lambda: alice.put_object_acl(Bucket="data", Key="diary.txt", ACL="bucket-owner-read"), "NotImplemented")
 
-# Bucket policies may only deny; only the bucket's owner sets them; they bind the owner too.
+# Bucket policies: only the bucket's owner sets them; a Deny binds the owner too.
 deny = {
     "Version": "2012-10-17",
     "Statement": [
@@ -170,8 +173,9 @@ deny = {
     ],
 }
 refused("bob sets alice's bucket policy", lambda: bob.put_bucket_policy(Bucket="data", Policy=json.dumps(deny)), "AccessDenied")
-allow = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/*"}]}
-refused("an Allow policy", lambda: alice.put_bucket_policy(Bucket="data", Policy=json.dumps(allow)), "MalformedPolicy")
+cond = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/*",
+                       "Condition": {"IpAddress": {"aws:SourceIp": "127.0.0.1/32"}}}]}
+refused("a policy with a Condition", lambda: alice.put_bucket_policy(Bucket="data", Policy=json.dumps(cond)), "MalformedPolicy")
 refused("no policy yet", lambda: alice.get_bucket_policy(Bucket="data"), "NoSuchBucketPolicy")
 alice.put_bucket_policy(Bucket="data", Policy=json.dumps(deny))
 assert json.loads(alice.get_bucket_policy(Bucket="data")["Policy"]) == deny
@@ -188,7 +192,55 @@ assert alice.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET, 
 alice.delete_bucket_policy(Bucket="data")
 alice.delete_object(Bucket="data", Key="scratch.txt")
 assert bob.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET
-checked.append("bucket policies: deny by user and prefix, deny deletes to all (owner included), Allow refused")
+
+# Allow statements confine everyone but the bucket's owner to what they name, and grant nothing
+# that POSIX modes refuse (the mount's answer): an S3 request must pass both.
+alice.put_object(Bucket="data", Key="b/y.bin", Body=b"not for bob")
+allow = {
+    "Statement": [
+        {"Sid": "BobInA", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::acme:user/bob"},
+         "Action": ["s3:GetObject", "s3:PutObject"], "Resource": "arn:aws:s3:::data/a/*"},
+        {"Sid": "BobLists", "Effect": "Allow", "Principal": {"AWS": "bob"}, "Action": "s3:ListBucket",
+         "Resource": "arn:aws:s3:::data"},
+        {"Sid": "BobDiary", "Effect": "Allow", "Principal": {"AWS": "bob"}, "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::data/diary.txt"},
+    ]
+}
+refused("bob sets an Allow policy on alice's bucket", lambda: bob.put_bucket_policy(Bucket="data", Policy=json.dumps(allow)), "AccessDenied")
+alice.put_bucket_policy(Bucket="data", Policy=json.dumps(allow))
+assert bob.get_object(Bucket="data", Key="a/x.bin")["Body"].read() == SECRET
+assert "b/y.bin" in [o["Key"] for o in bob.list_objects_v2(Bucket="data")["Contents"]]
+refused("bob GET where the mode lets him but no Allow does", lambda: bob.get_object(Bucket="data", Key="b/y.bin"),
+        "AccessDenied", says="not allowed by the policy of bucket data")
+refused("bob HEAD where no Allow does", lambda: bob.head_object(Bucket="data", Key="b/y.bin"), "403")
+refused("bob PUT an Allow grants but the bucket's mode refuses", lambda: bob.put_object(Bucket="data", Key="a/new", Body=b"x"), "AccessDenied")
+refused("bob GET of a private object an Allow names", lambda: bob.get_object(Bucket="data", Key="diary.txt"), "AccessDenied")
+refused("bob DeleteObjects without an Allow of every key",
+        lambda: bob.delete_objects(Bucket="data", Delete={"Objects": [{"Key": "a/x.bin"}]}), "AccessDenied")
+# A copy reads its source: the source bucket's policy judges that read.
+refused("bob copies what no Allow lets him read into his own bucket",
+        lambda: bob.copy_object(Bucket="bobs", Key="stolen", CopySource={"Bucket": "data", "Key": "b/y.bin"}),
+        "AccessDenied", says="s3:GetObject on arn:aws:s3:::data/b/y.bin")
+up_copy = bob.create_multipart_upload(Bucket="bobs", Key="stolen-parts")["UploadId"]
+refused("bob UploadPartCopy from what no Allow lets him read",
+        lambda: bob.upload_part_copy(Bucket="bobs", Key="stolen-parts", UploadId=up_copy, PartNumber=1,
+                                     CopySource={"Bucket": "data", "Key": "b/y.bin"}), "AccessDenied")
+bob.abort_multipart_upload(Bucket="bobs", Key="stolen-parts", UploadId=up_copy)
+bob.copy_object(Bucket="bobs", Key="copied", CopySource={"Bucket": "data", "Key": "a/x.bin"})
+assert bob.get_object(Bucket="bobs", Key="copied")["Body"].read() == SECRET
+refused("bob HEAD of a key he cannot read, by copy", lambda: bob.head_object(Bucket="bobs", Key="stolen"), "404")
+# The owner is not confined: alice writes and reads outside every Allow.
+alice.put_object(Bucket="data", Key="c/z.bin", Body=b"z")
+assert alice.get_object(Bucket="data", Key="b/y.bin")["Body"].read() == b"not for bob"
+done = alice.delete_objects(Bucket="data", Delete={"Objects": [{"Key": "c/z.bin"}]})
+assert not done.get("Errors") and [d["Key"] for d in done["Deleted"]] == ["c/z.bin"], done
+refused("the owner's DeleteObjects left the key", lambda: alice.head_object(Bucket="data", Key="c/z.bin"), "404")
+alice.delete_bucket_policy(Bucket="data")
+assert bob.get_object(Bucket="data", Key="b/y.bin")["Body"].read() == b"not for bob"
+bob.delete_object(Bucket="bobs", Key="copied")
+alice.delete_object(Bucket="data", Key="b/y.bin")
+checked.append("bucket policies: deny by user and prefix, deny deletes to all (owner included); Allow confines "
+               "others (not the owner) and grants nothing the modes refuse; copy sources judged by their bucket's policy")
 
 etag = alice.upload_part(Bucket="data", Key="big.bin", UploadId=up, PartNumber=1, Body=b"multipart " * 100)["ETag"]
 alice.complete_multipart_upload(
