@@ -253,7 +253,7 @@ impl FileHandle {
                     }
                 }
                 self.dirty.insert(index, buf);
-                self.cache.retain(|(i, _)| *i != index);
+                self.cache.remove(index);
                 self.written.remove(&index);
                 if let Some(t) = self.prefetch.remove(&index) {
                     t.abort();
@@ -482,7 +482,7 @@ impl FileHandle {
         self.unfetched.clear();
         for index in dropped {
             self.written.remove(&index);
-            self.cache.retain(|(i, _)| *i != index);
+            self.cache.remove(index);
             self.records.remove(&index);
         }
         self.client.abandon_chunks(self.ino, unpublished).await;

@@ -13,6 +13,7 @@
 //! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
 
 mod atime;
+mod cache_budget;
 pub mod chunkio;
 mod file;
 pub mod metered;
@@ -86,6 +87,9 @@ pub struct ClientOptions {
     /// Whole chunks each open file keeps in memory for re-reads (0: none, every read goes to
     /// the storage nodes).
     pub cached_chunks_max: usize,
+    /// Bytes the chunks kept by all open files together may hold (`cache_budget.rs`): past
+    /// it, the oldest cached anywhere are let go.
+    pub cache_bytes_max: u64,
     /// Most chunks a writer has uploading at once (back-pressure).
     pub write_chunks_inflight_max: usize,
     /// After a node fails to answer, how long reads route around it before trying it again.
@@ -103,6 +107,10 @@ pub struct ClientOptions {
     pub net: wire::world::Net,
 }
 
+/// The default of `ClientOptions::cache_bytes_max`: 1 GiB, 256 chunks of 4 MiB (16 files
+/// reading at full read-ahead).
+pub const CACHE_BYTES_MAX_DEFAULT: u64 = 1 << 30;
+
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
@@ -110,6 +118,7 @@ impl Default for ClientOptions {
             storage_timeout: Duration::from_secs(20),
             readahead_chunks_max: 8,
             cached_chunks_max: 16,
+            cache_bytes_max: CACHE_BYTES_MAX_DEFAULT,
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
             write_retry_deadline: Duration::from_secs(20),
@@ -128,6 +137,8 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) options: ClientOptions,
+    /// What the chunks cached by all open files may hold together.
+    pub(crate) cache_budget: Arc<cache_budget::CacheBudget>,
     /// The metadata servers (several share one engine); calls go to `meta_current` and move to
     /// the next one when it is unreachable.
     metas: Vec<Peer>,
@@ -245,6 +256,7 @@ impl Client {
         };
         let client = Client {
             inner: Arc::new(Inner {
+                cache_budget: cache_budget::CacheBudget::new(options.cache_bytes_max),
                 options,
                 metas,
                 meta_current: std::sync::atomic::AtomicUsize::new(current),
@@ -265,6 +277,12 @@ impl Client {
     /// The client's options.
     pub fn options(&self) -> &ClientOptions {
         &self.inner.options
+    }
+
+    /// Bytes of whole chunks all open files of this client keep cached now (at most
+    /// `ClientOptions::cache_bytes_max`).
+    pub fn cached_bytes(&self) -> u64 {
+        self.inner.cache_budget.used_bytes()
     }
 
     /// Sends one metadata operation. Mutations get a request id, so retrying after a lost

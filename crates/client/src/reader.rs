@@ -17,14 +17,19 @@
 //! The handle's write path keeps using the fields it always had (`records`, `cache`,
 //! `prefetch`): [`RecordTable`], [`ChunkCache`] and [`Prefetches`] are views of this shared
 //! state with the few operations it needs.
+//!
+//! Each cached chunk is charged to the client's [`CacheBudget`] (`cache_budget.rs`), which
+//! evicts the oldest chunks of any open file when all of them together hold more than
+//! `ClientOptions::cache_bytes_max`; this file's cache is then one owner it asks.
 
+use crate::cache_budget::{CacheBudget, Charge, Evict};
 use crate::chunkio::{slice_parts, Chunk};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
 use wire::{Attr, ChunkId, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, WireError};
@@ -97,7 +102,7 @@ struct State {
     /// Record fetches in flight, by the first index of their batch.
     record_fetches: HashMap<u64, Arc<OnceCell<RecordBatch>>>,
     /// Whole chunks read or written recently, oldest first.
-    cache: VecDeque<(u64, Chunk)>,
+    cache: VecDeque<Cached>,
     /// Whole-chunk fetches in flight (demand reads and read-ahead).
     fetches: HashMap<u64, Fetch>,
     /// Recent streams of reads, for sequential detection.
@@ -142,6 +147,19 @@ impl Streams {
 }
 
 type RecordBatch = Arc<HashMap<u64, Option<Arc<ChunkRecord>>>>;
+
+/// One cached chunk and its bytes' charge to the client's budget.
+struct Cached {
+    index: u64,
+    data: Chunk,
+    charge: Arc<Charge>,
+}
+
+impl Evict for Inner {
+    fn evict(&self, charge: &Arc<Charge>) {
+        self.state.lock().cache.retain(|c| !Arc::ptr_eq(&c.charge, charge));
+    }
+}
 
 /// One stream of reads (see `State::streams`).
 #[derive(Clone, Copy, Debug)]
@@ -312,12 +330,27 @@ impl ReadSide {
     }
 
     fn cached(st: &State, index: u64) -> Option<Chunk> {
-        st.cache.iter().find(|(i, _)| *i == index).map(|(_, c)| c.clone())
+        st.cache.iter().find(|c| c.index == index).map(|c| c.data.clone())
     }
 
+    fn is_cached(st: &State, index: u64) -> bool {
+        st.cache.iter().any(|c| c.index == index)
+    }
+
+    fn budget(&self) -> &Arc<CacheBudget> {
+        &self.inner.client.inner.cache_budget
+    }
+
+    /// Caches `data` as chunk `index` (in `st`, this file's state, locked); the caller trims
+    /// the budget once it has let the lock go.
     fn remember_in(&self, st: &mut State, index: u64, data: Chunk) {
-        st.cache.retain(|(i, _)| *i != index);
-        st.cache.push_back((index, data));
+        st.cache.retain(|c| c.index != index);
+        if self.inner.client.inner.options.cached_chunks_max == 0 {
+            return;
+        }
+        let owner = Arc::downgrade(&self.inner) as Weak<dyn Evict>;
+        let charge = self.budget().charge(data.len() as u64, owner);
+        st.cache.push_back(Cached { index, data, charge });
         while st.cache.len() > self.inner.client.inner.options.cached_chunks_max {
             st.cache.pop_front();
         }
@@ -325,9 +358,12 @@ impl ReadSide {
 
     /// Keeps `data` as chunk `index`'s content: the write side's, after a commit.
     pub(crate) fn remember_written(&self, index: u64, data: Chunk) {
-        let mut st = self.inner.state.lock();
-        self.changed();
-        self.remember_in(&mut st, index, data);
+        {
+            let mut st = self.inner.state.lock();
+            self.changed();
+            self.remember_in(&mut st, index, data);
+        }
+        self.budget().trim();
     }
 
     /// The fetch of chunk `rec` in flight, or a new one (in `st`).
@@ -347,17 +383,20 @@ impl ReadSide {
     /// that finishes it moves the chunk into the cache.
     async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
         let fetched = cell.get_or_try_init(|| self.fetch_chunk(index, &rec)).await.cloned();
-        let mut st = self.inner.state.lock();
-        let generation = self.generation();
-        if let Some(f) = st.fetches.get(&index) {
-            if Arc::ptr_eq(&f.cell, &cell) {
-                let current = f.generation == generation;
-                st.fetches.remove(&index);
-                if let (true, Ok(data)) = (current, &fetched) {
-                    self.remember_in(&mut st, index, data.clone());
+        {
+            let mut st = self.inner.state.lock();
+            let generation = self.generation();
+            if let Some(f) = st.fetches.get(&index) {
+                if Arc::ptr_eq(&f.cell, &cell) {
+                    let current = f.generation == generation;
+                    st.fetches.remove(&index);
+                    if let (true, Ok(data)) = (current, &fetched) {
+                        self.remember_in(&mut st, index, data.clone());
+                    }
                 }
             }
         }
+        self.budget().trim();
         fetched
     }
 
@@ -478,7 +517,12 @@ impl ReadSide {
             };
             crate::metered::chunk_cache().lookup(cached.is_some());
             match cached {
-                Some(c) => c.slice_padded(in_chunk, take),
+                Some(c) => {
+                    // A read-ahead that cached this chunk may not have trimmed yet: a reader
+                    // never sees the budget exceeded once it has the chunk.
+                    self.budget().trim();
+                    c.slice_padded(in_chunk, take)
+                }
                 // Small random read: fetch only the bytes asked for.
                 None if !sequential && take < cb as usize / 4 && !fetching => {
                     self.range(index, in_chunk as u32, take as u32).await?
@@ -498,14 +542,14 @@ impl ReadSide {
         for ahead in index + 1..=(index + window as u64).min(last_chunk.saturating_sub(1)) {
             let busy = {
                 let st = self.inner.state.lock();
-                st.fetches.contains_key(&ahead) || st.cache.iter().any(|(i, _)| *i == ahead)
+                st.fetches.contains_key(&ahead) || Self::is_cached(&st, ahead)
             };
             if busy || local.holds(ahead) {
                 continue;
             }
             let Some(rec) = self.record(ahead).await? else { continue };
             let mut st = self.inner.state.lock();
-            if st.fetches.contains_key(&ahead) || st.cache.iter().any(|(i, _)| *i == ahead) {
+            if st.fetches.contains_key(&ahead) || Self::is_cached(&st, ahead) {
                 continue;
             }
             let cell = self.fetch_entry(&mut st, ahead, &rec);
@@ -559,11 +603,11 @@ impl RecordTable {
 pub(crate) struct ChunkCache(pub(crate) ReadSide);
 
 impl ChunkCache {
-    /// Keeps only the cached chunks `keep` accepts (a write drops the chunk it changes).
-    pub(crate) fn retain(&mut self, keep: impl FnMut(&(u64, Chunk)) -> bool) {
+    /// Drops cached chunk `index` (a write changes it).
+    pub(crate) fn remove(&mut self, index: u64) {
         let mut st = self.0.inner.state.lock();
         self.0.changed();
-        st.cache.retain(keep);
+        st.cache.retain(|c| c.index != index);
     }
 
     pub(crate) fn clear(&mut self) {

@@ -188,3 +188,44 @@ async fn rewrites_from_a_chunks_start_fetch_only_the_bytes_they_leave() {
     h.close().await.expect("close");
     assert!(cluster.client().await.read_file("/re").await.expect("read")[..] == new[..]);
 }
+
+/// Many open files read whole keep what they read only within the client's budget for
+/// cached chunks, the oldest going first, and what was let go reads back right (fetched again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_files_together_cache_at_most_the_clients_budget() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    const FILES: u64 = 8;
+    for id in 0..FILES {
+        a.write_file(&format!("/f{id}"), &content(100 + id, 2 * chunk)).await.expect("write");
+    }
+    // Room for 3 chunks; the files' own limit (16 chunks each) would keep all 16 of them.
+    let budget = 3 * chunk as u64;
+    let options =
+        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
+    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    let mut open = Vec::new();
+    for id in 0..FILES {
+        let mut h = b.open_path(&format!("/f{id}")).await.expect("open");
+        let mut got = Vec::new();
+        for at in (0..2 * chunk).step_by(chunk) {
+            got.extend_from_slice(&h.read_at(at as u64, chunk).await.expect("read"));
+        }
+        assert!(got == content(100 + id, 2 * chunk), "file {id} read back wrong");
+        assert!(b.cached_bytes() <= budget, "{} bytes cached after file {id}, budget {budget}", b.cached_bytes());
+        open.push(h); // kept open: nothing is let go by a close
+    }
+    assert!(b.cached_bytes() > 0, "the newest chunks stay cached");
+    // The first file's chunks were let go for the others': read again, right.
+    let again = open[0].read_at(0, 2 * chunk).await.expect("read again");
+    assert!(again[..] == content(100, 2 * chunk)[..]);
+    assert!(b.cached_bytes() <= budget);
+    drop(open);
+    // A read-ahead task that finished its fetch may still hold a file's read side a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while b.cached_bytes() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(b.cached_bytes(), 0, "closed files keep nothing cached");
+}

@@ -39,6 +39,10 @@ pub struct MountArgs {
     /// Most chunks the client reads ahead of a sequential reader.
     #[arg(long, default_value_t = 8)]
     pub readahead_chunks: usize,
+    /// MiB that whole chunks cached by all open files together may hold (read, read ahead
+    /// or just written); past it the oldest are let go.
+    #[arg(long, default_value_t = client::CACHE_BYTES_MAX_DEFAULT >> 20)]
+    pub chunk_cache_mib: u64,
     /// Bypass the kernel page cache for file data.
     #[arg(long)]
     pub direct_io: bool,
@@ -106,6 +110,7 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     mount::check_mount_point(&mount_point)?;
     let client_options = client::ClientOptions {
         readahead_chunks_max: args.readahead_chunks.max(1),
+        cache_bytes_max: args.chunk_cache_mib.saturating_mul(1 << 20),
         atime: !args.noatime,
         ..Default::default()
     };
