@@ -84,6 +84,21 @@ fn read_only_exports_serve_a_subtree_and_refuse_writes() {
     assert!(ls.contains("imagenet") && !ls.contains("secret.txt"), "the export's root is /datasets: {ls}");
     let out = run(Command::new("nfs-cat").arg(url(&gw, "/imagenet/0.jpg")));
     assert_eq!(out.stdout, b"jpeg");
+
+    // A host that may mount the export cannot forge handles to reach what lies outside it.
+    let secret = rt.block_on(client.resolve("/secret.txt")).expect("resolve").ino;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/nfs_rpc/forged_handles.py");
+    let out = run(Command::new("python3")
+        .args([script, gw.port(), "/imagenet/0.jpg", "jpeg"])
+        .arg(secret.to_string())
+        .arg("not exported"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.starts_with("ok"),
+        "forged_handles.py: {text}{}\ngateway log: {}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.log_text()
+    );
     let dir = tempfile::tempdir().expect("dir");
     let src = dir.path().join("x");
     std::fs::write(&src, b"x").expect("write");

@@ -154,8 +154,11 @@ pub fn xattr_answer(value: &[u8], size: u32) -> Result<XattrAnswer<'_>, Errno> {
     }
 }
 
-/// The listxattr(2) format: each name followed by a NUL byte.
+/// The listxattr(2) format: each name followed by a NUL byte. Only names of the namespaces the
+/// mount serves are listed: the cluster's own (`trove.`, e.g. the NFS handle key on `/`) would
+/// be listed and then refused, which makes `cp -a` and `rsync -X` fail on them.
 pub fn xattr_list(names: &[String]) -> Vec<u8> {
+    let names: Vec<&String> = names.iter().filter(|n| xattr_name_supported(n)).collect();
     let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
     for n in names {
         out.extend_from_slice(n.as_bytes());
@@ -259,5 +262,10 @@ mod tests {
         assert!(matches!(xattr_answer(b"abc", 3), Ok(XattrAnswer::Data(b"abc"))));
         assert!(matches!(xattr_answer(b"abc", 2), Err(e) if e == Errno::ERANGE));
         assert_eq!(xattr_list(&["user.a".into(), "user.bc".into()]), b"user.a\0user.bc\0");
+        assert_eq!(
+            xattr_list(&["trove.nfs.handle_key".into(), "user.a".into()]),
+            b"user.a\0",
+            "not served, not listed"
+        );
     }
 }

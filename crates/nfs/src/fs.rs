@@ -29,9 +29,6 @@ pub(crate) const TRANSFER_BYTES_MAX: u32 = 1 << 20;
 const READDIR_ENTRIES_MAX: usize = 1024;
 /// How often the write-back flusher looks for idle files, in milliseconds.
 const FLUSH_TICK_MS: u64 = 100;
-/// The first 8 bytes of every file handle (the last 8 are the inode number): stable across
-/// restarts, and a handle of another server is refused as BADHANDLE.
-const HANDLE_TAG: [u8; 8] = *b"TROVNFS1";
 
 /// An exported directory.
 #[derive(Clone, Debug)]
@@ -59,6 +56,8 @@ type Files = Arc<parking_lot::Mutex<HashMap<Ino, Arc<OpenFile>>>>;
 pub struct TroveNfs {
     client: Client,
     root: Ino,
+    /// Makes and checks this export's file handles (`handles.rs`).
+    handles: crate::handles::Handles,
     read_only: bool,
     write_back: Option<Duration>,
     files: Files,
@@ -162,6 +161,7 @@ impl TroveNfs {
         if root.kind != FileKind::Dir {
             return Err(format!("export {} is not a directory", export.path));
         }
+        let key = crate::handles::cluster_key(&client).await?;
         let files: Files = Arc::default();
         let write_back = (write_back_ms > 0).then(|| Duration::from_millis(write_back_ms));
         if let Some(idle) = write_back {
@@ -170,6 +170,7 @@ impl TroveNfs {
         Ok(TroveNfs {
             client,
             root: root.ino,
+            handles: crate::handles::Handles::new(&key, root.ino),
             read_only: export.read_only,
             write_back,
             files,
@@ -554,19 +555,11 @@ impl NFSFileSystem for TroveNfs {
     }
 
     fn id_to_fh(&self, id: fileid3) -> nfs_fh3 {
-        let mut data = Vec::with_capacity(16);
-        data.extend_from_slice(&HANDLE_TAG);
-        data.extend_from_slice(&id.to_le_bytes());
-        nfs_fh3 { data }
+        self.handles.handle(id)
     }
 
     fn fh_to_id(&self, fh: &nfs_fh3) -> Result<fileid3, nfsstat3> {
-        if fh.data.len() != 16 || fh.data[..8] != HANDLE_TAG {
-            return Err(nfsstat3::NFS3ERR_BADHANDLE);
-        }
-        let mut ino = [0u8; 8];
-        ino.copy_from_slice(&fh.data[8..16]);
-        Ok(u64::from_le_bytes(ino))
+        self.handles.inode(fh)
     }
 }
 

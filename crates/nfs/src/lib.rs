@@ -52,9 +52,11 @@
 
 mod fs;
 pub mod guard;
+mod handles;
 pub mod metered;
 
 pub use fs::{Export, TroveNfs, REVALIDATE_MS};
+pub use handles::XATTR_HANDLE_KEY;
 
 use nfsserve::tcp::{NFSTcp, NFSTcpListener};
 use serde::Deserialize;
