@@ -172,6 +172,22 @@ fn file_system_operations_on_a_real_cluster() {
         let (dir, _) = fs.mkdir(root, &name("dir")).await.expect("mkdir");
         assert_eq!(fs.lookup(dir, &name("..")).await.expect(".."), root);
         assert_eq!(fs.lookup(root, &name("..")).await.expect(".. of the root"), root, "no escape above the export");
+        // The handle key is the cluster's: a gateway started again (or another one) takes the
+        // handles this one handed out, and one of another export refuses them.
+        let again = nfsgw::TroveNfs::new(client.clone(), nfsgw::Export { path: "/export".into(), read_only: false }, 0)
+            .await
+            .expect("file system again");
+        assert_eq!(again.fh_to_id(&fs.id_to_fh(dir)).expect("a handle of the first gateway"), dir);
+        client.mkdir_p("/other").await.expect("mkdir");
+        let other = nfsgw::TroveNfs::new(client.clone(), nfsgw::Export { path: "/other".into(), read_only: false }, 0)
+            .await
+            .expect("other export");
+        assert!(
+            matches!(other.fh_to_id(&fs.id_to_fh(dir)), Err(nfsstat3::NFS3ERR_BADHANDLE)),
+            "another export's handle"
+        );
+        let key = client.getxattr(client::ROOT_INO, nfsgw::XATTR_HANDLE_KEY).await.expect("the key is kept on /");
+        assert_eq!(key.len(), 32);
 
         // Writes are durable when WRITE returns: another client reads them at once.
         let (f, _) = fs.create(dir, &name("f.bin"), sattr3::default()).await.expect("create");

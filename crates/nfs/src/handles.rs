@@ -6,13 +6,13 @@
 //! included, whatever the export's directory. Handles are therefore bound to their export by a
 //! MAC under a key of the cluster's, as knfsd binds its handles to an export.
 //!
-//! Format version 2, 32 bytes (NFSv3 allows 64):
+//! Format version 2, 48 bytes (NFSv3 allows 64):
 //!
 //! | bytes | what |
 //! |---|---|
 //! | 0..8 | `TROVNFS2` |
 //! | 8..16 | the inode number, little-endian |
-//! | 16..32 | the first 16 bytes of HMAC-SHA256 under the handle key of the export's root inode and the inode number (both little-endian) |
+//! | 16..48 | HMAC-SHA256 under the handle key of the export's root inode and the inode number (both little-endian), whole, so ring's `hmac::verify` checks it in constant time |
 //!
 //! The handle key is 32 random bytes kept as the xattr [`XATTR_HANDLE_KEY`] of the cluster's
 //! root directory, made by the first gateway that needs it: the same on every gateway and after
@@ -40,8 +40,8 @@ const KEY_BYTES: usize = 32;
 const TAG: [u8; 8] = *b"TROVNFS2";
 /// The tag of format version 1.
 const TAG_V1: [u8; 8] = *b"TROVNFS1";
-/// Bytes of the MAC a handle carries.
-const MAC_BYTES: usize = 16;
+/// Bytes of the MAC a handle carries (HMAC-SHA256's whole tag).
+const MAC_BYTES: usize = 32;
 /// Bytes of a handle.
 const HANDLE_BYTES: usize = 8 + 8 + MAC_BYTES;
 
@@ -57,14 +57,12 @@ impl Handles {
         Handles { key: hmac::Key::new(hmac::HMAC_SHA256, key), root }
     }
 
-    fn mac(&self, id: fileid3) -> [u8; MAC_BYTES] {
+    /// What the MAC of inode `id`'s handle covers.
+    fn signed(&self, id: fileid3) -> [u8; 16] {
         let mut input = [0u8; 16];
         input[..8].copy_from_slice(&self.root.to_le_bytes());
         input[8..].copy_from_slice(&id.to_le_bytes());
-        let tag = hmac::sign(&self.key, &input);
-        let mut out = [0u8; MAC_BYTES];
-        out.copy_from_slice(&tag.as_ref()[..MAC_BYTES]);
-        out
+        input
     }
 
     /// The handle of inode `id`.
@@ -72,7 +70,7 @@ impl Handles {
         let mut data = Vec::with_capacity(HANDLE_BYTES);
         data.extend_from_slice(&TAG);
         data.extend_from_slice(&id.to_le_bytes());
-        data.extend_from_slice(&self.mac(id));
+        data.extend_from_slice(hmac::sign(&self.key, &self.signed(id)).as_ref());
         nfs_fh3 { data }
     }
 
@@ -88,12 +86,7 @@ impl Handles {
         let mut ino = [0u8; 8];
         ino.copy_from_slice(&data[8..16]);
         let id = u64::from_le_bytes(ino);
-        let want = self.mac(id);
-        // Compared in constant time: how far a guess matched must not show in the timing.
-        let differ = want.iter().zip(&data[16..]).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if differ != 0 {
-            return Err(nfsstat3::NFS3ERR_BADHANDLE);
-        }
+        hmac::verify(&self.key, &self.signed(id), &data[16..]).map_err(|_| nfsstat3::NFS3ERR_BADHANDLE)?;
         Ok(id)
     }
 }
@@ -139,9 +132,9 @@ mod tests {
         forged.data[8..16].copy_from_slice(&12u64.to_le_bytes());
         assert!(matches!(export.inode(&forged), Err(nfsstat3::NFS3ERR_BADHANDLE)), "another inode, same MAC");
         let mut flipped = export.handle(11);
-        flipped.data[31] ^= 1;
+        flipped.data[HANDLE_BYTES - 1] ^= 1;
         assert!(matches!(export.inode(&flipped), Err(nfsstat3::NFS3ERR_BADHANDLE)));
-        let short = nfs_fh3 { data: export.handle(11).data[..31].to_vec() };
+        let short = nfs_fh3 { data: export.handle(11).data[..HANDLE_BYTES - 1].to_vec() };
         assert!(matches!(export.inode(&short), Err(nfsstat3::NFS3ERR_BADHANDLE)));
         let mut v1 = TAG_V1.to_vec();
         v1.extend_from_slice(&11u64.to_le_bytes());
