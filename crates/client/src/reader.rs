@@ -517,12 +517,7 @@ impl ReadSide {
             };
             crate::metered::chunk_cache().lookup(cached.is_some());
             match cached {
-                Some(c) => {
-                    // A read-ahead that cached this chunk may not have trimmed yet: a reader
-                    // never sees the budget exceeded once it has the chunk.
-                    self.budget().trim();
-                    c.slice_padded(in_chunk, take)
-                }
+                Some(c) => c.slice_padded(in_chunk, take),
                 // Small random read: fetch only the bytes asked for.
                 None if !sequential && take < cb as usize / 4 && !fetching => {
                     self.range(index, in_chunk as u32, take as u32).await?
