@@ -271,13 +271,18 @@ impl BucketPolicy {
     /// What the policy says of `action` on `resource` for the request's scope; `owner`: the
     /// scope is the bucket's owner (not confined to the Allow statements).
     pub fn judge(&self, scope: &Scope, tenant: Option<&str>, action: &str, resource: &str, owner: bool) -> Verdict {
-        if let Some(statement) = self.matching(Effect::Deny, scope, tenant, action, resource) {
-            return Verdict::Denied(statement);
-        }
-        if owner || !self.has_allow() || self.matching(Effect::Allow, scope, tenant, action, resource).is_some() {
-            Verdict::Permitted
-        } else {
-            Verdict::NotAllowed
+        self.verdict(self.matching(Effect::Deny, scope, tenant, action, resource), owner, || {
+            self.matching(Effect::Allow, scope, tenant, action, resource).is_some()
+        })
+    }
+
+    /// The verdict once the Deny statements have been judged (`denied`): the owner, and anyone
+    /// under a policy without Allow statements, passes; anyone else needs `allowed`.
+    fn verdict(&self, denied: Option<String>, owner: bool, allowed: impl FnOnce() -> bool) -> Verdict {
+        match denied {
+            Some(statement) => Verdict::Denied(statement),
+            None if owner || !self.has_allow() || allowed() => Verdict::Permitted,
+            None => Verdict::NotAllowed,
         }
     }
 
@@ -306,19 +311,10 @@ impl BucketPolicy {
             r == "*"
                 || r.strip_prefix(keys.as_str()).is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c == '*'))
         };
-        if let Some(statement) =
-            widened(Effect::Deny, &could_cover_a_key).matching(Effect::Deny, scope, tenant, action, "*")
-        {
-            return Verdict::Denied(statement);
-        }
-        if owner
-            || !self.has_allow()
-            || widened(Effect::Allow, &covers_every_key).matching(Effect::Allow, scope, tenant, action, "*").is_some()
-        {
-            Verdict::Permitted
-        } else {
-            Verdict::NotAllowed
-        }
+        let denied = widened(Effect::Deny, &could_cover_a_key).matching(Effect::Deny, scope, tenant, action, "*");
+        self.verdict(denied, owner, || {
+            widened(Effect::Allow, &covers_every_key).matching(Effect::Allow, scope, tenant, action, "*").is_some()
+        })
     }
 }
 
