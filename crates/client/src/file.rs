@@ -23,7 +23,7 @@
 //! chunks on top.
 
 use crate::chunkio::{slice_parts, Allocation, Chunk};
-use crate::reader::{ChunkCache, LocalChunks, Prefetches, ReadSide, RecordTable};
+use crate::reader::{LocalChunks, Prefetches, ReadSide, RecordTable};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -108,8 +108,6 @@ pub struct FileHandle {
     /// Content of chunks uploaded (or uploading) but not yet committed: reads must see them
     /// even though the handle's records still name the old chunks.
     written: HashMap<u64, Bytes>,
-    /// Whole chunks read recently: the read side's, shared.
-    cache: ChunkCache,
     /// Fetches in flight (read-ahead and demand reads): the read side's, shared.
     prefetch: Prefetches,
     /// First error of a background upload, reported at the next flush.
@@ -147,7 +145,6 @@ impl FileHandle {
             alloc: VecDeque::new(),
             failed: BTreeSet::new(),
             written: HashMap::new(),
-            cache: ChunkCache(read.clone()),
             prefetch: Prefetches(read.clone()),
             deferred_error: None,
             read,
@@ -178,11 +175,6 @@ impl FileHandle {
 
     fn chunk_bytes(&self) -> u64 {
         u64::from(self.attr.chunk_bytes)
-    }
-
-    /// Keeps a committed chunk's content for later reads.
-    fn remember(&mut self, index: u64, data: Chunk) {
-        self.read.remember_written(index, data);
     }
 
     /// The whole content of chunk `index` as stored (holes are empty), this handle's uploading
@@ -253,7 +245,6 @@ impl FileHandle {
                     }
                 }
                 self.dirty.insert(index, buf);
-                self.cache.remove(index);
                 self.written.remove(&index);
                 if let Some(t) = self.prefetch.remove(&index) {
                     t.abort();
@@ -436,7 +427,7 @@ impl FileHandle {
         for c in chunks {
             // The cache keeps serving the content; the record now names the new chunk.
             if let Some(data) = self.written.remove(&c.index) {
-                self.remember(c.index, Chunk::from(data));
+                self.read.remember_written(&c, Chunk::from(data));
             }
             self.records.insert(c.index, Some(c));
         }
@@ -482,7 +473,6 @@ impl FileHandle {
         self.unfetched.clear();
         for index in dropped {
             self.written.remove(&index);
-            self.cache.remove(index);
             self.records.remove(&index);
         }
         self.client.abandon_chunks(self.ino, unpublished).await;
@@ -505,7 +495,6 @@ impl FileHandle {
         self.size = size;
         self.committed_size = self.attr.size;
         self.records.clear();
-        self.cache.clear();
         for (_, t) in self.prefetch.drain() {
             t.abort();
         }

@@ -13,7 +13,7 @@
 //! few valid shards can be had, the read fails with an error naming the chunk and the nodes.
 
 mod atime;
-mod cache_budget;
+mod chunk_cache;
 pub mod chunkio;
 mod file;
 pub mod metered;
@@ -22,6 +22,7 @@ mod reader;
 mod stages;
 
 pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
+pub use chunk_cache::ChunkCacheStats;
 pub use file::{FileHandle, FirstChunks};
 pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
@@ -84,11 +85,9 @@ pub struct ClientOptions {
     pub storage_timeout: Duration,
     /// Most chunks read ahead of a sequential reader.
     pub readahead_chunks_max: usize,
-    /// Whole chunks each open file keeps in memory for re-reads (0: none, every read goes to
-    /// the storage nodes).
-    pub cached_chunks_max: usize,
-    /// Bytes the chunks kept by all open files together may hold (`cache_budget.rs`): past
-    /// it, the oldest cached anywhere are let go.
+    /// Bytes of whole chunks the client keeps in memory for every file and open together
+    /// (`chunk_cache.rs`): past it, the least recently used are let go. Zero: none, every read
+    /// goes to the storage nodes.
     pub cache_bytes_max: u64,
     /// Most chunks a writer has uploading at once (back-pressure).
     pub write_chunks_inflight_max: usize,
@@ -107,8 +106,7 @@ pub struct ClientOptions {
     pub net: wire::world::Net,
 }
 
-/// The default of `ClientOptions::cache_bytes_max`: 1 GiB, 256 chunks of 4 MiB (16 files
-/// reading at full read-ahead).
+/// The default of `ClientOptions::cache_bytes_max`: 1 GiB, 256 chunks of 4 MiB.
 pub const CACHE_BYTES_MAX_DEFAULT: u64 = 1 << 30;
 
 impl Default for ClientOptions {
@@ -117,7 +115,6 @@ impl Default for ClientOptions {
             meta_deadline: Duration::from_secs(30),
             storage_timeout: Duration::from_secs(20),
             readahead_chunks_max: 8,
-            cached_chunks_max: 16,
             cache_bytes_max: CACHE_BYTES_MAX_DEFAULT,
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
@@ -137,8 +134,8 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) options: ClientOptions,
-    /// What the chunks cached by all open files may hold together.
-    pub(crate) cache_budget: Arc<cache_budget::CacheBudget>,
+    /// Whole chunks by id, for every file and open.
+    pub(crate) chunk_cache: chunk_cache::ChunkCache,
     /// The metadata servers (several share one engine); calls go to `meta_current` and move to
     /// the next one when it is unreachable.
     metas: Vec<Peer>,
@@ -256,7 +253,7 @@ impl Client {
         };
         let client = Client {
             inner: Arc::new(Inner {
-                cache_budget: cache_budget::CacheBudget::new(options.cache_bytes_max),
+                chunk_cache: chunk_cache::ChunkCache::new(options.cache_bytes_max),
                 options,
                 metas,
                 meta_current: std::sync::atomic::AtomicUsize::new(current),
@@ -279,10 +276,15 @@ impl Client {
         &self.inner.options
     }
 
-    /// Bytes of whole chunks all open files of this client keep cached now (at most
+    /// Bytes of whole chunks this client keeps cached now (at most
     /// `ClientOptions::cache_bytes_max`).
     pub fn cached_bytes(&self) -> u64 {
-        self.inner.cache_budget.used_bytes()
+        self.inner.chunk_cache.used_bytes()
+    }
+
+    /// How the client's chunk cache has done since it connected.
+    pub fn chunk_cache_stats(&self) -> ChunkCacheStats {
+        self.inner.chunk_cache.stats()
     }
 
     /// Sends one metadata operation. Mutations get a request id, so retrying after a lost

@@ -1,6 +1,6 @@
 //! What the client library records into its process's metrics (protocol `client`): file
 //! reads and writes with their bytes, every metadata call it sends by operation (with retries,
-//! as the caller waited for it), and how often reads found a chunk a handle keeps. Front ends
+//! as the caller waited for it), and how often reads found their chunk in the client's chunk cache. Front ends
 //! (the mount, the gateways) and programs embedding the library (`trove bench`, the Python
 //! package) get these beside their own; recording is off unless the process exports.
 //!
@@ -33,7 +33,7 @@ pub fn table() -> &'static OpTable {
     })
 }
 
-/// The cache of chunks file handles keep (`client.chunks`).
+/// The client's chunk cache (`client.chunks`, `chunk_cache.rs`).
 pub fn chunk_cache() -> &'static CacheStats {
     static CACHE: OnceLock<&'static CacheStats> = OnceLock::new();
     CACHE.get_or_init(|| metrics::gauges::cache("client.chunks"))

@@ -1,5 +1,7 @@
-//! The read side of an open file, shared by every reader of it: chunk records, recently read
-//! chunks, fetches in flight (demand reads and read-ahead), and sequential-stream detection.
+//! The read side of an open file, shared by every reader of it: chunk records, fetches in
+//! flight (demand reads, read-ahead, whole-chunk fills for random reads), and
+//! sequential-stream detection. The chunks themselves are kept by the client's cache
+//! (`chunk_cache.rs`), by chunk id, for every file and open.
 //!
 //! Many reads of one file run at once without holding a lock across I/O: a short mutex guards
 //! the tables, never an await. A record or chunk that several readers miss at the same time is
@@ -7,29 +9,26 @@
 //! chunk). Read-ahead fetches are the same entries, run by a background task.
 //!
 //! The write side ([`crate::FileHandle`]'s buffers, uploads and commits) shares this state: a
-//! commit publishes the new records and keeps the written content cached, a write drops the
-//! chunk it changes, a truncation drops everything. Every such change bumps a generation
-//! number; a fetch that started before it does not put what it found into the tables (its
-//! caller still gets it: that read ran concurrently with the change). A shared fetch is joined
-//! only by readers that look up the same chunk id in the same generation, so a read that starts
-//! after a change never gets content from before it.
+//! commit publishes the new records (and caches the written content under the new chunk
+//! ids), a truncation drops every record. Every such change bumps a generation number; a
+//! record fetch that started before it does not put what it found into the table (its caller
+//! still gets it: that read ran concurrently with the change). A shared fetch is joined only by
+//! readers that look up the same chunk id in the same generation, so a read that starts after
+//! a change never gets content from before it. A read finds cached content only through the
+//! record it holds: a chunk id's bytes never change, so the cache needs no such care.
 //!
-//! The handle's write path keeps using the fields it always had (`records`, `cache`,
-//! `prefetch`): [`RecordTable`], [`ChunkCache`] and [`Prefetches`] are views of this shared
-//! state with the few operations it needs.
-//!
-//! Each cached chunk is charged to the client's [`CacheBudget`] (`cache_budget.rs`), which
-//! evicts the oldest chunks of any open file when all of them together hold more than
-//! `ClientOptions::cache_bytes_max`; this file's cache is then one owner it asks.
+//! The handle's write path keeps using the fields it always had (`records`, `prefetch`):
+//! [`RecordTable`] and [`Prefetches`] are views of this shared state with the few operations
+//! it needs.
 
-use crate::cache_budget::{CacheBudget, Charge, Evict};
+use crate::chunk_cache::{ChunkCache, FillSlot, Key};
 use crate::chunkio::{slice_parts, Chunk};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
 use wire::{Attr, ChunkId, ChunkRecord, ErrorCode, Ino, MetaOp, MetaReply, WireError};
@@ -101,9 +100,7 @@ struct State {
     records: HashMap<u64, Option<Arc<ChunkRecord>>>,
     /// Record fetches in flight, by the first index of their batch.
     record_fetches: HashMap<u64, Arc<OnceCell<RecordBatch>>>,
-    /// Whole chunks read or written recently, oldest first.
-    cache: VecDeque<Cached>,
-    /// Whole-chunk fetches in flight (demand reads and read-ahead).
+    /// Whole-chunk fetches in flight (demand reads, read-ahead and fills).
     fetches: HashMap<u64, Fetch>,
     /// Recent streams of reads, for sequential detection.
     streams: Streams,
@@ -148,17 +145,9 @@ impl Streams {
 
 type RecordBatch = Arc<HashMap<u64, Option<Arc<ChunkRecord>>>>;
 
-/// One cached chunk and its bytes' charge to the client's budget.
-struct Cached {
-    index: u64,
-    data: Chunk,
-    charge: Arc<Charge>,
-}
-
-impl Evict for Inner {
-    fn evict(&self, charge: &Arc<Charge>) {
-        self.state.lock().cache.retain(|c| !Arc::ptr_eq(&c.charge, charge));
-    }
+/// The cache's key of the chunk `rec` names.
+fn key(rec: &ChunkRecord) -> Key {
+    (rec.id, rec.len)
 }
 
 /// One stream of reads (see `State::streams`).
@@ -191,6 +180,9 @@ struct Fetch {
     cell: Arc<OnceCell<Chunk>>,
     /// The read-ahead task running it, if one does.
     task: Option<AbortHandle>,
+    /// A fill for random reads (`chunk_cache.rs`): small reads do not wait for it, they fetch
+    /// their own bytes meanwhile.
+    fill: bool,
 }
 
 impl ReadSide {
@@ -329,41 +321,15 @@ impl ReadSide {
         Ok(fresh)
     }
 
-    fn cached(st: &State, index: u64) -> Option<Chunk> {
-        st.cache.iter().find(|c| c.index == index).map(|c| c.data.clone())
+    fn cache(&self) -> &ChunkCache {
+        &self.inner.client.inner.chunk_cache
     }
 
-    fn is_cached(st: &State, index: u64) -> bool {
-        st.cache.iter().any(|c| c.index == index)
-    }
-
-    fn budget(&self) -> &Arc<CacheBudget> {
-        &self.inner.client.inner.cache_budget
-    }
-
-    /// Caches `data` as chunk `index` (in `st`, this file's state, locked); the caller trims
-    /// the budget once it has let the lock go.
-    fn remember_in(&self, st: &mut State, index: u64, data: Chunk) {
-        st.cache.retain(|c| c.index != index);
-        if self.inner.client.inner.options.cached_chunks_max == 0 {
-            return;
+    /// Keeps `data` as the content of the chunk `rec` names: the write side's, after a commit.
+    pub(crate) fn remember_written(&self, rec: &ChunkRecord, data: Chunk) {
+        if data.len() == rec.len as usize {
+            self.cache().put(key(rec), data);
         }
-        let owner = Arc::downgrade(&self.inner) as Weak<dyn Evict>;
-        let charge = self.budget().charge(data.len() as u64, owner);
-        st.cache.push_back(Cached { index, data, charge });
-        while st.cache.len() > self.inner.client.inner.options.cached_chunks_max {
-            st.cache.pop_front();
-        }
-    }
-
-    /// Keeps `data` as chunk `index`'s content: the write side's, after a commit.
-    pub(crate) fn remember_written(&self, index: u64, data: Chunk) {
-        {
-            let mut st = self.inner.state.lock();
-            self.changed();
-            self.remember_in(&mut st, index, data);
-        }
-        self.budget().trim();
     }
 
     /// The fetch of chunk `rec` in flight, or a new one (in `st`).
@@ -373,30 +339,28 @@ impl ReadSide {
             Some(f) if f.id == rec.id && f.generation == generation => f.cell.clone(),
             _ => {
                 let cell = Arc::new(OnceCell::new());
-                st.fetches.insert(index, Fetch { id: rec.id, generation, cell: cell.clone(), task: None });
+                st.fetches.insert(index, Fetch { id: rec.id, generation, cell: cell.clone(), task: None, fill: false });
                 cell
             }
         }
     }
 
     /// Runs (or waits for) the fetch in `cell` of chunk `index` as `rec` places it; the one
-    /// that finishes it moves the chunk into the cache.
+    /// that finishes it puts the chunk into the client's cache (under the id it was fetched
+    /// by, whatever the write side did meanwhile: that id's bytes are these).
     async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
         let fetched = cell.get_or_try_init(|| self.fetch_chunk(index, &rec)).await.cloned();
-        {
+        let finished = {
             let mut st = self.inner.state.lock();
-            let generation = self.generation();
-            if let Some(f) = st.fetches.get(&index) {
-                if Arc::ptr_eq(&f.cell, &cell) {
-                    let current = f.generation == generation;
-                    st.fetches.remove(&index);
-                    if let (true, Ok(data)) = (current, &fetched) {
-                        self.remember_in(&mut st, index, data.clone());
-                    }
-                }
+            let ours = st.fetches.get(&index).is_some_and(|f| Arc::ptr_eq(&f.cell, &cell));
+            if ours {
+                st.fetches.remove(&index);
             }
+            ours
+        };
+        if let (true, Ok(data)) = (finished, &fetched) {
+            self.cache().put(key(&rec), data.clone());
         }
-        self.budget().trim();
         fetched
     }
 
@@ -415,33 +379,57 @@ impl ReadSide {
     /// The whole content of chunk `index` as stored (holes are empty), from the cache, a fetch
     /// in flight or a new fetch.
     pub(crate) async fn chunk(&self, index: u64) -> Result<Chunk> {
-        if let Some(c) = Self::cached(&self.inner.state.lock(), index) {
+        let Some(rec) = self.record(index).await? else { return Ok(Chunk::default()) };
+        if let Some(c) = self.cache().get(key(&rec)) {
             return Ok(c);
         }
-        let Some(rec) = self.record(index).await? else { return Ok(Chunk::default()) };
+        self.chunk_uncached(index, rec).await
+    }
+
+    /// [`ReadSide::chunk`] once the cache has been asked.
+    async fn chunk_uncached(&self, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
         let cell = {
             let mut st = self.inner.state.lock();
-            if let Some(c) = Self::cached(&st, index) {
-                return Ok(c);
-            }
             self.fetch_entry(&mut st, index, &rec)
         };
         self.run_fetch(cell, index, rec).await
     }
 
-    /// Bytes `in_chunk .. in_chunk + take` of chunk `index`, fetching only the blocks that
-    /// hold them.
-    async fn range(&self, index: u64, in_chunk: u32, take: u32) -> Result<Bytes> {
-        let Some(rec) = self.record(index).await? else { return Ok(Bytes::from(vec![0u8; take as usize])) };
+    /// Bytes `in_chunk .. in_chunk + take` of chunk `index` as `rec` places it, fetching only
+    /// the blocks that hold them.
+    async fn range(&self, index: u64, rec: &ChunkRecord, in_chunk: u32, take: u32) -> Result<Bytes> {
         let client = &self.inner.client;
-        let data = match client.read_chunk_range(&rec, in_chunk, take, &self.inner.what).await {
-            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, &rec).await? {
+        let data = match client.read_chunk_range(rec, in_chunk, take, &self.inner.what).await {
+            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
                 Some(fresh) => client.read_chunk_range(&fresh, in_chunk, take, &self.inner.what).await?,
                 None => return Err(e),
             },
             other => other?,
         };
         Ok(slice_parts(std::slice::from_ref(&data), 0, take as usize))
+    }
+
+    /// After a small random read of chunk `index` missed the cache: fetches the chunk whole
+    /// in the background if the cache wants it (`chunk_cache.rs`) and nothing fetches it yet.
+    fn maybe_fill(&self, index: u64, rec: &Arc<ChunkRecord>) {
+        let Some(slot) = self.cache().want(key(rec), u64::from(rec.len)) else { return };
+        let mut st = self.inner.state.lock();
+        if st.fetches.contains_key(&index) {
+            return;
+        }
+        let cell = self.fetch_entry(&mut st, index, rec);
+        let (this, rec) = (self.clone(), rec.clone());
+        let task = wire::world::spawn(async move {
+            let _slot: FillSlot = slot;
+            if let Err(e) = this.run_fetch(cell, index, rec).await {
+                // Only a cache fill: the reads themselves fetched their bytes.
+                tracing::debug!("filling the cache with chunk {index} of {}: {e}", this.inner.what);
+            }
+        });
+        if let Some(f) = st.fetches.get_mut(&index) {
+            f.task = Some(task.abort_handle());
+            f.fill = true;
+        }
     }
 
     /// Whether a read of `len` bytes at `offset` continues a recent stream; records where it
@@ -510,20 +498,28 @@ impl ReadSide {
         let take = (piece_end - pos) as usize;
         let piece = if let Some(p) = local.piece(index, in_chunk, take) {
             p
-        } else {
-            let (cached, fetching) = {
-                let st = self.inner.state.lock();
-                (Self::cached(&st, index), st.fetches.contains_key(&index))
-            };
+        } else if let Some(rec) = self.record(index).await? {
+            let cached = self.cache().get(key(&rec));
             crate::metered::chunk_cache().lookup(cached.is_some());
             match cached {
                 Some(c) => c.slice_padded(in_chunk, take),
-                // Small random read: fetch only the bytes asked for.
-                None if !sequential && take < cb as usize / 4 && !fetching => {
-                    self.range(index, in_chunk as u32, take as u32).await?
+                None => {
+                    // A demand read or read-ahead of the chunk in flight is joined; a fill is
+                    // not waited for.
+                    let fetching = self.inner.state.lock().fetches.get(&index).is_some_and(|f| !f.fill);
+                    if !sequential && take < cb as usize / 4 && !fetching {
+                        // Small random read: fetch only the bytes asked for.
+                        let bytes = self.range(index, &rec, in_chunk as u32, take as u32).await?;
+                        self.maybe_fill(index, &rec);
+                        bytes
+                    } else {
+                        self.chunk_uncached(index, rec).await?.slice_padded(in_chunk, take)
+                    }
                 }
-                None => self.chunk(index).await?.slice_padded(in_chunk, take),
             }
+        } else {
+            // A hole.
+            Bytes::from(vec![0u8; take])
         };
         if sequential || take as u64 == cb {
             self.read_ahead(index, window, size, local).await?;
@@ -535,16 +531,15 @@ impl ReadSide {
     async fn read_ahead(&self, index: u64, window: usize, size: u64, local: &dyn LocalChunks) -> Result<()> {
         let last_chunk = size.div_ceil(self.inner.chunk_bytes);
         for ahead in index + 1..=(index + window as u64).min(last_chunk.saturating_sub(1)) {
-            let busy = {
-                let st = self.inner.state.lock();
-                st.fetches.contains_key(&ahead) || Self::is_cached(&st, ahead)
-            };
-            if busy || local.holds(ahead) {
+            if self.inner.state.lock().fetches.contains_key(&ahead) || local.holds(ahead) {
                 continue;
             }
             let Some(rec) = self.record(ahead).await? else { continue };
+            if self.cache().contains(key(&rec)) {
+                continue;
+            }
             let mut st = self.inner.state.lock();
-            if st.fetches.contains_key(&ahead) || Self::is_cached(&st, ahead) {
+            if st.fetches.contains_key(&ahead) {
                 continue;
             }
             let cell = self.fetch_entry(&mut st, ahead, &rec);
@@ -591,24 +586,6 @@ impl RecordTable {
         let mut st = self.0.inner.state.lock();
         self.0.changed();
         st.records.clear();
-    }
-}
-
-/// The file handle's view of the shared chunk cache (see the module text).
-pub(crate) struct ChunkCache(pub(crate) ReadSide);
-
-impl ChunkCache {
-    /// Drops cached chunk `index` (a write changes it).
-    pub(crate) fn remove(&mut self, index: u64) {
-        let mut st = self.0.inner.state.lock();
-        self.0.changed();
-        st.cache.retain(|c| c.index != index);
-    }
-
-    pub(crate) fn clear(&mut self) {
-        let mut st = self.0.inner.state.lock();
-        self.0.changed();
-        st.cache.clear();
     }
 }
 

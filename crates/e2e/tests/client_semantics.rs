@@ -189,12 +189,12 @@ async fn rewrites_from_a_chunks_start_fetch_only_the_bytes_they_leave() {
     assert!(cluster.client().await.read_file("/re").await.expect("read")[..] == new[..]);
 }
 
-/// Many open files read whole keep what they read only within the client's budget for
-/// cached chunks, the oldest going first, and what was let go reads back right (fetched again).
-/// Whoever caches a chunk trims right after (a read-ahead task may do so a moment after the
-/// read that used its chunk returned), so the count is checked once it has settled.
+/// The client's chunk cache is one for every file and open, bounded in bytes (the least
+/// recently used let go, and what was let go reads back right), and keyed by chunk id: a file
+/// opened again is served from it with no storage request, while one rewritten, or truncated
+/// into a chunk and extended, by another client is never served from what was cached before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_files_together_cache_at_most_the_clients_budget() {
+async fn the_chunk_cache_is_shared_by_opens_bounded_and_never_stale() {
     let cluster = TestCluster::start(6, "4+2");
     let a = cluster.client().await;
     let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
@@ -202,42 +202,92 @@ async fn open_files_together_cache_at_most_the_clients_budget() {
     for id in 0..FILES {
         a.write_file(&format!("/f{id}"), &content(100 + id, 2 * chunk)).await.expect("write");
     }
-    // Room for 3 chunks; the files' own limit (16 chunks each) would keep all 16 of them.
+    // Room for 3 chunks of the 16.
     let budget = 3 * chunk as u64;
     let options =
         client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
     let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
-    let settled = |what: String| {
-        let b = b.clone();
-        async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while b.cached_bytes() > budget && std::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            assert!(b.cached_bytes() <= budget, "{} bytes cached {what}, budget {budget}", b.cached_bytes());
-        }
-    };
-    let mut open = Vec::new();
     for id in 0..FILES {
         let mut h = b.open_path(&format!("/f{id}")).await.expect("open");
         let mut got = Vec::new();
         for at in (0..2 * chunk).step_by(chunk) {
             got.extend_from_slice(&h.read_at(at as u64, chunk).await.expect("read"));
+            assert!(b.cached_bytes() <= budget, "{} bytes cached in file {id}, budget {budget}", b.cached_bytes());
         }
         assert!(got == content(100 + id, 2 * chunk), "file {id} read back wrong");
-        settled(format!("after file {id}")).await;
-        open.push(h); // kept open: nothing is let go by a close
+        h.close().await.expect("close");
     }
-    assert!(b.cached_bytes() > 0, "the newest chunks stay cached");
-    // The first file's chunks were let go for the others': read again, right.
-    let again = open[0].read_at(0, 2 * chunk).await.expect("read again");
-    assert!(again[..] == content(100, 2 * chunk)[..]);
-    settled("after reading the first file again".into()).await;
-    drop(open);
-    // A read-ahead task that finished its fetch may still hold a file's read side a moment.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while b.cached_bytes() > 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(b.cached_bytes() > 0, "closed files' chunks stay cached");
+    assert!(b.chunk_cache_stats().evictions >= 13, "{:?}", b.chunk_cache_stats());
+
+    // The last file, opened again: every byte from the cache.
+    let before = shard_reads_served(&cluster).await;
+    assert!(b.read_file("/f7").await.expect("read again")[..] == content(107, 2 * chunk)[..]);
+    assert_eq!(shard_reads_served(&cluster).await - before, 0, "a reopened file was read from the cluster");
+    // The first file's chunks were let go for the others': fetched again, right.
+    let before = shard_reads_served(&cluster).await;
+    assert!(b.read_file("/f0").await.expect("read let go")[..] == content(100, 2 * chunk)[..]);
+    assert!(shard_reads_served(&cluster).await > before, "the first file's chunks were let go");
+
+    // Rewritten by another client: the reopen reads the new version.
+    b.read_file("/f7").await.expect("cache /f7 again");
+    a.write_file("/f7", &content(200, 2 * chunk)).await.expect("rewrite");
+    assert!(b.read_file("/f7").await.expect("read rewritten")[..] == content(200, 2 * chunk)[..]);
+    // Truncated into its second chunk and extended by another client: that chunk keeps its id
+    // with a shorter length, and the cut bytes read as zeros.
+    let mut h = a.open_path("/f7").await.expect("open");
+    h.truncate(chunk as u64 + 3).await.expect("shrink");
+    h.truncate(2 * chunk as u64).await.expect("extend");
+    h.close().await.expect("close");
+    let got = b.read_file("/f7").await.expect("read truncated");
+    assert_eq!(got.len(), 2 * chunk);
+    assert!(got[..chunk + 3] == content(200, 2 * chunk)[..chunk + 3]);
+    assert!(got[chunk + 3..].iter().all(|&x| x == 0), "the cut bytes read back from the cache");
+}
+
+/// Small random reads fetch only their bytes; a chunk read at random a second time is then
+/// fetched whole in the background, and later reads of it are served from the cache with no
+/// storage request, as the mount's random readers are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_fill_the_cache_with_the_chunks_they_come_back_to() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    let data = content(300, 2 * chunk);
+    a.write_file("/r", &data).await.expect("write");
+    let b = cluster.client().await;
+    let h = b.open_path("/r").await.expect("open");
+    let reader = h.read_side();
+    let size = h.size();
+    let read = |at: usize| {
+        let reader = reader.clone();
+        async move { reader.read_at(at as u64, 4096, size).await.expect("read") }
+    };
+    let before = shard_reads_served(&cluster).await;
+    assert!(read(100_000).await[..] == data[100_000..100_000 + 4096]);
+    assert_eq!(shard_reads_served(&cluster).await - before, 1, "a small read fetches only its bytes, from one node");
+    assert_eq!(b.chunk_cache_stats().fills, 0, "one read of a chunk fills nothing");
+    let at = chunk / 2 + 12_345;
+    assert!(read(at).await[..] == data[at..at + 4096]);
+    assert_eq!(b.chunk_cache_stats().fills, 1, "the second read of the chunk fills it");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while b.cached_bytes() < chunk as u64 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(b.cached_bytes(), 0, "closed files keep nothing cached");
+    assert_eq!(b.cached_bytes(), chunk as u64, "the chunk arrived whole");
+    let before = shard_reads_served(&cluster).await;
+    // (Far apart: reads near each other would make a sequential stream, with read-ahead.)
+    for at in [0, chunk / 4 + 777, chunk - 4096] {
+        assert!(read(at).await[..] == data[at..at + 4096], "read at {at}");
+    }
+    assert_eq!(
+        shard_reads_served(&cluster).await - before,
+        0,
+        "reads of a filled chunk went to the cluster: {:?}",
+        b.chunk_cache_stats()
+    );
+    // The other chunk was not filled by them.
+    let at = chunk + 5;
+    assert!(read(at).await[..] == data[at..at + 4096]);
+    assert_eq!(b.cached_bytes(), chunk as u64);
 }

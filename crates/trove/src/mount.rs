@@ -39,8 +39,9 @@ pub struct MountArgs {
     /// Most chunks the client reads ahead of a sequential reader.
     #[arg(long, default_value_t = 8)]
     pub readahead_chunks: usize,
-    /// MiB that whole chunks cached by all open files together may hold (read, read ahead
-    /// or just written); past it the oldest are let go.
+    /// MiB of whole chunks the mount keeps in memory for every file, open or closed (read,
+    /// read ahead, fetched for random reads that come back, or just written); past it the
+    /// least recently used are let go. 0: none.
     #[arg(long, default_value_t = client::CACHE_BYTES_MAX_DEFAULT >> 20)]
     pub chunk_cache_mib: u64,
     /// Bypass the kernel page cache for file data.

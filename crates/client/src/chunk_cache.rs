@@ -1,0 +1,382 @@
+//! The client's cache of whole chunks, one for all its files and opens, keyed by what a chunk
+//! is rather than where it sits: its id and length. Chunks are copy-on-write (every version of
+//! a chunk gets a fresh id, never reused) and a truncation that cuts into a chunk only lowers
+//! its record's `len`, so the bytes under one key never change: a hit needs no revalidation,
+//! a file opened again (a loader's next epoch, a second process, a gateway's next request)
+//! finds what an earlier open read, and a file rewritten elsewhere simply names other keys.
+//!
+//! Bounded in bytes (`ClientOptions::cache_bytes_max`, `trove mount --chunk-cache-mib`): past
+//! the limit the least recently used chunks go. What enters:
+//! - chunks read whole (sequential reads and their read-ahead) and chunks a handle wrote and
+//!   committed, always;
+//! - for small random reads, which fetch only the bytes asked for, the chunk whole in the
+//!   background once it has been asked for twice (as JuiceFS fetches a randomly read block
+//!   whole, `--prefetch`), at most [`FILLS_MAX`] at a time. When that would evict another
+//!   chunk, only if the chunk is wanted more than the least recently used one was hit (counts
+//!   halved every [`AGE_EVENTS_MAX`] events, TinyLFU's admission): random reads over more data
+//!   than the cache holds keep most of what it has instead of replacing it chunk by chunk, each
+//!   replacement a whole-chunk fetch for one small read.
+//!
+//! Cached chunks are `Bytes` handed out by reference: an evicted chunk's memory lives on only
+//! while a reply still holds a slice of it.
+
+use crate::chunkio::Chunk;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use wire::ChunkId;
+
+/// What a cached chunk is: its id and its length (bytes of the chunk a record covers).
+pub(crate) type Key = (ChunkId, u32);
+
+/// Whole-chunk fetches for random reads in flight at once, per client.
+pub(crate) const FILLS_MAX: usize = 2;
+/// Events (lookups of cached chunks and misses of small reads) after which every count is
+/// halved, so that what was wanted long ago weighs less than what is wanted now.
+pub(crate) const AGE_EVENTS_MAX: u32 = 1 << 14;
+/// Chunks whose wants are counted at most; past it the counts start over.
+const WANTED_MAX: usize = 1 << 16;
+/// Stale recency entries kept beyond twice the live ones before the list is compacted.
+const STALE_ENTRIES_SLACK: usize = 64;
+
+/// How the cache has done since the client started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkCacheStats {
+    /// Bytes cached now.
+    pub cached_bytes: u64,
+    /// Chunks cached now.
+    pub chunks: u64,
+    /// Lookups that found their chunk.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Whole-chunk fetches started for small random reads.
+    pub fills: u64,
+    /// Chunks let go for others.
+    pub evictions: u64,
+}
+
+/// The cache of one client (see the module text).
+pub(crate) struct ChunkCache {
+    bytes_max: u64,
+    state: Mutex<State>,
+    fills_inflight: Arc<AtomicUsize>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    fills: AtomicU64,
+    evictions: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<Key, Entry>,
+    /// Recency, least recent first: (stamp, key); an entry whose stamp has moved on is stale.
+    order: VecDeque<(u64, Key)>,
+    next_stamp: u64,
+    used_bytes: u64,
+    /// Misses of small reads by chunk not cached (admission counts).
+    wanted: HashMap<Key, u32>,
+    events: u32,
+}
+
+struct Entry {
+    data: Chunk,
+    bytes: u64,
+    stamp: u64,
+    /// Lookups that found it (halved with the wants).
+    hits: u32,
+}
+
+/// A whole-chunk fetch for random reads allowed to run: keeps its place among the
+/// [`FILLS_MAX`] until dropped.
+pub(crate) struct FillSlot(Arc<AtomicUsize>);
+
+impl Drop for FillSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ChunkCache {
+    pub(crate) fn new(bytes_max: u64) -> ChunkCache {
+        ChunkCache {
+            bytes_max,
+            state: Mutex::new(State::default()),
+            fills_inflight: Arc::new(AtomicUsize::new(0)),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            fills: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// The chunk under `key`, if cached; a hit makes it the most recently used.
+    pub(crate) fn get(&self, key: Key) -> Option<Chunk> {
+        let mut st = self.state.lock();
+        let stamp = st.next_stamp;
+        let found = st.entries.get_mut(&key).map(|e| {
+            e.stamp = stamp;
+            e.hits = e.hits.saturating_add(1);
+            e.data.clone()
+        });
+        match &found {
+            Some(_) => {
+                st.next_stamp += 1;
+                st.order.push_back((stamp, key));
+                st.compact();
+                st.tick();
+                self.hits.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        found
+    }
+
+    /// Whether `key` is cached (no recency change, not counted).
+    pub(crate) fn contains(&self, key: Key) -> bool {
+        self.state.lock().entries.contains_key(&key)
+    }
+
+    /// Caches `data` under `key`, letting the least recently used chunks go past the limit. A
+    /// chunk larger than the whole cache is not kept.
+    pub(crate) fn put(&self, key: Key, data: Chunk) {
+        let bytes = data.len() as u64;
+        if bytes > self.bytes_max {
+            return;
+        }
+        let mut st = self.state.lock();
+        st.wanted.remove(&key);
+        let stamp = st.next_stamp;
+        st.next_stamp += 1;
+        let old = st.entries.insert(key, Entry { data, bytes, stamp, hits: 0 });
+        if let Some(old) = old {
+            st.used_bytes -= old.bytes;
+        }
+        st.used_bytes += bytes;
+        st.order.push_back((stamp, key));
+        while st.used_bytes > self.bytes_max {
+            let Some(victim) = st.least_recent() else { break };
+            if let Some(e) = st.entries.remove(&victim) {
+                st.used_bytes -= e.bytes;
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        st.compact();
+    }
+
+    /// A small read of chunk `key` (of `bytes` bytes) missed: counts it, and says whether to
+    /// fetch the chunk whole now (see the module text); the slot returned is held until that
+    /// fetch ends.
+    pub(crate) fn want(&self, key: Key, bytes: u64) -> Option<FillSlot> {
+        if bytes == 0 || bytes > self.bytes_max {
+            return None;
+        }
+        let mut st = self.state.lock();
+        if st.entries.contains_key(&key) {
+            return None;
+        }
+        if st.wanted.len() >= WANTED_MAX && !st.wanted.contains_key(&key) {
+            st.wanted.clear();
+        }
+        let wants = {
+            let w = st.wanted.entry(key).or_insert(0);
+            *w = w.saturating_add(1);
+            *w
+        };
+        st.tick();
+        if wants < 2 {
+            return None;
+        }
+        if st.used_bytes + bytes > self.bytes_max {
+            // Full: only a chunk wanted more than the least recently used one was hit.
+            let Some(victim) = st.least_recent_peek() else { return None };
+            let victim_hits = st.entries.get(&victim).map_or(0, |e| e.hits);
+            if wants <= victim_hits {
+                return None;
+            }
+        }
+        let inflight = self.fills_inflight.fetch_add(1, Ordering::AcqRel);
+        if inflight >= FILLS_MAX {
+            self.fills_inflight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        // Counted again only if the fill fails and it is missed again.
+        st.wanted.remove(&key);
+        self.fills.fetch_add(1, Ordering::Relaxed);
+        Some(FillSlot(self.fills_inflight.clone()))
+    }
+
+    /// Bytes cached now.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.state.lock().used_bytes
+    }
+
+    pub(crate) fn stats(&self) -> ChunkCacheStats {
+        let (cached_bytes, chunks) = {
+            let st = self.state.lock();
+            (st.used_bytes, st.entries.len() as u64)
+        };
+        ChunkCacheStats {
+            cached_bytes,
+            chunks,
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            fills: self.fills.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl State {
+    /// Removes stale entries from the front of the recency list; the key of the least
+    /// recently used chunk, left in place.
+    fn least_recent_peek(&mut self) -> Option<Key> {
+        while let Some(&(stamp, key)) = self.order.front() {
+            if self.entries.get(&key).is_some_and(|e| e.stamp == stamp) {
+                return Some(key);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// The key of the least recently used chunk, taken off the recency list.
+    fn least_recent(&mut self) -> Option<Key> {
+        let key = self.least_recent_peek()?;
+        self.order.pop_front();
+        Some(key)
+    }
+
+    /// Rebuilds the recency list when stale entries outnumber the live ones.
+    fn compact(&mut self) {
+        if self.order.len() <= 2 * self.entries.len() + STALE_ENTRIES_SLACK {
+            return;
+        }
+        let mut live: Vec<(u64, Key)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
+        live.sort_unstable();
+        self.order = live.into();
+    }
+
+    /// Counts an event; every [`AGE_EVENTS_MAX`] of them halves every count.
+    fn tick(&mut self) {
+        self.events += 1;
+        if self.events < AGE_EVENTS_MAX {
+            return;
+        }
+        self.events = 0;
+        self.wanted.retain(|_, w| {
+            *w /= 2;
+            *w > 0
+        });
+        for e in self.entries.values_mut() {
+            e.hits /= 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn chunk(bytes: usize, fill: u8) -> Chunk {
+        Chunk::from(Bytes::from(vec![fill; bytes]))
+    }
+
+    #[test]
+    fn the_least_recently_used_go_first_and_the_bytes_stay_within_the_limit() {
+        let cache = ChunkCache::new(3 << 20);
+        for id in 1..=3 {
+            cache.put((id, 1 << 20), chunk(1 << 20, id as u8));
+        }
+        assert!(cache.get((1, 1 << 20)).is_some(), "1 used again: 2 is now the least recent");
+        cache.put((4, 1 << 20), chunk(1 << 20, 4));
+        assert!(!cache.contains((2, 1 << 20)));
+        assert!([1, 3, 4].iter().all(|&id| cache.contains((id, 1 << 20))));
+        assert_eq!(cache.used_bytes(), 3 << 20);
+        let s = cache.stats();
+        assert_eq!((s.chunks, s.hits, s.evictions), (3, 1, 1));
+        // What a key holds is what was put under it; another length is another chunk.
+        assert_eq!(cache.get((4, 1 << 20)).expect("cached").slice_padded(0, 1), Bytes::from_static(&[4]));
+        assert!(cache.get((4, 4096)).is_none());
+        // Too large for the whole cache: not kept, nothing let go for it.
+        cache.put((5, 4 << 20), chunk(4 << 20, 5));
+        assert!(!cache.contains((5, 4 << 20)));
+        assert_eq!(cache.stats().chunks, 3);
+    }
+
+    #[test]
+    fn many_hits_keep_the_recency_list_small() {
+        let cache = ChunkCache::new(u64::MAX);
+        for id in 0..4 {
+            cache.put((id, 10), chunk(10, 0));
+        }
+        for i in 0..100_000u64 {
+            assert!(cache.get((i % 4, 10)).is_some());
+        }
+        let st = cache.state.lock();
+        assert!(st.order.len() <= 2 * 4 + STALE_ENTRIES_SLACK + 1, "{}", st.order.len());
+    }
+
+    #[test]
+    fn a_random_read_fills_its_chunk_on_the_second_miss_with_few_fills_at_once() {
+        let cache = ChunkCache::new(64 << 20);
+        let bytes = 4 << 20;
+        assert!(cache.want((1, bytes as u32), bytes).is_none(), "one read of a chunk fetches only its bytes");
+        let first = cache.want((1, bytes as u32), bytes).expect("the second fetches the chunk");
+        assert!(cache.want((2, bytes as u32), bytes).is_none());
+        let second = cache.want((2, bytes as u32), bytes).expect("a second fill at once");
+        assert!(cache.want((3, bytes as u32), bytes).is_none());
+        assert!(cache.want((3, bytes as u32), bytes).is_none(), "at most FILLS_MAX at once");
+        drop(first);
+        assert!(cache.want((3, bytes as u32), bytes).is_some(), "a slot is free again");
+        drop(second);
+        // A cached chunk is never filled again.
+        cache.put((4, bytes as u32), chunk(bytes as usize, 0));
+        assert!(cache.want((4, bytes as u32), bytes).is_none());
+        assert!(cache.want((4, bytes as u32), bytes).is_none());
+        assert_eq!(cache.stats().fills, 3);
+    }
+
+    #[test]
+    fn a_full_cache_admits_a_chunk_only_if_it_is_wanted_more_than_the_least_recent_was_hit() {
+        let bytes: u64 = 1 << 20;
+        let cache = ChunkCache::new(2 * bytes);
+        cache.put((1, bytes as u32), chunk(bytes as usize, 1));
+        cache.put((2, bytes as u32), chunk(bytes as usize, 2));
+        for _ in 0..3 {
+            cache.get((1, bytes as u32));
+            cache.get((2, bytes as u32));
+        }
+        // Both hit 3 times; chunk 9 is wanted 2, 3, then 4 times.
+        assert!(cache.want((9, bytes as u32), bytes).is_none());
+        assert!(cache.want((9, bytes as u32), bytes).is_none(), "wanted twice, the victim hit 3 times");
+        assert!(cache.want((9, bytes as u32), bytes).is_none(), "wanted 3 times: not more than 3");
+        assert!(cache.want((9, bytes as u32), bytes).is_some(), "wanted 4 times");
+    }
+
+    #[test]
+    fn counts_age_so_old_hits_do_not_hold_the_cache_for_ever() {
+        let bytes: u64 = 1 << 20;
+        let cache = ChunkCache::new(bytes);
+        cache.put((1, bytes as u32), chunk(bytes as usize, 1));
+        for _ in 0..1000 {
+            cache.get((1, bytes as u32));
+        }
+        assert!(cache.want((7, bytes as u32), bytes).is_none());
+        assert!(cache.want((7, bytes as u32), bytes).is_none(), "wanted twice against a thousand hits");
+        // Ages go by (other chunks' lookups and misses): the thousand hits halve each time.
+        for _ in 0..(AGE_EVENTS_MAX * 10) {
+            cache.state.lock().tick();
+        }
+        assert_eq!(cache.state.lock().entries.get(&(1, bytes as u32)).map(|e| e.hits), Some(0));
+        let mut admitted = false;
+        for _ in 0..2 {
+            admitted |= cache.want((7, bytes as u32), bytes).is_some();
+        }
+        assert!(admitted, "an old favourite gives way to what is wanted now");
+    }
+}
