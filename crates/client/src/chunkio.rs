@@ -199,15 +199,12 @@ impl Client {
     }
 
     /// Stores one shard on `node` (a data mover's write: the shard is already checked against
-    /// its chunk record); with `replace`, a copy there is removed first (a put never
-    /// overwrites).
-    pub async fn put_shard_at(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
+    /// its chunk record). A damaged copy there is replaced where it lies, by a rename (the
+    /// node verifies what it holds under the key first): no delete goes before the put, which a
+    /// late or repeated copy of it could apply after the new shard was written.
+    pub async fn put_shard_at(&self, node: NodeId, info: ShardInfo, data: Bytes) -> Result<()> {
         let handle = self.node(node).await?;
         let timeout = self.inner.options.storage_timeout;
-        if replace {
-            let op = StorageOp::DeleteShards { keys: vec![info.key] };
-            handle.peer.call::<StorageOp, StorageReply>(&op, Bytes::new(), timeout).await.map_err(rpc_error)?;
-        }
         let op = StorageOp::PutShard { info };
         handle.peer.call::<StorageOp, StorageReply>(&op, data, timeout).await.map_err(rpc_error)?;
         Ok(())

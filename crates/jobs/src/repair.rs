@@ -415,9 +415,10 @@ impl Mover {
             }
             let key = ShardKey { chunk: rec.id, index: slot as u8 };
             let info = ShardInfo { key, ec: rec.ec, len: rec.shard_len, block_crcs };
-            // A damaged copy in place is removed first (a put never overwrites).
-            let replace = bad & (1 << slot) != 0 && old.get(slot) == Some(&node);
-            match self.put_shard(node, info, shard.clone(), replace).await {
+            // A damaged copy in place is replaced by the put itself: the node finds it damaged
+            // and renames the new file over it (deleting it first lost the new shard when a
+            // late copy of the delete arrived after the put, simulation seed 629).
+            match self.put_shard(node, info, shard.clone()).await {
                 Ok(()) => {
                     written.push((slot, node));
                     report.shards_written += 1;
@@ -535,8 +536,8 @@ impl Mover {
         }
     }
 
-    async fn put_shard(&self, node: NodeId, info: ShardInfo, data: Bytes, replace: bool) -> Result<()> {
-        self.client.put_shard_at(node, info, data, replace).await
+    async fn put_shard(&self, node: NodeId, info: ShardInfo, data: Bytes) -> Result<()> {
+        self.client.put_shard_at(node, info, data).await
     }
 
     async fn delete_shard(&self, node: NodeId, key: ShardKey) -> Result<()> {
