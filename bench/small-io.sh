@@ -6,11 +6,14 @@
 #     files; 1 MiB sequential write (1 job, fsync at the end) and 1 MiB sequential read (1 job);
 #   - a small-file loader: 4 processes each opening, reading whole and closing files of 128 KiB
 #     picked at random from one directory of 50,000 (every file at most once, after the page
-#     cache was dropped: cold);
+#     cache was dropped and both FUSE targets were mounted again with empty client caches,
+#     JuiceFS's cache directory emptied: cold);
 #   - mdtest-like file create / stat / open-close / remove (`trove bench meta`, 2 tasks in one
 #     shared directory).
 # The fio rows run the three targets back to back, row by row, so each row's ratios come from
-# one moment of the (shared) machine; the loader runs one target at a time (its three datasets
+# one moment of the (shared) machine; dropping the page cache leaves the client caches as they
+# are (Trove's chunk cache in memory, JuiceFS's block cache on disk), so those rows measure
+# each system with what its own cache kept from the layout and the rows before; the loader runs one target at a time (its three datasets
 # together would need tens of GiB), each preceded by the load average.
 #
 #   bench/record.sh small-io bench/small-io.sh
@@ -60,6 +63,38 @@ cleanup() {
 }
 trap cleanup EXIT
 
+mount_jfs() {
+    juicefs mount -d --no-usage-report --cache-dir "$work/jfs-cache" --log "$work/jfs.log" "$meta_url" "$work/jfs" >"$work/jfs-mount.log" 2>&1
+}
+mount_trove() {
+    "$trove" mount "$work/cluster" "$work/trove" 2>> "$work/trove-mount.log" &
+    trove_pid=$!
+}
+wait_mounted() { # dir
+    for _ in $(seq 100); do mountpoint -q "$1" && return 0; sleep 0.1; done
+    echo "$1 did not mount" >&2
+    return 1
+}
+# Mounts a FUSE target again with an empty client cache (JuiceFS's cache directory emptied).
+remount_cold() { # target
+    case $1 in
+        jfs)
+            juicefs umount "$work/jfs" >/dev/null
+            rm -rf "$work/jfs-cache"
+            mkdir -p "$work/jfs-cache"
+            mount_jfs
+            wait_mounted "$work/jfs"
+            ;;
+        trove)
+            kill -TERM "$trove_pid"
+            wait "$trove_pid" || true
+            for _ in $(seq 100); do mountpoint -q "$work/trove" || break; sleep 0.1; done
+            mount_trove
+            wait_mounted "$work/trove"
+            ;;
+    esac
+}
+
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 record() { echo "$1" >> "$results"; }
@@ -73,10 +108,10 @@ meta_url="redis://127.0.0.1:$redis_port/1"
 # No trash: removed files' blocks are freed at once, as on the other two (the default keeps
 # them a day).
 juicefs format --storage file --bucket "$work/jfs-data/" --trash-days 0 "$meta_url" smallio >"$work/jfs-format.log" 2>&1
-juicefs mount -d --no-usage-report --cache-dir "$work/jfs-cache" --log "$work/jfs.log" "$meta_url" "$work/jfs" >"$work/jfs-mount.log" 2>&1
+mount_jfs
 "$trove" cluster start --dir "$work/cluster" --nodes 6 --ec 4+2 >/dev/null
-"$trove" mount "$work/cluster" "$work/trove" 2> "$work/trove-mount.log" &
-trove_pid=$!
+: > "$work/trove-mount.log"
+mount_trove
 for _ in $(seq 100); do mountpoint -q "$work/trove" && mountpoint -q "$work/jfs" && break; sleep 0.1; done
 mountpoint -q "$work/trove" || { cat "$work/trove-mount.log" >&2; exit 1; }
 mountpoint -q "$work/jfs" || { cat "$work/jfs-mount.log" >&2; exit 1; }
@@ -142,6 +177,7 @@ def make(part):
 with Pool(4) as p:
     p.map(make, range(4))
 EOF_PY
+    remount_cold "$t"
     drop
     before=$(load)
     out=$(python3 - "$work/$t/loader" "$loader_files" "$loader_seconds" <<'EOF_PY'
