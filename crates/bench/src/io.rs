@@ -208,10 +208,10 @@ pub struct IoResult {
     pub breakdown: Option<Breakdown>,
 }
 
-/// What a Trove client's file handle keeps, which random reads may hit (see `client::FileHandle`).
-pub const TROVE_RANDOM_READ_NOTE: &str = "Trove client file handles keep up to 16 whole chunks each and read ahead when a read \
-lands near the previous one, so random reads over a working set not much larger than 16 chunks per handle are partly served \
-from the client's memory";
+/// What a Trove client keeps, which random reads may hit (see the client's `chunk_cache.rs`).
+pub const TROVE_RANDOM_READ_NOTE: &str = "the Trove client keeps whole chunks in one cache for all its files (1 GiB by \
+default), fetches a chunk whole once random reads come back to it, and reads ahead when a read lands near the previous one, \
+so random reads over a working set that fits the cache are mostly served from the client's memory";
 
 fn job_file(dir: &str, job: usize, file: usize) -> String {
     format!("{dir}/job{job:04}/f{file:03}")

@@ -17,9 +17,10 @@
 //! uploads that cannot be are given up (their shards go to GC). So a reader afterwards sees
 //! the data or a shorter file, never zeros where data was meant to be.
 //!
-//! Reads go through the handle's [`ReadSide`] (`reader.rs`): records, cached chunks, fetches
-//! in flight and read-ahead, shared with every reader that holds a clone of it, so that reads
-//! of one file need not wait for each other. The handle adds its own buffered and uploading
+//! Reads go through the handle's [`ReadSide`] (`reader.rs`): records, fetches in flight and
+//! read-ahead, shared with every reader that holds a clone of it, so that reads of one file
+//! need not wait for each other; the chunks they bring are kept by the client's cache
+//! (`chunk_cache.rs`). The handle adds its own buffered and uploading
 //! chunks on top.
 
 use crate::chunkio::{slice_parts, Allocation, Chunk};
@@ -112,7 +113,7 @@ pub struct FileHandle {
     prefetch: Prefetches,
     /// First error of a background upload, reported at the next flush.
     deferred_error: Option<WireError>,
-    /// Records, cached chunks, fetches and read-ahead, shared with concurrent readers.
+    /// Records, fetches and read-ahead, shared with concurrent readers.
     read: ReadSide,
 }
 
