@@ -92,6 +92,13 @@ struct Entry {
 /// [`FILLS_MAX`] until dropped.
 pub(crate) struct FillSlot(Arc<AtomicUsize>);
 
+/// A fill [`ChunkCache::want`] allows: its slot, and whether the chunk it brings may enter the
+/// memory cache (false: only the disk cache below takes it).
+pub(crate) struct Fill {
+    pub(crate) slot: FillSlot,
+    pub(crate) to_memory: bool,
+}
+
 impl Drop for FillSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
@@ -169,9 +176,10 @@ impl ChunkCache {
 
     /// A small read of chunk `key` (of `bytes` bytes) missed: counts it, and says whether to
     /// fetch the chunk whole now (see the module text); the slot returned is held until that
-    /// fetch ends.
-    pub(crate) fn want(&self, key: Key, bytes: u64) -> Option<FillSlot> {
-        if bytes == 0 || bytes > self.bytes_max {
+    /// fetch ends. With `spill` (a disk cache below that lacks the chunk), a chunk this cache
+    /// would not admit is still fetched, for the disk cache alone.
+    pub(crate) fn want(&self, key: Key, bytes: u64, spill: bool) -> Option<Fill> {
+        if bytes == 0 || (bytes > self.bytes_max && !spill) {
             return None;
         }
         let mut st = self.state.lock();
@@ -190,13 +198,14 @@ impl ChunkCache {
         if wants < 2 {
             return None;
         }
-        if st.used_bytes + bytes > self.bytes_max {
+        let mut to_memory = bytes <= self.bytes_max;
+        if to_memory && st.used_bytes + bytes > self.bytes_max {
             // Full: only a chunk wanted more than the least recently used one was hit.
-            let Some(victim) = st.least_recent_peek() else { return None };
-            let victim_hits = st.entries.get(&victim).map_or(0, |e| e.hits);
-            if wants <= victim_hits {
-                return None;
-            }
+            let victim_hits = st.least_recent_peek().and_then(|v| st.entries.get(&v)).map_or(u32::MAX, |e| e.hits);
+            to_memory = wants > victim_hits;
+        }
+        if !to_memory && !spill {
+            return None;
         }
         let inflight = self.fills_inflight.fetch_add(1, Ordering::AcqRel);
         if inflight >= FILLS_MAX {
@@ -206,7 +215,7 @@ impl ChunkCache {
         // Counted again only if the fill fails and it is missed again.
         st.wanted.remove(&key);
         self.fills.fetch_add(1, Ordering::Relaxed);
-        Some(FillSlot(self.fills_inflight.clone()))
+        Some(Fill { slot: FillSlot(self.fills_inflight.clone()), to_memory })
     }
 
     /// Bytes cached now.
@@ -325,19 +334,19 @@ mod tests {
     fn a_random_read_fills_its_chunk_on_the_second_miss_with_few_fills_at_once() {
         let cache = ChunkCache::new(64 << 20);
         let bytes = 4 << 20;
-        assert!(cache.want((1, bytes as u32), bytes).is_none(), "one read of a chunk fetches only its bytes");
-        let first = cache.want((1, bytes as u32), bytes).expect("the second fetches the chunk");
-        assert!(cache.want((2, bytes as u32), bytes).is_none());
-        let second = cache.want((2, bytes as u32), bytes).expect("a second fill at once");
-        assert!(cache.want((3, bytes as u32), bytes).is_none());
-        assert!(cache.want((3, bytes as u32), bytes).is_none(), "at most FILLS_MAX at once");
+        assert!(cache.want((1, bytes as u32), bytes, false).is_none(), "one read of a chunk fetches only its bytes");
+        let first = cache.want((1, bytes as u32), bytes, false).expect("the second fetches the chunk");
+        assert!(cache.want((2, bytes as u32), bytes, false).is_none());
+        let second = cache.want((2, bytes as u32), bytes, false).expect("a second fill at once");
+        assert!(cache.want((3, bytes as u32), bytes, false).is_none());
+        assert!(cache.want((3, bytes as u32), bytes, false).is_none(), "at most FILLS_MAX at once");
         drop(first);
-        assert!(cache.want((3, bytes as u32), bytes).is_some(), "a slot is free again");
+        assert!(cache.want((3, bytes as u32), bytes, false).is_some(), "a slot is free again");
         drop(second);
         // A cached chunk is never filled again.
         cache.put((4, bytes as u32), chunk(bytes as usize, 0));
-        assert!(cache.want((4, bytes as u32), bytes).is_none());
-        assert!(cache.want((4, bytes as u32), bytes).is_none());
+        assert!(cache.want((4, bytes as u32), bytes, false).is_none());
+        assert!(cache.want((4, bytes as u32), bytes, false).is_none());
         assert_eq!(cache.stats().fills, 3);
     }
 
@@ -352,10 +361,34 @@ mod tests {
             cache.get((2, bytes as u32));
         }
         // Both hit 3 times; chunk 9 is wanted 2, 3, then 4 times.
-        assert!(cache.want((9, bytes as u32), bytes).is_none());
-        assert!(cache.want((9, bytes as u32), bytes).is_none(), "wanted twice, the victim hit 3 times");
-        assert!(cache.want((9, bytes as u32), bytes).is_none(), "wanted 3 times: not more than 3");
-        assert!(cache.want((9, bytes as u32), bytes).is_some(), "wanted 4 times");
+        assert!(cache.want((9, bytes as u32), bytes, false).is_none());
+        assert!(cache.want((9, bytes as u32), bytes, false).is_none(), "wanted twice, the victim hit 3 times");
+        assert!(cache.want((9, bytes as u32), bytes, false).is_none(), "wanted 3 times: not more than 3");
+        assert!(cache.want((9, bytes as u32), bytes, false).is_some(), "wanted 4 times");
+    }
+
+    #[test]
+    fn with_a_disk_cache_below_a_chunk_the_memory_refuses_is_filled_for_the_disk_alone() {
+        let bytes: u64 = 1 << 20;
+        let cache = ChunkCache::new(bytes);
+        cache.put((1, bytes as u32), chunk(bytes as usize, 1));
+        for _ in 0..3 {
+            cache.get((1, bytes as u32));
+        }
+        assert!(cache.want((9, bytes as u32), bytes, true).is_none(), "one miss still fetches only its bytes");
+        let fill = cache.want((9, bytes as u32), bytes, true).expect("the second miss fills for the disk");
+        assert!(!fill.to_memory, "the memory keeps what it hits more");
+        drop(fill);
+        // A chunk larger than the whole memory cache goes to the disk only.
+        let big = 4 * bytes;
+        assert!(cache.want((10, big as u32), big, false).is_none());
+        assert!(cache.want((10, big as u32), big, true).is_none());
+        let fill = cache.want((10, big as u32), big, true).expect("filled for the disk");
+        assert!(!fill.to_memory);
+        // Room in memory: both.
+        let roomy = ChunkCache::new(4 * bytes);
+        assert!(roomy.want((3, bytes as u32), bytes, true).is_none());
+        assert!(roomy.want((3, bytes as u32), bytes, true).expect("filled").to_memory);
     }
 
     #[test]
@@ -366,8 +399,8 @@ mod tests {
         for _ in 0..1000 {
             cache.get((1, bytes as u32));
         }
-        assert!(cache.want((7, bytes as u32), bytes).is_none());
-        assert!(cache.want((7, bytes as u32), bytes).is_none(), "wanted twice against a thousand hits");
+        assert!(cache.want((7, bytes as u32), bytes, false).is_none());
+        assert!(cache.want((7, bytes as u32), bytes, false).is_none(), "wanted twice against a thousand hits");
         // Ages go by (other chunks' lookups and misses): the thousand hits halve each time.
         for _ in 0..(AGE_EVENTS_MAX * 10) {
             cache.state.lock().tick();
@@ -375,7 +408,7 @@ mod tests {
         assert_eq!(cache.state.lock().entries.get(&(1, bytes as u32)).map(|e| e.hits), Some(0));
         let mut admitted = false;
         for _ in 0..2 {
-            admitted |= cache.want((7, bytes as u32), bytes).is_some();
+            admitted |= cache.want((7, bytes as u32), bytes, false).is_some();
         }
         assert!(admitted, "an old favourite gives way to what is wanted now");
     }

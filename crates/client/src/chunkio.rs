@@ -627,6 +627,11 @@ impl Chunk {
         self.parts.iter().map(Bytes::len).sum()
     }
 
+    /// The bytes as pieces laid end to end.
+    pub(crate) fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
     /// `take` bytes from `start`, zero-filled past the end (holes and short chunks): a slice
     /// of one shard when the range lies within it, a copy otherwise.
     pub(crate) fn slice_padded(&self, start: usize, take: usize) -> Bytes {

@@ -15,6 +15,7 @@
 mod atime;
 mod chunk_cache;
 pub mod chunkio;
+mod disk_cache;
 mod file;
 pub mod metered;
 mod posix;
@@ -23,6 +24,7 @@ mod stages;
 
 pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
 pub use chunk_cache::ChunkCacheStats;
+pub use disk_cache::{DiskCacheError, DiskCacheOptions, DiskCacheStats, DISK_CACHE_BYTES_MAX_DEFAULT};
 pub use file::{FileHandle, FirstChunks};
 pub use reader::ReadSide;
 pub use stages::{StageReport, STAGES_XATTR};
@@ -89,6 +91,10 @@ pub struct ClientOptions {
     /// (`chunk_cache.rs`): past it, the least recently used are let go. Zero: none, every read
     /// goes to the storage nodes.
     pub cache_bytes_max: u64,
+    /// Whole chunks kept on a local disk under the memory cache (`disk_cache.rs`): chunks read
+    /// whole or fetched for random reads that came back, verified against their records when
+    /// read again. `None` (the default): memory only.
+    pub disk_cache: Option<DiskCacheOptions>,
     /// Most chunks a writer has uploading at once (back-pressure).
     pub write_chunks_inflight_max: usize,
     /// After a node fails to answer, how long reads route around it before trying it again.
@@ -116,6 +122,7 @@ impl Default for ClientOptions {
             storage_timeout: Duration::from_secs(20),
             readahead_chunks_max: 8,
             cache_bytes_max: CACHE_BYTES_MAX_DEFAULT,
+            disk_cache: None,
             write_chunks_inflight_max: 6,
             node_retry_after: Duration::from_secs(2),
             write_retry_deadline: Duration::from_secs(20),
@@ -136,6 +143,8 @@ pub(crate) struct Inner {
     pub(crate) options: ClientOptions,
     /// Whole chunks by id, for every file and open.
     pub(crate) chunk_cache: chunk_cache::ChunkCache,
+    /// Whole chunks on a local disk, under `chunk_cache` (`ClientOptions::disk_cache`).
+    pub(crate) disk_cache: Option<disk_cache::DiskCache>,
     /// The metadata servers (several share one engine); calls go to `meta_current` and move to
     /// the next one when it is unreachable.
     metas: Vec<Peer>,
@@ -251,9 +260,30 @@ impl Client {
                 .unwrap_or_else(|| WireError::new(ErrorCode::Unavailable, "no metadata service"));
             return Err(e);
         };
+        let disk_cache = match &options.disk_cache {
+            Some(o) => {
+                let cluster = metas[current].cluster().unwrap_or_default().to_string();
+                // Opening makes directories and may wait a moment for the lock: off the
+                // async threads.
+                let opts = o.clone();
+                let opened = tokio::task::spawn_blocking(move || disk_cache::DiskCache::open(&opts, &cluster))
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, format!("opening the disk cache: {e}")))?;
+                match opened {
+                    Ok(c) => Some(c),
+                    Err(e) if o.required => return Err(WireError::new(ErrorCode::Invalid, e.to_string())),
+                    Err(e) => {
+                        tracing::warn!("{e}; going on with the memory cache alone");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         let client = Client {
             inner: Arc::new(Inner {
                 chunk_cache: chunk_cache::ChunkCache::new(options.cache_bytes_max),
+                disk_cache,
                 options,
                 metas,
                 meta_current: std::sync::atomic::AtomicUsize::new(current),
@@ -285,6 +315,17 @@ impl Client {
     /// How the client's chunk cache has done since it connected.
     pub fn chunk_cache_stats(&self) -> ChunkCacheStats {
         self.inner.chunk_cache.stats()
+    }
+
+    /// How the client's disk cache has done since it connected; `None` without one.
+    pub fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+        self.inner.disk_cache.as_ref().map(disk_cache::DiskCache::stats)
+    }
+
+    /// The directory of the client's disk cache (the cluster's, below the configured one);
+    /// `None` without one.
+    pub fn disk_cache_dir(&self) -> Option<&std::path::Path> {
+        self.inner.disk_cache.as_ref().map(disk_cache::DiskCache::root)
     }
 
     /// Sends one metadata operation. Mutations get a request id, so retrying after a lost

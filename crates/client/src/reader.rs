@@ -21,7 +21,7 @@
 //! [`RecordTable`] and [`Prefetches`] are views of this shared state with the few operations
 //! it needs.
 
-use crate::chunk_cache::{ChunkCache, FillSlot, Key};
+use crate::chunk_cache::{ChunkCache, Fill, FillSlot, Key};
 use crate::chunkio::{slice_parts, Chunk};
 use crate::{Client, Result};
 use bytes::{Bytes, BytesMut};
@@ -346,9 +346,16 @@ impl ReadSide {
     }
 
     /// Runs (or waits for) the fetch in `cell` of chunk `index` as `rec` places it; the one
-    /// that finishes it puts the chunk into the client's cache (under the id it was fetched
-    /// by, whatever the write side did meanwhile: that id's bytes are these).
-    async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
+    /// that finishes it puts the chunk into the client's memory cache (under the id it was
+    /// fetched by, whatever the write side did meanwhile: that id's bytes are these), unless
+    /// it is a fill the memory cache did not admit (`to_memory` false: for the disk cache).
+    async fn run_fetch(
+        &self,
+        cell: Arc<OnceCell<Chunk>>,
+        index: u64,
+        rec: Arc<ChunkRecord>,
+        to_memory: bool,
+    ) -> Result<Chunk> {
         let fetched = cell.get_or_try_init(|| self.fetch_chunk(index, &rec)).await.cloned();
         let finished = {
             let mut st = self.inner.state.lock();
@@ -358,22 +365,34 @@ impl ReadSide {
             }
             ours
         };
-        if let (true, Ok(data)) = (finished, &fetched) {
+        if let (true, true, Ok(data)) = (finished, to_memory, &fetched) {
             self.cache().put(key(&rec), data.clone());
         }
         fetched
     }
 
-    /// Reads chunk `rec` whole, following it once if it moved meanwhile.
+    /// Reads chunk `rec` whole: from the disk cache if it holds it, else from the storage
+    /// nodes (following the chunk once if it moved meanwhile), offering what arrived to the
+    /// disk cache.
     async fn fetch_chunk(&self, index: u64, rec: &ChunkRecord) -> Result<Chunk> {
         let client = &self.inner.client;
-        match client.read_chunk(rec, &self.inner.what).await {
-            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
-                Some(fresh) => client.read_chunk(&fresh, &self.inner.what).await,
-                None => Err(e),
-            },
-            other => other,
+        let disk = client.inner.disk_cache.as_ref();
+        if let Some(disk) = disk.filter(|d| d.holds(key(rec))) {
+            if let Some(data) = disk.read(rec, 0, rec.len).await {
+                return Ok(Chunk::from(data));
+            }
         }
+        let (data, rec) = match client.read_chunk(rec, &self.inner.what).await {
+            Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
+                Some(fresh) => (client.read_chunk(&fresh, &self.inner.what).await?, std::borrow::Cow::Owned(fresh)),
+                None => return Err(e),
+            },
+            other => (other?, std::borrow::Cow::Borrowed(rec)),
+        };
+        if let Some(disk) = disk {
+            disk.offer(&rec, data.clone());
+        }
+        Ok(data)
     }
 
     /// The whole content of chunk `index` as stored (holes are empty), from the cache, a fetch
@@ -392,13 +411,19 @@ impl ReadSide {
             let mut st = self.inner.state.lock();
             self.fetch_entry(&mut st, index, &rec)
         };
-        self.run_fetch(cell, index, rec).await
+        self.run_fetch(cell, index, rec, true).await
     }
 
-    /// Bytes `in_chunk .. in_chunk + take` of chunk `index` as `rec` places it, fetching only
-    /// the blocks that hold them.
-    async fn range(&self, index: u64, rec: &ChunkRecord, in_chunk: u32, take: u32) -> Result<Bytes> {
+    /// Bytes `in_chunk .. in_chunk + take` of chunk `index` as `rec` places it: from the disk
+    /// cache if it holds the chunk (then the second value is true), else only the blocks that
+    /// hold them from a storage node.
+    async fn range(&self, index: u64, rec: &ChunkRecord, in_chunk: u32, take: u32) -> Result<(Bytes, bool)> {
         let client = &self.inner.client;
+        if let Some(disk) = client.inner.disk_cache.as_ref().filter(|d| d.holds(key(rec))) {
+            if let Some(data) = disk.read(rec, in_chunk, take).await {
+                return Ok((data, true));
+            }
+        }
         let data = match client.read_chunk_range(rec, in_chunk, take, &self.inner.what).await {
             Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
                 Some(fresh) => client.read_chunk_range(&fresh, in_chunk, take, &self.inner.what).await?,
@@ -406,13 +431,24 @@ impl ReadSide {
             },
             other => other?,
         };
-        Ok(slice_parts(std::slice::from_ref(&data), 0, take as usize))
+        if in_chunk == 0 && take == rec.len && data.len() == take as usize {
+            // The whole chunk (a small file read whole): cached like any chunk read whole.
+            self.cache().put(key(rec), Chunk::from(data.clone()));
+            if let Some(disk) = client.inner.disk_cache.as_ref() {
+                disk.offer(rec, Chunk::from(data.clone()));
+            }
+        }
+        Ok((slice_parts(std::slice::from_ref(&data), 0, take as usize), false))
     }
 
     /// After a small random read of chunk `index` missed the cache: fetches the chunk whole
     /// in the background if the cache wants it (`chunk_cache.rs`) and nothing fetches it yet.
     fn maybe_fill(&self, index: u64, rec: &Arc<ChunkRecord>) {
-        let Some(slot) = self.cache().want(key(rec), u64::from(rec.len)) else { return };
+        // With a disk cache that does not hold the chunk yet, a fill the memory cache would
+        // not admit still pays: it goes to the disk.
+        let disk = self.inner.client.inner.disk_cache.as_ref();
+        let spill = disk.is_some_and(|d| !d.holds(key(rec)));
+        let Some(Fill { slot, to_memory }) = self.cache().want(key(rec), u64::from(rec.len), spill) else { return };
         let mut st = self.inner.state.lock();
         if st.fetches.contains_key(&index) {
             return;
@@ -421,7 +457,7 @@ impl ReadSide {
         let (this, rec) = (self.clone(), rec.clone());
         let task = wire::world::spawn(async move {
             let _slot: FillSlot = slot;
-            if let Err(e) = this.run_fetch(cell, index, rec).await {
+            if let Err(e) = this.run_fetch(cell, index, rec, to_memory).await {
                 // Only a cache fill: the reads themselves fetched their bytes.
                 tracing::debug!("filling the cache with chunk {index} of {}: {e}", this.inner.what);
             }
@@ -508,9 +544,13 @@ impl ReadSide {
                     // not waited for.
                     let fetching = self.inner.state.lock().fetches.get(&index).is_some_and(|f| !f.fill);
                     if !sequential && take < cb as usize / 4 && !fetching {
-                        // Small random read: fetch only the bytes asked for.
-                        let bytes = self.range(index, &rec, in_chunk as u32, take as u32).await?;
-                        self.maybe_fill(index, &rec);
+                        // Small random read: fetch only the bytes asked for. One the disk cache
+                        // answered fills nothing: the page cache holds the rest of the chunk as
+                        // well as memory would, and a fill would copy all of it.
+                        let (bytes, local) = self.range(index, &rec, in_chunk as u32, take as u32).await?;
+                        if !local {
+                            self.maybe_fill(index, &rec);
+                        }
                         bytes
                     } else {
                         self.chunk_uncached(index, rec).await?.slice_padded(in_chunk, take)
@@ -545,7 +585,7 @@ impl ReadSide {
             let cell = self.fetch_entry(&mut st, ahead, &rec);
             let this = self.clone();
             let task = wire::world::spawn(async move {
-                if let Err(e) = this.run_fetch(cell, ahead, rec).await {
+                if let Err(e) = this.run_fetch(cell, ahead, rec, true).await {
                     // A reader that needs the chunk fetches it again and reports the error.
                     tracing::debug!("read-ahead of chunk {ahead} of {}: {e}", this.inner.what);
                 }

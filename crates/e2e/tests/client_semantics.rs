@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{content, TestCluster};
+use common::{content, shard_reads_served, TestCluster};
 
 const MIB: usize = 1 << 20;
 
@@ -59,26 +59,6 @@ async fn overwrite_truncate_sparse_and_visibility() {
     a.write_file("/cto", &content(6, 2 * MIB)).await.expect("v2");
     assert!(first[..] == content(5, 2 * MIB)[..]);
     assert!(b.read_file("/cto").await.expect("read v2")[..] == content(6, 2 * MIB)[..]);
-}
-
-/// Shard reads the cluster's storage nodes have served so far (`GetShard` and `ReadRange`, from
-/// each node's metrics exporter). Counted where they are served, so the reads of the other
-/// tests running in this process do not count.
-async fn shard_reads_served(cluster: &TestCluster) -> u64 {
-    let state: toml::Value =
-        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("cluster state"))
-            .expect("toml");
-    let mut total = 0;
-    for node in state["nodes"].as_array().expect("nodes") {
-        let addr = node["metrics"].as_str().expect("every node exports metrics");
-        let text = metrics::scrape::get(addr, "/metrics").await.expect("the node answers");
-        for line in text.lines().filter(|l| l.starts_with("trove_ops_total{") && l.contains("protocol=\"storage\"")) {
-            if line.contains("op=\"GetShard\"") || line.contains("op=\"ReadRange\"") {
-                total += line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).expect("a count") as u64;
-            }
-        }
-    }
-    total
 }
 
 /// Small chunks are mirrored with the file's parity (1+2 for 4+2): a small file is read with
@@ -290,4 +270,104 @@ async fn random_reads_fill_the_cache_with_the_chunks_they_come_back_to() {
     let at = chunk + 5;
     assert!(read(at).await[..] == data[at..at + 4096]);
     assert_eq!(b.cached_bytes(), chunk as u64);
+}
+
+/// Every file of the disk cache below `dir` (its lock file aside).
+fn disk_cache_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n != "lock") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Chunks read whole go to the disk cache; a client started again on it reads them with no
+/// storage request, whole and at random; a damaged file is never served (the bytes come from
+/// the cluster, the file is removed); another client's rewrite names other chunks; and one
+/// directory serves one client at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_cache_serves_a_restarted_client_and_never_a_damaged_or_stale_chunk() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    let big = content(400, 2 * chunk + 1000);
+    let small = content(401, 128 << 10);
+    a.write_file("/big", &big).await.expect("write big");
+    a.write_file("/small", &small).await.expect("write small");
+    let dir = tempfile::tempdir().expect("cache dir");
+    let disk = client::DiskCacheOptions { dir: dir.path().to_path_buf(), bytes_max: 1 << 30, required: true };
+    // No memory cache: every read the disk cache does not answer goes to the cluster.
+    let options = || client::ClientOptions {
+        tls: cluster.tls(),
+        cache_bytes_max: 0,
+        disk_cache: Some(disk.clone()),
+        ..client::ClientOptions::default()
+    };
+    let wait_for_chunks = |c: &client::Client, want: u64| {
+        let c = c.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while c.disk_cache_stats().expect("a disk cache").chunks < want {
+                assert!(std::time::Instant::now() < deadline, "{:?}", c.disk_cache_stats());
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    };
+    {
+        let b = client::Client::connect_with(&cluster.meta_addr, options()).await.expect("client connects");
+        assert!(b.read_file("/big").await.expect("read big")[..] == big[..]);
+        assert!(b.read_file("/small").await.expect("read small")[..] == small[..]);
+        wait_for_chunks(&b, 4).await;
+        assert!(b.disk_cache_dir().expect("its directory").starts_with(dir.path()), "{:?}", b.disk_cache_dir());
+        // The same directory is one client's at a time.
+        let second = client::Client::connect_with(&cluster.meta_addr, options()).await;
+        let refused = second.err().expect("a second client on the directory is refused");
+        assert!(refused.message.contains("in use by another process"), "{refused}");
+    }
+    let files = disk_cache_files(dir.path());
+    assert_eq!(files.len(), 4, "one file per chunk: {files:?}");
+
+    // Started again: the cache lists its files, and reads cost no storage request.
+    let c = client::Client::connect_with(&cluster.meta_addr, options()).await.expect("client connects");
+    wait_for_chunks(&c, 4).await;
+    let before = shard_reads_served(&cluster).await;
+    assert!(c.read_file("/big").await.expect("read big")[..] == big[..]);
+    assert!(c.read_file("/small").await.expect("read small")[..] == small[..]);
+    let h = c.open_path("/big").await.expect("open");
+    for at in [5usize, chunk / 3, chunk + 77_777, 2 * chunk + 10] {
+        let got = h.read_side().read_at(at as u64, 4096, h.size()).await.expect("random read");
+        let end = (at + 4096).min(big.len());
+        assert!(got[..] == big[at..end], "random read at {at}");
+    }
+    assert_eq!(shard_reads_served(&cluster).await - before, 0, "a restarted client read from the cluster");
+    assert!(c.disk_cache_stats().expect("stats").hits >= 6, "{:?}", c.disk_cache_stats());
+    drop(h);
+    drop(c);
+
+    // A flipped bit in the middle of a cache file: the right bytes, from the cluster.
+    let victim = files.iter().max_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).expect("a file");
+    let mut raw = std::fs::read(victim).expect("cache file");
+    let mid = raw.len() / 2;
+    raw[mid] ^= 0x10;
+    std::fs::write(victim, &raw).expect("damage");
+    let d = client::Client::connect_with(&cluster.meta_addr, options()).await.expect("client connects");
+    wait_for_chunks(&d, 4).await;
+    let before = shard_reads_served(&cluster).await;
+    assert!(d.read_file("/big").await.expect("read big")[..] == big[..], "damaged bytes were served");
+    assert!(shard_reads_served(&cluster).await > before, "the damaged chunk came from the cluster");
+    assert_eq!(d.disk_cache_stats().expect("stats").damaged, 1, "{:?}", d.disk_cache_stats());
+
+    // Rewritten by another client: new chunks, read from the cluster, never the cached ones.
+    let newer = content(402, 2 * chunk + 1000);
+    a.write_file("/big", &newer).await.expect("rewrite");
+    assert!(d.read_file("/big").await.expect("read rewritten")[..] == newer[..]);
 }

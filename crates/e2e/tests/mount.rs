@@ -621,3 +621,90 @@ fn repeated_opens_within_the_attribute_timeout_cost_no_round_trip() {
     assert!(open_calls(&m) - before >= 1, "the open after a change used what was kept");
     m.stop();
 }
+
+/// A mount's disk cache outlives it: started again on the same directory, the mount reads what
+/// the last one read with no storage request; a second mount is refused the directory with the
+/// cause; a damaged cache file is never served (the next mount reads the cluster and says so).
+#[test]
+fn a_mount_started_again_reads_from_its_disk_cache() {
+    if fuse_missing() {
+        return;
+    }
+    let cluster = TestCluster::start(6, "4+2");
+    let cache = cluster.path().join("disk-cache-own");
+    let cache_arg = cache.to_str().expect("utf-8 path").to_string();
+    // Past the kernel's page cache, and no memory cache: reads reach the disk cache.
+    let args = ["--disk-cache-dir", &cache_arg, "--chunk-cache-mib", "0", "--direct-io"];
+    let data = content(77, 10 << 20);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let files_in = |dir: &Path| -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else if e.file_name() != "lock" {
+                    out.push(e.path());
+                }
+            }
+        }
+        out
+    };
+    let first = Mount::start(&cluster, "first", &args);
+    std::fs::write(first.join("f"), &data).expect("write through the mount");
+    assert!(std::fs::read(first.join("f")).expect("read") == data);
+    let started = Instant::now();
+    while files_in(&cache).len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "chunks did not reach the disk cache: {:?}",
+            files_in(&cache)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.stop();
+
+    let second = Mount::start(&cluster, "second", &args);
+    // The restarted mount lists its cache in the background: wait until a read finds it all.
+    let started = Instant::now();
+    loop {
+        let before_read = runtime.block_on(shard_reads_served(&cluster));
+        assert!(std::fs::read(second.join("f")).expect("read again") == data);
+        if runtime.block_on(shard_reads_served(&cluster)) == before_read {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "reads after the restart kept reaching the cluster");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Another mount on the same directory is refused, naming the cause.
+    let point = tempfile::tempdir().expect("mount point");
+    let out = trove()
+        .args(["mount", &cluster.dir_str()])
+        .arg(point.path())
+        .args(["--disk-cache-dir", &cache_arg])
+        .output()
+        .expect("trove mount runs");
+    assert!(!out.status.success(), "a second mount took a disk cache in use");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another process"), "{err}");
+    second.stop();
+
+    // A flipped bit in a cache file: the next mount reads the right bytes from the cluster.
+    let victim = files_in(&cache).into_iter().max_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0));
+    let victim = victim.expect("a cache file");
+    let mut raw = std::fs::read(&victim).expect("cache file");
+    let at = raw.len() - 100;
+    raw[at] ^= 1;
+    std::fs::write(&victim, &raw).expect("damage");
+    let third = Mount::start(&cluster, "third", &args);
+    let before = runtime.block_on(shard_reads_served(&cluster));
+    let started = Instant::now();
+    while !third.log_text().contains("fails its checksum") {
+        assert!(std::fs::read(third.join("f")).expect("read after damage") == data, "damaged bytes were served");
+        assert!(started.elapsed() < Duration::from_secs(20), "the damage was never found: {}", third.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(runtime.block_on(shard_reads_served(&cluster)) > before, "the damaged chunk came from the cluster");
+    third.stop();
+}

@@ -44,6 +44,17 @@ pub struct MountArgs {
     /// least recently used are let go. 0: none.
     #[arg(long, default_value_t = client::CACHE_BYTES_MAX_DEFAULT >> 20)]
     pub chunk_cache_mib: u64,
+    /// Where whole chunks are also kept on local disk, below the memory cache: chunks read
+    /// whole or fetched for random reads that came back, so the next epoch, another process
+    /// or this mount started again reads them locally (verified against their records every
+    /// time). Each cluster gets a directory of its own in it, used by one mount at a time.
+    /// Default: /var/cache/trove as root, else $XDG_CACHE_HOME/trove or ~/.cache/trove.
+    #[arg(long, env = "TROVE_DISK_CACHE_DIR", value_name = "DIR")]
+    pub disk_cache_dir: Option<PathBuf>,
+    /// MiB of chunks kept in the disk cache at most; it also leaves 10% of its file system
+    /// free. 0: no disk cache.
+    #[arg(long, default_value_t = client::DISK_CACHE_BYTES_MAX_DEFAULT >> 20)]
+    pub disk_cache_mib: u64,
     /// Bypass the kernel page cache for file data.
     #[arg(long)]
     pub direct_io: bool,
@@ -109,14 +120,30 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     let addr = crate::cluster::meta_addr_of(&cluster)?;
     // Check the mount point before connecting, so its problems are reported first and fast.
     mount::check_mount_point(&mount_point)?;
+    let disk_cache = match (args.disk_cache_mib, args.disk_cache_dir) {
+        (0, _) => None,
+        (mib, Some(dir)) => {
+            Some(client::DiskCacheOptions { dir, bytes_max: mib.saturating_mul(1 << 20), required: true })
+        }
+        (mib, None) => default_disk_cache_dir().map(|dir| client::DiskCacheOptions {
+            dir,
+            bytes_max: mib.saturating_mul(1 << 20),
+            required: false,
+        }),
+    };
     let client_options = client::ClientOptions {
         readahead_chunks_max: args.readahead_chunks.max(1),
         cache_bytes_max: args.chunk_cache_mib.saturating_mul(1 << 20),
+        disk_cache,
         atime: !args.noatime,
         ..Default::default()
     };
     let exporter = crate::telemetry::bind(&args.metrics)?;
     let client = crate::cmds::connect_with(Some(cluster), client_options).await?;
+    let disk_cache_note = match client.disk_cache_dir() {
+        Some(dir) => format!("disk cache {}", dir.display()),
+        None => "no disk cache".to_string(),
+    };
     let announcer = client.clone();
     let options = mount::MountOptions {
         attr_timeout: Duration::from_millis(args.attr_timeout_ms),
@@ -137,7 +164,10 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     let mounted = tokio::task::spawn_blocking(move || mount::mount(client, runtime, &mount_point, &options))
         .await
         .context("the mount task failed")??;
-    eprintln!("trove: mounted {addr} on {} (unmount with Ctrl-C or `trove umount`)", mounted.mount_point().display());
+    eprintln!(
+        "trove: mounted {addr} on {} ({disk_cache_note}; unmount with Ctrl-C or `trove umount`)",
+        mounted.mount_point().display()
+    );
     let point = mounted.mount_point().display().to_string();
     crate::telemetry::serve_front(exporter, &announcer, "mount", &point, "", "")?;
     let (mut unmounter, session) = mounted.split();
@@ -157,6 +187,17 @@ pub async fn mount(args: MountArgs, cluster: Option<String>) -> Result<()> {
     tokio::task::spawn_blocking(move || unmounter.unmount()).await.context("the unmount task failed")??;
     session_done.await.context("the FUSE session task failed")?.context("the FUSE session failed")?;
     Ok(())
+}
+
+/// The disk cache's directory when none is given: the system's cache directory as root, the
+/// user's otherwise (XDG), as JuiceFS picks `/var/jfsCache` or `~/.juicefs/cache`.
+fn default_disk_cache_dir() -> Option<PathBuf> {
+    if rustix::process::geteuid().is_root() {
+        return Some(PathBuf::from("/var/cache/trove"));
+    }
+    let xdg = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()).map(PathBuf::from);
+    xdg.or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+        .map(|d| d.join("trove"))
 }
 
 pub fn umount(args: UmountArgs) -> Result<()> {

@@ -773,6 +773,8 @@ pub struct Peer {
     tls: TlsChoice,
     net: crate::world::Net,
     conn: tokio::sync::Mutex<Option<Connection>>,
+    /// The cluster the server named in its hello, once connected.
+    cluster: std::sync::OnceLock<String>,
 }
 
 impl Peer {
@@ -789,11 +791,23 @@ impl Peer {
     /// A peer reached over `net` (TCP with the credential `tls` chooses, or a simulator's
     /// network).
     pub fn on(net: crate::world::Net, addr: impl Into<String>, service: Service, tls: TlsChoice) -> Peer {
-        Peer { addr: addr.into(), service, tls, net, conn: tokio::sync::Mutex::new(None) }
+        Peer {
+            addr: addr.into(),
+            service,
+            tls,
+            net,
+            conn: tokio::sync::Mutex::new(None),
+            cluster: std::sync::OnceLock::new(),
+        }
     }
 
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The cluster the server named in its hello when first connected (`None` before that).
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.get().map(String::as_str)
     }
 
     /// Returns a live connection, connecting if needed.
@@ -804,7 +818,9 @@ impl Peer {
                 return Ok(c.clone());
             }
         }
-        let (c, _) = Connection::connect_on(&self.net, &self.addr, self.service, self.tls.resolve().as_deref()).await?;
+        let (c, hello) =
+            Connection::connect_on(&self.net, &self.addr, self.service, self.tls.resolve().as_deref()).await?;
+        let _ = self.cluster.set(hello.cluster);
         *guard = Some(c.clone());
         Ok(c)
     }

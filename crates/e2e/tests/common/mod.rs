@@ -158,3 +158,23 @@ pub fn content(id: u64, len: usize) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Shard reads the cluster's storage nodes have served so far (`GetShard` and `ReadRange`, from
+/// each node's metrics exporter). Counted where they are served, so the reads of the other
+/// tests running in this process do not count.
+pub async fn shard_reads_served(cluster: &TestCluster) -> u64 {
+    let state: toml::Value =
+        toml::from_str(&std::fs::read_to_string(cluster.path().join("cluster.toml")).expect("cluster state"))
+            .expect("toml");
+    let mut total = 0;
+    for node in state["nodes"].as_array().expect("nodes") {
+        let addr = node["metrics"].as_str().expect("every node exports metrics");
+        let text = metrics::scrape::get(addr, "/metrics").await.expect("the node answers");
+        for line in text.lines().filter(|l| l.starts_with("trove_ops_total{") && l.contains("protocol=\"storage\"")) {
+            if line.contains("op=\"GetShard\"") || line.contains("op=\"ReadRange\"") {
+                total += line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).expect("a count") as u64;
+            }
+        }
+    }
+    total
+}

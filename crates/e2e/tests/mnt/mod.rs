@@ -48,6 +48,9 @@ impl Mount {
         let mut cmd = trove();
         cmd.args(["mount", &cluster.dir_str()]).arg(dir.path()).args(extra);
         cmd.env("TROVE_LOG", filter).stdout(Stdio::null()).stderr(std::fs::File::create(&log).expect("log file"));
+        // A disk cache of its own, inside the cluster's directory (gone with it), unless the
+        // test names one.
+        cmd.env("TROVE_DISK_CACHE_DIR", cluster.path().join(format!("disk-cache-{name}")));
         let mut child = cmd.spawn().expect("trove mount starts");
         let started = Instant::now();
         while !mounted_at(dir.path()) {
