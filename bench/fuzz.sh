@@ -18,7 +18,7 @@ seconds=${FUZZ_SECONDS:-600}
 jobs=${JOBS:-$(nproc)}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(wire_frame wire_messages tls_records shard_file kv_wal s3_request bucket_policy tfrecord jpeg)
+    targets=(wire_frame wire_messages tls_records shard_file disk_cache_file kv_wal s3_request bucket_policy tfrecord jpeg)
 fi
 # clang builds libjpeg-turbo's C code (jpeg target) with libFuzzer's coverage counters, so the
 # fuzzer is guided by the C decoder's branches too, not only by the Rust around it.

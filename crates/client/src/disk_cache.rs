@@ -413,7 +413,13 @@ fn decode_header(h: &[u8], rec: &ChunkRecord) -> Result<(u8, u32), String> {
             "holds chunk {id:016x} of {len} bytes in {k} shards of {shard_len}, not what the record says"
         ));
     }
-    if k == 0 || k > K_MAX || shard_len > SHARD_BYTES_MAX || u64::from(len) > u64::from(k) * u64::from(shard_len) {
+    if k == 0
+        || k > K_MAX
+        || len == 0
+        || shard_len == 0
+        || shard_len > SHARD_BYTES_MAX
+        || u64::from(len) > u64::from(k) * u64::from(shard_len)
+    {
         return Err(format!("impossible layout: {k} shards of {shard_len} bytes for {len} bytes"));
     }
     Ok((k, shard_len))
@@ -455,35 +461,120 @@ fn read_exact_at(file: &File, buf: &mut [u8], pos: u64, wait: Wait) -> Result<()
     Ok(())
 }
 
+/// The blocks holding chunk bytes `start .. end` (`start < end`) of chunks of `k` shards of
+/// `s` bytes: the first and last as (shard, block), and the span of the data they cover.
+/// Block (shard i, block j) spans chunk bytes `i*s + j*B .. i*s + min((j+1)*B, s)`; blocks lie
+/// end to end, so the blocks holding a range are one span of the file.
+fn block_span(s: u32, start: u32, end: u32) -> ((u32, u32), (u32, u32), u32, u32) {
+    let block = SHARD_BLOCK_BYTES;
+    let locate = |pos: u32| (pos / s, (pos % s) / block);
+    let (first, last) = (locate(start), locate(end - 1));
+    let from = first.0 * s + first.1 * block;
+    let to = last.0 * s + ((last.1 + 1) * block).min(s);
+    (first, last, from, to)
+}
+
+/// Checks the blocks `first ..= last` (as [`block_span`] gives them), whose bytes are `buf`
+/// (starting at chunk byte `from`), against `tables` (`blocks` entries per shard).
+fn verify_span(
+    buf: &[u8],
+    from: u32,
+    (first, last): ((u32, u32), (u32, u32)),
+    s: u32,
+    blocks: usize,
+    tables: &[u32],
+) -> Result<(), String> {
+    let block = SHARD_BLOCK_BYTES;
+    let mut at = first;
+    loop {
+        let (lo, hi) = (at.0 * s + at.1 * block, at.0 * s + ((at.1 + 1) * block).min(s));
+        let entry = at.0 as usize * blocks + at.1 as usize;
+        let want = tables.get(entry).copied().ok_or("the block table is too short")?;
+        let bytes = buf.get((lo - from) as usize..(hi - from) as usize).ok_or("the data is cut short")?;
+        if crc32c::crc32c(bytes) != want {
+            return Err(format!("block {} of shard {} fails its checksum", at.1, at.0));
+        }
+        if at == last {
+            return Ok(());
+        }
+        at = if hi < (at.0 + 1) * s { (at.0, at.1 + 1) } else { (at.0 + 1, 0) };
+    }
+}
+
+/// Decodes the `k` tables of `blocks` entries in `raw` and checks each against the record.
+fn decode_tables(raw: &[u8], k: usize, blocks: usize, rec: &ChunkRecord) -> Result<Vec<u32>, String> {
+    if raw.len() != 4 * k * blocks {
+        return Err("the block tables are cut short".into());
+    }
+    let tables: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    for (i, table) in tables.chunks(blocks.max(1)).enumerate().take(k) {
+        if rec.table_crcs.get(i).copied() != Some(erasure::table_crc(table)) {
+            return Err(format!("the block table of shard {i} is not the one the metadata records"));
+        }
+    }
+    Ok(tables)
+}
+
 /// Reads and verifies chunk bytes `start .. end` of an open cache file: the whole blocks that
 /// hold them, each checked against its table entry.
 fn read_blocks(open: &OpenFile, start: u32, end: u32, wait: Wait) -> Result<Bytes, ReadFail> {
-    let block = SHARD_BLOCK_BYTES;
-    let s = open.shard_len;
-    // Block (shard i, block j) spans chunk bytes i*s + j*block .. i*s + min((j+1)*block, s);
-    // blocks lie end to end, so the blocks holding start .. end are one span of the file.
-    let locate = |pos: u32| (pos / s, (pos % s) / block);
-    let span = |(i, j): (u32, u32)| (i * s + j * block, i * s + ((j + 1) * block).min(s));
-    let (first, last) = (locate(start), locate(end - 1));
-    let (from, to) = (span(first).0, span(last).1);
+    let (first, last, from, to) = block_span(open.shard_len, start, end);
     let data_at = HEADER_BYTES as u64 + 4 * open.tables.len() as u64;
     // A reused buffer, neither cleared nor faulted in anew: the read overwrites all of it.
     let mut buf = wire::pool::take_filled((to - from) as usize);
     read_exact_at(&open.file, &mut buf, data_at + u64::from(from), wait)?;
-    let mut at = first;
-    loop {
-        let (lo, hi) = span(at);
-        let entry = at.0 as usize * open.blocks + at.1 as usize;
-        let want = open.tables.get(entry).copied().ok_or_else(|| ReadFail::Damaged("block table too short".into()))?;
-        if crc32c::crc32c(&buf[(lo - from) as usize..(hi - from) as usize]) != want {
-            return Err(ReadFail::Damaged(format!("block {} of shard {} fails its checksum", at.1, at.0)));
-        }
-        if at == last {
-            break;
-        }
-        at = if hi < (at.0 + 1) * s { (at.0, at.1 + 1) } else { (at.0 + 1, 0) };
-    }
+    verify_span(&buf, from, (first, last), open.shard_len, open.blocks, &open.tables).map_err(ReadFail::Damaged)?;
     Ok(buf.freeze().slice((start - from) as usize..(end - from) as usize))
+}
+
+/// The image of the cache file of chunk `id` of `len` bytes, `k` data shards of `shard_len`,
+/// holding `parts` (the chunk's bytes laid end to end, `len` in all), and the crc32c of each
+/// data shard's block table (what the chunk's record must say for the file to be read).
+pub fn encode_file(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
+    let (kk, s) = (usize::from(k), shard_len as usize);
+    let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
+    let data_at = HEADER_BYTES + 4 * kk * blocks;
+    let mut image = vec![0u8; data_at + kk * s];
+    image[..HEADER_BYTES].copy_from_slice(&encode_header((id, len), k, shard_len));
+    let mut at = data_at;
+    for part in parts {
+        let take = part.len().min(image.len() - at);
+        image[at..at + take].copy_from_slice(&part[..take]);
+        at += take;
+    }
+    let mut crcs = Vec::with_capacity(kk);
+    for i in 0..kk {
+        let shard = &image[data_at + i * s..data_at + (i + 1) * s];
+        let table = erasure::block_crcs(shard);
+        crcs.push(erasure::table_crc(&table));
+        for (j, c) in table.iter().enumerate() {
+            let t = HEADER_BYTES + 4 * (i * blocks + j);
+            image[t..t + 4].copy_from_slice(&c.to_le_bytes());
+        }
+    }
+    (image, crcs)
+}
+
+/// Checks a whole cache file `image` against the record `rec` as reads do (header, length,
+/// tables, every block), and that the padding past the chunk's length is zeros (which reads
+/// never return), and returns the chunk's bytes. Reads check the same piecewise; this is for
+/// tests and the fuzz target.
+pub fn verify_file(image: &[u8], rec: &ChunkRecord) -> Result<Vec<u8>, String> {
+    let (k, shard_len) = decode_header(image, rec)?;
+    let k = usize::from(k);
+    if image.len() as u64 != file_bytes(k, shard_len) {
+        return Err(format!("{} bytes, expected {}", image.len(), file_bytes(k, shard_len)));
+    }
+    let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
+    let data_at = HEADER_BYTES + 4 * k * blocks;
+    let tables = decode_tables(&image[HEADER_BYTES..data_at], k, blocks, rec)?;
+    let (first, last, from, to) = block_span(shard_len, 0, rec.len);
+    let data = &image[data_at..];
+    verify_span(&data[from as usize..to as usize], from, (first, last), shard_len, blocks, &tables)?;
+    if data[rec.len as usize..].iter().any(|&b| b != 0) {
+        return Err("the padding past the chunk's length is not zeros".into());
+    }
+    Ok(data[..rec.len as usize].to_vec())
 }
 
 impl Shared {
@@ -540,13 +631,7 @@ impl Shared {
         let mut raw = vec![0u8; 4 * k * blocks];
         read_exact_at(&file, &mut raw, HEADER_BYTES as u64, Wait::Block)
             .map_err(|_| damaged("tables cut short".into()))?;
-        let tables: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        for (i, table) in tables.chunks(blocks.max(1)).enumerate().take(k) {
-            let recorded = rec.table_crcs.get(i).copied();
-            if recorded != Some(erasure::table_crc(table)) {
-                return Err(damaged(format!("the block table of shard {i} is not the one the metadata records")));
-            }
-        }
+        let tables = decode_tables(&raw, k, blocks, rec).map_err(damaged)?;
         Ok(OpenFile { file, shard_len, blocks, tables })
     }
 
@@ -627,22 +712,11 @@ impl Shared {
         if k == 0 || k > usize::from(K_MAX) || s > SHARD_BYTES_MAX || put.key.1 as usize > k * s as usize {
             return;
         }
-        // The data shards as encoded: the chunk, zero-padded to k * shard_len.
-        let mut padded = vec![0u8; k * s as usize];
-        let mut at = 0;
-        for part in put.data.parts() {
-            padded[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
-        let mut tables = Vec::with_capacity(k * s.div_ceil(SHARD_BLOCK_BYTES) as usize);
-        for (i, shard) in padded.chunks(s.max(1) as usize).enumerate() {
-            let table = erasure::block_crcs(shard);
-            if put.table_crcs.get(i).copied() != Some(erasure::table_crc(&table)) {
-                // Not the bytes the record describes: never cached (a bug elsewhere if seen).
-                tracing::warn!("disk cache: chunk {:016x} does not match its record; not cached", put.key.0);
-                return;
-            }
-            tables.extend(table);
+        let (image, crcs) = encode_file(put.key.0, put.key.1, put.k, s, put.data.parts());
+        if put.table_crcs.get(..k) != Some(&crcs[..]) {
+            // Not the bytes the record describes: never cached (a bug elsewhere if seen).
+            tracing::warn!("disk cache: chunk {:016x} does not match its record; not cached", put.key.0);
+            return;
         }
         let bytes = file_bytes(k, s);
         if bytes > self.bytes_max || !self.evict_for(bytes) {
@@ -654,13 +728,7 @@ impl Shared {
         let tmp = dir.join(format!("{TMP_PREFIX}{}", file_name(put.key)));
         let written = (|| {
             std::fs::create_dir_all(dir)?;
-            let mut f = std::io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            f.write_all(&encode_header(put.key, put.k, s))?;
-            for c in &tables {
-                f.write_all(&c.to_le_bytes())?;
-            }
-            f.write_all(&padded)?;
-            f.into_inner().map_err(|e| e.into_error())?;
+            File::create(&tmp)?.write_all(&image)?;
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = written {
@@ -874,6 +942,26 @@ mod tests {
             assert_eq!(again.read(&recs[i], 0, 64 << 10).await.as_deref(), Some(&chunks[i][..]));
         }
         assert_eq!(again.read(&recs[1], 0, 10).await, None);
+    }
+
+    #[test]
+    fn a_file_image_round_trips_and_any_flipped_bit_is_refused() {
+        for (len, ec) in [(1000usize, EcScheme { k: 3, m: 2 }), (70_000, EcScheme { k: 1, m: 2 })] {
+            let bytes = data(len, len as u64);
+            let rec = record(9, &bytes, ec);
+            let (image, crcs) = encode_file(9, rec.len, ec.k, rec.shard_len, &[Bytes::copy_from_slice(&bytes)]);
+            assert_eq!(crcs[..], rec.table_crcs[..usize::from(ec.k)]);
+            assert_eq!(image.len() as u64, file_bytes(usize::from(ec.k), rec.shard_len));
+            assert_eq!(verify_file(&image, &rec).as_deref(), Ok(&bytes[..]));
+            // Every byte of a small image, one bit flipped at a time; a sample of a larger one.
+            let step = if image.len() < 4096 { 1 } else { 997 };
+            for at in (0..image.len()).step_by(step) {
+                let mut bad = image.clone();
+                bad[at] ^= 0x04;
+                assert!(verify_file(&bad, &rec).is_err(), "a flipped bit at {at} of {} went unseen", image.len());
+            }
+            assert!(verify_file(&image[..image.len() - 1], &rec).is_err(), "a torn file");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 mod atime;
 mod chunk_cache;
 pub mod chunkio;
-mod disk_cache;
+pub mod disk_cache;
 mod file;
 pub mod metered;
 mod posix;

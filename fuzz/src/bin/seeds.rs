@@ -81,6 +81,14 @@ fn main() {
     write(&dir, "shard_file", "keyring", &keyring);
     let _ = std::fs::remove_dir_all(&drive);
 
+    // Client disk cache files: a 4+2 chunk with a padded last shard, and a mirrored small one.
+    for (name, len, k) in [("chunk-4", 200_000usize, 4u8), ("chunk-1", 70_000, 1)] {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let shard_len = EcScheme { k, m: 2 }.shard_len(len as u32);
+        let (image, _) = client::disk_cache::encode_file(0x77, len as u32, k, shard_len, &[bytes.into()]);
+        write(&dir, "disk_cache_file", name, &image);
+    }
+
     // Write-ahead log records after checkpoint 2: mode byte, applied (u64 LE), records.
     let mut wal = vec![0u8];
     wal.extend_from_slice(&2u64.to_le_bytes());
