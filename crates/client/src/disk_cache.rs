@@ -22,8 +22,9 @@
 //! client uses it. It survives restarts: a client opening it lists the files already there
 //! (in the background, oldest first), so a mount started again reads warm.
 //!
-//! Writes go through one thread with a short queue ([`WRITES_QUEUED_MAX`]); when the disk
-//! cannot keep up, chunks are simply not cached (counted as `dropped`). Files are written to a
+//! Writes go through one thread with a short queue ([`WRITES_QUEUED_MAX`]), at the lowest CPU
+//! priority: when the disk or the CPU cannot keep up, chunks are simply not cached (counted as
+//! `dropped`), and the reads that fetched them never wait for the cache. Files are written to a
 //! temporary name and renamed, never synced: a cache file lost or torn by a crash fails its
 //! checks and is removed.
 //!
@@ -52,6 +53,9 @@ pub const DISK_CACHE_BYTES_MAX_DEFAULT: u64 = 100 << 30;
 pub const FREE_PERMILLE_MIN: u64 = 100;
 /// Chunks waiting to be written at most; more are not cached.
 pub const WRITES_QUEUED_MAX: usize = 8;
+/// The writer thread's nice value: it runs on what the readers leave of the CPU (a busy machine
+/// caches less, and never reads slower for it).
+const WRITER_NICE: i32 = 19;
 /// Cache files kept open for reads at most.
 const OPEN_FILES_MAX: usize = 256;
 /// How long opening waits for another user of the directory to let it go (a client of this
@@ -242,6 +246,8 @@ impl DiskCache {
             .name("trove-disk-cache".into())
             .spawn(move || {
                 let _lock = lock;
+                // Background work: a failure to lower the thread's priority changes nothing else.
+                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), WRITER_NICE);
                 writer.scan();
                 for put in queue {
                     writer.put(put);
