@@ -575,26 +575,42 @@ impl ReadSide {
                 continue;
             }
             let Some(rec) = self.record(ahead).await? else { continue };
-            if self.cache().contains(key(&rec)) {
-                continue;
-            }
-            let mut st = self.inner.state.lock();
-            if st.fetches.contains_key(&ahead) {
-                continue;
-            }
-            let cell = self.fetch_entry(&mut st, ahead, &rec);
-            let this = self.clone();
-            let task = wire::world::spawn(async move {
-                if let Err(e) = this.run_fetch(cell, ahead, rec, true).await {
-                    // A reader that needs the chunk fetches it again and reports the error.
-                    tracing::debug!("read-ahead of chunk {ahead} of {}: {e}", this.inner.what);
-                }
-            });
-            if let Some(f) = st.fetches.get_mut(&ahead) {
-                f.task = Some(task.abort_handle());
-            }
+            self.fetch_in_background(ahead, rec);
         }
         Ok(())
+    }
+
+    /// Starts fetching chunk `index` whole in the background, unless it is cached or already
+    /// being fetched; readers of it join the fetch.
+    fn fetch_in_background(&self, index: u64, rec: Arc<ChunkRecord>) {
+        if self.cache().contains(key(&rec)) {
+            return;
+        }
+        let mut st = self.inner.state.lock();
+        if st.fetches.contains_key(&index) {
+            return;
+        }
+        let cell = self.fetch_entry(&mut st, index, &rec);
+        let this = self.clone();
+        let task = wire::world::spawn(async move {
+            if let Err(e) = this.run_fetch(cell, index, rec, true).await {
+                // A reader that needs the chunk fetches it again and reports the error.
+                tracing::debug!("fetching chunk {index} of {} ahead: {e}", this.inner.what);
+            }
+        });
+        if let Some(f) = st.fetches.get_mut(&index) {
+            f.task = Some(task.abort_handle());
+        }
+    }
+
+    /// Starts fetching the first chunk of a small file just opened for reading, whose record
+    /// the open brought, so that the read about to come finds it in flight (or done) instead
+    /// of asking only then. Does nothing when the record is not known yet: no metadata call.
+    pub fn prefetch_start(&self) {
+        let rec = self.inner.state.lock().records.get(&0).cloned().flatten();
+        if let Some(rec) = rec {
+            self.fetch_in_background(0, rec);
+        }
     }
 
     /// Stops every read-ahead task and forgets every fetch in flight.

@@ -708,3 +708,49 @@ fn a_mount_started_again_reads_from_its_disk_cache() {
     assert!(runtime.block_on(shard_reads_served(&cluster)) > before, "the damaged chunk came from the cluster");
     third.stop();
 }
+
+/// An open for reading of a small file whose pages the kernel does not hold starts fetching
+/// it: the storage read happens before the first read call, which then costs none. An open for
+/// writing, or of a file over 1 MiB, starts nothing.
+#[test]
+fn opening_a_small_file_for_reading_starts_fetching_it() {
+    if fuse_missing() {
+        return;
+    }
+    let cluster = TestCluster::start(6, "4+2");
+    let c = cluster.dir_str();
+    let local = cluster.path().join("local");
+    std::fs::create_dir_all(&local).expect("local dir");
+    // Stored through the CLI, so the mount has no pages of them.
+    let files = [("small", content(5, 100 << 10)), ("other", content(6, 100 << 10)), ("big", content(7, 3 << 20))];
+    for (name, bytes) in &files {
+        let path = local.join(name);
+        std::fs::write(&path, bytes).expect("local file");
+        run_ok(&["--cluster", &c, "put", path.to_str().expect("utf-8"), &format!("/{name}")]);
+    }
+    let m = Mount::start(&cluster, "prefetch", &["--disk-cache-mib", "0"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let reads = || runtime.block_on(shard_reads_served(&cluster));
+
+    let before = reads();
+    let mut f = std::fs::File::open(m.join("small")).expect("open for reading");
+    let started = Instant::now();
+    while reads() == before {
+        assert!(started.elapsed() < Duration::from_secs(10), "opening the small file fetched nothing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fetched = reads() - before;
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut got).expect("read");
+    assert!(got == files[0].1, "the small file read back wrong");
+    assert_eq!(reads() - before, fetched, "the read after the open went to the cluster again");
+    drop(f);
+
+    for (name, how) in [("other", "read-write"), ("big", "read-only")] {
+        let before = reads();
+        let f = std::fs::File::options().read(true).write(how == "read-write").open(m.join(name)).expect("open");
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(reads(), before, "a {how} open of {name} fetched data nobody asked for");
+        drop(f);
+    }
+}

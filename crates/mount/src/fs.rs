@@ -60,6 +60,10 @@ const WHOLE_FILE: (u64, u64) = (0, u64::MAX);
 /// Inode numbers with this bit set are snapshot views (protocol 10; the metadata service's
 /// `snapshot::VIEW_BIT`): read-only.
 const SNAPSHOT_VIEW_BIT: u64 = 1 << 63;
+/// Files at most this large, opened for reading, start fetching their first chunk at the open
+/// (`Shared::prefetch_small`): a training sample or a small record file is read whole right
+/// after it is opened.
+const OPEN_PREFETCH_BYTES_MAX: u64 = 1 << 20;
 
 /// Converts a client error into the errno of the system call, logging the unexpected ones once
 /// here, where they are handled.
@@ -628,6 +632,19 @@ impl Shared {
         Ok(len)
     }
 
+    /// After an open of a file of `size` bytes for reading (kernel handle `fh`) that the
+    /// kernel's page cache does not hold: a small file's first chunk is fetched in the
+    /// background at once, so the read that follows (a loader reads what it opens) finds it in
+    /// flight instead of asking only when it arrives.
+    fn prefetch_small(&self, fh: u64, size: u64) {
+        if size == 0 || size > OPEN_PREFETCH_BYTES_MAX {
+            return;
+        }
+        if let Some((reader, _)) = self.open.file(fh).and_then(|f| f.inode.clean_reader()) {
+            reader.prefetch_start();
+        }
+    }
+
     /// Publishes an open file's buffered writes (close and fsync).
     async fn flush(&self, fh: u64) -> Result<(), Errno> {
         let file = self.open.file(fh).ok_or(Errno::EBADF)?;
@@ -1080,7 +1097,11 @@ impl Filesystem for TroveFs {
                         first
                     }
                 };
+                let size = first.attr().size;
                 let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
+                if !keep && flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) == libc::O_RDONLY {
+                    s.prefetch_small(fh, size);
+                }
                 Ok((fh, s.open_flags(keep)))
             },
             |r, (fh, f)| r.opened(Fh(fh), f),
@@ -1150,6 +1171,12 @@ impl Filesystem for TroveFs {
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, lock_owner: LockOwner, reply: ReplyEmpty) {
         let _op = metered::begin(const { metered::slot("flush") });
+        if !self.handle_changes(fh.0) && !lock(&self.shared.held_locks).contains(&(ino.0, lock_owner.0)) {
+            // Nothing of this mount's to publish and no cluster lock of the closing owner to
+            // let go: a close of a file only read (a loader's every sample) is answered here,
+            // without a hand-off to a task.
+            return reply.ok();
+        }
         self.spawn_closing(fh.0, reply, move |s| async move { s.close(ino.0, fh.0, lock_owner.0).await });
     }
 
