@@ -119,17 +119,24 @@ rotated() { # n
 # queue drained): waits until the share of time some task stalled on I/O (/proc/pressure/io,
 # last 10 s) is under 5%, for at most SETTLE_SECONDS (default 120). This machine's disk is
 # shared and rate-limited; a read right after gigabytes of writes measures the writes.
+# Trove deletes a removed file's shards after the GC's grace period (30 s), so settling also
+# waits until the cluster has no deletion pending: JuiceFS (no trash) and ext4 free at once,
+# and a removal's work must not land in the next target's measurement.
 settle() {
     sync
-    local waited=0 limit=${SETTLE_SECONDS:-120}
+    local waited=0 limit=${SETTLE_SECONDS:-120} pending=0
     while [ "$waited" -lt "$limit" ]; do
         local some
         some=$(awk '/^some/ { sub("avg10=", "", $2); print int($2) }' /proc/pressure/io)
-        [ "$some" -lt 5 ] && [ "$waited" -ge 10 ] && break
+        pending=0
+        if has trove; then
+            pending=$("$trove" status --cluster "$work/cluster" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["bytes_pending_delete"])')
+        fi
+        [ "$some" -lt 5 ] && [ "$pending" -eq 0 ] && [ "$waited" -ge 10 ] && break
         sleep 5
         waited=$((waited + 5))
     done
-    echo "   (settled ${waited} s; io pressure $(awk '/^some/ { print $2 }' /proc/pressure/io))"
+    echo "   (settled ${waited} s; io pressure $(awk '/^some/ { print $2 }' /proc/pressure/io); Trove's deletions pending: $pending bytes)"
 }
 
 echo "== setup (load $(load)); targets: ${targets[*]}"
@@ -200,9 +207,10 @@ run_row rr128k-4jobs-own-files --directory=@DIR@ --filename_format='own.$jobnum'
 run_row seqread-1m-1job --filename=@DIR@/own.1 --numjobs=1 --rw=read --bs=1M --size="$size"
 for t in "${targets[@]}"; do rm -f "$work/$t"/own.*; done
 if want seqwrite; then
-    settle
+    SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
     run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
     for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
+    SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
 fi
 
 want loader && echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
@@ -258,7 +266,7 @@ EOF_PY
     echo "loader $t: files/s, MB/s = $out (load before $before)"
     record "{\"row\": \"loader-128k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
     rm -rf "$work/$t/loader"
-    settle
+    SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
 done
 
 want meta && echo "== metadata: trove bench meta, 2 tasks x $meta_items files in one shared directory"
