@@ -17,7 +17,8 @@
 //! the cluster.
 //!
 //! Bounded in bytes (`DiskCacheOptions::bytes_max`) and by the file system's free space (it
-//! stops growing while less than [`FREE_PERMILLE_MIN`] of it is free); past either, the least
+//! stops growing while less than [`FREE_PERMILLE_MIN`] of it is free, looked at once a second
+//! and counted in between from what it writes and removes); past either, the least
 //! recently used chunks go. One process at a time: the directory is locked (`flock`) while a
 //! client uses it. It survives restarts: a client opening it lists the files already there
 //! (in the background, oldest first), so a mount started again reads warm.
@@ -61,6 +62,9 @@ const OPEN_FILES_MAX: usize = 256;
 /// How long opening waits for another user of the directory to let it go (a client of this
 /// process being dropped, a mount being restarted, finish their queued writes first).
 const LOCK_WAIT_MS_MAX: u64 = 3000;
+/// How long one look at the file system's free space stands; the writer counts what it wrote
+/// meanwhile (a `statvfs` per write cost more than the rest of a small chunk's bookkeeping).
+const FREE_SPACE_CHECK_MS: u64 = 1000;
 /// Stale recency entries kept beyond twice the live ones before the list is compacted.
 const STALE_ENTRIES_SLACK: usize = 64;
 
@@ -158,6 +162,9 @@ struct Shared {
     evictions: AtomicU64,
     damaged: AtomicU64,
     dropped: AtomicU64,
+    /// The last look at the file system's free space: when, and how many bytes then lay above
+    /// the share left free, less what was written since (the writer's alone).
+    free: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 #[derive(Default)]
@@ -239,6 +246,7 @@ impl DiskCache {
             evictions: AtomicU64::new(0),
             damaged: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            free: Mutex::new(None),
         });
         let (writes, queue) = sync_channel::<Put>(WRITES_QUEUED_MAX);
         let writer = shared.clone();
@@ -733,8 +741,14 @@ impl Shared {
         let Some(dir) = path.parent() else { return };
         let tmp = dir.join(format!("{TMP_PREFIX}{}", file_name(put.key)));
         let written = (|| {
-            std::fs::create_dir_all(dir)?;
-            File::create(&tmp)?.write_all(&image)?;
+            let mut file = match File::create(&tmp) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(dir)?;
+                    File::create(&tmp)?
+                }
+                file => file?,
+            };
+            file.write_all(&image)?;
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = written {
@@ -749,23 +763,43 @@ impl Shared {
         ix.entries.insert(put.key, Entry { file_bytes: bytes, stamp });
         ix.order.push_back((stamp, put.key));
         ix.used_bytes += bytes;
+        drop(ix);
+        self.space_used(bytes as i64);
         self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many bytes the file system lacks for `bytes` more while leaving its free share, from
+    /// a `statvfs` at most [`FREE_SPACE_CHECK_MS`] old and what this cache wrote and removed
+    /// since ([`Shared::space_used`]).
+    fn short_of_space(&self, bytes: u64) -> u64 {
+        let mut free = self.free.lock();
+        let fresh = |(at, _): &(std::time::Instant, u64)| at.elapsed().as_millis() < u128::from(FREE_SPACE_CHECK_MS);
+        if !free.as_ref().is_some_and(fresh) {
+            *free = match rustix::fs::statvfs(&self.root) {
+                Ok(st) => {
+                    let unit = st.f_frsize.max(1);
+                    let (total, avail) = (st.f_blocks.saturating_mul(unit), st.f_bavail.saturating_mul(unit));
+                    Some((std::time::Instant::now(), avail.saturating_sub(total / 1000 * FREE_PERMILLE_MIN)))
+                }
+                // Unknown: the byte limit alone bounds the cache until a look succeeds.
+                Err(_) => Some((std::time::Instant::now(), u64::MAX)),
+            };
+        }
+        free.as_ref().map_or(0, |&(_, above)| bytes.saturating_sub(above))
+    }
+
+    /// Counts `bytes` written (positive) or removed (negative) against the last look at the
+    /// free space.
+    fn space_used(&self, bytes: i64) {
+        if let Some((_, above)) = self.free.lock().as_mut() {
+            *above = above.saturating_add_signed(-bytes);
+        }
     }
 
     /// Lets the least recently used files go until `bytes` more fit within the byte limit and
     /// the file system's free share; false if they cannot.
     fn evict_for(&self, bytes: u64) -> bool {
-        let short_of_space = || -> u64 {
-            match rustix::fs::statvfs(&self.root) {
-                Ok(st) => {
-                    let unit = st.f_frsize.max(1);
-                    let (total, free) = (st.f_blocks.saturating_mul(unit), st.f_bavail.saturating_mul(unit));
-                    (total / 1000 * FREE_PERMILLE_MIN + bytes).saturating_sub(free)
-                }
-                Err(_) => 0,
-            }
-        };
-        let mut short = short_of_space();
+        let mut short = self.short_of_space(bytes);
         loop {
             let victim = {
                 let mut ix = self.index.lock();
@@ -777,6 +811,7 @@ impl Shared {
                 if let Some(e) = &e {
                     ix.used_bytes -= e.file_bytes;
                     short = short.saturating_sub(e.file_bytes);
+                    self.space_used(-(e.file_bytes as i64));
                 }
                 victim
             };
@@ -876,6 +911,25 @@ mod tests {
         }
         let st = cache.stats();
         assert_eq!((st.writes, st.chunks, st.damaged), (4, 4, 0));
+    }
+
+    #[tokio::test]
+    async fn a_subdirectory_removed_under_the_cache_is_made_again_by_the_next_write() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cache = DiskCache::open(&options(dir.path(), 1 << 30), "c").expect("open");
+        let (one, two) = (data(100_000, 1), data(100_000, 2));
+        let ec = EcScheme { k: 1, m: 2 };
+        let twin = (2..).find(|&id| subdir(id) == subdir(1)).expect("an id in the same subdirectory");
+        let (r1, r2) = (record(1, &one, ec), record(twin, &two, ec));
+        put_and_wait(&cache, &r1, &one);
+        // Both chunks live in one subdirectory; someone removes it.
+        let sub = cache.shared.path_of((r1.id, r1.len)).parent().expect("subdirectory").to_path_buf();
+        assert_eq!(Some(sub.as_path()), cache.shared.path_of((r2.id, r2.len)).parent());
+        std::fs::remove_dir_all(&sub).expect("rm");
+        put_and_wait(&cache, &r2, &two);
+        assert_eq!(cache.read(&r2, 0, r2.len).await.as_deref(), Some(&two[..]));
+        assert_eq!(cache.read(&r1, 0, r1.len).await, None, "its file went with the directory");
+        assert_eq!((cache.stats().writes, cache.stats().dropped), (2, 0));
     }
 
     #[tokio::test]
