@@ -65,6 +65,18 @@ impl Client {
         }
     }
 
+    /// Looks `name` up in `parent`, and for a regular file takes the records of its first
+    /// chunks along (what [`Client::getattr_for_open`] returns), in one round trip: a file
+    /// opened right after its lookup needs no other call to the metadata service.
+    pub async fn lookup_for_open(&self, parent: Ino, name: &str) -> Result<(Attr, Option<FirstChunks>)> {
+        let op = MetaOp::LookupChunks { parent, name: name.to_string(), count: FirstChunks::COUNT };
+        match self.meta(op).await? {
+            MetaReply::Chunks { attr, chunks } => Ok((attr.clone(), Some(FirstChunks { attr, chunks }))),
+            MetaReply::Attr(attr) => Ok((attr, None)),
+            other => Err(WireError::new(ErrorCode::Internal, format!("unexpected reply to LookupChunks: {other:?}"))),
+        }
+    }
+
     /// Opens the file [`Client::getattr_for_open`] described, knowing its first chunks.
     pub fn open_with_first_chunks(&self, first: FirstChunks) -> Result<FileHandle> {
         let handle = FileHandle::with_attr(self.clone(), first.attr)?;

@@ -986,6 +986,7 @@ fn is_mutation(op: &MetaOp) -> bool {
     !matches!(
         op,
         MetaOp::Lookup { .. }
+            | MetaOp::LookupChunks { .. }
             | MetaOp::Resolve { .. }
             | MetaOp::GetAttr { .. }
             | MetaOp::ReadLink { .. }

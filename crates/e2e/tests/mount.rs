@@ -440,6 +440,54 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     uncached.stop();
 }
 
+/// A cold small file (never looked up by this mount, no listing fetched ahead) costs one
+/// metadata round trip for its open and read: the LOOKUP of the open's path walk brings the
+/// chunk records (LookupChunks) and the OPEN that follows takes them instead of asking again.
+/// Each file has a directory of its own, so statahead (which starts after a few lookups in one
+/// directory) answers none of the lookups. A lookup older than the hand-off time (a `stat`
+/// long before the open) does not stand in for the open's own check.
+#[test]
+fn a_cold_small_file_opens_and_reads_with_one_metadata_round_trip() {
+    if fuse_missing() {
+        return;
+    }
+    const FILES: usize = 30;
+    let cluster = TestCluster::start(3, "2+1");
+    let writer = Mount::start(&cluster, "writer", &[]);
+    let reader = Mount::start_logging(&cluster, "reader", &[], CALL_LOG);
+    for i in 0..FILES {
+        std::fs::create_dir(writer.join(&format!("d{i}"))).expect("mkdir");
+        std::fs::write(writer.join(&format!("d{i}/c")), content(i as u64, 60_000 + i)).expect("write");
+    }
+    let ops = ["Lookup", "LookupChunks", "GetAttr", "GetChunks"];
+    let count = |m: &Mount| -> Vec<usize> { ops.iter().map(|op| calls_logged(m, op)).collect() };
+    let before = count(&reader);
+    for i in 0..FILES {
+        let got = std::fs::read(reader.join(&format!("d{i}/c"))).expect("read");
+        assert!(got == content(i as u64, 60_000 + i), "d{i}/c read back different bytes");
+    }
+    let sent: Vec<usize> = count(&reader).iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("open and read of {FILES} cold small files: {sent:?} ({ops:?}), a directory and a file looked up each");
+    assert!(sent[1] >= 2 * FILES, "each path walk looks its directory and file up: {sent:?}");
+    assert!(sent[3] <= FILES / 10, "opens asked for chunk records their lookups had brought: {sent:?}");
+    assert!(sent.iter().sum::<usize>() <= 2 * FILES + FILES / 10, "{sent:?} metadata calls for {FILES} opens");
+
+    // A stat's lookup, a change by the other mount, then an open of the name the kernel still
+    // holds (no LOOKUP of its own): the stat's answer is past the hand-off time, so the open
+    // asks the service and reads the new bytes.
+    std::fs::write(writer.join("d0/late"), content(98, 60_000)).expect("write");
+    let path = reader.join("d0/late");
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 60_000);
+    std::thread::sleep(Duration::from_millis(HANDOFF_MS * 3));
+    std::fs::write(writer.join("d0/late"), content(99, 61_000)).expect("rewrite");
+    assert!(std::fs::read(&path).expect("read") == content(99, 61_000), "the open read the bytes before the change");
+    writer.stop();
+    reader.stop();
+}
+
+/// How long a LOOKUP's answer waits for its OPEN in the mount (`opencache::HANDOFF_MS`).
+const HANDOFF_MS: u64 = 20;
+
 fn lock_probe_spawn(action: &str, path: &Path, how: &str) -> Child {
     Command::new("python3")
         .arg(suite_dir().join("lock_probe.py"))

@@ -358,6 +358,7 @@ pub async fn sweep_requests(engine: &dyn KvEngine, now_ms: u64) -> Result<u64, W
 pub async fn apply(txn: &mut dyn KvTxn, op: &MetaOp, ctx: &Ctx) -> TxResult<MetaReply> {
     match op {
         MetaOp::Lookup { parent, name } => lookup(txn, *parent, name).await,
+        MetaOp::LookupChunks { parent, name, count } => lookup_chunks(txn, *parent, name, *count).await,
         MetaOp::Resolve { path } => resolve(txn, path).await,
         MetaOp::GetAttr { ino } => Ok(MetaReply::Attr(load_attr(txn, *ino).await?)),
         MetaOp::SetAttr { ino, set } => set_attr(txn, ctx, *ino, set).await,
@@ -813,6 +814,15 @@ async fn lookup(txn: &mut dyn KvTxn, parent: Ino, name: &str) -> TxResult<MetaRe
     };
     let attr = load_child(txn, parent, name, entry).await?.attr;
     Ok(MetaReply::Attr(with_dir_times(txn, attr).await?))
+}
+
+/// `lookup`, and for a regular file the records of its chunks `0 .. count` from the same
+/// transaction (`get_chunks`'s answer).
+async fn lookup_chunks(txn: &mut dyn KvTxn, parent: Ino, name: &str, count: u64) -> TxResult<MetaReply> {
+    match lookup(txn, parent, name).await? {
+        MetaReply::Attr(attr) if attr.kind == FileKind::File => get_chunks(txn, attr.ino, 0, count).await,
+        other => Ok(other),
+    }
 }
 
 async fn resolve(txn: &mut dyn KvTxn, path: &str) -> TxResult<MetaReply> {

@@ -1453,7 +1453,9 @@ pub fn writes_view(op: &MetaOp) -> bool {
 /// lose their view inodes on the way).
 pub async fn view_call(engine: &dyn KvEngine, op: MetaOp) -> Result<Result<MetaReply, WireError>, MetaOp> {
     let reads_view = match &op {
-        MetaOp::Lookup { parent, name } => is_view(*parent) || name == SNAPSHOT_DIR_NAME,
+        MetaOp::Lookup { parent, name } | MetaOp::LookupChunks { parent, name, .. } => {
+            is_view(*parent) || name == SNAPSHOT_DIR_NAME
+        }
         MetaOp::GetAttr { ino }
         | MetaOp::ReadDir { ino, .. }
         | MetaOp::GetChunks { ino, .. }
@@ -1497,6 +1499,11 @@ pub async fn view_call(engine: &dyn KvEngine, op: MetaOp) -> Result<Result<MetaR
         Box::pin(async move {
             match op.as_ref() {
                 MetaOp::Lookup { parent, name } => match view_lookup(txn, *parent, name).await? {
+                    Some(attr) => Ok(Some(MetaReply::Attr(attr))),
+                    None => Ok(None),
+                },
+                MetaOp::LookupChunks { parent, name, count } => match view_lookup(txn, *parent, name).await? {
+                    Some(attr) if attr.kind == FileKind::File => Ok(Some(view_chunks(txn, attr.ino, 0, *count).await?)),
                     Some(attr) => Ok(Some(MetaReply::Attr(attr))),
                     None => Ok(None),
                 },

@@ -594,6 +594,12 @@ async fn commit_and_get_chunks_copy_on_write() {
     let (attr, chunks) = chunks_of(ok(svc, MetaOp::GetChunks { ino: f.ino, first: 0, count: 10 }).await);
     assert_eq!(attr.size, cb + 10);
     assert_eq!(chunks.iter().map(|c| (c.index, c.id)).collect::<Vec<_>>(), vec![(0, 100), (1, 101)]);
+    // Looked up with its first records, in one call: the same attributes and records.
+    let looked = chunks_of(ok(svc, MetaOp::LookupChunks { parent: ROOT_INO, name: "f".into(), count: 10 }).await);
+    assert_eq!(looked, (attr.clone(), chunks.clone()));
+    let (_, first) = chunks_of(ok(svc, MetaOp::LookupChunks { parent: ROOT_INO, name: "f".into(), count: 1 }).await);
+    assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), vec![100]);
+    err(svc, MetaOp::LookupChunks { parent: ROOT_INO, name: "nothing".into(), count: 1 }, ErrorCode::NotFound).await;
     let (_, only) = chunks_of(ok(svc, MetaOp::GetChunks { ino: f.ino, first: 1, count: 1 }).await);
     assert_eq!(only.len(), 1);
     let (_, none) = chunks_of(ok(svc, MetaOp::GetChunks { ino: f.ino, first: u64::MAX - 1, count: u64::MAX }).await);
@@ -634,6 +640,8 @@ async fn commit_and_get_chunks_copy_on_write() {
     let d = mkdir(svc, ROOT_INO, "d").await;
     err(svc, commit(d.ino, vec![], 0), ErrorCode::IsDir).await;
     err(svc, MetaOp::GetChunks { ino: d.ino, first: 0, count: 1 }, ErrorCode::IsDir).await;
+    let d_looked = ok(svc, MetaOp::LookupChunks { parent: ROOT_INO, name: "d".into(), count: 1 }).await;
+    assert!(matches!(&d_looked, MetaReply::Attr(a) if a.ino == d.ino), "a directory's lookup: {d_looked:?}");
     // Nothing invalid was applied.
     let (attr, chunks) = chunks_of(ok(svc, MetaOp::GetChunks { ino: f.ino, first: 0, count: 10 }).await);
     assert_eq!((attr.size, chunks.len()), (cb + 10, 2));

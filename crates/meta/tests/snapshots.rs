@@ -627,6 +627,13 @@ async fn snapshots_are_browsed_read_only_under_dot_snapshots() {
         panic!("chunks")
     };
     assert_eq!(chunks.iter().map(|c| (c.id, c.len)).collect::<Vec<_>>(), vec![(500, 123)]);
+    // A lookup that takes the records along answers as of the snapshot too; a directory's
+    // answer is its attributes alone.
+    let op = MetaOp::LookupChunks { parent: vsub.ino, name: "f".into(), count: 4 };
+    let MetaReply::Chunks { attr, chunks: with_lookup } = ok(svc, op).await else { panic!("chunks") };
+    assert_eq!((attr, with_lookup), (vf.clone(), chunks));
+    let op = MetaOp::LookupChunks { parent: monday.ino, name: "sub".into(), count: 4 };
+    assert_eq!(ok(svc, op).await, MetaReply::Attr(vsub.clone()));
     let by_path = attr_of(ok(svc, MetaOp::Resolve { path: "/top/.snapshots/monday/sub/f".into() }).await);
     assert_eq!(by_path, vf);
 

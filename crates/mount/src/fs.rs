@@ -842,7 +842,7 @@ impl Filesystem for TroveFs {
         });
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _op = metered::begin(const { metered::slot("lookup") });
         let name = match name_str(name) {
             Ok(n) => n.to_string(),
@@ -855,11 +855,18 @@ impl Filesystem for TroveFs {
             let attr_ttl = self.shared.attr_ttl().min(left);
             return reply.entry_with_ttls(&attr_ttl, &left, &self.shared.kernel_attr(a), GENERATION);
         }
+        let pid = req.pid();
         self.spawn(
             reply,
             move |s| async move {
+                // A regular file's first chunk records come along, for the OPEN of this path
+                // walk (if that is what it is): see opencache.rs.
                 let started = Instant::now();
-                let a = s.client.lookup(parent.0, &name).await.map_err(fail)?;
+                let epoch = lock(&s.open_cache).epoch();
+                let (a, first) = s.client.lookup_for_open(parent.0, &name).await.map_err(fail)?;
+                if let Some(first) = first {
+                    lock(&s.open_cache).hand_off(a.ino, pid, first, started, epoch);
+                }
                 metrics::top::name_file(a.ino, &name);
                 s.remember_dir(&a, started);
                 let ticket = lock(&s.statahead).found(parent.0, started);
@@ -1069,7 +1076,7 @@ impl Filesystem for TroveFs {
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _op = metered::begin(const { metered::slot("open") });
         // A snapshot view (an inode number with bit 63 set, browsed under `.snapshots`) is
         // read-only: refused at open for writing, as a buffered write would only fail at close.
@@ -1078,15 +1085,20 @@ impl Filesystem for TroveFs {
         {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
+        let pid = req.pid();
         self.spawn(
             reply,
             move |s| async move {
                 // Close-to-open: an open asks the metadata service for the current version, and
                 // takes the records of the first chunks with it (a small file's first read then
-                // needs no metadata round trip of its own); an answer younger than the
-                // attribute timeout, with no change of this mount since, is used again.
+                // needs no metadata round trip of its own), unless the LOOKUP of its own path
+                // walk brought them; an answer younger than the open-cache time, with no
+                // change of this mount since, is used again.
                 let started = Instant::now();
-                let kept = lock(&s.open_cache).get(ino.0, started);
+                let kept = {
+                    let mut cache = lock(&s.open_cache);
+                    cache.take_handoff(ino.0, pid, started).or_else(|| cache.get(ino.0, started))
+                };
                 metered::open_cache().lookup(kept.is_some());
                 let first = match kept {
                     Some(first) => first,

@@ -17,6 +17,17 @@
 //! drops everything; an answer whose fetch started before a change is not kept (an epoch
 //! number, as in `statahead.rs`). An entry is used only until the open-cache time after its
 //! fetch *started*.
+//!
+//! Apart from the cache, and on whatever its time: the answer a LOOKUP brought
+//! (`Client::lookup_for_open`, the same attributes and records) is handed to the OPEN of that
+//! inode by the same process that follows it within [`HANDOFF_MS`], once. Almost always that
+//! is the LOOKUP of the open's own path walk, whose fetch started after the open(2) did, so
+//! close-to-open holds and a cold small file costs one metadata round trip, not two. When it
+//! is not (the same thread's `stat` of the name, then its open within the hand-off time, the
+//! kernel still holding the entry), the answer the open uses is at most [`HANDOFF_MS`] old:
+//! other clients' closes show at an open from that long after them. An OPEN that finds no
+//! such answer (the name was looked up by an earlier call, another process, or too long ago)
+//! asks the service.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -25,17 +36,24 @@ use wire::Ino;
 /// Most files kept; when full, the cache starts over (it only saves round trips).
 const ENTRIES_MAX: usize = 1 << 16;
 
+/// How long after its fetch started a LOOKUP's answer waits for the OPEN it was fetched for.
+pub(crate) const HANDOFF_MS: u64 = 20;
+/// Most LOOKUP answers waiting for their OPEN; when full, the stale ones go, then all.
+const HANDOFFS_MAX: usize = 1024;
+
 /// Kept answers (for the mount, `client::FirstChunks`) by inode.
 pub(crate) struct OpenCache<T> {
     ttl: Duration,
     entries: HashMap<Ino, (Instant, T)>,
+    /// LOOKUP answers waiting for their OPEN: inode -> (fetch start, requesting process, answer).
+    handoffs: HashMap<Ino, (Instant, u32, T)>,
     /// Moves with every [`OpenCache::changed`]: a fetch that started before is not kept.
     epoch: u64,
 }
 
 impl<T: Clone> OpenCache<T> {
     pub(crate) fn new(ttl: Duration) -> OpenCache<T> {
-        OpenCache { ttl, entries: HashMap::new(), epoch: 0 }
+        OpenCache { ttl, entries: HashMap::new(), handoffs: HashMap::new(), epoch: 0 }
     }
 
     /// What an open of `ino` may use instead of asking, if a fetch of it started less than the
@@ -72,11 +90,38 @@ impl<T: Clone> OpenCache<T> {
         self.entries.insert(ino, (at, first));
     }
 
+    /// Keeps what a LOOKUP by process `pid` that started at `at`, in epoch `epoch`, brought
+    /// back for `ino`, for the OPEN that follows it ([`OpenCache::take_handoff`]); kept
+    /// whatever the cache's time, unless this mount changed something since.
+    pub(crate) fn hand_off(&mut self, ino: Ino, pid: u32, first: T, at: Instant, epoch: u64) {
+        if epoch != self.epoch {
+            return;
+        }
+        if self.handoffs.len() >= HANDOFFS_MAX && !self.handoffs.contains_key(&ino) {
+            self.handoffs.retain(|_, (t, _, _)| t.elapsed() < Duration::from_millis(HANDOFF_MS));
+            if self.handoffs.len() >= HANDOFFS_MAX {
+                self.handoffs.clear();
+            }
+        }
+        self.handoffs.insert(ino, (at, pid, first));
+    }
+
+    /// The answer a LOOKUP of `ino` by process `pid` fetched for this OPEN, if it started at
+    /// most [`HANDOFF_MS`] before `now`; used once (any process's answer for `ino` goes).
+    pub(crate) fn take_handoff(&mut self, ino: Ino, pid: u32, now: Instant) -> Option<T> {
+        let (at, by, first) = self.handoffs.remove(&ino)?;
+        let fresh = now.saturating_duration_since(at) < Duration::from_millis(HANDOFF_MS);
+        (fresh && by == pid).then_some(first)
+    }
+
     /// A change of this mount that may move some file's attributes or data: nothing kept is
     /// used again, nor anything a fetch in flight brings.
     pub(crate) fn changed(&mut self) {
         if !self.entries.is_empty() {
             self.entries.clear();
+        }
+        if !self.handoffs.is_empty() {
+            self.handoffs.clear();
         }
         self.epoch += 1;
     }
@@ -109,5 +154,33 @@ mod tests {
         let mut off: OpenCache<u32> = OpenCache::new(Duration::ZERO);
         off.put(1, 1, t0, off.epoch());
         assert_eq!(off.get(1, t0), None);
+    }
+
+    #[test]
+    fn a_lookups_answer_serves_one_open_by_its_process_soon_after_whatever_the_cache_time() {
+        // The cache is off (the default): hand-offs still work.
+        let mut c: OpenCache<u32> = OpenCache::new(Duration::ZERO);
+        let t0 = Instant::now();
+        let soon = t0 + Duration::from_millis(HANDOFF_MS / 2);
+        c.hand_off(5, 100, 50, t0, c.epoch());
+        assert_eq!(c.take_handoff(5, 100, soon), Some(50));
+        assert_eq!(c.take_handoff(5, 100, soon), None, "used twice");
+
+        // Another process's open, or one too late, asks the service (and the answer is gone).
+        c.hand_off(5, 100, 51, t0, c.epoch());
+        assert_eq!(c.take_handoff(5, 200, soon), None, "served another process");
+        assert_eq!(c.take_handoff(5, 100, soon), None);
+        c.hand_off(5, 100, 52, t0, c.epoch());
+        assert_eq!(c.take_handoff(5, 100, t0 + Duration::from_millis(HANDOFF_MS)), None, "served too late");
+
+        // A change of this mount between the lookup and the open, or during the lookup.
+        c.hand_off(6, 100, 60, t0, c.epoch());
+        c.changed();
+        assert_eq!(c.take_handoff(6, 100, soon), None, "kept across a change");
+        let epoch = c.epoch();
+        c.changed();
+        c.hand_off(6, 100, 61, t0, epoch);
+        assert_eq!(c.take_handoff(6, 100, soon), None, "kept a lookup that raced with a change");
+        assert_eq!(c.get(6, t0), None, "a hand-off is not the cache");
     }
 }

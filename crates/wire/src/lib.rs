@@ -35,6 +35,6 @@ pub use rpc::{Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).
-pub const PROTOCOL_VERSION: u16 = 14;
+pub const PROTOCOL_VERSION: u16 = 15;
 /// The oldest protocol version this build still speaks.
-pub const PROTOCOL_VERSION_MIN: u16 = 14;
+pub const PROTOCOL_VERSION_MIN: u16 = 15;

@@ -589,6 +589,16 @@ pub enum MetaOp {
         caller: Caller,
         want: u8,
     },
+    /// `Lookup` that, when the name is a regular file, also returns the records of its chunks
+    /// `0 .. count` that exist, read in the same transaction as the attributes: answered with
+    /// `MetaReply::Chunks` for a regular file (as `GetChunks` would), `MetaReply::Attr` for
+    /// anything else. A client opening a file it just looked up needs no other round trip to
+    /// the metadata service.
+    LookupChunks {
+        parent: Ino,
+        name: String,
+        count: u64,
+    },
 }
 
 /// Answers of the metadata service, one variant per kind of result.

@@ -6,7 +6,7 @@ use crate::msg::{MetaOp, StorageOp};
 
 impl MetaOp {
     /// Every operation's name, in declaration order.
-    pub const NAMES: [&'static str; 80] = [
+    pub const NAMES: [&'static str; 81] = [
         "Lookup",
         "Resolve",
         "GetAttr",
@@ -87,6 +87,7 @@ impl MetaOp {
         "ListIdentities",
         "LookupS3Key",
         "ResolveAs",
+        "LookupChunks",
     ];
 
     /// The operation's position in [`MetaOp::NAMES`].
@@ -172,6 +173,7 @@ impl MetaOp {
             MetaOp::ListIdentities => 77,
             MetaOp::LookupS3Key { .. } => 78,
             MetaOp::ResolveAs { .. } => 79,
+            MetaOp::LookupChunks { .. } => 80,
         }
     }
 
@@ -257,6 +259,7 @@ mod tests {
             MetaOp::ChangeIdentity { change: crate::identity::IdentityChange::RemoveUser { name: "u".into() } },
             MetaOp::ListIdentities,
             MetaOp::LookupS3Key { access_key: "K".into() },
+            MetaOp::LookupChunks { parent: 1, name: "a".into(), count: 1 },
             MetaOp::ResolveAs {
                 path: "/".into(),
                 caller: crate::identity::Caller { uid: 1, gid: 1, groups: vec![] },
