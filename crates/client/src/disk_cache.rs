@@ -17,9 +17,10 @@
 //! the cluster.
 //!
 //! Bounded in bytes (`DiskCacheOptions::bytes_max`) and by the file system's free space (it
-//! stops growing while less than [`FREE_PERMILLE_MIN`] of it is free, looked at once a second
-//! and counted in between from what it writes and removes); past either, the least
-//! recently used chunks go. One process at a time: the directory is locked (`flock`) while a
+//! keeps [`FREE_PERMILLE_MIN`] of it free, looked at once a second and counted in between from
+//! what it writes and removes); past either, the least recently used chunks go, and when
+//! something else fills the file system below its free share, the cache gives back the
+//! difference at its next write (as far as it holds that much). One process at a time: the directory is locked (`flock`) while a
 //! client uses it. It survives restarts: a client opening it lists the files already there
 //! (in the background, oldest first), so a mount started again reads warm.
 //!
@@ -163,8 +164,21 @@ struct Shared {
     damaged: AtomicU64,
     dropped: AtomicU64,
     /// The last look at the file system's free space: when, and how many bytes then lay above
-    /// the share left free, less what was written since (the writer's alone).
-    free: Mutex<Option<(std::time::Instant, u64)>>,
+    /// the share left free (negative: below it), less what was written since (the writer's
+    /// alone).
+    free: Mutex<Option<(std::time::Instant, i64)>>,
+    /// How the file system's space is looked at: `statvfs`, or a test's stand-in.
+    space: SpaceProbe,
+}
+
+/// Looks at the space of the file system holding a directory: (total, available to an
+/// unprivileged writer) in bytes.
+type SpaceProbe = Arc<dyn Fn(&Path) -> io::Result<(u64, u64)> + Send + Sync>;
+
+fn statvfs_space(dir: &Path) -> io::Result<(u64, u64)> {
+    let st = rustix::fs::statvfs(dir)?;
+    let unit = st.f_frsize.max(1);
+    Ok((st.f_blocks.saturating_mul(unit), st.f_bavail.saturating_mul(unit)))
 }
 
 #[derive(Default)]
@@ -211,6 +225,11 @@ impl DiskCache {
     /// Opens (creating it if needed) the cache of cluster `cluster` below `options.dir`, locks
     /// it, and lists what it holds in the background.
     pub(crate) fn open(options: &DiskCacheOptions, cluster: &str) -> Result<DiskCache, DiskCacheError> {
+        DiskCache::open_with(options, cluster, Arc::new(statvfs_space))
+    }
+
+    /// [`DiskCache::open`], looking at the file system's space with `space`.
+    fn open_with(options: &DiskCacheOptions, cluster: &str, space: SpaceProbe) -> Result<DiskCache, DiskCacheError> {
         let root = options.dir.join(dir_name(cluster));
         let io_err = |path: &Path, source| DiskCacheError::Io { path: path.to_path_buf(), source };
         std::fs::create_dir_all(&root).map_err(|e| io_err(&root, e))?;
@@ -247,6 +266,7 @@ impl DiskCache {
             damaged: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             free: Mutex::new(None),
+            space,
         });
         let (writes, queue) = sync_channel::<Put>(WRITES_QUEUED_MAX);
         let writer = shared.clone();
@@ -773,26 +793,29 @@ impl Shared {
     /// since ([`Shared::space_used`]).
     fn short_of_space(&self, bytes: u64) -> u64 {
         let mut free = self.free.lock();
-        let fresh = |(at, _): &(std::time::Instant, u64)| at.elapsed().as_millis() < u128::from(FREE_SPACE_CHECK_MS);
+        let fresh = |(at, _): &(std::time::Instant, i64)| at.elapsed().as_millis() < u128::from(FREE_SPACE_CHECK_MS);
         if !free.as_ref().is_some_and(fresh) {
-            *free = match rustix::fs::statvfs(&self.root) {
-                Ok(st) => {
-                    let unit = st.f_frsize.max(1);
-                    let (total, avail) = (st.f_blocks.saturating_mul(unit), st.f_bavail.saturating_mul(unit));
-                    Some((std::time::Instant::now(), avail.saturating_sub(total / 1000 * FREE_PERMILLE_MIN)))
-                }
+            let signed = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+            *free = match (self.space)(&self.root) {
+                Ok((total, avail)) => Some((
+                    std::time::Instant::now(),
+                    signed(avail).saturating_sub(signed(total / 1000 * FREE_PERMILLE_MIN)),
+                )),
                 // Unknown: the byte limit alone bounds the cache until a look succeeds.
-                Err(_) => Some((std::time::Instant::now(), u64::MAX)),
+                Err(_) => Some((std::time::Instant::now(), i64::MAX)),
             };
         }
-        free.as_ref().map_or(0, |&(_, above)| bytes.saturating_sub(above))
+        free.as_ref().map_or(0, |&(_, above)| {
+            let short = i128::from(bytes) - i128::from(above);
+            u64::try_from(short.max(0)).unwrap_or(u64::MAX)
+        })
     }
 
     /// Counts `bytes` written (positive) or removed (negative) against the last look at the
     /// free space.
     fn space_used(&self, bytes: i64) {
         if let Some((_, above)) = self.free.lock().as_mut() {
-            *above = above.saturating_add_signed(-bytes);
+            *above = above.saturating_sub(bytes);
         }
     }
 
@@ -1002,6 +1025,78 @@ mod tests {
             assert_eq!(again.read(&recs[i], 0, 64 << 10).await.as_deref(), Some(&chunks[i][..]));
         }
         assert_eq!(again.read(&recs[1], 0, 10).await, None);
+    }
+
+    /// Bytes of the files below `dir`.
+    fn bytes_under(dir: &Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries
+            .flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => bytes_under(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn it_leaves_the_file_system_its_free_share_and_gives_back_what_others_take() {
+        let dir = tempfile::tempdir().expect("dir");
+        let one = file_bytes(1, 64 << 10);
+        // A file system of 1,000 cache files' worth, 100 of them its free share. What is
+        // available is what the rest of the disk leaves (the test sets it: another program
+        // filling the disk or freeing it) less what the cache's own files take.
+        let total = 1000 * one;
+        let floor = total / 1000 * FREE_PERMILLE_MIN;
+        let rest = Arc::new(AtomicU64::new(floor + 3 * one + one / 2));
+        let probe = {
+            let rest = rest.clone();
+            Arc::new(move |root: &Path| Ok((total, rest.load(Ordering::SeqCst).saturating_sub(bytes_under(root)))))
+                as SpaceProbe
+        };
+        let cache = DiskCache::open_with(&options(dir.path(), 1 << 30), "c", probe).expect("open");
+        let (recs, chunks): (Vec<_>, Vec<_>) = (1..=6u64)
+            .map(|id| {
+                let bytes = data(64 << 10, id);
+                (record(id, &bytes, EcScheme { k: 1, m: 2 }), bytes)
+            })
+            .unzip();
+        let held = |cache: &DiskCache| recs.iter().map(|r| cache.holds((r.id, r.len))).collect::<Vec<_>>();
+        let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+            let start = Instant::now();
+            while !done() {
+                assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        // Room for three and a half files above the free share, far under the byte limit: the
+        // fourth takes the place of the least recent. (Written within one look at the space,
+        // only the cache's own count of what it wrote sees the first three.)
+        for (rec, bytes) in recs.iter().zip(&chunks).take(4) {
+            put_and_wait(&cache, rec, bytes);
+        }
+        assert_eq!(held(&cache), [false, true, true, true, false, false]);
+        assert_eq!(cache.stats().evictions, 1);
+        // Another program takes two and a half files' worth: the disk is two below its free
+        // share. The next write gives those two back and takes the place of a third.
+        rest.fetch_sub(2 * one + one / 2, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(FREE_SPACE_CHECK_MS + 100));
+        put_and_wait(&cache, &recs[4], &chunks[4]);
+        assert_eq!(held(&cache), [false, false, false, false, true, false]);
+        assert_eq!((cache.stats().evictions, cache.stats().dropped), (4, 0));
+        // The disk fills further: nothing more is cached, and what the cache held is given back.
+        rest.fetch_sub(2 * one, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(FREE_SPACE_CHECK_MS + 100));
+        cache.offer(&recs[5], Chunk::from(Bytes::copy_from_slice(&chunks[5])));
+        wait_until("the chunk offered on a full disk was not refused", &|| cache.stats().dropped == 1);
+        assert_eq!(held(&cache), [false; 6]);
+        assert_eq!((cache.stats().cached_bytes, bytes_under(cache.root())), (0, 0));
+        // Space comes back: the cache takes chunks again.
+        rest.fetch_add(10 * one, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(FREE_SPACE_CHECK_MS + 100));
+        put_and_wait(&cache, &recs[5], &chunks[5]);
+        assert_eq!(cache.read(&recs[5], 0, 64 << 10).await.as_deref(), Some(&chunks[5][..]));
     }
 
     #[test]
