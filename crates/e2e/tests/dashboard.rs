@@ -24,11 +24,6 @@ use std::time::{Duration, Instant};
 const WIDTH: u32 = 1400;
 const HEIGHT: u32 = 1900;
 
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").to_string()
-}
-
 /// Runs headless Chromium on `url` with `what` (`--dump-dom`, or `--screenshot=FILE`), with a
 /// fresh profile and nothing that reaches beyond this machine; returns its standard output.
 fn chromium(url: &str, what: &str) -> String {

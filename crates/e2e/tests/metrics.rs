@@ -17,12 +17,6 @@ use std::time::{Duration, Instant};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// A free loopback address.
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").to_string()
-}
-
 /// A Prometheus server scraping `targets` (job name, addresses) every second, stopped on drop.
 struct Prometheus {
     child: Child,
@@ -121,11 +115,6 @@ fn encode(s: &str) -> String {
             }
         })
         .collect()
-}
-
-fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(metrics::scrape::get(addr, path)).map_err(|e| e.to_string())
 }
 
 /// The exporter addresses `trove cluster start` recorded for the metadata service and nodes.

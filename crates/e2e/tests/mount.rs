@@ -456,7 +456,16 @@ fn a_cold_small_file_opens_and_reads_with_one_metadata_round_trip() {
     const FILES: usize = 30;
     let cluster = TestCluster::start(3, "2+1");
     let writer = Mount::start(&cluster, "writer", &[]);
-    let reader = Mount::start_logging(&cluster, "reader", &[], CALL_LOG);
+    let exporter = free_addr();
+    let reader = Mount::start_logging(&cluster, "reader", &["--metrics-listen", &exporter], CALL_LOG);
+    let opens = |result: &str| {
+        let text = get_blocking(&exporter, "/metrics").expect("the mount's exporter answers");
+        let count = |cache: &str| {
+            let labels = [format!("cache=\"{cache}\""), format!("result=\"{result}\"")];
+            sample_sum(&text, "trove_cache_requests_total", &[&labels[0], &labels[1]]) as usize
+        };
+        (count("mount.open_handoff"), count("mount.open"))
+    };
     for i in 0..FILES {
         std::fs::create_dir(writer.join(&format!("d{i}"))).expect("mkdir");
         std::fs::write(writer.join(&format!("d{i}/c")), content(i as u64, 60_000 + i)).expect("write");
@@ -473,6 +482,12 @@ fn a_cold_small_file_opens_and_reads_with_one_metadata_round_trip() {
     assert!(sent[1] >= 2 * FILES, "each path walk looks its directory and file up: {sent:?}");
     assert!(sent[3] <= FILES / 10, "opens asked for chunk records their lookups had brought: {sent:?}");
     assert!(sent.iter().sum::<usize>() <= 2 * FILES + FILES / 10, "{sent:?} metadata calls for {FILES} opens");
+    // The mount's counters tell the hand-offs apart from the open cache (off here).
+    let handed = opens("hit");
+    assert!(
+        handed.0 >= FILES - FILES / 10 && handed.1 == 0,
+        "opens handed their lookup's answer, open cache hits: {handed:?}"
+    );
 
     // A stat's lookup, a change by the other mount, then an open of the name the kernel still
     // holds (no LOOKUP of its own): the stat's answer is past the hand-off time, so the open
@@ -483,6 +498,8 @@ fn a_cold_small_file_opens_and_reads_with_one_metadata_round_trip() {
     std::thread::sleep(Duration::from_millis(HANDOFF_MS * 3));
     std::fs::write(writer.join("d0/late"), content(99, 61_000)).expect("rewrite");
     assert!(std::fs::read(&path).expect("read") == content(99, 61_000), "the open read the bytes before the change");
+    assert_eq!(opens("hit"), handed, "the late open was not handed the stat's answer");
+    assert!(opens("miss").0 >= 1, "the late open counts as one the hand-off missed");
     writer.stop();
     reader.stop();
 }

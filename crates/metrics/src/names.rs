@@ -86,7 +86,8 @@ pub const JOB_PASS_SECONDS: &str = "trove_job_last_pass_seconds";
 pub const META_CHUNK_RECORDS_WALKED: &str = "trove_meta_chunk_records_walked";
 /// Cache lookups by cache and outcome (`cache`, `result` = hit|miss): the client's chunk cache
 /// (`client.chunks`), the mount's directory attributes (`mount.dir_attrs`), listings fetched
-/// ahead of lookups (`mount.statahead`) and the open cache (`mount.open`).
+/// ahead of lookups (`mount.statahead`), opens answered by their path walk's lookup
+/// (`mount.open_handoff`) and the open cache (`mount.open`, the opens the hand-off left).
 pub const CACHE: &str = "trove_cache_requests";
 
 /// Every name with its type and labels, for the documentation test and `trove stats --help`.

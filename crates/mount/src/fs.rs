@@ -1097,9 +1097,14 @@ impl Filesystem for TroveFs {
                 let started = Instant::now();
                 let kept = {
                     let mut cache = lock(&s.open_cache);
-                    cache.take_handoff(ino.0, pid, started).or_else(|| cache.get(ino.0, started))
+                    let handed = cache.take_handoff(ino.0, pid, started);
+                    metered::open_handoff().lookup(handed.is_some());
+                    handed.or_else(|| {
+                        let kept = cache.get(ino.0, started);
+                        metered::open_cache().lookup(kept.is_some());
+                        kept
+                    })
                 };
-                metered::open_cache().lookup(kept.is_some());
                 let first = match kept {
                     Some(first) => first,
                     None => {

@@ -205,6 +205,13 @@ pub fn open_cache() -> &'static CacheStats {
     C.get_or_init(|| metrics::gauges::cache("mount.open"))
 }
 
+/// Opens answered by their own path walk's lookup (hit) or not (miss); the open cache counts
+/// only the opens this leaves it.
+pub fn open_handoff() -> &'static CacheStats {
+    static C: OnceLock<&'static CacheStats> = OnceLock::new();
+    C.get_or_init(|| metrics::gauges::cache("mount.open_handoff"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
