@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{content, shard_reads_served, TestCluster};
+use common::{content, files_in, shard_reads_served, TestCluster};
 
 const MIB: usize = 1 << 20;
 
@@ -272,24 +272,6 @@ async fn random_reads_fill_the_cache_with_the_chunks_they_come_back_to() {
     assert_eq!(b.cached_bytes(), chunk as u64);
 }
 
-/// Every file of the disk cache below `dir` (its lock file aside).
-fn disk_cache_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n != "lock") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Chunks read whole go to the disk cache; a client started again on it reads them with no
 /// storage request, whole and at random; a damaged file is never served (the bytes come from
 /// the cluster, the file is removed); another client's rewrite names other chunks; and one
@@ -333,7 +315,8 @@ async fn the_disk_cache_serves_a_restarted_client_and_never_a_damaged_or_stale_c
         let refused = second.err().expect("a second client on the directory is refused");
         assert!(refused.message.contains("in use by another process"), "{refused}");
     }
-    let files = disk_cache_files(dir.path());
+    // Every file of the disk cache, its lock file aside.
+    let files = files_in(dir.path(), |p| p.file_name().is_some_and(|n| n != "lock"));
     assert_eq!(files.len(), 4, "one file per chunk: {files:?}");
 
     // Started again: the cache lists its files, and reads cost no storage request.

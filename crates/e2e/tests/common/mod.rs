@@ -46,6 +46,11 @@ pub fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
 
 /// Every shard file below `dir` (files under a `shards` directory), sorted.
 pub fn shard_files_in(dir: &Path) -> Vec<PathBuf> {
+    files_in(dir, |p| p.components().any(|c| c.as_os_str() == "shards"))
+}
+
+/// Every file below `dir` that `keep` keeps, sorted.
+pub fn files_in(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -53,7 +58,7 @@ pub fn shard_files_in(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.components().any(|c| c.as_os_str() == "shards") {
+            } else if keep(&p) {
                 out.push(p);
             }
         }
