@@ -28,7 +28,8 @@
 #
 # Tunables (environment): SIZE (fio file size, default 1G; four of them per target), RUNTIME
 # (seconds per fio run, default 15), LOADER_FILES (default 50000), LOADER_SECONDS (most seconds
-# of loader reading, default 20), META_ITEMS (files per task, default 2000), WORK (scratch
+# of loader reading, default 20), LOADER_KIB (the loader's file size, default 128; the row is
+# named after it, and only the 128 KiB row is held to the issue's aim), META_ITEMS (files per task, default 2000), WORK (scratch
 # directory on the local disk, default /var/tmp/trove-bench-small-io), TROVE (the binary),
 # ROWS (which rows to run, by the names the summary gives them or their first word: `rr4k`,
 # `rr128k`, `seqread`, `seqwrite`, `loader`, `meta`; default all) and TARGETS (default `ext4 jfs
@@ -40,6 +41,7 @@ size=${SIZE:-1G}
 runtime=${RUNTIME:-15}
 loader_files=${LOADER_FILES:-50000}
 loader_seconds=${LOADER_SECONDS:-20}
+loader_kib=${LOADER_KIB:-128}
 meta_items=${META_ITEMS:-2000}
 work=${WORK:-/var/tmp/trove-bench-small-io}
 rows=${ROWS:-}
@@ -213,15 +215,15 @@ if want seqwrite; then
     SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
 fi
 
-want loader && echo "== small-file loader: 4 processes, random files of 128 KiB from one directory of $loader_files, each read once, cold"
+want loader && echo "== small-file loader: 4 processes, random files of $loader_kib KiB from one directory of $loader_files, each read once, cold"
 want loader && for t in $(rotated "$row_number"); do
     mkdir -p "$work/$t/loader"
-    python3 - "$work/$t/loader" "$loader_files" <<'EOF_PY'
+    python3 - "$work/$t/loader" "$loader_files" "$loader_kib" <<'EOF_PY'
 import os, sys
 from multiprocessing import Pool
-d, n = sys.argv[1], int(sys.argv[2])
+d, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def make(part):
-    block = os.urandom(128 << 10)
+    block = os.urandom(kib << 10)
     for i in range(part, n, 4):
         fd = os.open(os.path.join(d, f"f{i:05d}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.write(fd, block)
@@ -233,10 +235,10 @@ EOF_PY
     remount_cold "$t"
     drop
     before=$(load)
-    out=$(python3 - "$work/$t/loader" "$loader_files" "$loader_seconds" <<'EOF_PY'
+    out=$(python3 - "$work/$t/loader" "$loader_files" "$loader_seconds" "$loader_kib" <<'EOF_PY'
 import os, random, sys, time
 from multiprocessing import Pool
-d, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+d, n, secs, kib = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 names = [f"f{i:05d}" for i in range(n)]
 random.Random(13).shuffle(names)
 def read(job):
@@ -250,7 +252,7 @@ def read(job):
                 break
             got += len(b)
         os.close(fd)
-        if got != 128 << 10:
+        if got != kib << 10:
             raise SystemExit(f"{name}: read {got} bytes")
         done += 1
         if time.monotonic() - start >= secs:
@@ -260,11 +262,11 @@ with Pool(4) as p:
     parts = p.map(read, range(4))
 files = sum(f for f, _ in parts)
 secs = max(s for _, s in parts)
-print(round(files / secs), round(files * (128 << 10) / secs / 1e6, 1))
+print(round(files / secs), round(files * (kib << 10) / secs / 1e6, 1))
 EOF_PY
 )
     echo "loader $t: files/s, MB/s = $out (load before $before)"
-    record "{\"row\": \"loader-128k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
+    record "{\"row\": \"loader-${loader_kib}k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
     rm -rf "$work/$t/loader"
     SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
 done
