@@ -218,53 +218,12 @@ fi
 want loader && echo "== small-file loader: 4 processes, random files of $loader_kib KiB from one directory of $loader_files, each read once, cold"
 want loader && for t in $(rotated "$row_number"); do
     mkdir -p "$work/$t/loader"
-    python3 - "$work/$t/loader" "$loader_files" "$loader_kib" <<'EOF_PY'
-import os, sys
-from multiprocessing import Pool
-d, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def make(part):
-    block = os.urandom(kib << 10)
-    for i in range(part, n, 4):
-        fd = os.open(os.path.join(d, f"f{i:05d}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(fd, block)
-        os.close(fd)
-with Pool(4) as p:
-    p.map(make, range(4))
-EOF_PY
+    python3 "$here/loader.py" make "$work/$t/loader" "$loader_files" "$loader_kib"
     settle
     remount_cold "$t"
     drop
     before=$(load)
-    out=$(python3 - "$work/$t/loader" "$loader_files" "$loader_seconds" "$loader_kib" <<'EOF_PY'
-import os, random, sys, time
-from multiprocessing import Pool
-d, n, secs, kib = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-names = [f"f{i:05d}" for i in range(n)]
-random.Random(13).shuffle(names)
-def read(job):
-    mine, done, start = names[job::4], 0, time.monotonic()
-    for name in mine:
-        fd = os.open(os.path.join(d, name), os.O_RDONLY)
-        got = 0
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            got += len(b)
-        os.close(fd)
-        if got != kib << 10:
-            raise SystemExit(f"{name}: read {got} bytes")
-        done += 1
-        if time.monotonic() - start >= secs:
-            break
-    return done, time.monotonic() - start
-with Pool(4) as p:
-    parts = p.map(read, range(4))
-files = sum(f for f, _ in parts)
-secs = max(s for _, s in parts)
-print(round(files / secs), round(files * (kib << 10) / secs / 1e6, 1))
-EOF_PY
-)
+    out=$(python3 "$here/loader.py" read "$work/$t/loader" "$loader_files" "$loader_seconds" "$loader_kib")
     echo "loader $t: files/s, MB/s = $out (load before $before)"
     record "{\"row\": \"loader-${loader_kib}k-4jobs\", \"target\": \"$t\", \"iops\": ${out% *}, \"mbs\": ${out#* }, \"load\": \"$before\"}"
     rm -rf "$work/$t/loader"
