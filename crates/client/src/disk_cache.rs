@@ -20,8 +20,8 @@
 //! keeps [`FREE_PERMILLE_MIN`] of it free, looked at once a second and counted in between from
 //! what it writes and removes); past either, the least recently used chunks go, and when
 //! something else fills the file system below its free share, the cache gives back the
-//! difference at its next write (as far as it holds that much). One process at a time: the directory is locked (`flock`) while a
-//! client uses it. It survives restarts: a client opening it lists the files already there
+//! difference at its next write (as far as it holds that much). One process at a time: the
+//! directory is locked (`flock`) while a client uses it. It survives restarts: a client opening it lists the files already there
 //! (in the background, oldest first), so a mount started again reads warm.
 //!
 //! Writes go through one thread with a short queue ([`WRITES_QUEUED_MAX`]), at the lowest CPU

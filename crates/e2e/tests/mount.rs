@@ -460,10 +460,9 @@ fn a_cold_small_file_opens_and_reads_with_one_metadata_round_trip() {
     let reader = Mount::start_logging(&cluster, "reader", &["--metrics-listen", &exporter], CALL_LOG);
     let opens = |result: &str| {
         let text = get_blocking(&exporter, "/metrics").expect("the mount's exporter answers");
-        let count = |cache: &str| {
-            let labels = [format!("cache=\"{cache}\""), format!("result=\"{result}\"")];
-            sample_sum(&text, "trove_cache_requests_total", &[&labels[0], &labels[1]]) as usize
-        };
+        let scraped = metrics::scrape::parse(&text);
+        let count =
+            |cache: &str| scraped.sum("trove_cache_requests_total", &[("cache", cache), ("result", result)]) as usize;
         (count("mount.open_handoff"), count("mount.open"))
     };
     for i in 0..FILES {

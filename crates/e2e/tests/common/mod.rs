@@ -34,16 +34,6 @@ pub fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
     runtime.block_on(metrics::scrape::get(addr, path)).map_err(|e| e.to_string())
 }
 
-/// The value of the sample of `metric` whose labels include every one of `labels` (as
-/// `name="value"`) in an exporter's text, summed over the samples that match; 0 if none does.
-pub fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{')))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
-}
-
 /// Every shard file below `dir` (files under a `shards` directory), sorted.
 pub fn shard_files_in(dir: &Path) -> Vec<PathBuf> {
     files_in(dir, |p| p.components().any(|c| c.as_os_str() == "shards"))
