@@ -4,7 +4,8 @@
 #   - fio, all O_DIRECT, page cache dropped before every run: 4 KiB random read with 1 job, 4
 #     jobs on one file and 4 jobs on their own files; 128 KiB random read, 4 jobs on their own
 #     files; 1 MiB sequential write (1 job, fsync at the end) and 1 MiB sequential read (1 job);
-#   - a small-file loader: 4 processes each opening, reading whole and closing files of 128 KiB
+#   - a small-file loader (bench/loader.py): 4 processes each opening, reading whole and closing
+#     files of 128 KiB
 #     picked at random from one directory of 50,000 (every file at most once, after the page
 #     cache was dropped and both FUSE targets were mounted again with empty client caches,
 #     both disk cache directories emptied: cold);
@@ -29,8 +30,9 @@
 # Tunables (environment): SIZE (fio file size, default 1G; four of them per target), RUNTIME
 # (seconds per fio run, default 15), LOADER_FILES (default 50000), LOADER_SECONDS (most seconds
 # of loader reading, default 20), LOADER_KIB (the loader's file size, default 128; the row is
-# named after it, and only the 128 KiB row is held to the aim), META_ITEMS (files per task, default 2000), WORK (scratch
-# directory on the local disk, default /var/tmp/trove-bench-small-io), TROVE (the binary),
+# named after it, and only the 128 KiB row is held to the aim), META_ITEMS (files per
+# task, default 2000), WORK (scratch directory on the local disk, default
+# /var/tmp/trove-bench-small-io), TROVE (the binary),
 # ROWS (which rows to run, by the names the summary gives them or their first word: `rr4k`,
 # `rr128k`, `seqread`, `seqwrite`, `loader`, `meta`; default all) and TARGETS (default `ext4 jfs
 # trove`; the ratios need all three).
