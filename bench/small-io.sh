@@ -5,8 +5,7 @@
 #     jobs on one file and 4 jobs on their own files; 128 KiB random read, 4 jobs on their own
 #     files; 1 MiB sequential write (1 job, fsync at the end) and 1 MiB sequential read (1 job);
 #   - a small-file loader (bench/loader.py): 4 processes each opening, reading whole and closing
-#     files of 128 KiB
-#     picked at random from one directory of 50,000 (every file at most once, after the page
+#     files of 128 KiB picked at random from one directory of 50,000 (every file at most once, after the page
 #     cache was dropped and both FUSE targets were mounted again with empty client caches,
 #     both disk cache directories emptied: cold);
 #   - mdtest-like file create / stat / open-close / remove (`trove bench meta`, 2 tasks in one
