@@ -35,20 +35,25 @@ def make(args):
         os.close(fd)
 
 
+def read_whole(fd, n, kib):
+    """Reads open file `n` to its end in 1 MiB reads; fails the run at another length."""
+    got = 0
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            break
+        got += len(b)
+    if got != kib << 10:
+        raise SystemExit(f"{n}: read {got} bytes, not {kib << 10}")
+
+
 def read(args):
     d, names, secs, kib = args
     done, start = 0, time.monotonic()
     for n in names:
         fd = os.open(os.path.join(d, n), os.O_RDONLY)
-        got = 0
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            got += len(b)
+        read_whole(fd, n, kib)
         os.close(fd)
-        if got != kib << 10:
-            raise SystemExit(f"{n}: read {got} bytes, not {kib << 10}")
         done += 1
         if time.monotonic() - start >= secs:
             break
@@ -74,17 +79,10 @@ def time_each(d, n, kib, mount):
         t0 = time.perf_counter()
         fd = os.open(os.path.join(d, n_), os.O_RDONLY)
         t1 = time.perf_counter()
-        got = 0
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            got += len(b)
+        read_whole(fd, n_, kib)
         t2 = time.perf_counter()
         os.close(fd)
         t3 = time.perf_counter()
-        if got != kib << 10:
-            raise SystemExit(f"{n_}: read {got} bytes, not {kib << 10}")
         for i, (a, b) in enumerate([(t0, t1), (t1, t2), (t2, t3)]):
             spent[i] += b - a
     us = [round(s / len(names) * 1e6) for s in spent]
