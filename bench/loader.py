@@ -11,7 +11,8 @@ one program, so every file system is read the same way.
                                         the mount's and storage nodes' stage totals of the run
                                         (the `trove.stages` extended attribute), per file
 
-A file read back at another length fails the run.
+A file read back at another length fails the run. LOADER_JOBS in the environment changes the
+number of processes (default 4, the shape the side-by-side runs measure).
 """
 import os
 import random
@@ -19,7 +20,7 @@ import sys
 import time
 from multiprocessing import Pool
 
-JOBS = 4
+JOBS = int(os.environ.get("LOADER_JOBS", "4"))
 
 
 def name(i):
