@@ -186,6 +186,19 @@ impl FileHandle {
         &self.attr
     }
 
+    /// Whether [`FileHandle::flush`] has anything to do: writes buffered, uploads in flight or
+    /// not committed, a size to publish, or an error to report. When it has not, a flush
+    /// changes nothing and asks no one.
+    pub fn has_unflushed(&self) -> bool {
+        !self.dirty.is_empty()
+            || !self.uploads.is_empty()
+            || !self.uploaded.is_empty()
+            || !self.failed.is_empty()
+            || self.deferred_error.is_some()
+            || self.size_dirty
+            || self.size > self.committed_size
+    }
+
     fn chunk_bytes(&self) -> u64 {
         u64::from(self.attr.chunk_bytes)
     }

@@ -1,8 +1,11 @@
 //! The FUSE file system: each kernel request becomes client calls on a tokio task.
 //!
-//! fuser's threads only read requests and hand them over: every operation is spawned on the
-//! runtime with its reply, so a slow metadata call or a chunk fetch never stops the other
+//! fuser's threads read requests and hand them over: an operation that may wait is spawned on
+//! the runtime with its reply, so a slow metadata call or a chunk fetch never stops the other
 //! requests (many reads of a read-ahead window, lookups of a `ls -l`) from being in flight.
+//! What never waits is answered on fuser's thread, a hand-off saved: LOOKUPs and GETATTRs from
+//! what is kept, an OPEN with a kept answer of an inode not open yet, and the FLUSH and RELEASE
+//! of a file only read.
 //! Reads of a file with nothing unflushed run side by side on its shared read side; writes,
 //! flushes and reads of unflushed data meet at the file's mutex, in the order they acquire it;
 //! the kernel never has two overlapping writes of one file in flight, so that order is safe.
@@ -123,6 +126,18 @@ pub(crate) struct Shared {
     statahead: Mutex<Statahead>,
     /// What opens fetched, for opens soon after (see `opencache.rs`).
     open_cache: Mutex<OpenCache<FirstChunks>>,
+}
+
+/// An open that has pinned its inode ([`Shared::open_begin`]) and is yet to make its kernel
+/// file handle ([`Shared::open_finish`]).
+struct OpenBegun {
+    /// The attributes the open found on the metadata service.
+    attr: Attr,
+    inode: Arc<OpenInode>,
+    /// The inode was open in this mount already: its shared handle needs revalidating.
+    existed: bool,
+    /// The kernel's cached pages hold the version opened.
+    keep_cache: bool,
 }
 
 /// The file system handed to fuser.
@@ -426,6 +441,17 @@ impl Shared {
     /// `first` has them) for a kernel file handle; returns the handle number and whether the
     /// kernel may keep its cached pages.
     async fn open_attr(&self, attr: Attr, first: Option<FirstChunks>) -> Result<(u64, bool), Errno> {
+        let begun = self.open_begin(attr, first)?;
+        if begun.existed {
+            self.open_revalidate(&begun).await?;
+        }
+        Ok(self.open_finish(begun))
+    }
+
+    /// The part of an open that never waits: pins the inode, installing a new handle when it
+    /// is not open in this mount yet. When it was ([`OpenBegun::existed`]), the shared handle
+    /// must be checked against `attr` ([`Self::open_revalidate`]) before [`Self::open_finish`].
+    fn open_begin(&self, attr: Attr, first: Option<FirstChunks>) -> Result<OpenBegun, Errno> {
         let ino = attr.ino;
         if attr.kind != FileKind::File {
             return Err(if attr.kind == FileKind::Dir { Errno::EISDIR } else { Errno::EINVAL });
@@ -440,30 +466,43 @@ impl Shared {
                 None => client.open_with_attr(fresh),
             })
             .map_err(fail)?;
-        if existed {
-            // Close-to-open: the shared handle may hold another client's older data; start a
-            // new one if the file changed elsewhere (after publishing our own writes).
-            let mut h = inode.file.lock().await;
-            if h.attr().data_version != attr.data_version {
-                let refreshed = async {
-                    h.flush().await?;
-                    let now = self.client.getattr_for_open(ino).await?;
-                    self.client.open_with_first_chunks(now)
-                }
-                .await;
-                match refreshed {
-                    Ok(new) => {
-                        *h = new;
-                        inode.synced(&h);
-                    }
-                    Err(e) => {
-                        drop(h);
-                        self.unpin(&inode).await;
-                        return Err(fail(e));
-                    }
-                }
+        Ok(OpenBegun { attr, inode, existed, keep_cache })
+    }
+
+    /// Close-to-open for an inode already open here: the shared handle may hold another
+    /// client's older data; a new one is started if the file changed elsewhere (after
+    /// publishing this mount's own writes). On failure the open's pin is dropped.
+    async fn open_revalidate(&self, begun: &OpenBegun) -> Result<(), Errno> {
+        let (ino, inode) = (begun.attr.ino, &begun.inode);
+        let mut h = inode.file.lock().await;
+        if h.attr().data_version == begun.attr.data_version {
+            return Ok(());
+        }
+        let refreshed = async {
+            h.flush().await?;
+            let now = self.client.getattr_for_open(ino).await?;
+            self.client.open_with_first_chunks(now)
+        }
+        .await;
+        match refreshed {
+            Ok(new) => {
+                *h = new;
+                inode.synced(&h);
+                Ok(())
+            }
+            Err(e) => {
+                drop(h);
+                self.unpin(inode).await;
+                Err(fail(e))
             }
         }
+    }
+
+    /// The rest of an open, which never waits either: the kernel's cached attributes and
+    /// pages against the version opened, and the new kernel file handle.
+    fn open_finish(&self, begun: OpenBegun) -> (u64, bool) {
+        let OpenBegun { attr, inode, keep_cache, .. } = begun;
+        let ino = attr.ino;
         if self.versions.attrs(ino).is_some_and(|v| v != attr.data_version) {
             // The kernel holds attributes (the size!) from before another client's change;
             // close-to-open means this open must not go on using them.
@@ -475,7 +514,30 @@ impl Shared {
         if !keep_cache {
             self.versions.set_pages(ino, attr.data_version);
         }
-        Ok((self.open.add_file(inode), keep_cache))
+        (self.open.add_file(inode), keep_cache)
+    }
+
+    /// What an open of `ino` by process `pid` may use instead of asking the metadata service:
+    /// the answer its own LOOKUP brought (see `opencache.rs`), or one the open-cache time
+    /// still allows.
+    fn kept_open_answer(&self, ino: Ino, pid: u32, now: Instant) -> Option<FirstChunks> {
+        let mut cache = lock(&self.open_cache);
+        let handed = cache.take_handoff(ino, pid, now);
+        metered::open_handoff().lookup(handed.is_some());
+        handed.or_else(|| {
+            let kept = cache.get(ino, now);
+            metered::open_cache().lookup(kept.is_some());
+            kept
+        })
+    }
+
+    /// The answer to an OPEN that made kernel handle `fh` of a file of `size` bytes; a small
+    /// file opened for reading whose pages the kernel does not keep starts its fetch now.
+    fn opened(&self, fh: u64, keep_cache: bool, size: u64, read_only: bool) -> (u64, FopenFlags) {
+        if !keep_cache && read_only {
+            self.prefetch_small(fh, size);
+        }
+        (fh, self.open_flags(keep_cache))
     }
 
     fn open_flags(&self, keep_cache: bool) -> FopenFlags {
@@ -670,6 +732,38 @@ impl Shared {
         }
         self.unpin(&file.inode).await;
         Ok(())
+    }
+
+    /// Releases kernel handle `fh` without waiting, when nothing about it can: its inode has no
+    /// writes of this mount to publish and was not unlinked while open, `flock_owner` (if any)
+    /// holds no cluster lock on it, and, should this be the inode's last pin, its handle is
+    /// free and has nothing to flush. Then it does what [`Self::release`] would and returns
+    /// true; otherwise it does nothing and returns false (the release goes to a task).
+    fn release_now(&self, fh: u64, flock_owner: Option<u64>) -> bool {
+        let Some(file) = self.open.file(fh) else { return false };
+        let inode = &file.inode;
+        if inode.local_overlay().is_some() || inode.orphan().is_some() {
+            return false;
+        }
+        if flock_owner.is_some_and(|owner| lock(&self.held_locks).contains(&(inode.ino, owner))) {
+            return false;
+        }
+        // Held until the inode is finished, as the last unpin's flush would hold it: an open
+        // pinning the inode again meanwhile waits for it before revalidating the handle.
+        let Ok(h) = inode.file.try_lock() else { return false };
+        if h.has_unflushed() {
+            return false;
+        }
+        self.open.remove_file(fh);
+        if self.open.unpin(inode.ino) {
+            inode.synced(&h);
+            self.published(inode.ino, h.attr().data_version);
+            drop(h);
+            // Nothing to delete: an unlink while open pins the inode before it marks it, so
+            // this cannot have been the last pin of an inode marked since the check above.
+            self.open.remove_if_unpinned(inode.ino);
+        }
+        true
     }
 
     /// Makes sure position `offset` of an open directory is fetched (pages on demand).
@@ -1085,44 +1179,52 @@ impl Filesystem for TroveFs {
         {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
-        let pid = req.pid();
-        self.spawn(
-            reply,
-            move |s| async move {
-                // Close-to-open: an open asks the metadata service for the current version, and
-                // takes the records of the first chunks with it (a small file's first read then
-                // needs no metadata round trip of its own), unless the LOOKUP of its own path
-                // walk brought them; an answer younger than the open-cache time, with no
-                // change of this mount since, is used again.
-                let started = Instant::now();
-                let kept = {
-                    let mut cache = lock(&s.open_cache);
-                    let handed = cache.take_handoff(ino.0, pid, started);
-                    metered::open_handoff().lookup(handed.is_some());
-                    handed.or_else(|| {
-                        let kept = cache.get(ino.0, started);
-                        metered::open_cache().lookup(kept.is_some());
-                        kept
-                    })
-                };
-                let first = match kept {
-                    Some(first) => first,
-                    None => {
-                        let epoch = lock(&s.open_cache).epoch();
-                        let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
-                        lock(&s.open_cache).put(ino.0, first.clone(), started, epoch);
-                        first
-                    }
-                };
-                let size = first.attr().size;
-                let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
-                if !keep && flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) == libc::O_RDONLY {
-                    s.prefetch_small(fh, size);
-                }
-                Ok((fh, s.open_flags(keep)))
-            },
-            |r, (fh, f)| r.opened(Fh(fh), f),
-        );
+        // Close-to-open: an open asks the metadata service for the current version, and takes
+        // the records of the first chunks with it (a small file's first read then needs no
+        // metadata round trip of its own), unless the LOOKUP of its own path walk brought them;
+        // an answer younger than the open-cache time, with no change of this mount since, is
+        // used again.
+        let started = Instant::now();
+        let read_only = flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) == libc::O_RDONLY;
+        let Some(first) = self.shared.kept_open_answer(ino.0, req.pid(), started) else {
+            return self.spawn(
+                reply,
+                move |s| async move {
+                    let epoch = lock(&s.open_cache).epoch();
+                    let first = s.client.getattr_for_open(ino.0).await.map_err(fail)?;
+                    lock(&s.open_cache).put(ino.0, first.clone(), started, epoch);
+                    let size = first.attr().size;
+                    let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
+                    Ok(s.opened(fh, keep, size, read_only))
+                },
+                |r, (fh, f)| r.opened(Fh(fh), f),
+            );
+        };
+        // Kept: a file not open in this mount yet (a loader's every sample) is opened on this
+        // thread, without a hand-off to a task; one already open may have to wait for its
+        // handle, on a task.
+        let _runtime = self.runtime.enter();
+        let size = first.attr().size;
+        match self.shared.open_begin(first.attr().clone(), Some(first)) {
+            Err(e) => {
+                metered::take().done(false);
+                reply.error(e)
+            }
+            Ok(begun) if !begun.existed => {
+                let (fh, keep) = self.shared.open_finish(begun);
+                let (fh, f) = self.shared.opened(fh, keep, size, read_only);
+                reply.opened(Fh(fh), f)
+            }
+            Ok(begun) => self.spawn(
+                reply,
+                move |s| async move {
+                    s.open_revalidate(&begun).await?;
+                    let (fh, keep) = s.open_finish(begun);
+                    Ok(s.opened(fh, keep, size, read_only))
+                },
+                |r, (fh, f)| r.opened(Fh(fh), f),
+            ),
+        }
     }
 
     fn read(
@@ -1209,6 +1311,10 @@ impl Filesystem for TroveFs {
     ) {
         let _op = metered::begin(const { metered::slot("release") });
         // The kernel names a lock owner here only for files locked with flock.
+        if self.shared.release_now(fh.0, lock_owner.map(|o| o.0)) {
+            // A file only read (a loader's every sample): answered on this thread.
+            return reply.ok();
+        }
         self.spawn_closing(fh.0, reply, move |s| async move { s.release(fh.0, lock_owner.map(|o| o.0)).await });
     }
 

@@ -24,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 CHECKS = []
 GIB = 1 << 30
@@ -206,6 +207,47 @@ def unlink_open_file(d):
     obs["path_reads"] = read_file(old).decode()
     expect(obs["replaced_open_reads"] == "old content", "an open file replaced by rename changed")
     expect(not obs["exists_after_unlink"] and obs["nlink"] == 0 and not obs["listed"], f"unlink: {obs}")
+    return obs
+
+
+@check
+def read_only_closes_beside_writes(d):
+    """Descriptors only read, closed while another descriptor of the file has writes not yet
+    published, and many opens and closes of one file at once: no close loses or publishes
+    half of anything, and every read sees the whole file."""
+    p = os.path.join(d, "shared-closes")
+    first, second = os.urandom(3 * MIB + 5), os.urandom(2 * MIB + 9)
+    w = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(w, first)
+    r = os.open(p, os.O_RDONLY)
+    obs = {"reader_sees_unflushed": pread_all(r, len(first), 0) == first}
+    os.close(r)
+    os.write(w, second)
+    os.close(os.open(p, os.O_RDONLY))  # opened and closed unread, the writes still unflushed
+    obs["size_before_close"] = os.fstat(w).st_size
+    os.close(w)
+    obs["whole_after_close"] = read_file(p) == first + second
+
+    def reader(_):
+        ok = 0
+        for _ in range(40):
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                ok += pread_all(fd, len(first) + len(second) + 1, 0) == first + second
+            finally:
+                os.close(fd)
+        return ok
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        obs["concurrent_whole_reads"] = sum(pool.map(reader, range(4)))
+    # The last read-only close of a file unlinked while open deletes it for good.
+    fd = os.open(p, os.O_RDONLY)
+    os.unlink(p)
+    obs["unlinked_open_reads"] = pread_all(fd, 16, 0) == first[:16]
+    os.close(fd)
+    obs["listed_after_last_close"] = "shared-closes" in os.listdir(d)
+    expect(obs["reader_sees_unflushed"] and obs["whole_after_close"], f"read-only closes beside writes: {obs}")
+    expect(obs["concurrent_whole_reads"] == 160, f"concurrent opens and closes: {obs}")
     return obs
 
 
