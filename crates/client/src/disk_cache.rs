@@ -28,7 +28,9 @@
 //! priority: when the disk or the CPU cannot keep up, chunks are simply not cached (counted as
 //! `dropped`), and the reads that fetched them never wait for the cache. Files are written to a
 //! temporary name and renamed, never synced: a cache file lost or torn by a crash fails its
-//! checks and is removed.
+//! checks and is removed. A file is written from the chunk's buffers as they are (one vectored
+//! write after its header and tables; its zero padding is left a hole), never copied into an
+//! image first.
 //!
 //! Reads of a file kept open whose bytes are in the page cache are answered on the calling
 //! task without waiting (`RWF_NOWAIT`); others run on tokio's blocking pool.
@@ -563,30 +565,102 @@ fn read_blocks(open: &OpenFile, start: u32, end: u32, wait: Wait) -> Result<Byte
 
 /// The image of the cache file of chunk `id` of `len` bytes, `k` data shards of `shard_len`,
 /// holding `parts` (the chunk's bytes laid end to end, `len` in all), and the crc32c of each
-/// data shard's block table (what the chunk's record must say for the file to be read).
+/// data shard's block table (what the chunk's record must say for the file to be read). The
+/// writer does not build it: it writes [`encode_head`]'s bytes and then `parts` themselves.
 pub fn encode_file(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
-    let (kk, s) = (usize::from(k), shard_len as usize);
-    let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
-    let data_at = HEADER_BYTES + 4 * kk * blocks;
-    let mut image = vec![0u8; data_at + kk * s];
-    image[..HEADER_BYTES].copy_from_slice(&encode_header((id, len), k, shard_len));
-    let mut at = data_at;
+    let (mut image, crcs) = encode_head(id, len, k, shard_len, parts);
+    let file_len = file_bytes(usize::from(k), shard_len) as usize;
     for part in parts {
-        let take = part.len().min(image.len() - at);
-        image[at..at + take].copy_from_slice(&part[..take]);
-        at += take;
+        let take = part.len().min(file_len - image.len());
+        image.extend_from_slice(&part[..take]);
     }
+    image.resize(file_len, 0);
+    (image, crcs)
+}
+
+/// The header and block tables of the cache file [`encode_file`] describes, computed over
+/// `parts` where they lie (the zero padding past them up to `k` shards taken into the
+/// checksums without being written out), and the crc32c of each shard's table.
+pub fn encode_head(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
+    let (kk, s) = (usize::from(k), shard_len as usize);
+    let block = SHARD_BLOCK_BYTES as usize;
+    let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
+    let mut head = Vec::with_capacity(HEADER_BYTES + 4 * kk * blocks);
+    head.extend_from_slice(&encode_header((id, len), k, shard_len));
+    let mut data = Cursor::new(parts, kk * s);
     let mut crcs = Vec::with_capacity(kk);
-    for i in 0..kk {
-        let shard = &image[data_at + i * s..data_at + (i + 1) * s];
-        let table = erasure::block_crcs(shard);
+    for _ in 0..kk {
+        let mut table = Vec::with_capacity(blocks);
+        for j in 0..blocks {
+            let take = block.min(s - j * block);
+            table.push(data.crc_of_next(take));
+        }
         crcs.push(erasure::table_crc(&table));
-        for (j, c) in table.iter().enumerate() {
-            let t = HEADER_BYTES + 4 * (i * blocks + j);
-            image[t..t + 4].copy_from_slice(&c.to_le_bytes());
+        for c in table {
+            head.extend_from_slice(&c.to_le_bytes());
         }
     }
-    (image, crcs)
+    (head, crcs)
+}
+
+/// Zeros to take into checksums of padding.
+static ZEROS: [u8; SHARD_BLOCK_BYTES as usize] = [0; SHARD_BLOCK_BYTES as usize];
+
+/// Walks the bytes of `parts` laid end to end, then zeros, up to `total`.
+struct Cursor<'a> {
+    parts: &'a [Bytes],
+    /// The part being read and the offset in it.
+    part: usize,
+    at: usize,
+    /// Bytes left to `total`.
+    left: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(parts: &'a [Bytes], total: usize) -> Cursor<'a> {
+        Cursor { parts, part: 0, at: 0, left: total }
+    }
+
+    /// The crc32c of the next `n` bytes (`n` at most a block), moving past them.
+    fn crc_of_next(&mut self, n: usize) -> u32 {
+        let mut crc = 0;
+        let mut want = n.min(self.left);
+        self.left -= want;
+        while want > 0 {
+            match self.parts.get(self.part) {
+                Some(p) if self.at < p.len() => {
+                    let take = want.min(p.len() - self.at);
+                    crc = crc32c::crc32c_append(crc, &p[self.at..self.at + take]);
+                    self.at += take;
+                    want -= take;
+                }
+                Some(_) => {
+                    self.part += 1;
+                    self.at = 0;
+                }
+                None => {
+                    let take = want.min(ZEROS.len());
+                    crc = crc32c::crc32c_append(crc, &ZEROS[..take]);
+                    want -= take;
+                }
+            }
+        }
+        crc
+    }
+}
+
+/// Writes all of `bufs` to `file` with vectored writes.
+fn write_all_vectored(file: &mut File, bufs: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+    let mut bufs = bufs;
+    while !bufs.is_empty() {
+        match file.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Checks a whole cache file `image` against the record `rec` as reads do (header, length,
@@ -746,7 +820,9 @@ impl Shared {
         if k == 0 || k > usize::from(K_MAX) || s > SHARD_BYTES_MAX || put.key.1 as usize > k * s as usize {
             return;
         }
-        let (image, crcs) = encode_file(put.key.0, put.key.1, put.k, s, put.data.parts());
+        // The header and tables, then the chunk's bytes where they lie (no image of the file
+        // is built: that copy cost as much as the write), then a hole for the padding.
+        let (head, crcs) = encode_head(put.key.0, put.key.1, put.k, s, put.data.parts());
         if put.table_crcs.get(..k) != Some(&crcs[..]) {
             // Not the bytes the record describes: never cached (a bug elsewhere if seen).
             tracing::warn!("disk cache: chunk {:016x} does not match its record; not cached", put.key.0);
@@ -768,7 +844,19 @@ impl Shared {
                 }
                 file => file?,
             };
-            file.write_all(&image)?;
+            let data_bytes = (bytes as usize).saturating_sub(head.len());
+            let mut slices = vec![io::IoSlice::new(&head)];
+            let mut left = data_bytes;
+            for part in put.data.parts() {
+                let take = part.len().min(left);
+                slices.push(io::IoSlice::new(&part[..take]));
+                left -= take;
+            }
+            write_all_vectored(&mut file, &mut slices)?;
+            if left > 0 {
+                // Reads of a hole give the zeros the tables were computed over.
+                file.set_len(bytes)?;
+            }
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = written {
@@ -1116,6 +1204,63 @@ mod tests {
                 assert!(verify_file(&bad, &rec).is_err(), "a flipped bit at {at} of {} went unseen", image.len());
             }
             assert!(verify_file(&image[..image.len() - 1], &rec).is_err(), "a torn file");
+        }
+    }
+
+    /// The file image as the first writer built it: one contiguous copy, zero-padded, and
+    /// each shard's table computed over it.
+    fn image_model(id: u64, len: u32, k: u8, shard_len: u32, bytes: &[u8]) -> Vec<u8> {
+        let (kk, s) = (usize::from(k), shard_len as usize);
+        let mut padded = bytes.to_vec();
+        padded.resize(kk * s, 0);
+        let mut image = encode_header((id, len), k, shard_len).to_vec();
+        for shard in padded.chunks(s) {
+            for c in erasure::block_crcs(shard) {
+                image.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        image.extend_from_slice(&padded);
+        image
+    }
+
+    #[tokio::test]
+    async fn a_file_written_from_a_chunks_parts_is_its_image_wherever_the_parts_are_cut() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cache = DiskCache::open(&options(dir.path(), 1 << 30), "c").expect("cache opens");
+        // Shards of several blocks with a short last one, padding within a block and across a
+        // whole shard, one shard and many.
+        let layouts = [
+            (200_000usize, EcScheme { k: 4, m: 2 }),
+            (150_001, EcScheme { k: 1, m: 2 }),
+            (70_000, EcScheme { k: 3, m: 1 }),
+        ];
+        for (n, (len, ec)) in layouts.into_iter().enumerate() {
+            let bytes = data(len, n as u64 + 5);
+            let id = 100 + n as u64;
+            let rec = record(id, &bytes, ec);
+            let want = image_model(id, rec.len, ec.k, rec.shard_len, &bytes);
+            for cuts in [vec![], vec![1], vec![65_535, 65_537, 65_538], vec![len / 3, len / 2, len - 1]] {
+                let mut parts = Vec::new();
+                let mut from = 0;
+                for &cut in cuts.iter().chain(std::iter::once(&len)) {
+                    parts.push(Bytes::copy_from_slice(&bytes[from..cut]));
+                    from = cut;
+                }
+                let (image, crcs) = encode_file(id, rec.len, ec.k, rec.shard_len, &parts);
+                assert!(image == want, "layout {n}, cut at {cuts:?}: another image than the model's");
+                assert_eq!(crcs[..], rec.table_crcs[..usize::from(ec.k)]);
+            }
+            // The writer's file, from a chunk of uneven parts, holds that image byte for byte.
+            let parts: Vec<Bytes> = bytes.chunks(40_000).map(Bytes::copy_from_slice).collect();
+            cache.offer(&rec, Chunk::new(parts, len));
+            let start = Instant::now();
+            while !cache.holds((rec.id, rec.len)) {
+                assert!(start.elapsed() < Duration::from_secs(10), "chunk {id} was not written");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let path = cache.shared.path_of((rec.id, rec.len));
+            assert!(std::fs::read(&path).expect("cache file") == want, "layout {n}: the file is not the image");
+            assert_eq!(cache.read(&rec, 0, rec.len).await.as_deref(), Some(&bytes[..]));
         }
     }
 
