@@ -581,7 +581,7 @@ pub fn encode_file(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) ->
 /// The header and block tables of the cache file [`encode_file`] describes, computed over
 /// `parts` where they lie (the zero padding past them up to `k` shards taken into the
 /// checksums without being written out), and the crc32c of each shard's table.
-pub fn encode_head(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
+fn encode_head(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
     let (kk, s) = (usize::from(k), shard_len as usize);
     let block = SHARD_BLOCK_BYTES as usize;
     let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
@@ -821,7 +821,8 @@ impl Shared {
             return;
         }
         // The header and tables, then the chunk's bytes where they lie (no image of the file
-        // is built: that copy cost as much as the write), then a hole for the padding.
+        // is built, which saved a copy and an allocation of the whole file), then a hole for
+        // the padding.
         let (head, crcs) = encode_head(put.key.0, put.key.1, put.k, s, put.data.parts());
         if put.table_crcs.get(..k) != Some(&crcs[..]) {
             // Not the bytes the record describes: never cached (a bug elsewhere if seen).

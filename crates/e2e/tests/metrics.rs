@@ -82,36 +82,32 @@ impl Prometheus {
 
     /// Waits until `query` is within `tolerance` (a fraction) of `want`; returns what it was.
     fn expect_near(&self, query: &str, want: f64, tolerance: f64) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut last = None;
-        while Instant::now() < deadline {
-            last = self.scalar(query);
-            if let Some(v) = last {
-                if (v - want).abs() <= want * tolerance {
-                    return v;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        panic!("{query}: Prometheus says {last:?}, the workload did {want} (within {}%)", tolerance * 100.0);
+        self.wait_for(query, |v| (v - want).abs() <= want * tolerance).unwrap_or_else(|last| {
+            panic!("{query}: Prometheus says {last:?}, the workload did {want} (within {}%)", tolerance * 100.0)
+        })
     }
 
     /// Waits until `query` is at least `floor`; returns what it was. A counter seen in one
     /// scrape may still lag the workload by up to a scrape interval, so a lower bound is
     /// waited for, never read once.
     fn expect_at_least(&self, query: &str, floor: f64) -> f64 {
+        self.wait_for(query, |v| v >= floor)
+            .unwrap_or_else(|last| panic!("{query}: Prometheus says {last:?}, the workload needs at least {floor}"))
+    }
+
+    /// Polls `query` for up to 30 s until its value satisfies `ok`; the last value seen if it
+    /// never did.
+    fn wait_for(&self, query: &str, ok: impl Fn(f64) -> bool) -> Result<f64, Option<f64>> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = None;
         while Instant::now() < deadline {
             last = self.scalar(query);
-            if let Some(v) = last {
-                if v >= floor {
-                    return v;
-                }
+            if let Some(v) = last.filter(|v| ok(*v)) {
+                return Ok(v);
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        panic!("{query}: Prometheus says {last:?}, the workload needs at least {floor}");
+        Err(last)
     }
 }
 
