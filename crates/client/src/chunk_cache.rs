@@ -9,6 +9,15 @@
 //! the limit the least recently used chunks go. What enters:
 //! - chunks read whole (sequential reads and their read-ahead) and chunks a handle wrote and
 //!   committed, always;
+//! - a chunk fetched for a reader whose bytes the kernel's page cache is about to keep (a small
+//!   file opened through the mount and read whole, a loader's sample), only on probation
+//!   ([`ChunkCache::put_once`]): in a first-in first-out queue of at most [`ONCE_SHARE_DIVISOR`]th
+//!   of the cache, whose lookups do not move it, and which lets its oldest go first, so a pass
+//!   over more samples than memory holds neither copies every one of them into memory a second
+//!   time nor pushes out what the cache holds (2Q's probation queue; the first pass over a
+//!   1 GiB cache cost a page fault per 4 KiB it filled). A chunk put on probation again soon
+//!   after it was let go (remembered by key, at most [`GHOSTS_MAX`]: the kernel dropped its
+//!   pages, or another open reads it) is wanted twice and enters as any chunk;
 //! - for small random reads, which fetch only the bytes asked for, the chunk whole in the
 //!   background once it has been asked for twice (as JuiceFS fetches a randomly read block
 //!   whole, `--prefetch`), at most [`FILLS_MAX`] at a time. When that would evict another
@@ -39,6 +48,11 @@ pub(crate) const AGE_EVENTS_MAX: u32 = 1 << 14;
 const WANTED_MAX: usize = 1 << 16;
 /// Stale recency entries kept beyond twice the live ones before the list is compacted.
 const STALE_ENTRIES_SLACK: usize = 64;
+/// The probation queue ([`ChunkCache::put_once`]) holds at most this fraction of the cache's
+/// bytes (one chunk at least).
+pub(crate) const ONCE_SHARE_DIVISOR: u64 = 8;
+/// Keys of chunks let go from probation remembered at most, oldest forgotten first.
+pub(crate) const GHOSTS_MAX: usize = 1 << 16;
 
 /// How the cache has done since the client started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,6 +92,14 @@ struct State {
     /// Misses of small reads by chunk not cached (admission counts).
     wanted: HashMap<Key, u32>,
     events: u32,
+    /// The probation queue, oldest first: (stamp, key), stale like `order`'s when its entry's
+    /// stamp moved on or it left probation.
+    once: VecDeque<(u64, Key)>,
+    once_bytes: u64,
+    /// Keys let go from probation, with the stamp they were let go at; `ghost_order` oldest
+    /// first (stale when the key was put again).
+    ghosts: HashMap<Key, u64>,
+    ghost_order: VecDeque<(u64, Key)>,
 }
 
 struct Entry {
@@ -86,6 +108,8 @@ struct Entry {
     stamp: u64,
     /// Lookups that found it (halved with the wants).
     hits: u32,
+    /// On probation (`State::once`), not in the recency list.
+    once: bool,
 }
 
 /// A whole-chunk fetch for random reads allowed to run: keeps its place among the
@@ -123,22 +147,28 @@ impl ChunkCache {
         let mut st = self.state.lock();
         let stamp = st.next_stamp;
         let found = st.entries.get_mut(&key).map(|e| {
-            e.stamp = stamp;
             e.hits = e.hits.saturating_add(1);
-            e.data.clone()
+            if !e.once {
+                e.stamp = stamp;
+            }
+            (e.once, e.data.clone())
         });
-        match &found {
-            Some(_) => {
-                st.next_stamp += 1;
-                st.order.push_back((stamp, key));
-                st.compact();
+        let found = match found {
+            Some((once, data)) => {
+                if !once {
+                    st.next_stamp += 1;
+                    st.order.push_back((stamp, key));
+                    st.compact();
+                }
                 st.tick();
                 self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(data)
             }
             None => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
+                None
             }
-        }
+        };
         found
     }
 
@@ -148,30 +178,68 @@ impl ChunkCache {
     }
 
     /// Caches `data` under `key`, letting the least recently used chunks go past the limit. A
-    /// chunk larger than the whole cache is not kept.
+    /// chunk larger than the whole cache is not kept. A chunk on probation is taken off it.
     pub(crate) fn put(&self, key: Key, data: Chunk) {
         let bytes = data.len() as u64;
         if bytes > self.bytes_max {
             return;
         }
         let mut st = self.state.lock();
-        st.wanted.remove(&key);
-        let stamp = st.next_stamp;
-        st.next_stamp += 1;
-        let old = st.entries.insert(key, Entry { data, bytes, stamp, hits: 0 });
-        if let Some(old) = old {
-            st.used_bytes -= old.bytes;
+        st.insert(key, data, false);
+        self.evict_past_limit(&mut st);
+        st.compact();
+    }
+
+    /// Caches `data` under `key` on probation (see the module text): a chunk one reader asked
+    /// for and the kernel's page cache will hold. Nothing is done for a key already cached; a
+    /// key let go from probation not long ago enters as [`ChunkCache::put`] would put it.
+    pub(crate) fn put_once(&self, key: Key, data: Chunk) {
+        let bytes = data.len() as u64;
+        if bytes > self.bytes_max {
+            return;
         }
-        st.used_bytes += bytes;
-        st.order.push_back((stamp, key));
+        let mut st = self.state.lock();
+        if st.entries.contains_key(&key) {
+            return;
+        }
+        let again = st.ghosts.remove(&key).is_some();
+        st.insert(key, data, !again);
+        let once_max = self.bytes_max / ONCE_SHARE_DIVISOR;
+        while st.once_bytes > once_max && st.once.len() > 1 {
+            let Some(victim) = st.oldest_once() else { break };
+            self.let_go(&mut st, victim);
+        }
+        self.evict_past_limit(&mut st);
+        st.compact();
+    }
+
+    /// Lets chunks go until the cache is within its limit: the least recently used first, the
+    /// oldest on probation once no other is left.
+    fn evict_past_limit(&self, st: &mut State) {
         while st.used_bytes > self.bytes_max {
-            let Some(victim) = st.least_recent() else { break };
-            if let Some(e) = st.entries.remove(&victim) {
-                st.used_bytes -= e.bytes;
-                self.evictions.fetch_add(1, Ordering::Relaxed);
+            let Some(victim) = st.least_recent().or_else(|| st.oldest_once()) else { break };
+            self.let_go(st, victim);
+        }
+    }
+
+    /// Removes `victim`; one on probation is remembered as a ghost.
+    fn let_go(&self, st: &mut State, victim: Key) {
+        let Some(e) = st.entries.remove(&victim) else { return };
+        st.used_bytes -= e.bytes;
+        if e.once {
+            st.once_bytes -= e.bytes;
+            let stamp = st.next_stamp;
+            st.next_stamp += 1;
+            st.ghosts.insert(victim, stamp);
+            st.ghost_order.push_back((stamp, victim));
+            while st.ghosts.len() > GHOSTS_MAX || st.ghost_order.len() > 2 * GHOSTS_MAX {
+                let Some((stamp, key)) = st.ghost_order.pop_front() else { break };
+                if st.ghosts.get(&key) == Some(&stamp) {
+                    st.ghosts.remove(&key);
+                }
             }
         }
-        st.compact();
+        self.evictions.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A small read of chunk `key` (of `bytes` bytes) missed: counts it, and says whether to
@@ -240,11 +308,45 @@ impl ChunkCache {
 }
 
 impl State {
+    /// Puts `data` under `key`, on probation (`once`) or as the most recently used chunk,
+    /// replacing what the key held (the same bytes: a key's never change).
+    fn insert(&mut self, key: Key, data: Chunk, once: bool) {
+        let bytes = data.len() as u64;
+        self.wanted.remove(&key);
+        self.ghosts.remove(&key);
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let old = self.entries.insert(key, Entry { data, bytes, stamp, hits: 0, once });
+        if let Some(old) = old {
+            self.used_bytes -= old.bytes;
+            if old.once {
+                self.once_bytes -= old.bytes;
+            }
+        }
+        self.used_bytes += bytes;
+        if once {
+            self.once_bytes += bytes;
+            self.once.push_back((stamp, key));
+        } else {
+            self.order.push_back((stamp, key));
+        }
+    }
+
+    /// The key of the oldest chunk on probation, taken off the queue (stale entries dropped).
+    fn oldest_once(&mut self) -> Option<Key> {
+        while let Some((stamp, key)) = self.once.pop_front() {
+            if self.entries.get(&key).is_some_and(|e| e.once && e.stamp == stamp) {
+                return Some(key);
+            }
+        }
+        None
+    }
+
     /// Removes stale entries from the front of the recency list; the key of the least
     /// recently used chunk, left in place.
     fn least_recent_peek(&mut self) -> Option<Key> {
         while let Some(&(stamp, key)) = self.order.front() {
-            if self.entries.get(&key).is_some_and(|e| e.stamp == stamp) {
+            if self.entries.get(&key).is_some_and(|e| !e.once && e.stamp == stamp) {
                 return Some(key);
             }
             self.order.pop_front();
@@ -261,12 +363,17 @@ impl State {
 
     /// Rebuilds the recency list when stale entries outnumber the live ones.
     fn compact(&mut self) {
-        if self.order.len() <= 2 * self.entries.len() + STALE_ENTRIES_SLACK {
+        if self.order.len() + self.once.len() <= 2 * self.entries.len() + STALE_ENTRIES_SLACK {
             return;
         }
-        let mut live: Vec<(u64, Key)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
+        let (mut live, mut once) = (Vec::new(), Vec::new());
+        for (k, e) in &self.entries {
+            if e.once { &mut once } else { &mut live }.push((e.stamp, *k));
+        }
         live.sort_unstable();
+        once.sort_unstable();
         self.order = live.into();
+        self.once = once.into();
     }
 
     /// Counts an event; every [`AGE_EVENTS_MAX`] of them halves every count.
@@ -411,5 +518,78 @@ mod tests {
             admitted |= cache.want((7, bytes as u32), bytes, false).is_some();
         }
         assert!(admitted, "an old favourite gives way to what is wanted now");
+    }
+
+    #[test]
+    fn chunks_on_probation_keep_to_their_share_and_push_out_nothing() {
+        const MIB: u64 = 1 << 20;
+        let cache = ChunkCache::new(8 * MIB);
+        for id in 1..=4 {
+            cache.put((id, MIB as u32), chunk(MIB as usize, id as u8));
+        }
+        // A pass over 100 samples of 256 KiB, each read once: at most an eighth of the cache
+        // (4 of them) on probation, oldest let go first, the cached chunks untouched.
+        let sample = 256 << 10;
+        for id in 100..200 {
+            cache.put_once((id, sample), chunk(sample as usize, 0));
+            assert!(cache.get((id, sample)).is_some(), "the reader finds its sample");
+            let st = cache.state.lock();
+            assert!(st.once_bytes <= MIB, "{} bytes on probation", st.once_bytes);
+        }
+        assert!((1..=4).all(|id| cache.contains((id, MIB as u32))), "probation pushed a cached chunk out");
+        assert!((196..200).all(|id| cache.contains((id, sample))));
+        assert!(!cache.contains((195, sample)));
+        assert_eq!(cache.used_bytes(), 5 * MIB);
+        assert_eq!(cache.stats().evictions, 96);
+        // A lookup does not move a chunk on probation: the oldest still goes first.
+        assert!(cache.get((196, sample)).is_some());
+        cache.put_once((300, sample), chunk(sample as usize, 0));
+        assert!(!cache.contains((196, sample)) && cache.contains((197, sample)));
+        // Past the whole limit, the least recently used go before anything on probation.
+        for id in 5..=8 {
+            cache.put((id, MIB as u32), chunk(MIB as usize, id as u8));
+        }
+        assert!(!cache.contains((1, MIB as u32)));
+        assert!((197..200).all(|id| cache.contains((id, sample))) && cache.contains((300, sample)));
+        assert!(cache.used_bytes() <= 8 * MIB);
+    }
+
+    #[test]
+    fn a_chunk_wanted_again_leaves_probation() {
+        let cache = ChunkCache::new(8 << 20);
+        let (one, bytes) = ((1, 1 << 20), 1 << 20);
+        cache.put_once(one, chunk(bytes, 1));
+        for id in 10..12 {
+            cache.put_once((id, 1 << 20), chunk(bytes, 0));
+        }
+        assert!(!cache.contains(one), "let go for the newer samples");
+        // Put on probation again soon after: wanted twice, cached as any chunk.
+        cache.put_once(one, chunk(bytes, 1));
+        assert!(cache.state.lock().entries.get(&one).is_some_and(|e| !e.once));
+        for id in 20..40 {
+            cache.put_once((id, 1 << 20), chunk(bytes, 0));
+        }
+        assert!(cache.contains(one), "a chunk wanted twice stays past later samples");
+        // A chunk on probation that a reader fetches whole to keep leaves probation too.
+        cache.put((39, 1 << 20), chunk(bytes, 0));
+        assert_eq!(cache.state.lock().once_bytes, 0);
+        for id in 40..50 {
+            cache.put_once((id, 1 << 20), chunk(bytes, 0));
+        }
+        assert!(cache.contains((39, 1 << 20)));
+    }
+
+    #[test]
+    fn the_keys_let_go_from_probation_are_remembered_within_a_bound() {
+        let cache = ChunkCache::new(8);
+        for id in 0..(GHOSTS_MAX as u64 + 5000) {
+            cache.put_once((id, 1), chunk(1, 0));
+        }
+        let st = cache.state.lock();
+        assert_eq!(st.entries.len(), 1, "one byte of probation holds one chunk");
+        assert!(st.ghosts.len() <= GHOSTS_MAX && st.ghost_order.len() <= 2 * GHOSTS_MAX);
+        assert!(st.ghosts.contains_key(&(GHOSTS_MAX as u64 + 4998, 1)), "the newest are remembered");
+        assert!(!st.ghosts.contains_key(&(0, 1)), "the oldest are forgotten");
+        assert!(st.once.len() <= 2 + STALE_ENTRIES_SLACK);
     }
 }
