@@ -26,7 +26,7 @@ pub use atime::{relatime_due, ATIME_FLUSH_INTERVAL};
 pub use chunk_cache::ChunkCacheStats;
 pub use disk_cache::{DiskCacheError, DiskCacheOptions, DiskCacheStats, DISK_CACHE_BYTES_MAX_DEFAULT};
 pub use file::{FileHandle, FirstChunks};
-pub use reader::ReadSide;
+pub use reader::{Keep, ReadSide};
 pub use stages::{StageReport, STAGES_XATTR};
 pub use wire::stages::StageTotal;
 /// TLS credentials for [`ClientOptions::tls`], so front ends need not depend on `wire`.

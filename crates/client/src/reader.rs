@@ -183,6 +183,20 @@ struct Fetch {
     /// A fill for random reads (`chunk_cache.rs`): small reads do not wait for it, they fetch
     /// their own bytes meanwhile.
     fill: bool,
+    /// What the client's memory cache does with the chunk, whoever finishes the fetch.
+    keep: Keep,
+}
+
+/// What a finished fetch puts into the client's memory cache (`chunk_cache.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// The chunk, as the most recently used.
+    Cached,
+    /// The chunk on probation: one reader wants it, and the kernel's page cache keeps what
+    /// that reader reads.
+    Once,
+    /// Nothing: a fill the memory cache did not admit, for the disk cache below alone.
+    Nothing,
 }
 
 impl ReadSide {
@@ -339,7 +353,10 @@ impl ReadSide {
             Some(f) if f.id == rec.id && f.generation == generation => f.cell.clone(),
             _ => {
                 let cell = Arc::new(OnceCell::new());
-                st.fetches.insert(index, Fetch { id: rec.id, generation, cell: cell.clone(), task: None, fill: false });
+                st.fetches.insert(
+                    index,
+                    Fetch { id: rec.id, generation, cell: cell.clone(), task: None, fill: false, keep: Keep::Cached },
+                );
                 cell
             }
         }
@@ -347,26 +364,23 @@ impl ReadSide {
 
     /// Runs (or waits for) the fetch in `cell` of chunk `index` as `rec` places it; the one
     /// that finishes it puts the chunk into the client's memory cache (under the id it was
-    /// fetched by, whatever the write side did meanwhile: that id's bytes are these), unless
-    /// it is a fill the memory cache did not admit (`to_memory` false: for the disk cache).
-    async fn run_fetch(
-        &self,
-        cell: Arc<OnceCell<Chunk>>,
-        index: u64,
-        rec: Arc<ChunkRecord>,
-        to_memory: bool,
-    ) -> Result<Chunk> {
+    /// fetched by, whatever the write side did meanwhile: that id's bytes are these) as the
+    /// fetch's [`Keep`] says.
+    async fn run_fetch(&self, cell: Arc<OnceCell<Chunk>>, index: u64, rec: Arc<ChunkRecord>) -> Result<Chunk> {
         let fetched = cell.get_or_try_init(|| self.fetch_chunk(index, &rec)).await.cloned();
         let finished = {
             let mut st = self.inner.state.lock();
-            let ours = st.fetches.get(&index).is_some_and(|f| Arc::ptr_eq(&f.cell, &cell));
-            if ours {
-                st.fetches.remove(&index);
+            match st.fetches.get(&index) {
+                Some(f) if Arc::ptr_eq(&f.cell, &cell) => st.fetches.remove(&index).map(|f| f.keep),
+                _ => None,
             }
-            ours
         };
-        if let (true, true, Ok(data)) = (finished, to_memory, &fetched) {
-            self.cache().put(key(&rec), data.clone());
+        if let (Some(keep), Ok(data)) = (finished, &fetched) {
+            match keep {
+                Keep::Cached => self.cache().put(key(&rec), data.clone()),
+                Keep::Once => self.cache().put_once(key(&rec), data.clone()),
+                Keep::Nothing => {}
+            }
         }
         fetched
     }
@@ -411,7 +425,7 @@ impl ReadSide {
             let mut st = self.inner.state.lock();
             self.fetch_entry(&mut st, index, &rec)
         };
-        self.run_fetch(cell, index, rec, true).await
+        self.run_fetch(cell, index, rec).await
     }
 
     /// Bytes `in_chunk .. in_chunk + take` of chunk `index` as `rec` places it: from the disk
@@ -457,7 +471,7 @@ impl ReadSide {
         let (this, rec) = (self.clone(), rec.clone());
         let task = wire::world::spawn(async move {
             let _slot: FillSlot = slot;
-            if let Err(e) = this.run_fetch(cell, index, rec, to_memory).await {
+            if let Err(e) = this.run_fetch(cell, index, rec).await {
                 // Only a cache fill: the reads themselves fetched their bytes.
                 tracing::debug!("filling the cache with chunk {index} of {}: {e}", this.inner.what);
             }
@@ -465,6 +479,7 @@ impl ReadSide {
         if let Some(f) = st.fetches.get_mut(&index) {
             f.task = Some(task.abort_handle());
             f.fill = true;
+            f.keep = if to_memory { Keep::Cached } else { Keep::Nothing };
         }
     }
 
@@ -575,14 +590,14 @@ impl ReadSide {
                 continue;
             }
             let Some(rec) = self.record(ahead).await? else { continue };
-            self.fetch_in_background(ahead, rec);
+            self.fetch_in_background(ahead, rec, Keep::Cached);
         }
         Ok(())
     }
 
     /// Starts fetching chunk `index` whole in the background, unless it is cached or already
-    /// being fetched; readers of it join the fetch.
-    fn fetch_in_background(&self, index: u64, rec: Arc<ChunkRecord>) {
+    /// being fetched, to be kept as `keep` says; readers of it join the fetch.
+    fn fetch_in_background(&self, index: u64, rec: Arc<ChunkRecord>, keep: Keep) {
         if self.cache().contains(key(&rec)) {
             return;
         }
@@ -593,23 +608,26 @@ impl ReadSide {
         let cell = self.fetch_entry(&mut st, index, &rec);
         let this = self.clone();
         let task = wire::world::spawn(async move {
-            if let Err(e) = this.run_fetch(cell, index, rec, true).await {
+            if let Err(e) = this.run_fetch(cell, index, rec).await {
                 // A reader that needs the chunk fetches it again and reports the error.
                 tracing::debug!("fetching chunk {index} of {} ahead: {e}", this.inner.what);
             }
         });
         if let Some(f) = st.fetches.get_mut(&index) {
             f.task = Some(task.abort_handle());
+            f.keep = keep;
         }
     }
 
     /// Starts fetching the first chunk of a small file just opened for reading, whose record
     /// the open brought, so that the read about to come finds it in flight (or done) instead
-    /// of asking only then. Does nothing when the record is not known yet: no metadata call.
-    pub fn prefetch_start(&self) {
+    /// of asking only then; the memory cache keeps it as `keep` says ([`Keep::Once`] when the
+    /// kernel's page cache will hold what is read). Does nothing when the record is not known
+    /// yet: no metadata call.
+    pub fn prefetch_start(&self, keep: Keep) {
         let rec = self.inner.state.lock().records.get(&0).cloned().flatten();
         if let Some(rec) = rec {
-            self.fetch_in_background(0, rec);
+            self.fetch_in_background(0, rec, keep);
         }
     }
 

@@ -272,6 +272,66 @@ async fn random_reads_fill_the_cache_with_the_chunks_they_come_back_to() {
     assert_eq!(b.cached_bytes(), chunk as u64);
 }
 
+/// A small file's chunk fetched at its open for a reader whose bytes the kernel keeps
+/// (`Keep::Once`: the mount's loader samples) is cached on probation only: a pass over many
+/// samples holds at most an eighth of the cache and pushes out nothing cached before, and a
+/// sample read again after it was let go is then cached as any chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_read_once_are_cached_on_probation_without_pushing_out_the_cache() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let sample = 64 << 10;
+    for id in 0..40u64 {
+        a.write_file(&format!("/s{id}"), &content(400 + id, sample)).await.expect("write sample");
+    }
+    a.write_file("/kept", &content(399, 2 * sample)).await.expect("write");
+    // Room for 16 samples; probation holds 2.
+    let budget = 16 * sample as u64;
+    let options =
+        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
+    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    assert!(b.read_file("/kept").await.expect("read")[..] == content(399, 2 * sample)[..]);
+    let kept = b.cached_bytes();
+    assert_eq!(kept, 2 * sample as u64, "a file read whole is cached");
+    let read_sample = |id: u64| {
+        let b = b.clone();
+        async move {
+            // As the mount opens a sample: the records of its first chunks come with the
+            // lookup, so its fetch starts at once.
+            let ino = b.resolve(&format!("/s{id}")).await.expect("resolve").ino;
+            let first = b.getattr_for_open(ino).await.expect("getattr for open");
+            let h = b.open_with_first_chunks(first).expect("open");
+            let reader = h.read_side();
+            reader.prefetch_start(client::Keep::Once);
+            let got = reader.read_at(0, sample, h.size()).await.expect("read");
+            assert!(got[..] == content(400 + id, sample)[..], "sample {id} read back wrong");
+            h.close().await.expect("close");
+        }
+    };
+    for id in 0..30 {
+        read_sample(id).await;
+        assert!(b.cached_bytes() <= kept + budget / 8, "{} bytes cached after sample {id}", b.cached_bytes());
+    }
+    let before = shard_reads_served(&cluster).await;
+    assert!(b.read_file("/kept").await.expect("read again")[..] == content(399, 2 * sample)[..]);
+    assert_eq!(shard_reads_served(&cluster).await - before, 0, "the pass pushed a cached file out");
+    // Sample 0 was let go long ago; read again, it is wanted twice and stays.
+    let before = shard_reads_served(&cluster).await;
+    read_sample(0).await;
+    assert!(shard_reads_served(&cluster).await > before, "sample 0 was still cached");
+    for id in 30..40 {
+        read_sample(id).await;
+    }
+    let before = shard_reads_served(&cluster).await;
+    read_sample(0).await;
+    assert_eq!(
+        shard_reads_served(&cluster).await - before,
+        0,
+        "a sample read twice was let go: {:?}",
+        b.chunk_cache_stats()
+    );
+}
+
 /// Chunks read whole go to the disk cache; a client started again on it reads them with no
 /// storage request, whole and at random; a damaged file is never served (the bytes come from
 /// the cluster, the file is removed); another client's rewrite names other chunks; and one

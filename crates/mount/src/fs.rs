@@ -23,7 +23,7 @@ use crate::open::{CacheVersions, OpenInode, OpenTable};
 use crate::opencache::OpenCache;
 use crate::statahead::{Statahead, Ticket, LISTING_ENTRIES_MAX};
 use crate::{MountOptions, REQUEST_BYTES_MAX};
-use client::{Client, FirstChunks, STAGES_XATTR};
+use client::{Client, FirstChunks, Keep, STAGES_XATTR};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle as Fh, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -533,9 +533,10 @@ impl Shared {
 
     /// The answer to an OPEN that made kernel handle `fh` of a file of `size` bytes; a small
     /// file opened for reading whose pages the kernel does not keep starts its fetch now.
-    fn opened(&self, fh: u64, keep_cache: bool, size: u64, read_only: bool) -> (u64, FopenFlags) {
+    /// `direct`: opened with `O_DIRECT` (the kernel's page cache keeps nothing it reads).
+    fn opened(&self, fh: u64, keep_cache: bool, size: u64, read_only: bool, direct: bool) -> (u64, FopenFlags) {
         if !keep_cache && read_only {
-            self.prefetch_small(fh, size);
+            self.prefetch_small(fh, size, direct || self.options.direct_io);
         }
         (fh, self.open_flags(keep_cache))
     }
@@ -697,13 +698,16 @@ impl Shared {
     /// After an open of a file of `size` bytes for reading (kernel handle `fh`) that the
     /// kernel's page cache does not hold: a small file's first chunk is fetched in the
     /// background at once, so the read that follows (a loader reads what it opens) finds it in
-    /// flight instead of asking only when it arrives.
-    fn prefetch_small(&self, fh: u64, size: u64) {
+    /// flight instead of asking only when it arrives. Unless the reads bypass the page cache
+    /// (`direct`), the kernel keeps what they read, so the client's memory cache keeps the
+    /// chunk only on probation (`Keep::Once`): a pass over many samples is not held in memory
+    /// twice.
+    fn prefetch_small(&self, fh: u64, size: u64, direct: bool) {
         if size == 0 || size > OPEN_PREFETCH_BYTES_MAX {
             return;
         }
         if let Some((reader, _)) = self.open.file(fh).and_then(|f| f.inode.clean_reader()) {
-            reader.prefetch_start();
+            reader.prefetch_start(if direct { Keep::Cached } else { Keep::Once });
         }
     }
 
@@ -1186,6 +1190,7 @@ impl Filesystem for TroveFs {
         // used again.
         let started = Instant::now();
         let read_only = flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) == libc::O_RDONLY;
+        let direct = flags.0 & libc::O_DIRECT != 0;
         let Some(first) = self.shared.kept_open_answer(ino.0, req.pid(), started) else {
             return self.spawn(
                 reply,
@@ -1195,7 +1200,7 @@ impl Filesystem for TroveFs {
                     lock(&s.open_cache).put(ino.0, first.clone(), started, epoch);
                     let size = first.attr().size;
                     let (fh, keep) = s.open_attr(first.attr().clone(), Some(first)).await?;
-                    Ok(s.opened(fh, keep, size, read_only))
+                    Ok(s.opened(fh, keep, size, read_only, direct))
                 },
                 |r, (fh, f)| r.opened(Fh(fh), f),
             );
@@ -1212,7 +1217,7 @@ impl Filesystem for TroveFs {
             }
             Ok(begun) if !begun.existed => {
                 let (fh, keep) = self.shared.open_finish(begun);
-                let (fh, f) = self.shared.opened(fh, keep, size, read_only);
+                let (fh, f) = self.shared.opened(fh, keep, size, read_only, direct);
                 reply.opened(Fh(fh), f)
             }
             Ok(begun) => self.spawn(
@@ -1220,7 +1225,7 @@ impl Filesystem for TroveFs {
                 move |s| async move {
                     s.open_revalidate(&begun).await?;
                     let (fh, keep) = s.open_finish(begun);
-                    Ok(s.opened(fh, keep, size, read_only))
+                    Ok(s.opened(fh, keep, size, read_only, direct))
                 },
                 |r, (fh, f)| r.opened(Fh(fh), f),
             ),
