@@ -15,9 +15,9 @@
 //!   of the cache, whose lookups do not move it, and which lets its oldest go first, so a pass
 //!   over more samples than memory holds neither copies every one of them into memory a second
 //!   time nor pushes out what the cache holds (2Q's probation queue; the first pass over a
-//!   1 GiB cache cost a page fault per 4 KiB it filled). A chunk put on probation again soon
-//!   after it was let go (remembered by key, at most [`GHOSTS_MAX`]: the kernel dropped its
-//!   pages, or another open reads it) is wanted twice and enters as any chunk;
+//!   1 GiB cache cost a page fault per 4 KiB it filled). A chunk read again is put by a read
+//!   that missed the page cache ([`ChunkCache::put`]), which takes it off probation: 2Q's
+//!   memory of keys let go is not needed, as the mount sends such reads through `put`;
 //! - for small random reads, which fetch only the bytes asked for, the chunk whole in the
 //!   background once it has been asked for twice (as JuiceFS fetches a randomly read block
 //!   whole, `--prefetch`), at most [`FILLS_MAX`] at a time. When that would evict another
@@ -51,8 +51,6 @@ const STALE_ENTRIES_SLACK: usize = 64;
 /// The probation queue ([`ChunkCache::put_once`]) holds at most this fraction of the cache's
 /// bytes (one chunk at least).
 pub(crate) const ONCE_SHARE_DIVISOR: u64 = 8;
-/// Keys of chunks let go from probation remembered at most, oldest forgotten first.
-pub(crate) const GHOSTS_MAX: usize = 1 << 16;
 
 /// How the cache has done since the client started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,10 +94,6 @@ struct State {
     /// stamp moved on or it left probation.
     once: VecDeque<(u64, Key)>,
     once_bytes: u64,
-    /// Keys let go from probation, with the stamp they were let go at; `ghost_order` oldest
-    /// first (stale when the key was put again).
-    ghosts: HashMap<Key, u64>,
-    ghost_order: VecDeque<(u64, Key)>,
 }
 
 struct Entry {
@@ -202,8 +196,7 @@ impl ChunkCache {
         if st.entries.contains_key(&key) {
             return;
         }
-        let again = st.ghosts.remove(&key).is_some();
-        st.insert(key, data, !again);
+        st.insert(key, data, true);
         let once_max = self.bytes_max / ONCE_SHARE_DIVISOR;
         while st.once_bytes > once_max && st.once.len() > 1 {
             let Some(victim) = st.oldest_once() else { break };
@@ -222,22 +215,12 @@ impl ChunkCache {
         }
     }
 
-    /// Removes `victim`; one on probation is remembered as a ghost.
+    /// Removes `victim`.
     fn let_go(&self, st: &mut State, victim: Key) {
         let Some(e) = st.entries.remove(&victim) else { return };
         st.used_bytes -= e.bytes;
         if e.once {
             st.once_bytes -= e.bytes;
-            let stamp = st.next_stamp;
-            st.next_stamp += 1;
-            st.ghosts.insert(victim, stamp);
-            st.ghost_order.push_back((stamp, victim));
-            while st.ghosts.len() > GHOSTS_MAX || st.ghost_order.len() > 2 * GHOSTS_MAX {
-                let Some((stamp, key)) = st.ghost_order.pop_front() else { break };
-                if st.ghosts.get(&key) == Some(&stamp) {
-                    st.ghosts.remove(&key);
-                }
-            }
         }
         self.evictions.fetch_add(1, Ordering::Relaxed);
     }
@@ -313,7 +296,6 @@ impl State {
     fn insert(&mut self, key: Key, data: Chunk, once: bool) {
         let bytes = data.len() as u64;
         self.wanted.remove(&key);
-        self.ghosts.remove(&key);
         let stamp = self.next_stamp;
         self.next_stamp += 1;
         let old = self.entries.insert(key, Entry { data, bytes, stamp, hits: 0, once });
@@ -555,41 +537,30 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_wanted_again_leaves_probation() {
+    fn a_chunk_put_again_leaves_probation_and_the_queue_stays_small() {
         let cache = ChunkCache::new(8 << 20);
-        let (one, bytes) = ((1, 1 << 20), 1 << 20);
-        cache.put_once(one, chunk(bytes, 1));
-        for id in 10..12 {
+        let bytes = 1 << 20;
+        for id in 10..40 {
             cache.put_once((id, 1 << 20), chunk(bytes, 0));
         }
-        assert!(!cache.contains(one), "let go for the newer samples");
-        // Put on probation again soon after: wanted twice, cached as any chunk.
-        cache.put_once(one, chunk(bytes, 1));
-        assert!(cache.state.lock().entries.get(&one).is_some_and(|e| !e.once));
-        for id in 20..40 {
-            cache.put_once((id, 1 << 20), chunk(bytes, 0));
-        }
-        assert!(cache.contains(one), "a chunk wanted twice stays past later samples");
-        // A chunk on probation that a reader fetches whole to keep leaves probation too.
+        // A sample read again (a read the page cache missed) is put as any chunk: it leaves
+        // probation and stays past later samples.
         cache.put((39, 1 << 20), chunk(bytes, 0));
         assert_eq!(cache.state.lock().once_bytes, 0);
         for id in 40..50 {
             cache.put_once((id, 1 << 20), chunk(bytes, 0));
         }
         assert!(cache.contains((39, 1 << 20)));
-    }
-
-    #[test]
-    fn the_keys_let_go_from_probation_are_remembered_within_a_bound() {
-        let cache = ChunkCache::new(8);
-        for id in 0..(GHOSTS_MAX as u64 + 5000) {
-            cache.put_once((id, 1), chunk(1, 0));
+        // Put on probation while cached: nothing changes.
+        cache.put_once((39, 1 << 20), chunk(bytes, 0));
+        assert!(cache.state.lock().entries.get(&(39, 1 << 20)).is_some_and(|e| !e.once));
+        // A long pass leaves no more stale queue entries than the compaction allows.
+        let tiny = ChunkCache::new(8);
+        for id in 0..100_000 {
+            tiny.put_once((id, 1), chunk(1, 0));
         }
-        let st = cache.state.lock();
+        let st = tiny.state.lock();
         assert_eq!(st.entries.len(), 1, "one byte of probation holds one chunk");
-        assert!(st.ghosts.len() <= GHOSTS_MAX && st.ghost_order.len() <= 2 * GHOSTS_MAX);
-        assert!(st.ghosts.contains_key(&(GHOSTS_MAX as u64 + 4998, 1)), "the newest are remembered");
-        assert!(!st.ghosts.contains_key(&(0, 1)), "the oldest are forgotten");
         assert!(st.once.len() <= 2 + STALE_ENTRIES_SLACK);
     }
 }
