@@ -357,6 +357,14 @@ impl FileHandle {
                 self.reap_one().await;
             }
             self.commit().await?;
+            // A version the commit held back, behind an earlier chunk not stored yet (nothing
+            // is published past such a gap): the new version started from its bytes, so it is
+            // given up (its shards go to GC) instead of meeting the new one in a later commit,
+            // which the metadata service refuses.
+            let (stale, held): (Vec<ChunkRecord>, Vec<ChunkRecord>) =
+                std::mem::take(&mut self.uploaded).into_iter().partition(|r| r.index == index);
+            self.uploaded = held;
+            self.client.abandon_chunks(self.ino, stale).await;
         }
         while self.uploads.len() >= self.client.inner.options.write_chunks_inflight_max.max(1) {
             self.reap_one().await;

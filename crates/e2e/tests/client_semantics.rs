@@ -1,6 +1,7 @@
 //! File semantics of the client library on a real cluster: overwrites (copy-on-write), chunks
-//! rewritten before their first version was committed, truncation and extension, sparse files
-//! past 4 GiB, and close-to-open visibility between two clients.
+//! rewritten before their first version was committed, random writes against a model,
+//! truncation and extension, sparse files past 4 GiB, and close-to-open visibility between two
+//! clients.
 
 mod common;
 
@@ -59,6 +60,51 @@ async fn overwrite_truncate_sparse_and_visibility() {
     a.write_file("/cto", &content(6, 2 * MIB)).await.expect("v2");
     assert!(first[..] == content(5, 2 * MIB)[..]);
     assert!(b.read_file("/cto").await.expect("read v2")[..] == content(6, 2 * MIB)[..]);
+}
+
+/// Writes at random through one handle, against a byte vector as the model: appends, gaps past
+/// what a chunk holds so far (a hole that reads as zeros), overwrites inside it, and writes
+/// that overwrite its end and run past it, across chunk boundaries. The file read back by
+/// another client after the close, and by the writer's handle before it, is the model's.
+/// (It found a chunk rewritten after its upload, while an earlier chunk was still buffered,
+/// meeting its held-back first version in one commit, which the close then failed with.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_writes_through_one_handle_match_a_model() {
+    use rand::{Rng, SeedableRng};
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let b = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    for seed in 0..8u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let path = format!("/random-{seed}");
+        let mut model: Vec<u8> = Vec::new();
+        let mut h = a.create_path(&path, 0o644).await.expect("create");
+        for step in 0..60u64 {
+            let span = 3 * chunk;
+            let offset = match rng.gen_range(0..4) {
+                // At the end (a sequential writer), a little past it (a gap), or inside.
+                0 => model.len(),
+                1 => (model.len() + rng.gen_range(1..64 << 10)).min(span),
+                _ => rng.gen_range(0..span),
+            };
+            let len = rng.gen_range(1..(256 << 10)).min(span + 1 - offset.min(span)).max(1);
+            let bytes = content(seed * 1000 + step, len);
+            h.write_at(offset as u64, &bytes).await.expect("write");
+            if model.len() < offset + len {
+                model.resize(offset + len, 0);
+            }
+            model[offset..offset + len].copy_from_slice(&bytes);
+        }
+        let seen = h.read_at(0, model.len()).await.expect("read before close");
+        assert!(seen[..] == model[..], "seed {seed}: the writer's handle reads other bytes before the close");
+        h.close().await.expect("close");
+        let got = b.read_file(&path).await.expect("read");
+        assert_eq!(got.len(), model.len(), "seed {seed}: size");
+        if let Some(at) = got.iter().zip(&model).position(|(x, y)| x != y) {
+            panic!("seed {seed}: first differing byte at {at}");
+        }
+    }
 }
 
 /// Small chunks are mirrored with the file's parity (1+2 for 4+2): a small file is read with
