@@ -281,10 +281,17 @@ impl FileHandle {
                 self.fetch_unwritten(index).await?;
             }
             let buf = self.dirty.get_mut(&index).expect("inserted above");
-            if buf.len() < in_chunk + take {
-                buf.resize(in_chunk + take, 0);
+            // Bytes are copied in once: what lies within the buffer is overwritten, the rest
+            // appended (a gap before the write, a hole, reads as zeros). Zeroing the whole
+            // span first and then copying over it cost a sequential writer as much as the copy.
+            let within = buf.len().saturating_sub(in_chunk).min(take);
+            if within > 0 {
+                buf[in_chunk..in_chunk + within].copy_from_slice(&rest[..within]);
             }
-            buf[in_chunk..in_chunk + take].copy_from_slice(&rest[..take]);
+            if within < take {
+                buf.resize(in_chunk + within, 0);
+                buf.extend_from_slice(&rest[within..take]);
+            }
             if self.unfetched.get(&index).is_some_and(|&stored| buf.len() >= stored) {
                 // Every stored byte is overwritten: nothing to fetch.
                 self.unfetched.remove(&index);
