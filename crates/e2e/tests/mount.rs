@@ -442,6 +442,66 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     uncached.stop();
 }
 
+/// A small file's chunk fetched at its open is kept in the mount's memory cache as any chunk
+/// when the file is read with `O_DIRECT` (the kernel's page cache keeps none of those reads, so
+/// the mount's cache is the only copy), and only on probation otherwise (the kernel keeps the
+/// pages). Six samples of 128 KiB and a cache of 1 MiB, whose probation queue holds one: read
+/// again with `O_DIRECT` they all come from the cache; read through the page cache and then
+/// dropped from it, most come from the storage nodes again.
+#[test]
+fn samples_read_with_o_direct_stay_in_the_mounts_cache_and_buffered_ones_on_probation() {
+    if fuse_missing() {
+        return;
+    }
+    const SAMPLES: usize = 6;
+    const SAMPLE_BYTES: usize = 128 << 10;
+    let cluster = TestCluster::start(3, "2+1");
+    let writer = Mount::start(&cluster, "writer", &[]);
+    let reader = Mount::start(&cluster, "reader", &["--chunk-cache-mib", "1", "--disk-cache-mib", "0"]);
+    for set in ["direct", "buffered"] {
+        std::fs::create_dir(writer.join(set)).expect("mkdir");
+        for i in 0..SAMPLES {
+            std::fs::write(writer.join(&format!("{set}/s{i}")), content(i as u64, SAMPLE_BYTES)).expect("write");
+        }
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let served = || runtime.block_on(shard_reads_served(&cluster));
+    // `dd iflag=direct`: each sample opened with O_DIRECT and read in one 128 KiB read.
+    let read_direct = |i: usize| {
+        let path = reader.join(&format!("direct/s{i}"));
+        let out = Command::new("dd")
+            .arg(format!("if={}", path.display()))
+            .args(["iflag=direct", "bs=128k", "count=1", "status=none"])
+            .output()
+            .expect("dd runs");
+        assert!(out.status.success(), "dd iflag=direct of s{i}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout == content(i as u64, SAMPLE_BYTES), "direct/s{i} read back different bytes");
+    };
+    (0..SAMPLES).for_each(read_direct);
+    let before = served();
+    (0..SAMPLES).for_each(read_direct);
+    assert_eq!(served() - before, 0, "samples read with O_DIRECT were not kept in the mount's cache");
+
+    // The control: the same pass through the page cache, whose pages are then dropped.
+    let read_buffered = |i: usize| {
+        let path = reader.join(&format!("buffered/s{i}"));
+        let got = std::fs::read(&path).expect("read");
+        assert!(got == content(i as u64, SAMPLE_BYTES), "buffered/s{i} read back different bytes");
+        let file = std::fs::File::open(&path).expect("open");
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+    };
+    (0..SAMPLES).for_each(read_buffered);
+    let before = served();
+    (0..SAMPLES).for_each(read_buffered);
+    let again = served() - before;
+    assert!(
+        again >= (SAMPLES - 2) as u64,
+        "{again} shard reads for {SAMPLES} samples read again: buffered samples were not on probation"
+    );
+    writer.stop();
+    reader.stop();
+}
+
 /// A cold small file (never looked up by this mount, no listing fetched ahead) costs one
 /// metadata round trip for its open and read: the LOOKUP of the open's path walk brings the
 /// chunk records (LookupChunks) and the OPEN that follows takes them instead of asking again.
