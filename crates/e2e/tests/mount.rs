@@ -442,6 +442,40 @@ fn lookups_and_directory_getattrs_are_answered_without_round_trips() {
     uncached.stop();
 }
 
+/// A chunk written whole (so uploaded) behind a chunk still buffered, then rewritten to its end
+/// before the close: the fsync publishes it, and another mount reads the file as written. (The
+/// first version, held back behind the buffered chunk, once met the second in one commit,
+/// which the metadata service refused, so the fsync and close failed.)
+#[test]
+fn a_chunk_rewritten_behind_a_buffered_one_is_published_at_fsync() {
+    use std::os::unix::fs::FileExt;
+    if fuse_missing() {
+        return;
+    }
+    const MIB: usize = 1 << 20;
+    let cluster = TestCluster::start(3, "2+1");
+    let writer = Mount::start(&cluster, "writer", &[]);
+    let reader = Mount::start(&cluster, "reader", &[]);
+    let path = writer.join("rewritten");
+    let file =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).expect("create");
+    // Chunks of 4 MiB: chunk 0 partly written, chunk 1 whole, then its last MiB again.
+    file.write_all_at(&vec![b'a'; MIB], 0).expect("write chunk 0");
+    file.write_all_at(&vec![b'b'; 4 * MIB], 4 * MIB as u64).expect("write chunk 1");
+    file.write_all_at(&vec![b'c'; MIB], 7 * MIB as u64).expect("rewrite chunk 1's end");
+    file.sync_all().expect("fsync publishes the file");
+    drop(file);
+    let mut want = vec![b'a'; MIB];
+    want.resize(4 * MIB, 0);
+    want.resize(7 * MIB, b'b');
+    want.resize(8 * MIB, b'c');
+    let got = std::fs::read(reader.join("rewritten")).expect("read");
+    assert_eq!(got.len(), want.len(), "size");
+    assert!(got == want, "the other mount reads other bytes");
+    writer.stop();
+    reader.stop();
+}
+
 /// A small file's chunk fetched at its open is kept in the mount's memory cache as any chunk
 /// when the file is read with `O_DIRECT` (the kernel's page cache keeps none of those reads, so
 /// the mount's cache is the only copy), and only on probation otherwise (the kernel keeps the
