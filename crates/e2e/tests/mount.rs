@@ -452,23 +452,26 @@ fn a_chunk_rewritten_behind_a_buffered_one_is_published_at_fsync() {
     if fuse_missing() {
         return;
     }
-    const MIB: usize = 1 << 20;
+    // The test cluster's chunks are of the default size; a quarter of one is the unit here.
+    let chunk = wire::CHUNK_BYTES_DEFAULT as usize;
+    let q = chunk / 4;
     let cluster = TestCluster::start(3, "2+1");
     let writer = Mount::start(&cluster, "writer", &[]);
     let reader = Mount::start(&cluster, "reader", &[]);
     let path = writer.join("rewritten");
     let file =
         std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).expect("create");
-    // Chunks of 4 MiB: chunk 0 partly written, chunk 1 whole, then its last MiB again.
-    file.write_all_at(&vec![b'a'; MIB], 0).expect("write chunk 0");
-    file.write_all_at(&vec![b'b'; 4 * MIB], 4 * MIB as u64).expect("write chunk 1");
-    file.write_all_at(&vec![b'c'; MIB], 7 * MIB as u64).expect("rewrite chunk 1's end");
+    // Chunk 0 partly written, chunk 1 whole (uploaded, held back behind chunk 0), then chunk 1's
+    // last quarter again.
+    file.write_all_at(&vec![b'a'; q], 0).expect("write chunk 0");
+    file.write_all_at(&vec![b'b'; chunk], chunk as u64).expect("write chunk 1");
+    file.write_all_at(&vec![b'c'; q], (2 * chunk - q) as u64).expect("rewrite chunk 1's end");
     file.sync_all().expect("fsync publishes the file");
     drop(file);
-    let mut want = vec![b'a'; MIB];
-    want.resize(4 * MIB, 0);
-    want.resize(7 * MIB, b'b');
-    want.resize(8 * MIB, b'c');
+    let mut want = vec![b'a'; q];
+    want.resize(chunk, 0);
+    want.resize(2 * chunk - q, b'b');
+    want.resize(2 * chunk, b'c');
     let got = std::fs::read(reader.join("rewritten")).expect("read");
     assert_eq!(got.len(), want.len(), "size");
     assert!(got == want, "the other mount reads other bytes");
