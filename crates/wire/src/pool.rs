@@ -144,6 +144,11 @@ impl PooledBuf {
         &mut self.buf
     }
 
+    /// Bytes the buffer has room for.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Shares the bytes; the buffer goes back to its pool when the last clone or slice is
     /// dropped. A buffer too small to be kept becomes plain `Bytes` (no owner to allocate).
     pub fn freeze(mut self) -> Bytes {
