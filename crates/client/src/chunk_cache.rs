@@ -7,15 +7,17 @@
 //!
 //! Bounded in bytes (`ClientOptions::cache_bytes_max`, `trove mount --chunk-cache-mib`): past
 //! the limit the least recently used chunks go. What enters:
-//! - chunks read whole (sequential reads and their read-ahead) and chunks a handle wrote and
-//!   committed, always;
-//! - a chunk fetched for a reader whose bytes the kernel's page cache is about to keep (a small
-//!   file opened through the mount and read whole, a loader's sample), only on probation
+//! - chunks read whole (sequential reads and their read-ahead), always;
+//! - a chunk a handle wrote and committed, and a chunk fetched for a reader whose bytes the
+//!   kernel's page cache is about to keep (a small file opened through the mount and read
+//!   whole, a loader's sample), only on probation
 //!   ([`ChunkCache::put_once`]): in a first-in first-out queue of at most [`ONCE_SHARE_DIVISOR`]th
 //!   of the cache, whose lookups do not move it, and which lets its oldest go first, so a pass
 //!   over more samples than memory holds neither copies every one of them into memory a second
 //!   time nor pushes out what the cache holds (2Q's probation queue; the first pass over a
-//!   1 GiB cache cost a page fault per 4 KiB it filled). A chunk read again is put by a read
+//!   1 GiB cache cost a page fault per 4 KiB it filled; a checkpoint written through the
+//!   mount would push out the training data read before it, and the write buffers it holds go
+//!   back to be reused only when let go). A chunk read again is put by a read
 //!   that missed the page cache ([`ChunkCache::put`]), which takes it off probation: 2Q's
 //!   memory of keys let go is not needed, as the mount sends such reads through `put`;
 //! - for small random reads, which fetch only the bytes asked for, the chunk whole in the
@@ -185,8 +187,8 @@ impl ChunkCache {
     }
 
     /// Caches `data` under `key` on probation (see the module text): a chunk one reader asked
-    /// for and the kernel's page cache will hold. Nothing is done for a key already cached; a
-    /// key let go from probation not long ago enters as [`ChunkCache::put`] would put it.
+    /// for and the kernel's page cache will hold, or one a handle just wrote. Nothing is done
+    /// for a key already cached.
     pub(crate) fn put_once(&self, key: Key, data: Chunk) {
         let bytes = data.len() as u64;
         if bytes > self.bytes_max {

@@ -340,9 +340,11 @@ impl ReadSide {
     }
 
     /// Keeps `data` as the content of the chunk `rec` names: the write side's, after a commit.
+    /// On probation: what is written is seldom read back at once, and a large write must not
+    /// push out what readers are using.
     pub(crate) fn remember_written(&self, rec: &ChunkRecord, data: Chunk) {
         if data.len() == rec.len as usize {
-            self.cache().put(key(rec), data);
+            self.cache().put_once(key(rec), data);
         }
     }
 

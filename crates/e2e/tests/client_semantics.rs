@@ -383,6 +383,42 @@ async fn samples_read_once_are_cached_on_probation_without_pushing_out_the_cache
     );
 }
 
+/// Chunks a client writes are cached on probation only: a write larger than the cache (a
+/// checkpoint) pushes out nothing readers cached before it, holds at most an eighth of the
+/// cache, and reads back right, its short tail chunk included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_write_is_cached_on_probation_without_pushing_out_the_cache() {
+    let cluster = TestCluster::start(6, "4+2");
+    let a = cluster.client().await;
+    let chunk = a.resolve("/").await.expect("root").chunk_bytes as usize;
+    a.write_file("/kept", &content(500, 2 * chunk)).await.expect("write");
+    // Room for 8 chunks; probation holds 1.
+    let budget = 8 * chunk as u64;
+    let options =
+        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
+    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    assert!(b.read_file("/kept").await.expect("read")[..] == content(500, 2 * chunk)[..]);
+    let kept = b.cached_bytes();
+    assert_eq!(kept, 2 * chunk as u64, "a file read whole is cached");
+
+    let big = content(501, 12 * chunk + 1000);
+    let mut h = b.create_path("/checkpoint", 0o644).await.expect("create");
+    for piece in big.chunks(1 << 20) {
+        h.write_at(h.size(), piece).await.expect("write");
+        assert!(b.cached_bytes() <= kept + budget / 8, "{} bytes cached while writing", b.cached_bytes());
+    }
+    h.close().await.expect("close");
+    assert!(b.cached_bytes() <= kept + budget / 8, "{} bytes cached after the write", b.cached_bytes());
+    let before = shard_reads_served(&cluster).await;
+    assert!(b.read_file("/kept").await.expect("read again")[..] == content(500, 2 * chunk)[..]);
+    assert_eq!(shard_reads_served(&cluster).await - before, 0, "the write pushed a cached file out");
+    assert!(b.read_file("/checkpoint").await.expect("read back")[..] == big[..], "the write read back wrong");
+    assert!(cluster.client().await.read_file("/checkpoint").await.expect("read back")[..] == big[..]);
+    // A small file after it: its short chunk is its own, whatever buffer carried it.
+    b.write_file("/small", &content(502, 5000)).await.expect("write small");
+    assert!(cluster.client().await.read_file("/small").await.expect("read small")[..] == content(502, 5000)[..]);
+}
+
 /// Chunks read whole go to the disk cache; a client started again on it reads them with no
 /// storage request, whole and at random; a damaged file is never served (the bytes come from
 /// the cluster, the file is removed); another client's rewrite names other chunks; and one
