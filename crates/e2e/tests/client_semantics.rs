@@ -230,9 +230,7 @@ async fn the_chunk_cache_is_shared_by_opens_bounded_and_never_stale() {
     }
     // Room for 3 chunks of the 16.
     let budget = 3 * chunk as u64;
-    let options =
-        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
-    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    let b = client_with_cache(&cluster, budget).await;
     for id in 0..FILES {
         let mut h = b.open_path(&format!("/f{id}")).await.expect("open");
         let mut got = Vec::new();
@@ -334,9 +332,7 @@ async fn samples_read_once_are_cached_on_probation_without_pushing_out_the_cache
     a.write_file("/kept", &content(399, 2 * sample)).await.expect("write");
     // Room for 16 samples; probation holds 2.
     let budget = 16 * sample as u64;
-    let options =
-        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
-    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    let b = client_with_cache(&cluster, budget).await;
     assert!(b.read_file("/kept").await.expect("read")[..] == content(399, 2 * sample)[..]);
     let kept = b.cached_bytes();
     assert_eq!(kept, 2 * sample as u64, "a file read whole is cached");
@@ -394,9 +390,7 @@ async fn a_large_write_is_cached_on_probation_without_pushing_out_the_cache() {
     a.write_file("/kept", &content(500, 2 * chunk)).await.expect("write");
     // Room for 8 chunks; probation holds 1.
     let budget = 8 * chunk as u64;
-    let options =
-        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
-    let b = client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects");
+    let b = client_with_cache(&cluster, budget).await;
     assert!(b.read_file("/kept").await.expect("read")[..] == content(500, 2 * chunk)[..]);
     let kept = b.cached_bytes();
     assert_eq!(kept, 2 * chunk as u64, "a file read whole is cached");
@@ -500,4 +494,11 @@ async fn the_disk_cache_serves_a_restarted_client_and_never_a_damaged_or_stale_c
     let newer = content(402, 2 * chunk + 1000);
     a.write_file("/big", &newer).await.expect("rewrite");
     assert!(d.read_file("/big").await.expect("read rewritten")[..] == newer[..]);
+}
+
+/// A client of `cluster` whose memory cache holds at most `budget` bytes.
+async fn client_with_cache(cluster: &TestCluster, budget: u64) -> client::Client {
+    let options =
+        client::ClientOptions { tls: cluster.tls(), cache_bytes_max: budget, ..client::ClientOptions::default() };
+    client::Client::connect_with(&cluster.meta_addr, options).await.expect("client connects")
 }
