@@ -1,5 +1,6 @@
-//! Reused buffers for the large byte runs a process receives and reads: the data sections of
-//! frames (shards, mostly) and shard reads from a drive.
+//! Reused buffers for the large byte runs a process receives, reads and makes: the data
+//! sections of frames (shards, mostly), shard reads from a drive and parity shards (the shared
+//! pool), and a writer's chunk buffers (a client's own [`Pool`]).
 //!
 //! Why: a buffer of 128 KiB or more comes from the allocator as freshly mapped pages, and what
 //! is freed goes back to the kernel, so a process that takes one such buffer per reply pays a
