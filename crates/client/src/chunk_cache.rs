@@ -6,7 +6,8 @@
 //! finds what an earlier open read, and a file rewritten elsewhere simply names other keys.
 //!
 //! Bounded in bytes (`ClientOptions::cache_bytes_max`, `trove mount --chunk-cache-mib`): past
-//! the limit the least recently used chunks go. What enters:
+//! the limit the oldest chunks go, by their last use (a chunk on probation, below, by when it
+//! was cached: a writer's chunks never read give way to a reader's). What enters:
 //! - chunks read whole (sequential reads and their read-ahead), always;
 //! - a chunk a handle wrote and committed, and a chunk fetched for a reader whose bytes the
 //!   kernel's page cache is about to keep (a small file opened through the mount and read
@@ -173,7 +174,7 @@ impl ChunkCache {
         self.state.lock().entries.contains_key(&key)
     }
 
-    /// Caches `data` under `key`, letting the least recently used chunks go past the limit. A
+    /// Caches `data` under `key`, letting the oldest chunks go past the limit. A
     /// chunk larger than the whole cache is not kept. A chunk on probation is taken off it.
     pub(crate) fn put(&self, key: Key, data: Chunk) {
         let bytes = data.len() as u64;
@@ -208,11 +209,13 @@ impl ChunkCache {
         st.compact();
     }
 
-    /// Lets chunks go until the cache is within its limit: the least recently used first, the
-    /// oldest on probation once no other is left.
+    /// Lets chunks go until the cache is within its limit, the oldest first: of the least
+    /// recently used chunk and the oldest on probation, whichever was last cached or hit
+    /// earlier (a chunk on probation ages from when it was cached, as its hits do not renew it).
+    /// So what a writer left on probation long ago gives way to what readers use now.
     fn evict_past_limit(&self, st: &mut State) {
         while st.used_bytes > self.bytes_max {
-            let Some(victim) = st.least_recent().or_else(|| st.oldest_once()) else { break };
+            let Some(victim) = st.oldest() else { break };
             self.let_go(st, victim);
         }
     }
@@ -314,6 +317,30 @@ impl State {
         } else {
             self.order.push_back((stamp, key));
         }
+    }
+
+    /// The key of whichever was cached or hit earlier, the least recently used chunk or the
+    /// oldest on probation, taken off its list.
+    fn oldest(&mut self) -> Option<Key> {
+        let recent = self.least_recent_peek().and_then(|k| self.entries.get(&k)).map(|e| e.stamp);
+        let once = self.oldest_once_peek();
+        match (recent, once) {
+            (Some(r), Some(o)) if o < r => self.oldest_once(),
+            (Some(_), _) => self.least_recent(),
+            (None, _) => self.oldest_once(),
+        }
+    }
+
+    /// Removes stale entries from the front of the probation queue; the stamp of the oldest
+    /// chunk on it, left in place.
+    fn oldest_once_peek(&mut self) -> Option<u64> {
+        while let Some(&(stamp, key)) = self.once.front() {
+            if self.entries.get(&key).is_some_and(|e| e.once && e.stamp == stamp) {
+                return Some(stamp);
+            }
+            self.once.pop_front();
+        }
+        None
     }
 
     /// The key of the oldest chunk on probation, taken off the queue (stale entries dropped).
@@ -529,13 +556,37 @@ mod tests {
         assert!(cache.get((196, sample)).is_some());
         cache.put_once((300, sample), chunk(sample as usize, 0));
         assert!(!cache.contains((196, sample)) && cache.contains((197, sample)));
-        // Past the whole limit, the least recently used go before anything on probation.
+        // Past the whole limit, the oldest go first: the chunks cached before the pass before
+        // anything on probation.
         for id in 5..=8 {
             cache.put((id, MIB as u32), chunk(MIB as usize, id as u8));
         }
         assert!(!cache.contains((1, MIB as u32)));
         assert!((197..200).all(|id| cache.contains((id, sample))) && cache.contains((300, sample)));
         assert!(cache.used_bytes() <= 8 * MIB);
+    }
+
+    #[test]
+    fn chunks_left_on_probation_long_ago_give_way_to_what_readers_use_now() {
+        const MIB: u64 = 1 << 20;
+        let cache = ChunkCache::new(8 * MIB);
+        // A writer's chunk on probation (an eighth of the cache), never read.
+        cache.put_once((1, MIB as u32), chunk(MIB as usize, 1));
+        // A reader passing over exactly as much as the cache holds, twice: the second pass is
+        // served whole from memory, as it would be with nothing on probation.
+        for pass in 0..2 {
+            for id in 10..18 {
+                if cache.get((id, MIB as u32)).is_none() {
+                    assert_eq!(pass, 0, "chunk {id} was let go before the second pass");
+                    cache.put((id, MIB as u32), chunk(MIB as usize, id as u8));
+                }
+            }
+        }
+        assert!(!cache.contains((1, MIB as u32)), "the old chunk on probation stayed");
+        assert_eq!(cache.used_bytes(), 8 * MIB);
+        // A chunk just put on probation is younger than the reader's chunks: they go first.
+        cache.put_once((2, MIB as u32), chunk(MIB as usize, 2));
+        assert!(cache.contains((2, MIB as u32)) && !cache.contains((10, MIB as u32)));
     }
 
     #[test]
