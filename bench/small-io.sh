@@ -54,6 +54,9 @@ for tool in fio python3 redis-server juicefs; do
     command -v "$tool" >/dev/null || { echo "$tool is missing (see the header of $0)" >&2; exit 1; }
 done
 
+# A run whose mounts died (a killed script, a rebooted container) leaves them behind: detach them
+# so the directory can go.
+for m in "$work/jfs" "$work/trove"; do fusermount3 -uz "$m" 2>/dev/null || true; done
 rm -rf "$work"
 mkdir -p "$work/ext4" "$work/jfs" "$work/jfs-data" "$work/jfs-cache" "$work/redis" "$work/cluster" "$work/trove" "$work/trove-cache"
 results="$work/results.jsonl"
