@@ -387,7 +387,7 @@ impl FileHandle {
         }
         // A short chunk (a small file, a file's tail) is copied out, so the cache does not pin
         // a whole chunk's pages for it and the buffer goes back to be reused at once.
-        let data = if buf.len() < buf.capacity() / 2 { Bytes::copy_from_slice(&buf) } else { buf.freeze() };
+        let data = buf.freeze_compact();
         let alloc = match self.next_allocation().await {
             Ok(alloc) => alloc,
             Err(e) => {

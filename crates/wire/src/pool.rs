@@ -145,11 +145,6 @@ impl PooledBuf {
         &mut self.buf
     }
 
-    /// Bytes the buffer has room for.
-    pub fn capacity(&self) -> usize {
-        self.buf.capacity()
-    }
-
     /// Shares the bytes; the buffer goes back to its pool when the last clone or slice is
     /// dropped. A buffer too small to be kept becomes plain `Bytes` (no owner to allocate).
     pub fn freeze(mut self) -> Bytes {
@@ -157,6 +152,16 @@ impl PooledBuf {
             return Bytes::from(std::mem::take(&mut self.buf));
         }
         Bytes::from_owner(self)
+    }
+
+    /// [`PooledBuf::freeze`], unless the bytes fill less than half of the buffer: then they are
+    /// copied out and the buffer goes back at once, so a short run (a small file's chunk) kept
+    /// for long does not pin a buffer sized for a long one.
+    pub fn freeze_compact(self) -> Bytes {
+        if self.buf.len() < self.buf.capacity() / 2 {
+            return Bytes::copy_from_slice(&self.buf);
+        }
+        self.freeze()
     }
 }
 
@@ -239,6 +244,22 @@ mod tests {
         assert_eq!(&part[..], &[1u8; 10]);
         drop(part);
         assert_eq!(pool.pooled_bytes(), 100 << 10);
+    }
+
+    #[test]
+    fn a_short_run_frozen_compact_lets_its_buffer_go_at_once() {
+        let pool = pool(8 << 20);
+        let mut short = pool.take(256 << 10);
+        short.vec().extend_from_slice(&[3u8; 5000]);
+        let kept = short.freeze_compact();
+        assert_eq!(pool.pooled_bytes(), 256 << 10, "the short run pins its buffer");
+        assert_eq!(&kept[..], &[3u8; 5000][..]);
+        let mut long = pool.take(256 << 10);
+        long.vec().resize(200 << 10, 4);
+        let shared = long.freeze_compact();
+        assert_eq!(pool.pooled_bytes(), 0, "a long run was copied");
+        drop(shared);
+        assert_eq!(pool.pooled_bytes(), 256 << 10);
     }
 
     #[test]
