@@ -323,7 +323,7 @@ impl State {
     /// oldest on probation, taken off its list.
     fn oldest(&mut self) -> Option<Key> {
         let recent = self.least_recent_peek().and_then(|k| self.entries.get(&k)).map(|e| e.stamp);
-        let once = self.oldest_once_peek();
+        let once = self.oldest_once_peek().and_then(|k| self.entries.get(&k)).map(|e| e.stamp);
         match (recent, once) {
             (Some(r), Some(o)) if o < r => self.oldest_once(),
             (Some(_), _) => self.least_recent(),
@@ -331,26 +331,23 @@ impl State {
         }
     }
 
-    /// Removes stale entries from the front of the probation queue; the stamp of the oldest
+    /// Removes stale entries from the front of the probation queue; the key of the oldest
     /// chunk on it, left in place.
-    fn oldest_once_peek(&mut self) -> Option<u64> {
+    fn oldest_once_peek(&mut self) -> Option<Key> {
         while let Some(&(stamp, key)) = self.once.front() {
             if self.entries.get(&key).is_some_and(|e| e.once && e.stamp == stamp) {
-                return Some(stamp);
+                return Some(key);
             }
             self.once.pop_front();
         }
         None
     }
 
-    /// The key of the oldest chunk on probation, taken off the queue (stale entries dropped).
+    /// The key of the oldest chunk on probation, taken off the queue.
     fn oldest_once(&mut self) -> Option<Key> {
-        while let Some((stamp, key)) = self.once.pop_front() {
-            if self.entries.get(&key).is_some_and(|e| e.once && e.stamp == stamp) {
-                return Some(key);
-            }
-        }
-        None
+        let key = self.oldest_once_peek()?;
+        self.once.pop_front();
+        Some(key)
     }
 
     /// Removes stale entries from the front of the recency list; the key of the least
