@@ -354,7 +354,7 @@ impl Client {
         index: usize,
         offset: u32,
         len: u32,
-    ) -> Result<(Bytes, u32), ShardFailure> {
+    ) -> Result<(Bytes, u32, ShardTable), ShardFailure> {
         let key = ShardKey { chunk: rec.id, index: index as u8 };
         let (reply, data, node_id) =
             self.call_shard_node(rec, map, index, &StorageOp::GetShard { key, offset, len }).await?;
@@ -385,7 +385,7 @@ impl Client {
             }
         }
         stages::record(Stage::ClientVerify, verifying);
-        Ok((data, start))
+        Ok((data, start, info.block_crcs))
     }
 
     /// Fetches exactly bytes `offset .. offset + len` of shard `index` of `rec` (within the
@@ -399,7 +399,7 @@ impl Client {
         index: usize,
         offset: u32,
         len: u32,
-    ) -> Result<Bytes, ShardFailure> {
+    ) -> Result<(Bytes, ShardTable), ShardFailure> {
         let key = ShardKey { chunk: rec.id, index: index as u8 };
         let (reply, data, node_id) =
             self.call_shard_node(rec, map, index, &StorageOp::ReadRange { key, offset, len }).await?;
@@ -420,7 +420,7 @@ impl Client {
         }
         verify_cut(&data, offset, rec.shard_len, &info.block_crcs, head, tail).map_err(corrupt)?;
         stages::record(Stage::ClientVerify, verifying);
-        Ok(data)
+        Ok((data, info.block_crcs))
     }
 
     /// Reads a whole chunk: the `k` data shards in parallel, then parity shards for any that
@@ -428,18 +428,26 @@ impl Client {
     /// The chunk's `len` bytes are its data shards one after another, kept as the shards that
     /// arrived (no copy into one buffer).
     pub async fn read_chunk(&self, rec: &ChunkRecord, what: &str) -> Result<Chunk> {
-        Ok(Chunk::new(self.data_shards(rec, what).await?, rec.len as usize))
+        Ok(self.read_chunk_tables(rec, what).await?.0)
+    }
+
+    /// [`Client::read_chunk`], with the block tables of the data shards that came from their
+    /// nodes (see [`ShardTables`]).
+    pub(crate) async fn read_chunk_tables(&self, rec: &ChunkRecord, what: &str) -> Result<(Chunk, ShardTables)> {
+        let (shards, tables) = self.data_shards(rec, what).await?;
+        Ok((Chunk::new(shards, rec.len as usize), tables))
     }
 
     /// Reads a whole chunk as stored: all `shard_len * k` bytes the shards encode (at least
     /// `len`), which re-encode to exactly the shards the writer stored.
     pub async fn read_chunk_stored(&self, rec: &ChunkRecord, what: &str) -> Result<Bytes> {
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k)).max(rec.len);
-        Ok(Chunk::new(self.data_shards(rec, what).await?, stored_len as usize).to_bytes())
+        Ok(Chunk::new(self.data_shards(rec, what).await?.0, stored_len as usize).to_bytes())
     }
 
-    /// The chunk's `k` data shards as stored, rebuilt from parity where needed.
-    async fn data_shards(&self, rec: &ChunkRecord, what: &str) -> Result<Vec<Bytes>> {
+    /// The chunk's `k` data shards as stored, rebuilt from parity where needed, and the block
+    /// tables of those that came from their nodes.
+    async fn data_shards(&self, rec: &ChunkRecord, what: &str) -> Result<(Vec<Bytes>, ShardTables)> {
         match self.data_shards_once(rec, what).await {
             // One more try with fresh node states: a node that just restarted answers again.
             Err(e) if e.code == ErrorCode::Unavailable => {
@@ -450,12 +458,13 @@ impl Client {
         }
     }
 
-    async fn data_shards_once(&self, rec: &ChunkRecord, what: &str) -> Result<Vec<Bytes>> {
+    async fn data_shards_once(&self, rec: &ChunkRecord, what: &str) -> Result<(Vec<Bytes>, ShardTables)> {
         self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
         let k = usize::from(rec.ec.k);
         let width = rec.ec.width();
         let mut shards: Vec<Option<Bytes>> = vec![None; width];
+        let mut tables: ShardTables = vec![None; k];
         let mut failures: Vec<ShardFailure> = Vec::new();
         // Data shards first (no decoding needed), then parity. Shards known to be unavailable
         // (never written, or on a node that failed moments ago) go last, so a degraded read
@@ -486,8 +495,11 @@ impl Client {
                 pending.push(async move { (i, this.fetch_shard(&rec, &map, i, 0, 0).await) });
             }
             match pending.next().await {
-                Some((i, Ok((data, _)))) => {
+                Some((i, Ok((data, _, table)))) => {
                     shards[i] = Some(data);
+                    if let Some(slot) = tables.get_mut(i) {
+                        *slot = Some(table);
+                    }
                     ok += 1;
                 }
                 Some((_, Err(f))) => failures.push(f),
@@ -503,18 +515,28 @@ impl Client {
         // A truncation clamps a record's `len` but leaves its shards as written: rebuild them at
         // their stored size; callers keep the record's valid bytes (`Chunk::new`).
         let stored_len = rec.shard_len.saturating_mul(u32::from(rec.ec.k));
-        erasure::reconstruct_data(rec.ec, stored_len.max(rec.len), &shards)
-            .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))
+        // A data shard that arrived is returned as it arrived, so its table still holds.
+        let data = erasure::reconstruct_data(rec.ec, stored_len.max(rec.len), &shards)
+            .map_err(|e| WireError::new(ErrorCode::Internal, format!("{what}: {e}")))?;
+        Ok((data, tables))
     }
 
     /// Reads bytes `offset .. offset + len` of a chunk, fetching only those bytes of the data
     /// shards that hold them (one round trip to one node when they lie in one shard, and then
     /// no copy: the bytes returned are the reply's); falls back to a whole-chunk read (with
     /// rebuild) if any shard fails.
-    pub(crate) async fn read_chunk_range(&self, rec: &ChunkRecord, offset: u32, len: u32, what: &str) -> Result<Bytes> {
+    /// With the bytes come the block tables of the shards they were read from, at those
+    /// shards' places (see [`ShardTables`]).
+    pub(crate) async fn read_chunk_range(
+        &self,
+        rec: &ChunkRecord,
+        offset: u32,
+        len: u32,
+        what: &str,
+    ) -> Result<(Bytes, ShardTables)> {
         let end = (offset + len).min(rec.len);
         if offset >= end {
-            return Ok(Bytes::new());
+            return Ok((Bytes::new(), Vec::new()));
         }
         self.maybe_refresh_nodes();
         let map = self.map(rec.placement.map_version).await?;
@@ -523,7 +545,7 @@ impl Client {
         let last = ((end - 1) / shard_len) as usize;
         let fetched = if first == last {
             let start = offset - first as u32 * shard_len;
-            self.fetch_range(rec, &map, first, start, end - offset).await.map(|data| vec![data])
+            self.fetch_range(rec, &map, first, start, end - offset).await.map(|got| vec![got])
         } else {
             let fetches = (first..=last).map(|i| {
                 let s_start = if i == first { offset - i as u32 * shard_len } else { 0 };
@@ -531,10 +553,20 @@ impl Client {
                 let map = &map;
                 async move { self.fetch_range(rec, map, i, s_start, s_end - s_start).await }
             });
-            futures::future::join_all(fetches).await.into_iter().collect::<Result<Vec<Bytes>, ShardFailure>>()
+            futures::future::join_all(fetches).await.into_iter().collect::<Result<Vec<_>, ShardFailure>>()
         };
         match fetched {
-            Ok(parts) => Ok(slice_parts(&parts, 0, (end - offset) as usize)),
+            Ok(got) => {
+                let mut tables: ShardTables = vec![None; usize::from(rec.ec.k)];
+                let mut parts = Vec::with_capacity(got.len());
+                for (i, (data, table)) in (first..).zip(got) {
+                    if let Some(slot) = tables.get_mut(i) {
+                        *slot = Some(table);
+                    }
+                    parts.push(data);
+                }
+                Ok((slice_parts(&parts, 0, (end - offset) as usize), tables))
+            }
             Err(f) => {
                 tracing::debug!(
                     "{what}: ranged read of chunk {:016x} falls back to a whole read: shard {}: {}",
@@ -542,8 +574,8 @@ impl Client {
                     f.index,
                     f.reason
                 );
-                let whole = self.read_chunk(rec, what).await?;
-                Ok(whole.slice_padded(offset as usize, (end - offset) as usize))
+                let (whole, tables) = self.read_chunk_tables(rec, what).await?;
+                Ok((whole.slice_padded(offset as usize, (end - offset) as usize), tables))
             }
         }
     }
@@ -599,6 +631,17 @@ fn verify_cut(data: &[u8], offset: u32, shard_len: u32, table: &[u32], head: u32
     }
     Ok(())
 }
+
+/// A shard's block checksum table as its node sent it: the crc32c of each
+/// [`SHARD_BLOCK_BYTES`] block of the shard as stored.
+pub type ShardTable = Vec<u32>;
+
+/// The tables of a chunk's data shards, by shard index, of those a read fetched from their
+/// nodes (`None` for the others, or an empty list when none is known). Each was checked
+/// against the chunk record's `table_crcs` and every block the read returned against it, so a
+/// block of the returned bytes that a table covers whole has that table's checksum without
+/// computing it again (the disk cache's writer builds its file's tables from them).
+pub type ShardTables = Vec<Option<ShardTable>>;
 
 /// A chunk's bytes as the data shards they arrived in: `len` bytes, the concatenation of
 /// `parts` cut at `len`. A read within one shard is a slice of it, not a copy.

@@ -38,7 +38,7 @@
 //! The format (version 1) is described in ARCHITECTURE.md under "Formats".
 
 use crate::chunk_cache::Key;
-use crate::chunkio::Chunk;
+use crate::chunkio::{Chunk, ShardTable, ShardTables};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -134,6 +134,7 @@ struct Put {
     shard_len: u32,
     table_crcs: Vec<u32>,
     data: Chunk,
+    tables: ShardTables,
 }
 
 /// A client's disk cache (see the module text).
@@ -340,12 +341,15 @@ impl DiskCache {
 
     /// Offers `data`, the verified content of the chunk `rec` names, for caching: queued for
     /// the writer unless it is already cached or the queue is full.
-    pub(crate) fn offer(&self, rec: &ChunkRecord, data: Chunk) {
+    /// `tables` are the block tables the read had for the chunk's data shards, if any
+    /// ([`ShardTables`]): the writer takes the checksums of whole blocks from them instead of
+    /// computing them again.
+    pub(crate) fn offer(&self, rec: &ChunkRecord, data: Chunk, tables: ShardTables) {
         let key = (rec.id, rec.len);
         if data.len() != rec.len as usize || rec.len == 0 || self.holds(key) {
             return;
         }
-        let put = Put { key, k: rec.ec.k, shard_len: rec.shard_len, table_crcs: rec.table_crcs.clone(), data };
+        let put = Put { key, k: rec.ec.k, shard_len: rec.shard_len, table_crcs: rec.table_crcs.clone(), data, tables };
         let Some(writes) = &self.writes else { return };
         match writes.try_send(put) {
             Ok(()) => {}
@@ -568,7 +572,7 @@ fn read_blocks(open: &OpenFile, start: u32, end: u32, wait: Wait) -> Result<Byte
 /// data shard's block table (what the chunk's record must say for the file to be read). The
 /// writer does not build it: it writes [`encode_head`]'s bytes and then `parts` themselves.
 pub fn encode_file(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
-    let (mut image, crcs) = encode_head(id, len, k, shard_len, parts);
+    let (mut image, crcs) = encode_head(id, len, k, shard_len, parts, &[]);
     let file_len = file_bytes(usize::from(k), shard_len) as usize;
     for part in parts {
         let take = part.len().min(file_len - image.len());
@@ -581,19 +585,38 @@ pub fn encode_file(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) ->
 /// The header and block tables of the cache file [`encode_file`] describes, computed over
 /// `parts` where they lie (the zero padding past them up to `k` shards taken into the
 /// checksums without being written out), and the crc32c of each shard's table.
-fn encode_head(id: u64, len: u32, k: u8, shard_len: u32, parts: &[Bytes]) -> (Vec<u8>, Vec<u32>) {
+///
+/// A block that lies whole within `parts` and whose shard has a table in `known` (the reader's,
+/// [`ShardTables`]) takes its checksum from there; only the others are computed. Whatever
+/// came from `known`, the caller still compares the tables' checksums with the record's.
+fn encode_head(
+    id: u64,
+    len: u32,
+    k: u8,
+    shard_len: u32,
+    parts: &[Bytes],
+    known: &[Option<ShardTable>],
+) -> (Vec<u8>, Vec<u32>) {
     let (kk, s) = (usize::from(k), shard_len as usize);
     let block = SHARD_BLOCK_BYTES as usize;
     let blocks = shard_len.div_ceil(SHARD_BLOCK_BYTES) as usize;
+    let data_len: usize = parts.iter().map(Bytes::len).sum();
     let mut head = Vec::with_capacity(HEADER_BYTES + 4 * kk * blocks);
     head.extend_from_slice(&encode_header((id, len), k, shard_len));
     let mut data = Cursor::new(parts, kk * s);
     let mut crcs = Vec::with_capacity(kk);
-    for _ in 0..kk {
+    for i in 0..kk {
+        let known = known.get(i).and_then(Option::as_ref).filter(|t| t.len() == blocks);
         let mut table = Vec::with_capacity(blocks);
         for j in 0..blocks {
             let take = block.min(s - j * block);
-            table.push(data.crc_of_next(take));
+            match known {
+                Some(t) if i * s + j * block + take <= data_len => {
+                    data.skip(take);
+                    table.push(t[j]);
+                }
+                _ => table.push(data.crc_of_next(take)),
+            }
         }
         crcs.push(erasure::table_crc(&table));
         for c in table {
@@ -624,13 +647,24 @@ impl<'a> Cursor<'a> {
     /// The crc32c of the next `n` bytes (`n` at most a block), moving past them.
     fn crc_of_next(&mut self, n: usize) -> u32 {
         let mut crc = 0;
+        self.walk(n, |piece| crc = crc32c::crc32c_append(crc, piece));
+        crc
+    }
+
+    /// Moves past the next `n` bytes without looking at them.
+    fn skip(&mut self, n: usize) {
+        self.walk(n, |_| {});
+    }
+
+    /// Moves past the next `n` bytes, handing them to `each` piece by piece.
+    fn walk(&mut self, n: usize, mut each: impl FnMut(&[u8])) {
         let mut want = n.min(self.left);
         self.left -= want;
         while want > 0 {
             match self.parts.get(self.part) {
                 Some(p) if self.at < p.len() => {
                     let take = want.min(p.len() - self.at);
-                    crc = crc32c::crc32c_append(crc, &p[self.at..self.at + take]);
+                    each(&p[self.at..self.at + take]);
                     self.at += take;
                     want -= take;
                 }
@@ -640,12 +674,11 @@ impl<'a> Cursor<'a> {
                 }
                 None => {
                     let take = want.min(ZEROS.len());
-                    crc = crc32c::crc32c_append(crc, &ZEROS[..take]);
+                    each(&ZEROS[..take]);
                     want -= take;
                 }
             }
         }
-        crc
     }
 }
 
@@ -823,7 +856,7 @@ impl Shared {
         // The header and tables, then the chunk's bytes where they lie (no image of the file
         // is built, which saved a copy and an allocation of the whole file), then a hole for
         // the padding.
-        let (head, crcs) = encode_head(put.key.0, put.key.1, put.k, s, put.data.parts());
+        let (head, crcs) = encode_head(put.key.0, put.key.1, put.k, s, put.data.parts(), &put.tables);
         if put.table_crcs.get(..k) != Some(&crcs[..]) {
             // Not the bytes the record describes: never cached (a bug elsewhere if seen).
             tracing::warn!("disk cache: chunk {:016x} does not match its record; not cached", put.key.0);
@@ -989,7 +1022,7 @@ mod tests {
 
     /// Offers `data` and waits until the writer has it.
     fn put_and_wait(cache: &DiskCache, rec: &ChunkRecord, data: &[u8]) {
-        cache.offer(rec, Chunk::from(Bytes::copy_from_slice(data)));
+        cache.offer(rec, Chunk::from(Bytes::copy_from_slice(data)), Vec::new());
         let start = Instant::now();
         while !cache.holds((rec.id, rec.len)) {
             assert!(start.elapsed() < Duration::from_secs(10), "chunk {} was not written", rec.id);
@@ -1075,7 +1108,7 @@ mod tests {
         assert_eq!(cache.read(&rec, 0, 10).await, None);
         assert_eq!(cache.stats().damaged, 3);
         // A chunk whose bytes do not match its record is never written.
-        cache.offer(&rec, Chunk::from(Bytes::from(data(1 << 20, 9))));
+        cache.offer(&rec, Chunk::from(Bytes::from(data(1 << 20, 9))), Vec::new());
         std::thread::sleep(Duration::from_millis(200));
         assert!(!cache.holds((7, 1 << 20)));
     }
@@ -1177,7 +1210,7 @@ mod tests {
         // The disk fills further: nothing more is cached, and what the cache held is given back.
         rest.fetch_sub(2 * one, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(FREE_SPACE_CHECK_MS + 100));
-        cache.offer(&recs[5], Chunk::from(Bytes::copy_from_slice(&chunks[5])));
+        cache.offer(&recs[5], Chunk::from(Bytes::copy_from_slice(&chunks[5])), Vec::new());
         wait_until("the chunk offered on a full disk was not refused", &|| cache.stats().dropped == 1);
         assert_eq!(held(&cache), [false; 6]);
         assert_eq!((cache.stats().cached_bytes, bytes_under(cache.root())), (0, 0));
@@ -1224,6 +1257,52 @@ mod tests {
         image
     }
 
+    /// The block tables of the data shards the writer stores for `data` in `ec`, as a reader
+    /// that fetched them all has them.
+    fn shard_tables(data: &[u8], ec: EcScheme) -> ShardTables {
+        let shards = erasure::encode(ec, &Bytes::copy_from_slice(data));
+        shards.iter().take(usize::from(ec.k)).map(|s| Some(erasure::block_crcs(s))).collect()
+    }
+
+    /// The block table entries of the head [`encode_head`] built, shard by shard.
+    fn head_tables(head: &[u8], k: usize, blocks: usize) -> Vec<Vec<u32>> {
+        let entries: Vec<u32> =
+            head[HEADER_BYTES..].chunks(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        assert_eq!(entries.len(), k * blocks);
+        entries.chunks(blocks).map(<[u32]>::to_vec).collect()
+    }
+
+    #[test]
+    fn whole_blocks_take_their_checksums_from_the_readers_tables_and_the_rest_are_computed() {
+        // Three copies of 150,001 bytes: blocks of 64 KiB, 64 KiB and 18,930 bytes, the last
+        // one past the data's end (a byte of padding), so only the first two can come from a
+        // table. Marked tables show which entries were taken and which computed.
+        let bytes = data(150_001, 3);
+        let ec = EcScheme { k: 1, m: 2 };
+        let rec = record(7, &bytes, ec);
+        let truth = shard_tables(&bytes, ec);
+        let marked: ShardTables = vec![Some(vec![0xdead_0000, 0xdead_0001, 0xdead_0002])];
+        let (head, crcs) = encode_head(7, rec.len, 1, rec.shard_len, &[Bytes::copy_from_slice(&bytes)], &marked);
+        let real = truth[0].clone().expect("table");
+        assert_eq!(head_tables(&head, 1, 3), vec![vec![0xdead_0000, 0xdead_0001, real[2]]]);
+        assert_ne!(crcs[..], rec.table_crcs[..1], "the writer's comparison with the record catches a wrong table");
+        // With the true tables, the head is the computed one.
+        let (with_tables, crcs) = encode_head(7, rec.len, 1, rec.shard_len, &[Bytes::copy_from_slice(&bytes)], &truth);
+        assert_eq!(with_tables, encode_head(7, rec.len, 1, rec.shard_len, &[Bytes::copy_from_slice(&bytes)], &[]).0);
+        assert_eq!(crcs[..], rec.table_crcs[..1]);
+
+        // 4+2 of 200,000 bytes: four shards of one block each, all within the data. Tables for
+        // shards 0 and 2 only (a read that rebuilt 1 and 3), and one of the wrong length.
+        let bytes = data(200_000, 4);
+        let ec = EcScheme { k: 4, m: 2 };
+        let rec = record(8, &bytes, ec);
+        let truth = shard_tables(&bytes, ec);
+        let marked: ShardTables = vec![Some(vec![0xbeef_0000]), None, Some(vec![0xbeef_0002]), Some(vec![1, 2])];
+        let (head, _) = encode_head(8, rec.len, 4, rec.shard_len, &[Bytes::copy_from_slice(&bytes)], &marked);
+        let real = |i: usize| truth[i].clone().expect("table")[0];
+        assert_eq!(head_tables(&head, 4, 1), vec![vec![0xbeef_0000], vec![real(1)], vec![0xbeef_0002], vec![real(3)]]);
+    }
+
     #[tokio::test]
     async fn a_file_written_from_a_chunks_parts_is_its_image_wherever_the_parts_are_cut() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1251,9 +1330,12 @@ mod tests {
                 assert!(image == want, "layout {n}, cut at {cuts:?}: another image than the model's");
                 assert_eq!(crcs[..], rec.table_crcs[..usize::from(ec.k)]);
             }
-            // The writer's file, from a chunk of uneven parts, holds that image byte for byte.
+            // The writer's file, from a chunk of uneven parts, holds that image byte for byte,
+            // with the reader's tables for some shards (the first) and none for the others.
             let parts: Vec<Bytes> = bytes.chunks(40_000).map(Bytes::copy_from_slice).collect();
-            cache.offer(&rec, Chunk::new(parts, len));
+            let mut tables = shard_tables(&bytes, ec);
+            tables.truncate(1);
+            cache.offer(&rec, Chunk::new(parts, len), tables);
             let start = Instant::now();
             while !cache.holds((rec.id, rec.len)) {
                 assert!(start.elapsed() < Duration::from_secs(10), "chunk {id} was not written");
@@ -1298,7 +1380,7 @@ mod tests {
                         let bytes = data(len, step);
                         (record(id, &bytes, ec), bytes)
                     });
-                    cache.offer(rec, Chunk::from(Bytes::copy_from_slice(bytes)));
+                    cache.offer(rec, Chunk::from(Bytes::copy_from_slice(bytes)), Vec::new());
                     if rng.gen_bool(0.5) {
                         // Let the writer catch up (it may also have dropped the chunk).
                         let start = Instant::now();

@@ -398,15 +398,17 @@ impl ReadSide {
                 return Ok(Chunk::from(data));
             }
         }
-        let (data, rec) = match client.read_chunk(rec, &self.inner.what).await {
+        let ((data, tables), rec) = match client.read_chunk_tables(rec, &self.inner.what).await {
             Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
-                Some(fresh) => (client.read_chunk(&fresh, &self.inner.what).await?, std::borrow::Cow::Owned(fresh)),
+                Some(fresh) => {
+                    (client.read_chunk_tables(&fresh, &self.inner.what).await?, std::borrow::Cow::Owned(fresh))
+                }
                 None => return Err(e),
             },
             other => (other?, std::borrow::Cow::Borrowed(rec)),
         };
         if let Some(disk) = disk {
-            disk.offer(&rec, data.clone());
+            disk.offer(&rec, data.clone(), tables);
         }
         Ok(data)
     }
@@ -440,9 +442,10 @@ impl ReadSide {
                 return Ok((data, true));
             }
         }
-        let data = match client.read_chunk_range(rec, in_chunk, take, &self.inner.what).await {
+        let (data, tables) = match client.read_chunk_range(rec, in_chunk, take, &self.inner.what).await {
             Err(e) if e.code == ErrorCode::Unavailable => match self.moved_record(index, rec).await? {
-                Some(fresh) => client.read_chunk_range(&fresh, in_chunk, take, &self.inner.what).await?,
+                // Read as `fresh` places it, offered below under `rec`: without its tables.
+                Some(fresh) => (client.read_chunk_range(&fresh, in_chunk, take, &self.inner.what).await?.0, Vec::new()),
                 None => return Err(e),
             },
             other => other?,
@@ -451,7 +454,7 @@ impl ReadSide {
             // The whole chunk (a small file read whole): cached like any chunk read whole.
             self.cache().put(key(rec), Chunk::from(data.clone()));
             if let Some(disk) = client.inner.disk_cache.as_ref() {
-                disk.offer(rec, Chunk::from(data.clone()));
+                disk.offer(rec, Chunk::from(data.clone()), tables);
             }
         }
         Ok((slice_parts(std::slice::from_ref(&data), 0, take as usize), false))
