@@ -728,6 +728,43 @@ impl RecordWriter {
     }
 }
 
+impl RecordWriter {
+    /// Seals `parts` (one message, laid end to end) into records and sends what the socket
+    /// takes at once, without waiting: `Some(true)` when all of it is out, `Some(false)` when
+    /// some sealed records wait in the buffer (a later flush sends them, before anything
+    /// written after), `None` when the buffer has no room for the message now (nothing was
+    /// taken; write it with `write_all` and `flush` instead).
+    ///
+    /// This is what lets a task that answers a request send the answer itself instead of
+    /// handing it to the connection's writer task (a wake-up of another task, often of another
+    /// thread, per message).
+    pub fn send_now(&mut self, parts: &[&[u8]]) -> io::Result<Option<bool>> {
+        if self.closed {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the TLS session was closed"));
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        // Each record adds its header, inner content type and tag; the one being filled and a
+        // key update may add one more each.
+        let records = total / PLAINTEXT_PER_RECORD_MAX + 3;
+        if self.filled + total + records * (HEADER_BYTES + 1 + TAG_BYTES) > WRITE_BUFFER_BYTES {
+            return Ok(None);
+        }
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        for part in parts {
+            // Within the room checked above, `poll_write` takes everything without sending.
+            match Pin::new(&mut *self).poll_write(&mut cx, part)? {
+                Poll::Ready(n) if n == part.len() => {}
+                _ => return Err(invalid("a message did not fit the write buffer it was measured against")),
+            }
+        }
+        self.seal_open()?;
+        // A pending send leaves `sent..sealed` for the next flush; the socket's readiness is
+        // registered by whoever polls it next with a real waker.
+        Ok(Some(self.poll_send(&mut cx)?.is_ready()))
+    }
+}
+
 impl AsyncWrite for RecordWriter {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
@@ -1121,6 +1158,46 @@ mod tests {
         );
         assert!(got_up == up && got_down == down);
         assert!(cw.tx.seq <= 3 && sr.rx.seq <= 4, "keys did not move on");
+    }
+
+    #[tokio::test]
+    async fn messages_sent_at_once_arrive_whole_and_in_order_when_the_socket_is_full_too() {
+        let (node, client, _dir) = credentials();
+        let (c, s) = pair().await;
+        let (ours, theirs) =
+            tokio::join!(connect(c, client.client_config(), node_name()), accept(s, node.server_config()));
+        let (_cr, mut cw) = ours.expect("client handshake");
+        let (mut sr, _sw, _) = theirs.expect("server handshake");
+        // A key update every 5 records on the way, and messages of two parts, up to 200 KiB.
+        cw.limit = 5;
+        let sizes = [1usize, 17, 16_384, 16_385, 100_000, 200_000, 3, 65_536];
+        let mut sent = Vec::new();
+        let (mut all_out, mut left_in_buffer, mut no_room) = (0, 0, 0);
+        // Nobody reads yet: the socket fills, and then sealed records wait in the buffer until
+        // it has no room for the next message.
+        for round in 0..2_000 {
+            let size = sizes[round % sizes.len()];
+            let message = pattern(round as u8, size);
+            let (head, body) = message.split_at(size.min(7));
+            match cw.send_now(&[head, body]).expect("send") {
+                Some(true) => all_out += 1,
+                Some(false) => left_in_buffer += 1,
+                None => {
+                    no_room += 1;
+                    break;
+                }
+            }
+            sent.extend_from_slice(&message);
+        }
+        assert!(all_out > 0 && left_in_buffer > 0 && no_room == 1, "{all_out} out, {left_in_buffer} left, {no_room}");
+        // A flush sends what waits, once the peer reads; then messages go out at once again.
+        let (flushed, got) = tokio::join!(cw.flush(), read_exactly(&mut sr, sent.len()));
+        flushed.expect("flush");
+        assert!(got == sent, "other bytes than were sent, or in another order");
+        let last = pattern(99, 5_000);
+        assert_eq!(cw.send_now(&[&last]).expect("send"), Some(true));
+        assert!(read_exactly(&mut sr, last.len()).await == last);
+        assert!(cw.tx.seq <= 5, "keys did not move on");
     }
 
     #[tokio::test]

@@ -178,13 +178,15 @@ fn client_handshake_failure(e: &std::io::Error, ctx: &TlsContext) -> String {
 enum OutSock {
     /// Written by whichever task sends, with non-blocking writes.
     Plain(OwnedWriteHalf),
-    /// Written by the writer task only (TLS records are encrypted in user space, and writes of
-    /// the TLS stream are not non-blocking); `None` once the outbox is dropped.
+    /// Written by the task that sends while the queue is empty and the writer task is not
+    /// writing (`RecordWriter::send_now`: sealed at once, sent as far as the socket takes
+    /// it), else by the writer task; `None` once the outbox is dropped.
     Tls(tokio::sync::Mutex<Option<crate::records::RecordWriter>>),
 }
 
 /// Frames on their way out on one socket, written whole and in order. The task that sends a
-/// frame while nothing is waiting writes it itself, with non-blocking writes: no hand-off to
+/// frame while nothing is waiting writes it itself, with non-blocking writes (through TLS:
+/// sealed into the writer's buffer, then sent as far as the socket takes it): no hand-off to
 /// another task (each costs a wake-up, often of another thread, per message). What does not
 /// fit into the socket at once, and what is sent while frames wait, is queued for the
 /// connection's writer task, which writes it as the socket drains. A frame already begun is
@@ -206,6 +208,9 @@ struct OutState {
     queue: VecDeque<OutFrame>,
     written: usize,
     failed: Option<String>,
+    /// A TLS sender left sealed records in the writer's buffer that the socket did not take:
+    /// the writer task flushes them even if the queue is empty.
+    unflushed: bool,
 }
 
 /// Most frames one vectored write of the writer task takes.
@@ -231,6 +236,38 @@ impl Outbox {
         let mut st = self.state.lock();
         if let Some(e) = &st.failed {
             return Err(e.clone());
+        }
+        if let (true, OutSock::Tls(half)) = (st.queue.is_empty(), &self.sock) {
+            // The writer is free when the writer task is not writing: then nothing waits
+            // before this frame (the queue is empty), and records left unsent by an earlier
+            // sender are sent first by the writer itself.
+            if let Ok(mut guard) = half.try_lock() {
+                if let Some(w) = guard.as_mut() {
+                    match w.send_now(&[&frame.head_and_body, &frame.data]) {
+                        Ok(Some(all_out)) => {
+                            if let Some(at) = frame.answered {
+                                stages::record(Stage::RpcServerReply, at);
+                            }
+                            if !all_out {
+                                st.unflushed = true;
+                                drop(guard);
+                                drop(st);
+                                self.wake.notify_one();
+                            }
+                            return Ok(());
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            let reason = e.to_string();
+                            st.failed = Some(reason.clone());
+                            drop(guard);
+                            drop(st);
+                            (self.on_fail)(&reason);
+                            return Err(reason);
+                        }
+                    }
+                }
+            }
         }
         if let (true, OutSock::Plain(sock)) = (st.queue.is_empty(), &self.sock) {
             let mut done = 0;
@@ -319,9 +356,11 @@ impl Outbox {
         loop {
             let batch: Vec<OutFrame> = {
                 let mut st = self.state.lock();
-                if st.queue.is_empty() {
+                if st.queue.is_empty() && !st.unflushed {
                     return Ok(());
                 }
+                // Holding the writer, no sender adds to its buffer until this flush is done.
+                st.unflushed = false;
                 let n = st.queue.len().min(FRAMES_PER_WRITE_MAX);
                 st.queue.drain(..n).collect()
             };

@@ -129,11 +129,13 @@ async fn large_calls_in_flight_together_come_back_whole_through_tls() {
     let addr = server(Some(pki.ours(Role::Node, "node"))).await;
     let ctx = pki.ours(Role::Client, "client");
     let (conn, _) = Connection::connect_with(&addr, Service::Storage, Some(&ctx)).await.expect("connect");
-    let calls: Vec<_> = (0..48usize)
+    // Small calls (sent at once by the task that sends them, both ways) between large ones
+    // (queued for the connection's writer task).
+    let calls: Vec<_> = (0..96usize)
         .map(|i| {
             let conn = conn.clone();
             tokio::spawn(async move {
-                let len = (i * 104_729) % (3 << 20) + i;
+                let len = if i % 2 == 0 { (i * 7_919) % 60_000 } else { (i * 104_729) % (3 << 20) + i };
                 let sent = Bytes::from((0..len).map(|j| (j.wrapping_mul(31) ^ i) as u8).collect::<Vec<u8>>());
                 let (_, got) = conn
                     .call::<StorageOp, StorageReply>(&StorageOp::Stat, sent.clone(), Duration::from_secs(60))
