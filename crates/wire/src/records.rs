@@ -709,26 +709,6 @@ impl RecordWriter {
         Ok(())
     }
 
-    /// Sends the sealed records; then the buffer starts again at the record being filled.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.sent < self.sealed {
-            let n = ready!(Pin::new(&mut self.sock).poll_write(cx, &self.buf[self.sent..self.sealed]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.sent += n;
-        }
-        let keep = self.sealed..self.filled;
-        self.buf.copy_within(keep.clone(), 0);
-        self.open = self.open.map(|at| at - keep.start);
-        self.filled = keep.len();
-        self.sent = 0;
-        self.sealed = 0;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl RecordWriter {
     /// Seals `parts` (one message, laid end to end) into records and sends what the socket
     /// takes at once, without waiting: `Some(true)` when all of it is out, `Some(false)` when
     /// some sealed records wait in the buffer (a later flush sends them, before anything
@@ -762,6 +742,24 @@ impl RecordWriter {
         // A pending send leaves `sent..sealed` for the next flush; the socket's readiness is
         // registered by whoever polls it next with a real waker.
         Ok(Some(self.poll_send(&mut cx)?.is_ready()))
+    }
+
+    /// Sends the sealed records; then the buffer starts again at the record being filled.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.sealed {
+            let n = ready!(Pin::new(&mut self.sock).poll_write(cx, &self.buf[self.sent..self.sealed]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        let keep = self.sealed..self.filled;
+        self.buf.copy_within(keep.clone(), 0);
+        self.open = self.open.map(|at| at - keep.start);
+        self.filled = keep.len();
+        self.sent = 0;
+        self.sealed = 0;
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -1137,14 +1135,20 @@ mod tests {
         assert!(rest.is_empty());
     }
 
-    #[tokio::test]
-    async fn both_ends_move_to_new_keys_when_their_limit_comes() {
-        let (node, client, _dir) = credentials();
+    /// A session between this client and this server over loopback: the client's halves, the
+    /// server's, and the credentials' directory (kept while the session is used).
+    async fn session() -> ((RecordReader, RecordWriter), (RecordReader, RecordWriter), tempfile::TempDir) {
+        let (node, client, dir) = credentials();
         let (c, s) = pair().await;
         let (ours, theirs) =
             tokio::join!(connect(c, client.client_config(), node_name()), accept(s, node.server_config()));
-        let (mut cr, mut cw) = ours.expect("client handshake");
-        let (mut sr, mut sw, _) = theirs.expect("server handshake");
+        let (sr, sw, _) = theirs.expect("server handshake");
+        (ours.expect("client handshake"), (sr, sw), dir)
+    }
+
+    #[tokio::test]
+    async fn both_ends_move_to_new_keys_when_their_limit_comes() {
+        let ((mut cr, mut cw), (mut sr, mut sw), _dir) = session().await;
         // A key update every 3 records, each way.
         cw.limit = 3;
         sw.limit = 3;
@@ -1162,12 +1166,7 @@ mod tests {
 
     #[tokio::test]
     async fn messages_sent_at_once_arrive_whole_and_in_order_when_the_socket_is_full_too() {
-        let (node, client, _dir) = credentials();
-        let (c, s) = pair().await;
-        let (ours, theirs) =
-            tokio::join!(connect(c, client.client_config(), node_name()), accept(s, node.server_config()));
-        let (_cr, mut cw) = ours.expect("client handshake");
-        let (mut sr, _sw, _) = theirs.expect("server handshake");
+        let ((_cr, mut cw), (mut sr, _sw), _dir) = session().await;
         // A key update every 5 records on the way, and messages of two parts, up to 200 KiB.
         cw.limit = 5;
         let sizes = [1usize, 17, 16_384, 16_385, 100_000, 200_000, 3, 65_536];

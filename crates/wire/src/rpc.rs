@@ -245,6 +245,8 @@ impl Outbox {
                 if let Some(w) = guard.as_mut() {
                     match w.send_now(&[&frame.head_and_body, &frame.data]) {
                         Ok(Some(all_out)) => {
+                            // Sealed and handed on: when records wait for the writer task,
+                            // the stage ends before the last bytes reach the socket.
                             if let Some(at) = frame.answered {
                                 stages::record(Stage::RpcServerReply, at);
                             }
@@ -258,12 +260,8 @@ impl Outbox {
                         }
                         Ok(None) => {}
                         Err(e) => {
-                            let reason = e.to_string();
-                            st.failed = Some(reason.clone());
                             drop(guard);
-                            drop(st);
-                            (self.on_fail)(&reason);
-                            return Err(reason);
+                            return self.fail(st, e.to_string());
                         }
                     }
                 }
@@ -277,13 +275,7 @@ impl Outbox {
                     Ok(n) => done += n,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let reason = e.to_string();
-                        st.failed = Some(reason.clone());
-                        drop(st);
-                        (self.on_fail)(&reason);
-                        return Err(reason);
-                    }
+                    Err(e) => return self.fail(st, e.to_string()),
                 }
             }
             if done == frame.len() {
@@ -298,6 +290,15 @@ impl Outbox {
         drop(st);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Marks the outbox failed for `reason` (every later send fails with it), tells
+    /// `on_fail` and answers the sender with it.
+    fn fail(&self, mut st: parking_lot::MutexGuard<'_, OutState>, reason: String) -> Result<(), String> {
+        st.failed = Some(reason.clone());
+        drop(st);
+        (self.on_fail)(&reason);
+        Err(reason)
     }
 
     /// Writes queued frames until the queue is empty or the socket fails.
