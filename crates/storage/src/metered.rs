@@ -4,7 +4,7 @@
 //! metadata services so that `trove stats` and the dashboard find it.
 //!
 //! The service is wrapped rather than edited: the handler below answers through
-//! `StorageService`'s own `handle_now` and `handle` and records around them.
+//! `StorageService`'s own `handle_now`, `handle_blocking` and `handle` and records around them.
 
 use crate::service::StorageService;
 use async_trait::async_trait;
@@ -14,7 +14,7 @@ use metrics::names;
 use metrics::ops::OpTable;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
-use wire::{Handler, MetaCall, MetaOp, ProcessInfo, Service, StorageOp, StorageReply, WireError};
+use wire::{BlockingAnswer, Handler, MetaCall, MetaOp, ProcessInfo, Service, StorageOp, StorageReply, WireError};
 
 /// How often a node that exports says so to every metadata service.
 pub const ANNOUNCE_INTERVAL: Duration = Duration::from_secs(10);
@@ -57,6 +57,17 @@ impl Handler for MeteredStorage {
         let answer = self.0.handle_now(req)?;
         record(req.index(), started, &answer.0, 0, answer.1.len());
         Some(answer)
+    }
+
+    fn handle_blocking(&self, req: &StorageOp) -> Option<BlockingAnswer<StorageReply>> {
+        let started = table().start();
+        let op = req.index();
+        let work = self.0.handle_blocking(req)?;
+        Some(Box::new(move || {
+            let (result, out) = work();
+            record(op, started, &result, 0, out.len());
+            (result, out)
+        }))
     }
 
     async fn handle(&self, req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {

@@ -7,8 +7,11 @@
 //! disks, and a slow drive holds up only its own. Reads first try without blocking, on the
 //! task that read the request off the connection (`Handler::handle_now`): a shard file read
 //! lately is still open and its blocks are usually in the page cache (`RWF_NOWAIT`), and then
-//! the answer costs no task and no hand-off to another thread; only reads that would wait for
-//! the drive get a task and go to the pool. Every connection has many
+//! the answer costs no task and no hand-off to another thread. A read that would wait for the
+//! drive goes from there straight to the pool when the drive's queue has room
+//! (`Handler::handle_blocking`), and the pool's thread sends the answer: one hand-off instead
+//! of three (to a task, to the pool, back to the task). Only reads that would queue, and
+//! every other request, get a task of their own. Every connection has many
 //! requests in flight (see `wire::rpc`), so nothing is serialised per connection. Shard bytes
 //! move as `Bytes` from the request frame to the file and from the file into the reply frame
 //! without further copies.
@@ -25,8 +28,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use wire::stages::{self, Stage};
 use wire::{
-    werr, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError, Service, ShardKey,
-    StorageOp, StorageReply, WireError,
+    werr, BlockingAnswer, Connection, DriveInfo, ErrorCode, Handler, MetaCall, MetaOp, MetaReply, NodeId, RpcError,
+    Service, ShardKey, StorageOp, StorageReply, WireError,
 };
 
 /// Blocking store operations allowed at once per drive; more wait for a permit. Enough to keep
@@ -49,7 +52,7 @@ pub struct StorageService {
     /// The node id the metadata service assigned; 0 until registered.
     node: AtomicU32,
     /// Blocking store operations allowed at once, per drive.
-    drives: Vec<Semaphore>,
+    drives: Vec<Arc<Semaphore>>,
     /// Bytes of shards the cluster's GC is waiting to delete, at most how long until it has (from
     /// heartbeat replies, which may be a second or two old), and when a put that found the
     /// drives full last started asking for them (see [`StorageService::explain_no_space`]).
@@ -68,8 +71,9 @@ const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl StorageService {
     pub fn new(store: Arc<ShardStore>) -> StorageService {
-        let drives =
-            (0..store.drive_paths().len().max(1)).map(|_| Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX)).collect();
+        let drives = (0..store.drive_paths().len().max(1))
+            .map(|_| Arc::new(Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX)))
+            .collect();
         StorageService {
             store: RwLock::new(Some(store)),
             object: RwLock::new(None),
@@ -89,7 +93,7 @@ impl StorageService {
             store: RwLock::new(None),
             object: RwLock::new(Some(object)),
             node: AtomicU32::new(0),
-            drives: vec![Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX)],
+            drives: vec![Arc::new(Semaphore::new(BLOCKING_OPS_PER_DRIVE_MAX))],
             pending_delete: parking_lot::Mutex::new((0, 0, None)),
             metas: parking_lot::Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
@@ -354,6 +358,52 @@ impl Handler for StorageService {
             _ => return None,
         };
         stages::record(Stage::StorageHandle, handling);
+        Some(answer)
+    }
+
+    fn handle_blocking(&self, req: &StorageOp) -> Option<BlockingAnswer<StorageReply>> {
+        // Under the simulator every request takes the one path (`handle`), which runs the
+        // store inline; an object pool's node has no store.
+        if self.simulated.get().is_some() {
+            return None;
+        }
+        let handling = Instant::now();
+        let store = self.store()?;
+        let (StorageOp::GetShard { key, .. } | StorageOp::ReadRange { key, .. }) = *req else {
+            return None;
+        };
+        let drive = store.drive_of(key).unwrap_or(0);
+        // A read that would have to queue behind the drive's other work takes `handle`'s way,
+        // which waits for its turn without holding a thread.
+        let permit = self.drives[drive.min(self.drives.len() - 1)].clone().try_acquire_owned().ok()?;
+        let answer: BlockingAnswer<StorageReply> = match *req {
+            StorageOp::GetShard { key, offset, len } => Box::new(move || {
+                stages::record(Stage::StorageQueue, handling);
+                let r = store.get(key, offset, len);
+                // The store first: once shutdown holds every permit, no read holds the store.
+                drop(store);
+                drop(permit);
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }),
+            StorageOp::ReadRange { key, offset, len } => Box::new(move || {
+                stages::record(Stage::StorageQueue, handling);
+                let r = store.get_range(key, offset, len);
+                drop(store);
+                drop(permit);
+                stages::record(Stage::StorageHandle, handling);
+                match r {
+                    Ok((info, head_crc, tail_crc, bytes)) => {
+                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
+                    }
+                    Err(e) => (Err(e), Bytes::new()),
+                }
+            }),
+            _ => return None,
+        };
         Some(answer)
     }
 
@@ -627,5 +677,51 @@ mod tests {
         assert_eq!(service.explain_no_space(werr!(Io, "disk on fire")).await.message, "disk on fire");
         assert_eq!(human_bytes(1000), "1000 bytes");
         assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+
+    /// A read that waits for the drive is answered by blocking work of its own when the
+    /// drive's queue has room, with what `handle` answers; a full queue, a write, and a
+    /// service shut down take `handle`'s way (or none).
+    #[tokio::test]
+    async fn reads_go_to_the_pool_on_their_own_only_while_the_drive_has_room() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = crate::StoreConfig { drives: vec![dir.path().join("d")], reserve_bytes: 0, keys: None };
+        let service = StorageService::new(Arc::new(ShardStore::open(&config).expect("store opens")));
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let key = ShardKey { chunk: 9, index: 1 };
+        let info = wire::ShardInfo {
+            key,
+            ec: wire::EcScheme::DEFAULT,
+            len: data.len() as u32,
+            block_crcs: crate::format::block_crcs(&data),
+        };
+        let put = StorageOp::PutShard { info };
+        assert!(service.handle_blocking(&put).is_none(), "a write must wait its turn on `handle`");
+        let (r, _) = service.handle(put, Bytes::from(data.clone())).await;
+        assert_eq!(r, Ok(StorageReply::Ok));
+        for req in [
+            StorageOp::GetShard { key, offset: 0, len: 0 },
+            StorageOp::GetShard { key, offset: 70_000, len: 5 },
+            StorageOp::ReadRange { key, offset: 12_345, len: 4_000 },
+            StorageOp::GetShard { key: ShardKey { chunk: 10, index: 0 }, offset: 0, len: 0 },
+        ] {
+            let work = service.handle_blocking(&req).expect("a drive with room takes the read");
+            let (got, got_data) = tokio::task::spawn_blocking(work).await.expect("work");
+            let (want, want_data) = service.handle(req.clone(), Bytes::new()).await;
+            assert_eq!(got, want, "{req:?}");
+            assert!(got_data == want_data, "{req:?}: other bytes");
+        }
+        // Every permit of the drive taken: the read queues on `handle`'s way.
+        let read = StorageOp::GetShard { key, offset: 0, len: 0 };
+        let all = service.drives[0].acquire_many(BLOCKING_OPS_PER_DRIVE_MAX as u32).await.expect("permits");
+        assert!(service.handle_blocking(&read).is_none(), "a read past the drive's queue must wait");
+        drop(all);
+        // Work handed out holds a permit (shutdown waits for it) and the store.
+        let work = service.handle_blocking(&read).expect("room again");
+        assert_eq!(service.drives[0].available_permits(), BLOCKING_OPS_PER_DRIVE_MAX - 1);
+        drop(work);
+        assert_eq!(service.drives[0].available_permits(), BLOCKING_OPS_PER_DRIVE_MAX);
+        service.shutdown().await;
+        assert!(service.handle_blocking(&read).is_none());
     }
 }

@@ -31,7 +31,7 @@ pub use ingest::IngestRule;
 pub use jobs::{JobAction, JobInfo, JobProgress, JobState};
 pub use msg::*;
 pub use policy::{FilePolicy, PolicyAction, PolicyRule};
-pub use rpc::{Connection, Handler, Peer, RpcError};
+pub use rpc::{BlockingAnswer, Connection, Handler, Peer, RpcError};
 pub use types::*;
 
 /// The protocol version this build speaks (highest).

@@ -892,7 +892,23 @@ pub trait Handler: Send + Sync + 'static {
     fn handle_now(&self, _req: &Self::Req) -> Option<(Result<Self::Reply, WireError>, Bytes)> {
         None
     }
+
+    /// Answers `req` with blocking work alone (a storage read that waits for the drive),
+    /// when it can start now: the work then runs on tokio's blocking pool, handed there by the
+    /// task that read the request, and sends its answer itself when done. A request answered
+    /// so costs one hand-off to another thread, where a task of its own that hands the work
+    /// to the pool and waits for it costs three. `None` (the default, or when the work would
+    /// have to queue): [`Handler::handle`] answers it on a task of its own. Must not block;
+    /// the work it returns may, and must not need the runtime's context or the peer
+    /// ([`current_peer`]).
+    fn handle_blocking(&self, _req: &Self::Req) -> Option<BlockingAnswer<Self::Reply>> {
+        None
+    }
 }
+
+/// The blocking work [`Handler::handle_blocking`] returns: the answer, as from
+/// [`Handler::handle`].
+pub type BlockingAnswer<R> = Box<dyn FnOnce() -> (Result<R, WireError>, Bytes) + Send>;
 
 /// Who asked the request being answered.
 #[derive(Debug, Clone)]
@@ -1125,9 +1141,20 @@ async fn serve_connection<H: Handler>(
             Ok(p) => p,
             Err(_) => break Ok(()),
         };
-        let handler = handler.clone();
         let outbox = outbox.clone();
         let read_at = Instant::now();
+        if let Some(work) = handler.handle_blocking(&req) {
+            tokio::task::spawn_blocking(move || {
+                stages::record(Stage::RpcServerHandoff, read_at);
+                let (result, data) = work();
+                let body = encode_body(&result);
+                let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
+                let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
+                drop(permit);
+            });
+            continue;
+        }
+        let handler = handler.clone();
         let caller = caller.clone();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);

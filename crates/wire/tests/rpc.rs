@@ -59,3 +59,84 @@ async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) -> Vec<Result<(),
     }
     out
 }
+
+/// Answers `GetShard` with blocking work on the blocking pool (`handle_blocking`): each waits
+/// until `together` of them run at once (or gives up after a while), then echoes a payload
+/// named by the request's offset. Everything else takes `handle`'s way.
+struct Blocking {
+    running: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+    together: usize,
+}
+
+#[async_trait]
+impl Handler for Blocking {
+    type Req = StorageOp;
+    type Reply = StorageReply;
+    async fn handle(&self, req: StorageOp, _data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
+        match req {
+            StorageOp::Stat => (Ok(StorageReply::Deleted { count: 0 }), Bytes::new()),
+            other => {
+                (Err(WireError::new(wire::ErrorCode::Internal, format!("{other:?} reached handle"))), Bytes::new())
+            }
+        }
+    }
+
+    fn handle_blocking(&self, req: &StorageOp) -> Option<wire::BlockingAnswer<StorageReply>> {
+        let StorageOp::GetShard { offset, .. } = *req else {
+            return None;
+        };
+        let running = self.running.clone();
+        let together = self.together;
+        Some(Box::new(move || {
+            let (count, arrived) = &*running;
+            let mut n = count.lock().expect("lock");
+            *n += 1;
+            arrived.notify_all();
+            let (n, _) = arrived.wait_timeout_while(n, Duration::from_secs(10), |n| *n < together).expect("lock");
+            let all_at_once = *n >= together;
+            drop(n);
+            let data = payload(offset as usize);
+            (Ok(StorageReply::Deleted { count: u32::from(all_at_once) }), data)
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_answers_of_one_connection_run_at_once_and_come_back_whole() {
+    let together = 12;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let running = Arc::new((std::sync::Mutex::new(0), std::sync::Condvar::new()));
+    let handler = Arc::new(Blocking { running, together });
+    tokio::spawn(wire::rpc::serve(listener, handler, Service::Storage, "test".into()));
+    let (conn, _) = Connection::connect(&addr, Service::Storage).await.expect("connect");
+    let key = wire::ShardKey { chunk: 1, index: 0 };
+    let calls = (0..together).map(|i| {
+        let conn: Connection = conn.clone();
+        tokio::spawn(async move {
+            // Payloads up to 3 MiB: the blocking threads' sends fill the socket, and the
+            // connection's writer task sends the rest.
+            let offset = (i * 100_003) as u32;
+            let (reply, got) = conn
+                .call::<StorageOp, StorageReply>(
+                    &StorageOp::GetShard { key, offset, len: 0 },
+                    Bytes::new(),
+                    Duration::from_secs(60),
+                )
+                .await
+                .expect("call");
+            assert_eq!(reply, StorageReply::Deleted { count: 1 }, "call {i} did not run with the others");
+            assert!(got == payload(offset as usize), "call {i}: {} bytes came back, or different ones", got.len());
+        })
+    });
+    for c in futures_join(calls.collect()).await {
+        c.expect("caller task");
+    }
+    // What the handler does not answer with blocking work still reaches `handle`.
+    let (reply, _) = conn
+        .call::<StorageOp, StorageReply>(&StorageOp::Stat, Bytes::new(), Duration::from_secs(10))
+        .await
+        .expect("stat");
+    assert_eq!(reply, StorageReply::Deleted { count: 0 });
+    assert!(!conn.is_dead());
+}
