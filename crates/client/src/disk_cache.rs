@@ -26,9 +26,10 @@
 //!
 //! Writes go through one thread with a short queue ([`WRITES_QUEUED_MAX`]), at the lowest CPU
 //! priority: when the disk or the CPU cannot keep up, chunks are simply not cached (counted as
-//! `dropped`), and the reads that fetched them never wait for the cache. Files are written to a
-//! temporary name and renamed, never synced: a cache file lost or torn by a crash fails its
-//! checks and is removed. A file is written from the chunk's buffers as they are (one vectored
+//! `dropped`), and the reads that fetched them never wait for the cache. Files are written in
+//! place and never synced; the index takes a file only once it is written, and a cache file
+//! lost or torn by a crash fails its checks and is removed. Files under a temporary name
+//! (written by earlier versions) are removed when the directory is listed. A file is written from the chunk's buffers as they are (one vectored
 //! write after its header and tables; its zero padding is left a hole), never copied into an
 //! image first.
 //!
@@ -869,12 +870,14 @@ impl Shared {
         }
         let path = self.path_of(put.key);
         let Some(dir) = path.parent() else { return };
-        let tmp = dir.join(format!("{TMP_PREFIX}{}", file_name(put.key)));
+        // Written in place: no reader opens the file before the index has it, and a file torn
+        // by a crash fails its checks at its first read (a temporary name and a rename cost
+        // two more directory changes per chunk, a good part of the writer's time).
         let written = (|| {
-            let mut file = match File::create(&tmp) {
+            let mut file = match File::create(&path) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     std::fs::create_dir_all(dir)?;
-                    File::create(&tmp)?
+                    File::create(&path)?
                 }
                 file => file?,
             };
@@ -891,10 +894,10 @@ impl Shared {
                 // Reads of a hole give the zeros the tables were computed over.
                 file.set_len(bytes)?;
             }
-            std::fs::rename(&tmp, &path)
+            Ok::<(), io::Error>(())
         })();
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&path);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!("disk cache: writing {}: {e}", path.display());
             return;
@@ -1111,6 +1114,38 @@ mod tests {
         cache.offer(&rec, Chunk::from(Bytes::from(data(1 << 20, 9))), Vec::new());
         std::thread::sleep(Duration::from_millis(200));
         assert!(!cache.holds((7, 1 << 20)));
+    }
+
+    /// Files are written in place, so a crash during a write leaves a torn file under its
+    /// final name: a client opening the directory again lists it, its first read refuses and
+    /// removes it, and the next write of the chunk caches it again. A file under a temporary
+    /// name (left by an earlier version) is removed by the listing.
+    #[tokio::test]
+    async fn a_file_torn_by_a_crash_is_listed_then_refused_removed_and_written_again() {
+        let dir = tempfile::tempdir().expect("dir");
+        let bytes = data(64 << 10, 5);
+        let rec = record(5, &bytes, EcScheme { k: 1, m: 2 });
+        let path = {
+            let cache = DiskCache::open(&options(dir.path(), 1 << 30), "c").expect("open");
+            put_and_wait(&cache, &rec, &bytes);
+            cache.shared.path_of((rec.id, rec.len))
+        };
+        let f = File::options().write(true).open(&path).expect("open");
+        f.set_len(1000).expect("cut");
+        let tmp = path.with_file_name(format!("{TMP_PREFIX}{}", file_name((rec.id, rec.len))));
+        std::fs::write(&tmp, b"half a file").expect("temporary file");
+        let again = DiskCache::open(&options(dir.path(), 1 << 30), "c").expect("reopen");
+        let start = Instant::now();
+        while again.stats().chunks < 1 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the reopened cache did not list the torn file");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(!tmp.exists(), "the listing removes files under a temporary name");
+        assert_eq!(again.read(&rec, 0, 10).await, None);
+        assert!(!path.exists() && !again.holds((rec.id, rec.len)));
+        assert_eq!(again.stats().damaged, 1);
+        put_and_wait(&again, &rec, &bytes);
+        assert_eq!(again.read(&rec, 0, 64 << 10).await.as_deref(), Some(&bytes[..]));
     }
 
     #[tokio::test]
