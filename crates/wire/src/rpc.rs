@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1158,7 +1159,25 @@ async fn serve_connection<H: Handler>(
         let caller = caller.clone();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
-            let (result, data) = PEER.scope(caller, handler.handle(req, frame.data)).await;
+            let mut answer: Answering<H::Reply> =
+                Box::pin(PEER.scope(caller, async move { handler.handle(req, frame.data).await }));
+            // A handler that panics fails its request with an error, instead of leaving its
+            // caller waiting until its timeout.
+            let answered = std::future::poll_fn(|cx| {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer.as_mut().poll(cx))) {
+                    Ok(Poll::Ready(answer)) => Poll::Ready(Some(answer)),
+                    Ok(Poll::Pending) => Poll::Pending,
+                    Err(_) => Poll::Ready(None),
+                }
+            })
+            .await;
+            let (result, data) = answered.unwrap_or_else(|| {
+                tracing::error!("a {service:?} handler panicked answering request {id}");
+                (
+                    Err(WireError::new(crate::ErrorCode::Internal, "the service failed answering this request")),
+                    Bytes::new(),
+                )
+            });
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
             let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
@@ -1167,6 +1186,9 @@ async fn serve_connection<H: Handler>(
     };
     result
 }
+
+/// A request being answered by [`Handler::handle`].
+type Answering<R> = Pin<Box<dyn Future<Output = (Result<R, WireError>, Bytes)> + Send>>;
 
 #[cfg(test)]
 mod tests {

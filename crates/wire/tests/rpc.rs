@@ -140,3 +140,87 @@ async fn blocking_answers_of_one_connection_run_at_once_and_come_back_whole() {
     assert_eq!(reply, StorageReply::Deleted { count: 0 });
     assert!(!conn.is_dead());
 }
+
+/// Answers `Stat` at once, panics on `DeleteShards`, and makes every other request wait until
+/// it is told to go (a `Notify`, whose waiter is registered at each poll).
+struct Waits {
+    go: Arc<tokio::sync::Notify>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl Handler for Waits {
+    type Req = StorageOp;
+    type Reply = StorageReply;
+    async fn handle(&self, req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
+        match req {
+            StorageOp::Stat => (Ok(StorageReply::Deleted { count: 0 }), data),
+            StorageOp::DeleteShards { .. } => panic!("a handler's bug"),
+            _ => {
+                let notified = self.go.notified();
+                tokio::pin!(notified);
+                // Registered before it is counted, so that a `notify_waiters` after the count
+                // reaches it.
+                notified.as_mut().enable();
+                self.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                notified.await;
+                (Ok(StorageReply::Deleted { count: 1 }), data)
+            }
+        }
+    }
+}
+
+/// Answers that wait are woken and sent while the connection answers others at once, and a
+/// handler that panics fails its request with an error instead of leaving it unanswered,
+/// while the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_answers_are_sent_when_woken_and_a_panicking_handler_fails_only_its_request() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = Arc::new(Waits { go: go.clone(), waiting: waiting.clone() });
+    tokio::spawn(wire::rpc::serve(listener, handler, Service::Storage, "test".into()));
+    let (conn, _) = Connection::connect(&addr, Service::Storage).await.expect("connect");
+    let key = wire::ShardKey { chunk: 1, index: 0 };
+    let waiters: Vec<_> = (0..8u8)
+        .map(|i| {
+            let conn: Connection = conn.clone();
+            tokio::spawn(async move {
+                conn.call::<StorageOp, StorageReply>(
+                    &StorageOp::GetShard { key, offset: 0, len: 0 },
+                    Bytes::from(vec![i; 100]),
+                    Duration::from_secs(20),
+                )
+                .await
+            })
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    while waiting.load(std::sync::atomic::Ordering::SeqCst) < 8 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the requests did not all arrive");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // While they wait, the connection still answers at once.
+    let (reply, back) = conn
+        .call::<StorageOp, StorageReply>(&StorageOp::Stat, Bytes::from_static(b"now"), Duration::from_secs(10))
+        .await
+        .expect("stat while others wait");
+    assert_eq!((reply, &back[..]), (StorageReply::Deleted { count: 0 }, &b"now"[..]));
+    let e = conn
+        .call::<StorageOp, StorageReply>(
+            &StorageOp::DeleteShards { keys: vec![key] },
+            Bytes::new(),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect_err("a panicking handler's request fails");
+    assert!(e.to_string().contains("failed answering this request"), "{e}");
+    go.notify_waiters();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let (reply, back) = w.await.expect("caller task").expect("a waiting request is answered once told to go");
+        assert_eq!(reply, StorageReply::Deleted { count: 1 });
+        assert_eq!(&back[..], &vec![i as u8; 100][..]);
+    }
+    assert!(!conn.is_dead());
+}
