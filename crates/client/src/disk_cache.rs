@@ -29,9 +29,9 @@
 //! `dropped`), and the reads that fetched them never wait for the cache. Files are written in
 //! place and never synced; the index takes a file only once it is written, and a cache file
 //! lost or torn by a crash fails its checks and is removed. Files under a temporary name
-//! (written by earlier versions) are removed when the directory is listed. A file is written from the chunk's buffers as they are (one vectored
-//! write after its header and tables; its zero padding is left a hole), never copied into an
-//! image first.
+//! (written by earlier versions) are removed when the directory is listed. A file is written
+//! from the chunk's buffers as they are (one vectored write after its header and tables; its
+//! zero padding is left a hole), never copied into an image first.
 //!
 //! Reads of a file kept open whose bytes are in the page cache are answered on the calling
 //! task without waiting (`RWF_NOWAIT`); others run on tokio's blocking pool.

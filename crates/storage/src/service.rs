@@ -66,6 +66,22 @@ pub struct StorageService {
     simulated: std::sync::OnceLock<wire::world::Endpoint>,
 }
 
+/// A shard read's answer as the reply carries it.
+fn shard_reply(r: Result<(wire::ShardInfo, u32, Bytes), WireError>) -> (Result<StorageReply, WireError>, Bytes) {
+    match r {
+        Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
+        Err(e) => (Err(e), Bytes::new()),
+    }
+}
+
+/// A ranged read's answer as the reply carries it.
+fn range_reply(r: Result<(wire::ShardInfo, u32, u32, Bytes), WireError>) -> (Result<StorageReply, WireError>, Bytes) {
+    match r {
+        Ok((info, head_crc, tail_crc, bytes)) => (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes),
+        Err(e) => (Err(e), Bytes::new()),
+    }
+}
+
 /// How long a put that found the drives full waits for that figure.
 const PENDING_DELETE_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -132,21 +148,13 @@ impl StorageService {
                 let handling = Instant::now();
                 let r = object.get(key, offset, len).await;
                 stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
-                    Err(e) => (Err(e), none),
-                }
+                shard_reply(r)
             }
             StorageOp::ReadRange { key, offset, len } => {
                 let handling = Instant::now();
                 let r = object.get_range(key, offset, len).await;
                 stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, head_crc, tail_crc, bytes)) => {
-                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
-                    }
-                    Err(e) => (Err(e), none),
-                }
+                range_reply(r)
             }
             StorageOp::DeleteShards { keys } => {
                 (object.delete(&keys).await.map(|count| StorageReply::Deleted { count }), none)
@@ -347,14 +355,8 @@ impl Handler for StorageService {
         let handling = Instant::now();
         let store = self.store()?;
         let answer = match *req {
-            StorageOp::GetShard { key, offset, len } => match store.get_now(key, offset, len)? {
-                Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
-                Err(e) => (Err(e), Bytes::new()),
-            },
-            StorageOp::ReadRange { key, offset, len } => match store.get_range_now(key, offset, len)? {
-                Ok((info, head_crc, tail_crc, bytes)) => (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes),
-                Err(e) => (Err(e), Bytes::new()),
-            },
+            StorageOp::GetShard { key, offset, len } => shard_reply(store.get_now(key, offset, len)?),
+            StorageOp::ReadRange { key, offset, len } => range_reply(store.get_range_now(key, offset, len)?),
             _ => return None,
         };
         stages::record(Stage::StorageHandle, handling);
@@ -369,42 +371,27 @@ impl Handler for StorageService {
         }
         let handling = Instant::now();
         let store = self.store()?;
-        let (StorageOp::GetShard { key, .. } | StorageOp::ReadRange { key, .. }) = *req else {
+        let (StorageOp::GetShard { key, offset, len } | StorageOp::ReadRange { key, offset, len }) = *req else {
             return None;
         };
+        let ranged = matches!(req, StorageOp::ReadRange { .. });
         let drive = store.drive_of(key).unwrap_or(0);
         // A read that would have to queue behind the drive's other work takes `handle`'s way,
         // which waits for its turn without holding a thread.
         let permit = self.drives[drive.min(self.drives.len() - 1)].clone().try_acquire_owned().ok()?;
-        let answer: BlockingAnswer<StorageReply> = match *req {
-            StorageOp::GetShard { key, offset, len } => Box::new(move || {
-                stages::record(Stage::StorageQueue, handling);
-                let r = store.get(key, offset, len);
-                // The store first: once shutdown holds every permit, no read holds the store.
-                drop(store);
-                drop(permit);
-                stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
-                    Err(e) => (Err(e), Bytes::new()),
-                }
-            }),
-            StorageOp::ReadRange { key, offset, len } => Box::new(move || {
-                stages::record(Stage::StorageQueue, handling);
-                let r = store.get_range(key, offset, len);
-                drop(store);
-                drop(permit);
-                stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, head_crc, tail_crc, bytes)) => {
-                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
-                    }
-                    Err(e) => (Err(e), Bytes::new()),
-                }
-            }),
-            _ => return None,
-        };
-        Some(answer)
+        Some(Box::new(move || {
+            stages::record(Stage::StorageQueue, handling);
+            let answer = if ranged {
+                range_reply(store.get_range(key, offset, len))
+            } else {
+                shard_reply(store.get(key, offset, len))
+            };
+            // The store first: once shutdown holds every permit, no read holds the store.
+            drop(store);
+            drop(permit);
+            stages::record(Stage::StorageHandle, handling);
+            answer
+        }))
     }
 
     async fn handle(&self, req: StorageOp, data: Bytes) -> (Result<StorageReply, WireError>, Bytes) {
@@ -430,10 +417,7 @@ impl Handler for StorageService {
                 let handling = Instant::now();
                 let r = self.read(key, move |s| s.get(key, offset, len), handling).await;
                 stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, offset, bytes)) => (Ok(StorageReply::Shard { info, offset }), bytes),
-                    Err(e) => (Err(e), Bytes::new()),
-                }
+                shard_reply(r)
             }
             StorageOp::DeleteShards { keys } => {
                 let drive = match (self.live_store(), keys.first()) {
@@ -451,12 +435,7 @@ impl Handler for StorageService {
                 let handling = Instant::now();
                 let r = self.read(key, move |s| s.get_range(key, offset, len), handling).await;
                 stages::record(Stage::StorageHandle, handling);
-                match r {
-                    Ok((info, head_crc, tail_crc, bytes)) => {
-                        (Ok(StorageReply::Range { info, head_crc, tail_crc }), bytes)
-                    }
-                    Err(e) => (Err(e), Bytes::new()),
-                }
+                range_reply(r)
             }
             StorageOp::Stages => (Ok(StorageReply::Stages(stages::snapshot())), Bytes::new()),
             StorageOp::Scrub { after, limit } => {

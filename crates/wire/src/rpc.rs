@@ -1121,7 +1121,9 @@ async fn serve_connection<H: Handler>(
             break Err(format!("unexpected {:?} frame", frame.header.kind));
         }
         let id = frame.header.request_id;
-        let reply = |result: Result<H::Reply, WireError>, data: Bytes| {
+        // The answer's frame, stamped as answered now (`Send + 'static`: the blocking pool's
+        // threads and answer tasks build it too).
+        let reply = move |result: Result<H::Reply, WireError>, data: Bytes| {
             let body = encode_body(&result);
             let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
             OutFrame { head_and_body, data, answered: Some(Instant::now()) }
@@ -1148,9 +1150,7 @@ async fn serve_connection<H: Handler>(
             tokio::task::spawn_blocking(move || {
                 stages::record(Stage::RpcServerHandoff, read_at);
                 let (result, data) = work();
-                let body = encode_body(&result);
-                let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
-                let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
+                let _ = outbox.send(reply(result, data));
                 drop(permit);
             });
             continue;
@@ -1159,8 +1159,7 @@ async fn serve_connection<H: Handler>(
         let caller = caller.clone();
         tokio::spawn(async move {
             stages::record(Stage::RpcServerHandoff, read_at);
-            let mut answer: Answering<H::Reply> =
-                Box::pin(PEER.scope(caller, async move { handler.handle(req, frame.data).await }));
+            let mut answer = std::pin::pin!(PEER.scope(caller, handler.handle(req, frame.data)));
             // A handler that panics fails its request with an error, instead of leaving its
             // caller waiting until its timeout.
             let answered = std::future::poll_fn(|cx| {
@@ -1178,17 +1177,12 @@ async fn serve_connection<H: Handler>(
                     Bytes::new(),
                 )
             });
-            let body = encode_body(&result);
-            let head_and_body = frame::encode(version, FrameKind::Response, id, &body, data.len());
-            let _ = outbox.send(OutFrame { head_and_body, data, answered: Some(Instant::now()) });
+            let _ = outbox.send(reply(result, data));
             drop(permit);
         });
     };
     result
 }
-
-/// A request being answered by [`Handler::handle`].
-type Answering<R> = Pin<Box<dyn Future<Output = (Result<R, WireError>, Bytes)> + Send>>;
 
 #[cfg(test)]
 mod tests {
