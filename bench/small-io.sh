@@ -179,12 +179,16 @@ print(round(ops / secs), round(byts / secs / 1e6, 1))'; }
 
 common=(--ioengine=psync --direct=1 --time_based --runtime="$runtime" --ramp_time=2 --group_reporting --output-format=json)
 row_number=0
+# Set for a row whose targets must each start on a settled machine (see the write row).
+settle_between=""
 run_row() { # name fio-args... (@DIR@ stands for the target's directory)
     local row=$1
     shift
     want "$row" || return 0
-    local t
+    local t first=yes
     for t in $(rotated "$row_number"); do
+        [ -n "$settle_between" ] && [ -z "$first" ] && SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
+        first=""
         drop
         local before
         before=$(load)
@@ -214,7 +218,14 @@ run_row seqread-1m-1job --filename=@DIR@/own.1 --numjobs=1 --rw=read --bs=1M --s
 for t in "${targets[@]}"; do rm -f "$work/$t"/own.*; done
 if want seqwrite; then
     SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
+    # Each target rewrites its file for the whole run, gigabytes in all. What that leaves behind
+    # (the disk's write-back, the shards of Trove's replaced chunks deleted 30 s later) would land
+    # in the next target's measurement, so whichever target ran second measured the first's
+    # aftermath too (Trove/JuiceFS was 1.13 with Trove first and 0.85 with JuiceFS first): the
+    # machine settles between targets as it does between rows.
+    settle_between=yes
     run_row seqwrite-1m-1job --filename=@DIR@/seqw --numjobs=1 --rw=write --bs=1M --size="$size" --end_fsync=1
+    settle_between=""
     for t in "${targets[@]}"; do rm -f "$work/$t"/seqw; done
     SETTLE_SECONDS=${SETTLE_SECONDS:-300} settle
 fi
