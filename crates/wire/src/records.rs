@@ -1135,6 +1135,49 @@ mod tests {
         assert!(rest.is_empty());
     }
 
+    #[tokio::test]
+    async fn cluster_links_choose_aes_128_gcm_and_a_peer_offering_only_aes_256_still_talks() {
+        let (node, client, _dir) = credentials();
+        let suite_of = |c: &rustls::ClientConnection| c.negotiated_cipher_suite().map(|s| s.suite());
+        // Two ends with the cluster's configuration: AES-128-GCM.
+        let connector = tokio_rustls::TlsConnector::from(client.client_config());
+        let (c, s) = pair().await;
+        let (theirs, ours) = tokio::join!(connector.connect(node_name(), c), accept(s, node.server_config()));
+        let theirs = theirs.expect("their handshake");
+        ours.expect("our handshake");
+        assert_eq!(suite_of(theirs.get_ref().1), Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
+        // A client that offers AES-256-GCM alone (another implementation, or another order)
+        // gets it, and the records go both ways.
+        use rustls::pki_types::pem::PemObject;
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites.retain(|s| s.suite() == rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
+        let pem = |file: &str| std::fs::read(client.dir().join(file)).expect("credential file");
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(&pem(crate::tls::CA_FILE)) {
+            roots.add(ca.expect("CA certificate")).expect("a CA certificate");
+        }
+        let chain: Vec<_> =
+            CertificateDer::pem_slice_iter(&pem(crate::tls::CERT_FILE)).map(|c| c.expect("certificate")).collect();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem(crate::tls::KEY_FILE)).expect("key");
+        let only_256 = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .expect("client certificate");
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(only_256));
+        let (c, s) = pair().await;
+        let (theirs, ours) = tokio::join!(connector.connect(node_name(), c), accept(s, node.server_config()));
+        let mut theirs = theirs.expect("their handshake");
+        let (mut r, mut w, _) = ours.expect("our handshake");
+        assert_eq!(suite_of(theirs.get_ref().1), Some(rustls::CipherSuite::TLS13_AES_256_GCM_SHA384));
+        let up = pattern(5, 300_000);
+        let (_, got) = tokio::join!(write_pieces(&mut theirs, &up), read_exactly(&mut r, up.len()));
+        assert!(got == up);
+        let (_, got) = tokio::join!(write_pieces(&mut w, &up), read_exactly(&mut theirs, up.len()));
+        assert!(got == up);
+    }
+
     /// A session between this client and this server over loopback: the client's halves, the
     /// server's, and the credentials' directory (kept while the session is used).
     async fn session() -> ((RecordReader, RecordWriter), (RecordReader, RecordWriter), tempfile::TempDir) {

@@ -133,8 +133,15 @@ impl std::fmt::Debug for TlsContext {
     }
 }
 
+/// ring's provider, with AES-128-GCM first among the TLS 1.3 suites (ring's default puts
+/// AES-256-GCM first): every byte of the cluster's traffic is sealed and opened once, and
+/// AES-128 takes 10 rounds per block where AES-256 takes 14. AES-128-GCM is the suite every
+/// TLS 1.3 implementation must offer (RFC 8446 §9.1), with 128-bit security. Both ends of a
+/// link use this order; a peer offering only the others still gets them.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    Arc::new(provider)
 }
 
 fn stamp_of(dir: &Path) -> Vec<Option<(SystemTime, u64)>> {
