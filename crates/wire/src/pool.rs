@@ -21,7 +21,7 @@
 //! Deliberately absent: giving memory back when idle; a pool keeps what its peak took, up to its
 //! limit.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 
 use bytes::Bytes;
@@ -35,21 +35,43 @@ pub const SHARED_POOL_BYTES_MAX: usize = 64 << 20;
 /// The process's shared pool.
 static SHARED: Pool = Pool::new(SHARED_POOL_BYTES_MAX);
 
-/// Freed buffers, oldest first.
+/// Freed buffers, found by size and let go oldest first.
 pub struct Pool {
     free: Mutex<Free>,
     pooled_bytes_max: usize,
 }
 
+/// The kept buffers, each under a stamp counting up as they are given back, in two indexes of
+/// the same set: by (capacity, stamp) for the best fit, by stamp for the oldest. Both are
+/// ordered maps, so taking and giving back cost a logarithm of the buffers kept, not a scan.
 struct Free {
-    bufs: VecDeque<Vec<u8>>,
+    by_fit: BTreeMap<(usize, u64), Vec<u8>>,
+    by_age: BTreeMap<u64, usize>,
+    next_stamp: u64,
     bytes: usize,
+}
+
+impl Free {
+    fn remove(&mut self, capacity: usize, stamp: u64) -> Option<Vec<u8>> {
+        self.by_age.remove(&stamp);
+        let buf = self.by_fit.remove(&(capacity, stamp))?;
+        self.bytes -= buf.capacity();
+        Some(buf)
+    }
 }
 
 impl Pool {
     /// An empty pool that keeps at most `pooled_bytes_max` bytes.
     pub const fn new(pooled_bytes_max: usize) -> Pool {
-        Pool { free: parking_lot::const_mutex(Free { bufs: VecDeque::new(), bytes: 0 }), pooled_bytes_max }
+        Pool {
+            free: parking_lot::const_mutex(Free {
+                by_fit: BTreeMap::new(),
+                by_age: BTreeMap::new(),
+                next_stamp: 0,
+                bytes: 0,
+            }),
+            pooled_bytes_max,
+        }
     }
 
     /// An empty buffer with room for at least `len` bytes, reused when one fits. A reused one
@@ -86,19 +108,13 @@ impl Pool {
         PooledBuf { buf: reused.unwrap_or_default(), pool: self }
     }
 
-    /// The smallest kept buffer of at least `len` and at most `len + len / 4` bytes.
+    /// The smallest kept buffer of at least `len` and at most `len + len / 4` bytes (of those,
+    /// the one kept longest).
     fn reuse(&self, len: usize) -> Option<Vec<u8>> {
         let fit_max = len.saturating_add(len / 4);
         let mut free = self.free.lock();
-        let (i, _) = free
-            .bufs
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| (len..=fit_max).contains(&b.capacity()))
-            .min_by_key(|(_, b)| b.capacity())?;
-        let buf = free.bufs.remove(i)?;
-        free.bytes -= buf.capacity();
-        Some(buf)
+        let (&(capacity, stamp), _) = free.by_fit.range((len, 0)..=(fit_max, u64::MAX)).next()?;
+        free.remove(capacity, stamp)
     }
 
     /// Keeps `buf` for reuse, dropping the oldest kept buffers to stay within the limit.
@@ -109,11 +125,14 @@ impl Pool {
         }
         let mut free = self.free.lock();
         while free.bytes + cap > self.pooled_bytes_max {
-            let Some(old) = free.bufs.pop_front() else { break };
-            free.bytes -= old.capacity();
+            let Some((&stamp, &capacity)) = free.by_age.iter().next() else { break };
+            free.remove(capacity, stamp);
         }
+        let stamp = free.next_stamp;
+        free.next_stamp += 1;
         free.bytes += cap;
-        free.bufs.push_back(buf);
+        free.by_age.insert(stamp, cap);
+        free.by_fit.insert((cap, stamp), buf);
     }
 
     /// Bytes kept now.
@@ -274,6 +293,51 @@ mod tests {
         assert_eq!(pool.pooled_bytes(), 256 << 10);
         // A request up to a quarter smaller takes it.
         assert_eq!(pool.take(210 << 10).buf.capacity(), 256 << 10);
+    }
+
+    #[test]
+    fn takes_and_gives_back_match_a_scan_of_the_kept_buffers_oldest_first() {
+        // The model: the kept capacities oldest first; a take is the smallest fit (the oldest
+        // of equals), a give-back drops the oldest past the limit.
+        let limit = 4 << 20;
+        let pool = pool(limit);
+        let mut model: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+        let mut held: Vec<PooledBuf> = Vec::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |below: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % below as u64) as usize
+        };
+        for _ in 0..20_000 {
+            if held.is_empty() || next(2) == 0 {
+                let len = [64 << 10, 100 << 10, 128 << 10, 200 << 10, 1 << 20, 1_100_000][next(6)];
+                let fit = model
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &c)| (len..=len + len / 4).contains(&c))
+                    .min_by_key(|(_, &c)| c)
+                    .map(|(i, _)| i);
+                let buf = pool.take(len);
+                match fit {
+                    Some(i) => assert_eq!(buf.buf.capacity(), model.remove(i).expect("in the model")),
+                    None => assert_eq!(buf.buf.capacity(), len, "a new buffer when none fits"),
+                }
+                held.push(buf);
+            } else {
+                let buf = held.swap_remove(next(held.len()));
+                let cap = buf.buf.capacity();
+                drop(buf);
+                if cap >= POOLED_BYTES_MIN && cap <= limit {
+                    while model.iter().sum::<usize>() + cap > limit {
+                        model.pop_front();
+                    }
+                    model.push_back(cap);
+                }
+            }
+            assert_eq!(pool.pooled_bytes(), model.iter().sum::<usize>());
+        }
     }
 
     #[test]
