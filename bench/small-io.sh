@@ -30,7 +30,8 @@
 # (seconds per fio run, default 15), LOADER_FILES (default 50000), LOADER_SECONDS (most seconds
 # of loader reading, default 20), LOADER_KIB (the loader's file size, default 128; the row is
 # named after it, and only the 128 KiB row is held to the issue's aim), META_ITEMS (files per
-# task, default 2000), WORK (scratch directory on the local disk, default
+# task, default 2000), META_ITERATIONS (times each metadata phase runs, its rate the mean; default
+# 3: one pass of a phase takes a second or two, and one pass alone moved by a third between runs), WORK (scratch directory on the local disk, default
 # /var/tmp/trove-bench-small-io), TROVE (the binary),
 # ROWS (which rows to run, by the names the summary gives them or their first word: `rr4k`,
 # `rr128k`, `seqread`, `seqwrite`, `loader`, `meta`; default all) and TARGETS (default `ext4 jfs
@@ -44,6 +45,7 @@ loader_files=${LOADER_FILES:-50000}
 loader_seconds=${LOADER_SECONDS:-20}
 loader_kib=${LOADER_KIB:-128}
 meta_items=${META_ITEMS:-2000}
+meta_iterations=${META_ITERATIONS:-3}
 work=${WORK:-/var/tmp/trove-bench-small-io}
 rows=${ROWS:-}
 read -r -a targets <<< "${TARGETS:-ext4 jfs trove}"
@@ -249,7 +251,7 @@ want meta && echo "== metadata: trove bench meta, 2 tasks x $meta_items files in
 want meta && for t in $(rotated "$row_number"); do
     mkdir -p "$work/$t/meta"
     before=$(load)
-    "$trove" bench meta --dir "$work/$t/meta" --tasks 2 --items "$meta_items" --files-only --iterations 1 --quiet --json > "$work/meta-$t.json"
+    "$trove" bench meta --dir "$work/$t/meta" --tasks 2 --items "$meta_items" --files-only --iterations "$meta_iterations" --quiet --json > "$work/meta-$t.json"
     python3 - "$work/meta-$t.json" "$t" "$before" >> "$results" <<'EOF_PY'
 import json, sys
 report = json.load(open(sys.argv[1]))["meta"][0]
