@@ -33,9 +33,11 @@ use fuser::{
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Handle;
 use wire::stages::{self, Stage};
@@ -220,7 +222,8 @@ impl TroveFs {
         self.shared.notifier.clone()
     }
 
-    /// Runs `work` on the runtime and answers the kernel with `done` or the error.
+    /// Runs `work` and answers the kernel with `done` or the error: polled first on this
+    /// thread, on a task only if it has to wait (see [`poll_then_spawn`]).
     fn spawn<R, T, F>(&self, reply: R, work: impl FnOnce(Arc<Shared>) -> F, done: impl FnOnce(R, T) + Send + 'static)
     where
         R: Fail + Send + 'static,
@@ -228,8 +231,9 @@ impl TroveFs {
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
         let op = metered::take();
+        let _runtime = self.runtime.enter();
         let fut = work(self.shared.clone());
-        self.runtime.spawn(async move {
+        poll_then_spawn(&self.runtime, async move {
             match fut.await {
                 Ok(v) => {
                     done(reply, v);
@@ -287,6 +291,44 @@ impl TroveFs {
             },
             done,
         );
+    }
+}
+
+/// How [`poll_then_spawn`] left a request's future.
+#[derive(Debug, PartialEq, Eq)]
+enum Polled {
+    /// Done on the calling thread.
+    Done,
+    /// Waiting, on a task of the runtime.
+    Spawned,
+    /// It panicked; dropped (a FUSE reply dropped unanswered answers EIO).
+    Panicked,
+}
+
+/// Polls `task` once on the calling thread (fuser's, which read the request), in `runtime`'s
+/// context, and hands it to the runtime only if it has to wait.
+///
+/// Why: what the request sends first (a metadata or storage call; the transport writes from
+/// any thread) leaves at once, and the hand-off to the runtime's threads (waking one, tens of
+/// microseconds on these machines when it sleeps) runs alongside that call instead of before
+/// it; a request that needs no wait (an answer held in memory) is answered without a task at
+/// all. Polling with a waker that does nothing is safe: the task polls the future again when
+/// it starts, and whatever became ready meanwhile is ready then. A panic in that first poll
+/// fails its request instead of fuser's thread.
+fn poll_then_spawn<F: Future<Output = ()> + Send + 'static>(runtime: &Handle, task: F) -> Polled {
+    let _runtime = runtime.enter();
+    let mut task = Box::pin(task);
+    let mut cx = Context::from_waker(Waker::noop());
+    match std::panic::catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
+        Ok(Poll::Ready(())) => Polled::Done,
+        Ok(Poll::Pending) => {
+            runtime.spawn(task);
+            Polled::Spawned
+        }
+        Err(_) => {
+            tracing::error!("handling a FUSE request panicked; the request fails with EIO");
+            Polled::Panicked
+        }
     }
 }
 
@@ -1755,6 +1797,61 @@ fn signal_deliverable(status: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_polled_on_the_calling_thread_and_only_its_wait_goes_to_a_task() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let here = std::thread::current().id();
+        // An answer that needs no wait: done here, no task.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ready = tx.clone();
+        assert_eq!(
+            poll_then_spawn(
+                runtime.handle(),
+                async move { ready.send(("answered", std::thread::current().id())).unwrap() }
+            ),
+            Polled::Done
+        );
+        assert_eq!(rx.try_recv(), Ok(("answered", here)));
+        // One that sends, then waits: what comes before the wait has run when the call returns
+        // (the request left), the rest runs on the runtime once the answer comes.
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel::<u32>();
+        let waiting = tx.clone();
+        let polled = poll_then_spawn(runtime.handle(), async move {
+            waiting.send(("sent", std::thread::current().id())).unwrap();
+            let answer = answer_rx.await.unwrap();
+            assert_eq!(answer, 7);
+            waiting.send(("answered", std::thread::current().id())).unwrap();
+        });
+        assert_eq!(polled, Polled::Spawned);
+        assert_eq!(rx.try_recv(), Ok(("sent", here)));
+        answer_tx.send(7).unwrap();
+        let (what, on) = rx.recv_timeout(Duration::from_secs(10)).expect("answered on the runtime");
+        assert_eq!(what, "answered");
+        assert_ne!(on, here, "the wait went to a runtime thread");
+        // A timer the first poll set (under the waker that does nothing) still wakes the task.
+        let timer = tx.clone();
+        let polled = poll_then_spawn(runtime.handle(), async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            timer.send(("timer", std::thread::current().id())).unwrap();
+        });
+        assert_eq!(polled, Polled::Spawned);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).expect("the timer's wake-up reached the task").0, "timer");
+        // A panic in the first poll fails only that request: what it held is dropped.
+        struct Reply(std::sync::mpsc::Sender<(&'static str, std::thread::ThreadId)>);
+        impl Drop for Reply {
+            fn drop(&mut self) {
+                let _ = self.0.send(("dropped", std::thread::current().id()));
+            }
+        }
+        let reply = Reply(tx);
+        let polled = poll_then_spawn(runtime.handle(), async move {
+            let _reply = reply;
+            panic!("a handler's bug");
+        });
+        assert_eq!(polled, Polled::Panicked);
+        assert_eq!(rx.try_recv(), Ok(("dropped", here)));
+    }
 
     #[test]
     fn pending_signals_interrupt_only_when_deliverable() {

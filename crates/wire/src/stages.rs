@@ -22,7 +22,8 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Stage {
-    /// Mount: from the FUSE READ request reaching the mount's callback to its task running.
+    /// Mount: from the FUSE READ request reaching the mount's callback to its handling starting
+    /// (about zero since the mount polls a request first on the callback's own thread).
     FuseHandoff,
     /// Mount: waiting for the open file's shared state before reading.
     MountLockWait,
